@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what libtune needs to build, test and run on Debian 12, when it is missing.
+# Idempotent, and quiet when everything is there. Uses sudo when not run as root.
+# CUDA (nvcc, cuBLAS, cuDNN) is optional and not installed here: with it the CUDA
+# parts build too.
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++ make file         # build
+  libcaf-dev                              # CAF 0.17: actors and remote messaging
+  libboost-program-options-dev            # command-line options
+  libgtest-dev libgmock-dev               # tests
+  nlohmann-json3-dev                      # JSON
+  libsqlite3-dev                          # the experiment store
+  libopenblas-dev                         # matrix products of the CPU training path
+  dataset-fashion-mnist                   # the training data
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: run as root or install sudo" >&2; exit 1; }
+  sudo=sudo
+fi
+echo "install-deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

@@ -1,0 +1,95 @@
+// A node's resources: host amounts (CPU, memory, custom) and its GPUs one by one,
+// with what is free on each. The allocation rules live here:
+//
+// - all or nothing: an allocation that fails changes nothing;
+// - a request of n >= 1 GPUs takes n whole free cards (lowest index first);
+// - a share below 1 goes best-fit onto one card: the fullest card that still fits;
+// - each GPU grant reserves card memory: the request's gpu_memory when given, else
+//   the share of the card's memory (0.25 of an 80 GiB card: 20 GiB). A whole card
+//   reserves all of its memory unless gpu_memory says less;
+// - release returns exactly what was taken, and refuses what was never taken.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tune/core/gpu_instance.hpp"
+#include "tune/core/resource_set.hpp"
+#include "tune/core/status.hpp"
+
+namespace tune {
+
+// One card's part of an allocation.
+struct gpu_grant {
+  uint32_t card = 0;       // index into the node's gpus()
+  quantity share;          // 1 for a whole card, else the fraction
+  int64_t memory = 0;      // bytes reserved on the card (the trial's memory quota)
+  friend bool operator==(const gpu_grant&, const gpu_grant&) = default;
+};
+
+// What one request took from one node.
+struct allocation {
+  resource_set host;              // cpu, memory and custom amounts taken
+  std::vector<gpu_grant> gpus;    // in card order
+  friend bool operator==(const allocation&, const allocation&) = default;
+  // The GPU amount in all: the sum of the shares.
+  quantity gpu_total() const;
+};
+
+class node_resources {
+ public:
+  node_resources() = default;
+
+  // `host` holds cpu, memory and custom totals; its gpu and gpu_memory must be zero
+  // (GPUs come from `gpus`, which must have distinct, non-empty UUIDs and memory > 0).
+  static expected<node_resources> make(resource_set host, std::vector<gpu_instance> gpus);
+
+  // Totals and what is free now. gpu() is the sum of the cards' free shares and
+  // gpu_memory() the sum of their free memory.
+  const resource_set& total() const { return total_; }
+  const resource_set& available() const { return available_; }
+  const std::vector<gpu_instance>& gpus() const { return *gpus_; }
+  quantity card_free(size_t card) const { return quantity::from_units(card_free_[card]); }
+  int64_t card_memory_free(size_t card) const { return card_mem_free_[card]; }
+  // Cards with nothing on them.
+  uint32_t whole_free_cards() const;
+
+  // What allocate(request) would take now, without taking it: a checked request that
+  // does not fit gives errc::insufficient; a bad request errc::invalid_argument.
+  expected<allocation> plan(const resource_set& request) const;
+  expected<allocation> allocate(const resource_set& request);
+  // Takes an allocation planned on this node (or an identical one). Fails, changing
+  // nothing, when it no longer fits.
+  status apply(const allocation& a);
+  // Gives back an allocation taken here. Refuses (changing nothing) one that would
+  // free more than is taken: a double release or another node's allocation.
+  status release(const allocation& a);
+
+  // Whether the request would fit if the node were empty.
+  bool could_hold(const resource_set& request) const;
+  // The same node with everything free.
+  node_resources emptied() const;
+  bool is_empty() const { return available_ == total_; }
+
+  // The load: the highest used fraction over CPU, GPU and memory, in quantity units
+  // (0 = idle, 10000 = a resource fully used).
+  int64_t load() const;
+
+  // The memory a share reserves on a card when the request gives no gpu_memory.
+  static int64_t implied_card_memory(quantity share, int64_t card_memory_total);
+
+ private:
+  // Best-fit card for a share, or -1.
+  int find_share_card(quantity share, int64_t memory_wanted) const;
+
+  resource_set total_, available_;
+  // Shared: copies of a node (placement tries them out) do not copy the descriptions.
+  std::shared_ptr<const std::vector<gpu_instance>> gpus_ =
+      std::make_shared<const std::vector<gpu_instance>>();
+  std::vector<int64_t> card_free_;      // free share units per card
+  std::vector<int64_t> card_mem_free_;  // free bytes per card
+};
+
+}  // namespace tune

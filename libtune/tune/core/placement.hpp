@@ -1,0 +1,63 @@
+// Placement policies: where a group of bundles goes, as a pure function over a
+// cluster_view. Nothing is changed to try; `commit` applies a decision.
+//
+//   PACK           as few nodes as possible: the whole group on one node when some
+//                  node has room, else bundle by bundle, on nodes the group already
+//                  uses first (best fit: fullest card, busiest node), opening the
+//                  roomiest node next. A single bundle goes best fit: the fullest
+//                  card of the cluster that fits, or the busiest node that fits.
+//   SPREAD         bundle by bundle on nodes the group does not use yet, least
+//                  loaded first; nodes are shared only when no other has room.
+//   STRICT_PACK    every bundle on one node, or not at all.
+//   STRICT_SPREAD  every bundle on a different node, or not at all.
+//
+// Within a node the allocation rules of node_resources apply (whole cards for
+// requests >= 1 GPU, best-fit card for a share). Ties go to the lower slot.
+//
+// The outcome is placed, not_now (the group would fit the cluster if it were empty:
+// retry when resources are freed), or infeasible (it would not fit even then: it
+// can never be placed on these nodes, and the reason says what is missing).
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tune/core/cluster_view.hpp"
+#include "tune/core/resource_set.hpp"
+#include "tune/core/status.hpp"
+
+namespace tune {
+
+enum class strategy { pack, spread, strict_pack, strict_spread };
+std::string_view to_string(strategy s);
+// "PACK", "spread", "STRICT_SPREAD", ... (any case).
+expected<strategy> parse_strategy(std::string_view text);
+
+enum class outcome { placed, not_now, infeasible };
+std::string_view to_string(outcome o);
+
+struct bundle_placement {
+  node_id node;
+  allocation alloc;  // what the bundle takes there, GPU cards included
+};
+
+struct placement {
+  outcome result = outcome::not_now;
+  std::vector<bundle_placement> bundles;  // when placed: one per bundle, in bundle order
+  std::string reason;                     // when not placed: why, for people
+};
+
+// Decides where `bundles` go. Bad input (no bundles, a bundle that breaks the request
+// rules of check_request) is an error naming the bundle; everything else is a placement.
+expected<placement> place(const cluster_view& view, std::span<const resource_set> bundles,
+                          strategy s);
+
+// Takes every bundle of a placed decision, or (changing nothing) fails when one no
+// longer fits or its node is gone.
+status commit(cluster_view& view, const placement& p);
+// Gives back every bundle of a committed decision, all or nothing.
+status release(cluster_view& view, const placement& p);
+
+}  // namespace tune
