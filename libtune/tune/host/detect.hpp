@@ -1,0 +1,39 @@
+// What this machine has: CPUs (those this process may run on), memory, and GPUs.
+// GPUs come from the CUDA runtime when libtune is built with CUDA, in PCI bus order,
+// after any inherited CUDA_VISIBLE_DEVICES; a machine without a driver or a card has
+// none. Nothing here allocates GPU memory beyond the runtime's own probe.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tune/core/gpu_instance.hpp"
+#include "tune/core/node_resources.hpp"
+#include "tune/core/quantity.hpp"
+
+namespace tune {
+
+struct gpu_probe {
+  std::vector<gpu_instance> gpus;  // indices 0.. in PCI bus order
+  std::string note;                // why there are none: "built without CUDA", "no CUDA device", ...
+};
+
+struct host_info {
+  std::string hostname;
+  quantity cpus;
+  int64_t memory = 0;  // bytes (MemTotal)
+  gpu_probe gpu;
+};
+
+// Asks the CUDA runtime (when built with it). Never fails: problems go into `note`.
+gpu_probe detect_gpus();
+host_info detect_host();
+
+// `count` logical GPUs for a machine without cards (tests, CPU-only clusters):
+// UUIDs "LOGICAL-<host>-<i>", marked logical, each with `memory` bytes.
+std::vector<gpu_instance> logical_gpus(const std::string& host, int count, int64_t memory);
+
+// This machine as a node: its CPUs, memory and GPUs.
+expected<node_resources> local_node_resources(const host_info& host);
+
+}  // namespace tune
