@@ -99,10 +99,10 @@ int main(int argc, char** argv) {
     std::cout << "this machine: " << host.hostname << ", " << host.cpus.to_string() << " CPUs, "
               << format_bytes(host.memory) << ", ";
     if (host.gpu.gpus.empty()) std::cout << "no GPU (" << host.gpu.note << ")\n";
+    else std::cout << host.gpu.gpus.size() << (host.gpu.gpus.size() == 1 ? " GPU:\n" : " GPUs:\n");
     for (auto& g : host.gpu.gpus)
-      std::cout << "\n  gpu " << g.index << ": " << g.name << ", " << format_bytes(g.memory_total) << ", "
-                << g.uuid << ", " << g.pci_bus_id;
-    if (!host.gpu.gpus.empty()) std::cout << "\n";
+      std::cout << "  gpu " << g.index << ": " << g.name << ", " << format_bytes(g.memory_total) << ", "
+                << g.uuid << ", " << g.pci_bus_id << "\n";
     auto st = view.add_node("local:" + host.hostname, me);
     if (!st) die(st.message());
   }
