@@ -113,28 +113,25 @@ status unknown_node(const node_id& id) {
 }
 }  // namespace
 
-expected<allocation> cluster_view::allocate(const node_id& id, const resource_set& request) {
+template <class Change>
+auto cluster_view::change(const node_id& id, Change f) -> decltype(f(std::declval<node_resources&>())) {
   auto s = slot_of(id);
   if (!s) return unknown_node(id);
-  auto a = nodes_[*s].allocate(request);
-  if (a) sync(*s);
-  return a;
+  auto result = f(nodes_[*s]);
+  if (result) sync(*s);
+  return result;
+}
+
+expected<allocation> cluster_view::allocate(const node_id& id, const resource_set& request) {
+  return change(id, [&](node_resources& n) { return n.allocate(request); });
 }
 
 status cluster_view::apply(const node_id& id, const allocation& a) {
-  auto s = slot_of(id);
-  if (!s) return unknown_node(id);
-  auto st = nodes_[*s].apply(a);
-  if (st) sync(*s);
-  return st;
+  return change(id, [&](node_resources& n) { return n.apply(a); });
 }
 
 status cluster_view::release(const node_id& id, const allocation& a) {
-  auto s = slot_of(id);
-  if (!s) return unknown_node(id);
-  auto st = nodes_[*s].release(a);
-  if (st) sync(*s);
-  return st;
+  return change(id, [&](node_resources& n) { return n.release(a); });
 }
 
 bool cluster_view::summaries_consistent() const {

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "tune/core/node_resources.hpp"
@@ -62,6 +63,9 @@ class cluster_view {
   bool summaries_consistent() const;
 
  private:
+  // Runs f on the node and re-syncs its summaries when f succeeded.
+  template <class Change>
+  auto change(const node_id& id, Change f) -> decltype(f(std::declval<node_resources&>()));
   void sync(size_t slot);
   void rebuild_cards();
   static slot_summary summarize(const node_resources& n);

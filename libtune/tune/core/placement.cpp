@@ -541,38 +541,35 @@ expected<placement> place(const cluster_view& view, std::span<const resource_set
   return p;
 }
 
-status commit(cluster_view& view, const placement& p) {
-  if (p.result != outcome::placed)
-    return {errc::invalid_argument, "only a placed decision can be committed"};
+namespace {
+
+// Does `step` for every bundle; when one fails, undoes the ones done with `undo`.
+template <class Step, class Undo>
+status for_all_bundles(cluster_view& view, const placement& p, Step step, Undo undo) {
   for (size_t i = 0; i < p.bundles.size(); ++i) {
-    auto st = view.apply(p.bundles[i].node, p.bundles[i].alloc);
-    if (!st) {
-      for (size_t j = i; j-- > 0;) {
-        auto undo = view.release(p.bundles[j].node, p.bundles[j].alloc);
-        assert(undo.is_ok());
-        (void)undo;
-      }
-      return {st.code(), "bundle " + std::to_string(i) + " on node " + p.bundles[i].node +
-                             ": " + st.message()};
+    auto st = (view.*step)(p.bundles[i].node, p.bundles[i].alloc);
+    if (st) continue;
+    for (size_t j = i; j-- > 0;) {
+      auto back = (view.*undo)(p.bundles[j].node, p.bundles[j].alloc);
+      assert(back.is_ok());
+      (void)back;
     }
+    return {st.code(), "bundle " + std::to_string(i) + " on node " + p.bundles[i].node + ": " +
+                           st.message()};
   }
   return status::ok();
 }
 
+}  // namespace
+
+status commit(cluster_view& view, const placement& p) {
+  if (p.result != outcome::placed)
+    return {errc::invalid_argument, "only a placed decision can be committed"};
+  return for_all_bundles(view, p, &cluster_view::apply, &cluster_view::release);
+}
+
 status release(cluster_view& view, const placement& p) {
-  for (size_t i = 0; i < p.bundles.size(); ++i) {
-    auto st = view.release(p.bundles[i].node, p.bundles[i].alloc);
-    if (!st) {
-      for (size_t j = i; j-- > 0;) {
-        auto redo = view.apply(p.bundles[j].node, p.bundles[j].alloc);
-        assert(redo.is_ok());
-        (void)redo;
-      }
-      return {st.code(), "bundle " + std::to_string(i) + " on node " + p.bundles[i].node +
-                             ": " + st.message()};
-    }
-  }
-  return status::ok();
+  return for_all_bundles(view, p, &cluster_view::release, &cluster_view::apply);
 }
 
 }  // namespace tune

@@ -3,8 +3,8 @@
 //
 //   PACK           as few nodes as possible: the whole group on one node when some
 //                  node has room, else bundle by bundle, on nodes the group already
-//                  uses first (best fit: fullest card, busiest node), opening the
-//                  roomiest node next. A single bundle goes best fit: the fullest
+//                  uses first (best fit: the fullest card, the fewest free cards),
+//                  opening the roomiest node next. A single bundle goes best fit: the fullest
 //                  card of the cluster that fits, or the busiest node that fits.
 //   SPREAD         bundle by bundle on nodes the group does not use yet, least
 //                  loaded first; nodes are shared only when no other has room.

@@ -28,16 +28,25 @@ status bad_amount(std::string_view what, std::string_view shown, std::string_vie
               std::string{why}};
 }
 
+// A user's number must be finite, >= 0 and at most `limit` (named `limit_text`).
+status check_number(double value, std::string_view what, const char* shown, double limit,
+                    std::string_view limit_text) {
+  if (std::isnan(value)) return bad_amount(what, shown, "is not a number; give a value >= 0");
+  if (std::isinf(value)) return bad_amount(what, shown, "is infinite; give a finite value >= 0");
+  if (value < 0) return bad_amount(what, shown, "is negative; give a value >= 0");
+  if (value > limit)
+    return bad_amount(what, shown, "is too large; at most " + std::string{limit_text} + " is accepted");
+  return status::ok();
+}
+
+constexpr int64_t max_bytes = int64_t{1} << 56;  // 64 PiB: far above any node
+
 }  // namespace
 
 expected<quantity> quantity::from_double(double value, std::string_view what) {
   char shown[64];
   std::snprintf(shown, sizeof shown, "%g", value);
-  if (std::isnan(value)) return bad_amount(what, shown, "is not a number; give a value >= 0");
-  if (std::isinf(value)) return bad_amount(what, shown, "is infinite; give a finite value >= 0");
-  if (value < 0) return bad_amount(what, shown, "is negative; give a value >= 0");
-  if (value > static_cast<double>(max_whole))
-    return bad_amount(what, shown, "is too large; at most 1e9 is accepted");
+  if (auto st = check_number(value, what, shown, static_cast<double>(max_whole), "1e9"); !st) return st;
   auto units = static_cast<int64_t>(std::llround(value * scale));
   if (units == 0 && value > 0)
     return bad_amount(what, shown, "is below the resolution of 0.0001; ask for at least 0.0001");
@@ -90,18 +99,10 @@ std::string quantity::to_string() const {
   return out;
 }
 
-namespace {
-constexpr int64_t max_bytes = int64_t{1} << 56;  // 64 PiB: far above any node
-}
-
 expected<int64_t> bytes_from_double(double value, std::string_view what) {
   char shown[64];
   std::snprintf(shown, sizeof shown, "%g", value);
-  if (std::isnan(value)) return bad_amount(what, shown, "is not a number; give bytes >= 0");
-  if (std::isinf(value)) return bad_amount(what, shown, "is infinite; give bytes >= 0");
-  if (value < 0) return bad_amount(what, shown, "is negative; give bytes >= 0");
-  if (value > static_cast<double>(max_bytes))
-    return bad_amount(what, shown, "is too large; at most 64 PiB is accepted");
+  if (auto st = check_number(value, what, shown, static_cast<double>(max_bytes), "64 PiB"); !st) return st;
   if (value != std::floor(value))
     return bad_amount(what, shown, "is not a whole number of bytes; use e.g. \"512MiB\"");
   return static_cast<int64_t>(value);

@@ -69,15 +69,16 @@ resource_set& resource_set::set_custom(std::string_view name, quantity q) {
   return *this;
 }
 
-status resource_set::set(std::string_view name, double amount) {
+template <class Bytes, class Amount>
+status resource_set::assign(std::string_view name, Bytes bytes, Amount amount) {
   if (auto st = check_resource_name(name); !st) return st;
   if (is_memory_name(name)) {
-    auto b = bytes_from_double(amount, name);
+    auto b = bytes();
     if (!b) return b.error();
     (name == resource_names::memory ? memory_ : gpu_memory_) = *b;
     return status::ok();
   }
-  auto q = quantity::from_double(amount, name);
+  auto q = amount();
   if (!q) return q.error();
   if (name == resource_names::cpu) cpu_ = *q;
   else if (name == resource_names::gpu) gpu_ = *q;
@@ -85,20 +86,14 @@ status resource_set::set(std::string_view name, double amount) {
   return status::ok();
 }
 
+status resource_set::set(std::string_view name, double amount) {
+  return assign(name, [&] { return bytes_from_double(amount, name); },
+                [&] { return quantity::from_double(amount, name); });
+}
+
 status resource_set::set(std::string_view name, std::string_view text) {
-  if (auto st = check_resource_name(name); !st) return st;
-  if (is_memory_name(name)) {
-    auto b = parse_bytes(text, name);
-    if (!b) return b.error();
-    (name == resource_names::memory ? memory_ : gpu_memory_) = *b;
-    return status::ok();
-  }
-  auto q = quantity::parse(text, name);
-  if (!q) return q.error();
-  if (name == resource_names::cpu) cpu_ = *q;
-  else if (name == resource_names::gpu) gpu_ = *q;
-  else set_custom(name, *q);
-  return status::ok();
+  return assign(name, [&] { return parse_bytes(text, name); },
+                [&] { return quantity::parse(text, name); });
 }
 
 expected<resource_set> resource_set::make(

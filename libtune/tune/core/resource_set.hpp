@@ -74,6 +74,10 @@ class resource_set {
   std::string to_json() const;
 
  private:
+  // Checks `name`, then stores bytes() (memory names) or amount() (the others).
+  template <class Bytes, class Amount>
+  status assign(std::string_view name, Bytes bytes, Amount amount);
+
   quantity cpu_, gpu_;
   int64_t memory_ = 0, gpu_memory_ = 0;
   custom_list custom_;
