@@ -134,6 +134,10 @@ status cluster_view::release(const node_id& id, const allocation& a) {
   return change(id, [&](node_resources& n) { return n.release(a); });
 }
 
+status cluster_view::set_availability(const node_id& id, const node_availability& a) {
+  return change(id, [&](node_resources& n) { return n.set_availability(a); });
+}
+
 bool cluster_view::summaries_consistent() const {
   if (summary_.size() != nodes_.size()) return false;
   uint32_t next = 0;

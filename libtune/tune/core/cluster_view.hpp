@@ -47,6 +47,7 @@ class cluster_view {
   expected<allocation> allocate(const node_id& id, const resource_set& request);
   status apply(const node_id& id, const allocation& a);
   status release(const node_id& id, const allocation& a);
+  status set_availability(const node_id& id, const node_availability& a);
 
   // The summaries, one per slot, and per card (all nodes' cards in slot order): the
   // free share, and the largest share the card takes with its implied memory.

@@ -185,6 +185,41 @@ status node_resources::release(const allocation& a) {
   return status::ok();
 }
 
+node_availability node_resources::availability() const {
+  node_availability a;
+  a.host = host_part(available_);
+  a.card_free = card_free_;
+  a.card_memory_free = card_mem_free_;
+  return a;
+}
+
+status node_resources::set_availability(const node_availability& a) {
+  const size_t n = card_free_.size();
+  if (a.card_free.size() != n || a.card_memory_free.size() != n)
+    return {errc::inconsistent, "the report has " + std::to_string(a.card_free.size()) +
+                                    " cards; the node has " + std::to_string(n)};
+  if (!a.host.host_fits_in(total_) || !a.host.first_negative().empty() ||
+      !a.host.gpu().is_zero() || a.host.gpu_memory() != 0)
+    return {errc::inconsistent, "the report claims more free than the node has: " +
+                                    a.host.to_string() + " of " + host_part(total_).to_string()};
+  resource_set next = a.host;
+  quantity gpu_free;
+  int64_t gpu_mem_free = 0;
+  for (size_t c = 0; c < n; ++c) {
+    if (a.card_free[c] < 0 || a.card_free[c] > whole_card || a.card_memory_free[c] < 0 ||
+        a.card_memory_free[c] > (*gpus_)[c].memory_total)
+      return {errc::inconsistent, "the report's card " + std::to_string(c) +
+                                      " is outside 0..its total"};
+    gpu_free += quantity::from_units(a.card_free[c]);
+    gpu_mem_free += a.card_memory_free[c];
+  }
+  next.set_gpu(gpu_free).set_gpu_memory(gpu_mem_free);
+  available_ = next;
+  card_free_ = a.card_free;
+  card_mem_free_ = a.card_memory_free;
+  return status::ok();
+}
+
 bool node_resources::could_hold(const resource_set& request) const {
   if (!check_request(request) || !request.host_fits_in(total_)) return false;
   quantity g = request.gpu();

@@ -38,6 +38,15 @@ struct allocation {
   quantity gpu_total() const;
 };
 
+// What is free on a node, as the node reports it to the head: the host amounts
+// (cpu, memory, custom) and, per card, the free share units and free memory.
+struct node_availability {
+  resource_set host;
+  std::vector<int64_t> card_free;         // quantity units
+  std::vector<int64_t> card_memory_free;  // bytes
+  friend bool operator==(const node_availability&, const node_availability&) = default;
+};
+
 class node_resources {
  public:
   node_resources() = default;
@@ -66,6 +75,12 @@ class node_resources {
   // Gives back an allocation taken here. Refuses (changing nothing) one that would
   // free more than is taken: a double release or another node's allocation.
   status release(const allocation& a);
+
+  // What is free now, and setting it from a report (the node is the authority on its
+  // own reservations). A report that does not match this node's cards, or claims
+  // more free than the totals or less than zero, is refused and changes nothing.
+  node_availability availability() const;
+  status set_availability(const node_availability& a);
 
   // Whether the request would fit if the node were empty.
   bool could_hold(const resource_set& request) const;

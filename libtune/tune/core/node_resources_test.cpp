@@ -249,3 +249,35 @@ TEST(NodeResources, LoadIsTheBusiestResource) {
 
 }  // namespace
 }  // namespace tune
+
+namespace tune {
+namespace {
+
+TEST(NodeAvailability, RoundTripsAndRefusesImpossibleReports) {
+  auto n = make_node(2);
+  ASSERT_TRUE(n.allocate(req({{"gpu", 0.25}, {"cpu", 3}})));
+  auto report = n.availability();
+  auto fresh = make_node(2);
+  ASSERT_TRUE(fresh.set_availability(report));
+  EXPECT_EQ(fresh.available(), n.available());
+  EXPECT_EQ(fresh.availability(), report);
+
+  auto before = fresh.availability();
+  auto too_many_cards = report;
+  too_many_cards.card_free.push_back(0);
+  too_many_cards.card_memory_free.push_back(0);
+  EXPECT_EQ(fresh.set_availability(too_many_cards).code(), errc::inconsistent);
+  auto over = report;
+  over.card_free[0] = quantity::scale + 1;
+  EXPECT_EQ(fresh.set_availability(over).code(), errc::inconsistent);
+  auto negative = report;
+  negative.host.set_cpu(quantity::from_units(-1));
+  EXPECT_EQ(fresh.set_availability(negative).code(), errc::inconsistent);
+  auto more_cpu = report;
+  more_cpu.host.set_cpu(quantity::whole(33));
+  EXPECT_EQ(fresh.set_availability(more_cpu).code(), errc::inconsistent);
+  EXPECT_EQ(fresh.availability(), before);
+}
+
+}  // namespace
+}  // namespace tune

@@ -137,6 +137,16 @@ bool resource_set::empty() const {
   return cpu_.is_zero() && gpu_.is_zero() && memory_ == 0 && gpu_memory_ == 0 && custom_.empty();
 }
 
+std::string resource_set::first_negative() const {
+  if (cpu_ < quantity{}) return "cpu";
+  if (gpu_ < quantity{}) return "gpu";
+  if (memory_ < 0) return "memory";
+  if (gpu_memory_ < 0) return "gpu_memory";
+  for (auto& [name, q] : custom_)
+    if (q < quantity{}) return name;
+  return {};
+}
+
 bool resource_set::host_fits_in(const resource_set& o) const {
   if (cpu_ > o.cpu_ || memory_ > o.memory_) return false;
   // Both lists are sorted: one merge pass.
@@ -216,17 +226,9 @@ std::string resource_set::to_json() const {
 }
 
 status check_request(const resource_set& r) {
-  auto negative = [](std::string_view name, const std::string& shown) {
-    return status{errc::invalid_argument, "a request asks for a negative amount of " +
-                                              std::string{name} + " (" + shown +
-                                              "); give a value >= 0"};
-  };
-  if (r.cpu() < quantity{}) return negative("cpu", r.cpu().to_string());
-  if (r.gpu() < quantity{}) return negative("gpu", r.gpu().to_string());
-  if (r.memory() < 0) return negative("memory", std::to_string(r.memory()));
-  if (r.gpu_memory() < 0) return negative("gpu_memory", std::to_string(r.gpu_memory()));
-  for (auto& [name, q] : r.customs())
-    if (q < quantity{}) return negative(name, q.to_string());
+  if (auto name = r.first_negative(); !name.empty())
+    return {errc::invalid_argument, "a request asks for a negative amount of " + name +
+                                        "; give a value >= 0"};
   auto g = r.gpu();
   if (!g.is_zero() && g > quantity::whole(1) && !g.is_whole())
     return {errc::invalid_argument,

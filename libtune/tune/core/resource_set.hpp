@@ -59,6 +59,8 @@ class resource_set {
   const custom_list& customs() const { return custom_; }
 
   bool empty() const;
+  // The name of the first negative amount, or "" when none is.
+  std::string first_negative() const;
   // Every amount here is <= the same amount in `other` (a missing custom is zero).
   bool fits_in(const resource_set& other) const;
   // The non-GPU amounts only (cpu, memory, customs): what a node checks besides cards.
