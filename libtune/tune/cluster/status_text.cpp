@@ -1,0 +1,126 @@
+#include "tune/cluster/status_text.hpp"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tune/core/quantity.hpp"
+#include "tune/core/resource_set.hpp"
+
+namespace tune {
+
+namespace {
+
+using nlohmann::json;
+
+std::string seconds_ago(double ms) {
+  char buf[32];
+  if (ms < 60'000) std::snprintf(buf, sizeof buf, "%.1f s ago", ms / 1000);
+  else if (ms < 3'600'000) std::snprintf(buf, sizeof buf, "%.0f min ago", ms / 60'000);
+  else std::snprintf(buf, sizeof buf, "%.1f h ago", ms / 3'600'000);
+  return buf;
+}
+
+std::string duration(double s) {
+  char buf[32];
+  auto t = static_cast<long>(s);
+  if (t < 60) std::snprintf(buf, sizeof buf, "%lds", t);
+  else if (t < 3600) std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+  else std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+  return buf;
+}
+
+std::string bar(double allocated) {
+  int filled = static_cast<int>(allocated * 10 + 1e-9);
+  if (filled > 10) filled = 10;
+  if (filled == 0 && allocated > 0) filled = 1;  // a sliver still shows
+  return "[" + std::string(static_cast<size_t>(filled), '#') + std::string(static_cast<size_t>(10 - filled), '.') + "]";
+}
+
+std::string number(const json& j) {
+  if (j.is_number_integer()) return std::to_string(j.get<long long>());
+  auto q = quantity::from_double(j.get<double>(), "amount");
+  return q ? q->to_string() : j.dump();
+}
+
+std::string pad(std::string s, size_t width) {
+  if (s.size() < width) s += std::string(width - s.size(), ' ');
+  return s;
+}
+
+}  // namespace
+
+expected<std::string> render_status_text(std::string_view text) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("nodes"))
+    return status{errc::invalid_argument, "the head's status is not the JSON this tune expects"};
+  std::ostringstream out;
+  if (j.contains("head")) {
+    const auto& h = j["head"];
+    out << "libtune cluster at " << h.value("address", "?") << " (head: libtune " << h.value("version", "?")
+        << ", up " << duration(h.value("uptime_s", 0.0)) << ")\n";
+  }
+  int alive = 0, gone = 0;
+  for (auto& n : j["nodes"]) (n.value("alive", false) ? alive : gone) += 1;
+  out << "\nNodes: " << alive << " alive";
+  if (gone) out << ", " << gone << " dead or stopped";
+  out << "\n";
+  if (!j["nodes"].empty()) {
+    out << "  " << pad("STATE", 7) << pad("NODE", 16) << pad("HOST", 26) << pad("GPUS", 6) << pad("CPUS", 6)
+        << "LAST HEARD\n";
+    for (auto& n : j["nodes"]) {
+      std::string host = n.value("host", "");
+      if (!n.value("address", "").empty()) host += " (" + n.value("address", "") + ")";
+      size_t gpus = n.contains("gpus") ? n["gpus"].size() : 0;
+      bool logical = false;
+      for (auto& g : n.value("gpus", json::array())) logical |= g.value("logical", false);
+      std::string cpus = n["resources"]["total"].contains("cpu") ? number(n["resources"]["total"]["cpu"]) : "0";
+      out << "  " << pad(n.value("state", "?"), 7) << pad(n.value("id", "?"), 16) << pad(host, 26)
+          << pad(std::to_string(gpus) + (logical ? "L" : ""), 6) << pad(cpus, 6)
+          << seconds_ago(n.value("last_heartbeat_ms_ago", 0.0));
+      if (n.contains("reason")) out << "  " << n["reason"].get<std::string>();
+      out << "\n";
+    }
+  }
+
+  out << "\nResources (alive nodes): used / total\n";
+  const auto& total = j["resources"]["total"];
+  const auto& avail = j["resources"]["available"];
+  if (total.empty()) out << "  none\n";
+  for (auto& [name, t] : total.items()) {
+    std::string used;
+    if (name == "memory" || name == "gpu_memory") {
+      int64_t tb = t.get<int64_t>(), ab = avail.value(name, int64_t{0});
+      used = format_bytes(tb - ab) + " / " + format_bytes(tb);
+    } else {
+      auto tq = quantity::from_double(t.get<double>(), name);
+      auto aq = quantity::from_double(avail.value(name, 0.0), name);
+      used = tq && aq ? (*tq - *aq).to_string() + " / " + tq->to_string() : "?";
+    }
+    out << "  " << pad(name, 12) << used << "\n";
+  }
+
+  bool any_gpu = false;
+  for (auto& n : j["nodes"]) any_gpu |= n.value("alive", false) && !n.value("gpus", json::array()).empty();
+  if (any_gpu) {
+    out << "\nGPUs (# = a tenth of the card allocated; L = logical, declared with --num-gpus)\n";
+    for (auto& n : j["nodes"]) {
+      if (!n.value("alive", false) || n.value("gpus", json::array()).empty()) continue;
+      out << "  " << n.value("id", "?") << "\n";
+      for (auto& g : n["gpus"]) {
+        double a = g.value("allocated", 0.0);
+        std::string uuid = g.value("uuid", "");
+        out << "    gpu " << g.value("index", 0) << "  " << pad(g.value("name", ""), 20) << pad(uuid, 42)
+            << bar(a) << " " << pad(number(g["allocated"]), 6)
+            << format_bytes(g.value("memory_free", int64_t{0})) << " free of "
+            << format_bytes(g.value("memory_total", int64_t{0})) << (g.value("logical", false) ? "  L" : "");
+        if (g.contains("holders"))
+          for (auto& h : g["holders"]) out << "  " << h.value("id", "?") << " " << number(h["share"]);
+        out << "\n";
+      }
+    }
+  }
+  return out.str();
+}
+
+}  // namespace tune

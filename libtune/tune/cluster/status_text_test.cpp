@@ -1,0 +1,48 @@
+#include "tune/cluster/status_text.hpp"
+
+#include <gtest/gtest.h>
+
+#include "tune/cluster/registry.hpp"
+
+namespace tune {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(StatusText, ShowsNodesResourcesAndTheGpuMap) {
+  node_registry reg;
+  auto t0 = node_registry::clock::now();
+  std::vector<gpu_instance> cards{{0, "GPU-aaaa", "0000:06:00.0", "NVIDIA H200", int64_t{140} << 30, false},
+                                  {1, "GPU-bbbb", "0000:07:00.0", "NVIDIA H200", int64_t{140} << 30, false}};
+  resource_set host;
+  host.set_cpu(quantity::whole(32)).set_memory(int64_t{256} << 30).set_custom("tpu", quantity::whole(2));
+  auto n = *node_resources::make(host, cards);
+  ASSERT_TRUE(reg.join({"node-1", "box", "10.0.0.2", "0.1.0"}, n, t0));
+  ASSERT_TRUE(n.allocate(*resource_set::make({{"gpu", 0.25}, {"cpu", 4}})));
+  reg.heartbeat("node-1", n.availability(), t0 + 100ms);
+  ASSERT_TRUE(reg.join({"node-2", "other", "10.0.0.3", "0.1.0"}, *node_resources::make(host, {}), t0));
+  reg.mark_dead("node-2", "connection lost", t0 + 1s);
+  auto json = reg.status_json(t0 + 1500ms);
+  auto text = render_status_text(json);
+  ASSERT_TRUE(text) << text.error().message();
+  const auto& s = *text;
+  EXPECT_NE(s.find("Nodes: 1 alive, 1 dead or stopped"), std::string::npos) << s;
+  EXPECT_NE(s.find("alive  node-1"), std::string::npos) << s;
+  EXPECT_NE(s.find("box (10.0.0.2)"), std::string::npos) << s;
+  EXPECT_NE(s.find("dead   node-2"), std::string::npos) << s;
+  EXPECT_NE(s.find("connection lost"), std::string::npos) << s;
+  EXPECT_NE(s.find("gpu         0.25 / 2"), std::string::npos) << s;
+  EXPECT_NE(s.find("cpu         4 / 32"), std::string::npos) << s;
+  EXPECT_NE(s.find("tpu         0 / 2"), std::string::npos) << s;
+  EXPECT_NE(s.find("GPU-aaaa"), std::string::npos) << s;
+  EXPECT_NE(s.find("[##........] 0.25"), std::string::npos) << s;
+  EXPECT_NE(s.find("[..........] 0 "), std::string::npos) << s;
+}
+
+TEST(StatusText, RefusesOtherJson) {
+  EXPECT_FALSE(render_status_text("{}"));
+  EXPECT_FALSE(render_status_text("not json"));
+}
+
+}  // namespace
+}  // namespace tune
