@@ -95,12 +95,12 @@ host_info detect_host() {
   return h;
 }
 
-std::vector<gpu_instance> logical_gpus(const std::string& host, int count, int64_t memory) {
+std::vector<gpu_instance> logical_gpus(const std::string& owner, int count, int64_t memory) {
   std::vector<gpu_instance> out;
   for (int i = 0; i < count; ++i) {
     gpu_instance g;
     g.index = i;
-    g.uuid = "LOGICAL-" + host + "-" + std::to_string(i);
+    g.uuid = "LOGICAL-" + owner + "-" + std::to_string(i);
     g.pci_bus_id = "logical:" + std::to_string(i);
     g.name = "logical GPU";
     g.memory_total = memory;

@@ -30,8 +30,9 @@ gpu_probe detect_gpus();
 host_info detect_host();
 
 // `count` logical GPUs for a machine without cards (tests, CPU-only clusters):
-// UUIDs "LOGICAL-<host>-<i>", marked logical, each with `memory` bytes.
-std::vector<gpu_instance> logical_gpus(const std::string& host, int count, int64_t memory);
+// UUIDs "LOGICAL-<owner>-<i>" (owner: a node id, unique in a cluster), marked logical,
+// each with `memory` bytes.
+std::vector<gpu_instance> logical_gpus(const std::string& owner, int count, int64_t memory);
 
 // This machine as a node: its CPUs, memory and GPUs.
 expected<node_resources> local_node_resources(const host_info& host);

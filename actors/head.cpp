@@ -1,0 +1,169 @@
+#include "head.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "log.hpp"
+#include "tune/cluster/registry.hpp"
+#include "tune/cluster/token.hpp"
+#include "tune/cluster/version.hpp"
+
+namespace tune {
+
+namespace {
+
+struct head_state {
+  head_options opt;
+  node_registry registry;
+  // The actor of each alive node's current connection, both ways: a down message from
+  // an old connection must not kill a node that has already joined again.
+  std::map<caf::actor_addr, node_id> node_of;
+  std::map<node_id, caf::actor_addr> addr_of;
+  std::vector<caf::actor> subscribers;
+  caf::actor_clock::time_point started;
+  static inline const char* name = "tune.head";
+};
+
+using head_actor = caf::stateful_actor<head_state>*;
+
+std::string wrong_token() {
+  return "the cluster token does not match the head's: use the head's token file "
+         "(--token-file, default ~/.tune/token)";
+}
+
+std::string version_mismatch(const std::string& theirs) {
+  return "version mismatch: this process runs libtune " + theirs + ", the head runs libtune " +
+         version() + "; run the same version on every machine";
+}
+
+void notify(head_actor self, const node_id& id, std::string_view state, const std::string& reason) {
+  for (auto& s : self->state.subscribers)
+    self->send(s, wire::node_event_atom::value, id, std::string{state}, reason);
+}
+
+void node_gone(head_actor self, const node_id& id) {
+  auto it = self->state.addr_of.find(id);
+  if (it == self->state.addr_of.end()) return;
+  self->state.node_of.erase(it->second);
+  self->state.addr_of.erase(it);
+}
+
+caf::behavior head(head_actor self, head_options opt) {
+  self->state.opt = std::move(opt);
+  self->state.started = self->clock().now();
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    std::erase_if(st.subscribers, [&](const caf::actor& a) { return a.address() == dm.source; });
+    auto it = st.node_of.find(dm.source);
+    if (it == st.node_of.end()) return;
+    node_id id = it->second;
+    node_gone(self, id);
+    std::string why = dm.reason == caf::exit_reason::remote_link_unreachable
+                          ? "connection lost (the node's process ended or its network dropped)"
+                          : "its actor ended (" + to_string(dm.reason) + ")";
+    if (st.registry.mark_dead(id, why, self->clock().now())) {
+      log_line("node " + id + " is dead: " + why);
+      notify(self, id, "dead", why);
+    }
+  });
+  self->delayed_send(self, wire::sweep_period, wire::sweep_atom::value);
+  return {
+      [self](wire::join_atom, const std::string& token, const wire::wire_ad& ad) -> caf::message {
+        auto& st = self->state;
+        auto refuse = [&](const std::string& why) {
+          log_line("refused node " + ad.node_id + " (" + ad.hostname + "): " + why);
+          return caf::make_message(wire::join_atom::value, false, why);
+        };
+        if (!token_equal(token, st.opt.token)) return refuse(wrong_token());
+        if (ad.version != version()) return refuse(version_mismatch(ad.version));
+        auto resources = wire::resources_from_ad(ad);
+        if (!resources) return refuse("its advertisement is malformed: " + resources.error().message());
+        auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+        if (!sender) return refuse("it sent no actor to talk back to");
+        auto joined = st.registry.join({ad.node_id, ad.hostname, ad.address, ad.version},
+                                       std::move(resources).value(), self->clock().now());
+        if (!joined) return refuse(joined.message());
+        node_gone(self, ad.node_id);
+        st.node_of[sender.address()] = ad.node_id;
+        st.addr_of[ad.node_id] = sender.address();
+        self->monitor(sender);
+        log_line("node " + ad.node_id + " joined from " + ad.hostname + " (" + ad.address + ")");
+        notify(self, ad.node_id, "alive", "joined");
+        return caf::make_message(wire::join_atom::value, true, version());
+      },
+      [self](wire::heartbeat_atom, const std::string& token, const node_id& id, uint64_t,
+             const wire::wire_avail& free) {
+        auto& st = self->state;
+        if (!token_equal(token, st.opt.token)) return;
+        auto it = st.addr_of.find(id);
+        auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+        if (it == st.addr_of.end() || !sender || it->second != sender.address()) {
+          // Not a node this head knows alive on this connection: it must join (again).
+          if (sender) self->send(sender, wire::rejoin_atom::value);
+          return;
+        }
+        auto report = wire::from_wire(free);
+        auto heard = report ? st.registry.heartbeat(id, *report, self->clock().now())
+                            : node_registry::heard::bad_report;
+        if (heard == node_registry::heard::unknown || heard == node_registry::heard::not_alive)
+          self->send(sender, wire::rejoin_atom::value);
+        else if (heard == node_registry::heard::bad_report)
+          log_line("node " + id + " sent an availability report that does not match its resources");
+      },
+      [self](wire::leave_atom, const std::string& token, const node_id& id) {
+        auto& st = self->state;
+        if (!token_equal(token, st.opt.token)) return caf::make_message(wire::leave_atom::value, false);
+        bool left = st.registry.mark_left(id, self->clock().now());
+        node_gone(self, id);
+        if (left) {
+          log_line("node " + id + " left");
+          notify(self, id, "left", "stopped");
+        }
+        return caf::make_message(wire::leave_atom::value, left);
+      },
+      [self](wire::status_atom, const std::string& token, const std::string& their_version) {
+        auto& st = self->state;
+        if (!token_equal(token, st.opt.token))
+          return caf::make_message(wire::status_atom::value, false, wrong_token());
+        if (their_version != version())
+          return caf::make_message(wire::status_atom::value, false, version_mismatch(their_version));
+        auto now = self->clock().now();
+        auto j = nlohmann::json::parse(st.registry.status_json(now));
+        j["head"] = {{"address", st.opt.address},
+                     {"version", version()},
+                     {"uptime_s", std::chrono::duration<double>(now - st.started).count()},
+                     {"heartbeat_timeout_ms", st.opt.heartbeat_timeout.count()}};
+        return caf::make_message(wire::status_atom::value, true, j.dump());
+      },
+      [self](wire::subscribe_atom, const std::string& token) {
+        auto& st = self->state;
+        if (!token_equal(token, st.opt.token))
+          return caf::make_message(wire::subscribe_atom::value, false, wrong_token());
+        auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+        if (sender) {
+          st.subscribers.push_back(sender);
+          self->monitor(sender);
+        }
+        return caf::make_message(wire::subscribe_atom::value, true, version());
+      },
+      [self](wire::sweep_atom) {
+        auto& st = self->state;
+        auto now = self->clock().now();
+        for (auto& id : st.registry.sweep(now, st.opt.heartbeat_timeout)) {
+          node_gone(self, id);
+          auto* e = st.registry.find(id);
+          log_line("node " + id + " is dead: " + e->reason);
+          notify(self, id, "dead", e->reason);
+        }
+        st.registry.forget_gone(now, std::chrono::hours(1), 1000);
+        self->delayed_send(self, wire::sweep_period, wire::sweep_atom::value);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_head(caf::actor_system& sys, head_options opt) {
+  return sys.spawn(head, std::move(opt));
+}
+
+}  // namespace tune

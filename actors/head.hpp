@@ -1,0 +1,28 @@
+// The head actor: one per cluster. Keeps the registry of nodes (who is alive, what
+// each has free), answers `tune status`, and notices lost nodes:
+//  - a node whose connection breaks (SIGKILL, crash) is dead at once (CAF's down
+//    message for its actor, in milliseconds on loopback);
+//  - a node that stops talking (SIGSTOP, network cut) is dead once it has been silent
+//    for the heartbeat timeout (3 s; the sweep runs every 250 ms).
+// A dead node that joins again (same id) is alive again; after a head restart, nodes
+// join the new head on their own and the registry is rebuilt from what they advertise.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <string>
+
+#include "wire.hpp"
+
+namespace tune {
+
+struct head_options {
+  std::string token;
+  std::string address;  // how people reach it, for status ("10.0.0.1:6380")
+  std::chrono::milliseconds heartbeat_timeout = wire::heartbeat_timeout;
+};
+
+caf::actor spawn_head(caf::actor_system& sys, head_options opt);
+
+}  // namespace tune

@@ -1,0 +1,156 @@
+#include "node.hpp"
+
+#include "log.hpp"
+#include "tune/cluster/version.hpp"
+
+namespace tune {
+
+namespace {
+
+struct node_state {
+  node_options opt;
+  caf::actor head;
+  bool joined = false, ever_joined = false, connecting = false, reported = false;
+  uint64_t seq = 0, generation = 0;  // a new generation stops the old heartbeat chain
+  std::chrono::milliseconds backoff{250};
+  caf::actor_clock::time_point started;
+  std::string last_error;
+  static inline const char* name = "tune.node";
+};
+
+using node_actor = caf::stateful_actor<node_state>*;
+
+constexpr std::chrono::milliseconds max_backoff{2000};
+
+std::string where(node_actor self) {
+  return self->state.opt.head_host + ":" + std::to_string(self->state.opt.head_port);
+}
+
+void report_first(node_actor self, const status& st) {
+  if (self->state.reported) return;
+  self->state.reported = true;
+  if (self->state.opt.on_first_join) self->state.opt.on_first_join(st);
+}
+
+void fatal(node_actor self, const std::string& why) {
+  log_line("giving up: " + why);
+  if (!self->state.ever_joined) report_first(self, {errc::invalid_argument, why});
+  else if (self->state.opt.on_fatal) self->state.opt.on_fatal({errc::invalid_argument, why});
+  self->quit();
+}
+
+void schedule_retry(node_actor self, const std::string& why) {
+  auto& st = self->state;
+  st.connecting = false;
+  st.last_error = why;
+  if (!st.ever_joined && self->clock().now() - st.started > st.opt.first_join_deadline) {
+    fatal(self, "cannot reach the head at " + where(self) + " (" + why + ")");
+    return;
+  }
+  self->delayed_send(self, st.backoff, wire::retry_atom::value);
+  st.backoff = std::min(st.backoff * 2, max_backoff);
+}
+
+void send_join(node_actor self) {
+  auto& st = self->state;
+  auto ad = wire::make_ad(st.opt.node_id, st.opt.hostname, st.opt.address, st.opt.resources);
+  ad.version = version();
+  self->request(st.head, wire::request_timeout, wire::join_atom::value, st.opt.token, ad)
+      .then(
+          [self](wire::join_atom, bool accepted, const std::string& text) {
+            auto& st = self->state;
+            st.connecting = false;
+            if (!accepted) {
+              fatal(self, "the head at " + where(self) + " refused this node: " + text);
+              return;
+            }
+            st.joined = true;
+            st.backoff = std::chrono::milliseconds{250};
+            log_line(std::string{st.ever_joined ? "joined the head again" : "joined the head"} + " at " +
+                     where(self) + " as " + st.opt.node_id);
+            st.ever_joined = true;
+            report_first(self, status::ok());
+            self->send(self, wire::beat_atom::value, ++st.generation);
+          },
+          [self](caf::error& err) { schedule_retry(self, "join: " + to_string(err)); });
+}
+
+caf::behavior node(node_actor self, node_options opt) {
+  self->state.opt = std::move(opt);
+  self->state.started = self->clock().now();
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    if (!st.head || dm.source != st.head.address()) return;
+    log_line("lost the head at " + where(self) + " (" + to_string(dm.reason) + "); reconnecting");
+    st.head = nullptr;
+    st.joined = false;
+    ++st.generation;
+    schedule_retry(self, "head lost");
+  });
+  self->send(self, wire::retry_atom::value);
+  return {
+      [self](wire::retry_atom) {
+        auto& st = self->state;
+        if (st.joined || st.connecting) return;
+        st.connecting = true;
+        if (st.head) {  // connected, but the head asked us to join again
+          send_join(self);
+          return;
+        }
+        auto mm = self->home_system().middleman().actor_handle();
+        self->request(mm, wire::request_timeout, caf::connect_atom::value, st.opt.head_host, st.opt.head_port)
+            .then(
+                [self](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+                  auto& st = self->state;
+                  if (!ptr) {
+                    schedule_retry(self, "no libtune head at that port");
+                    return;
+                  }
+                  st.head = caf::actor_cast<caf::actor>(ptr);
+                  self->monitor(st.head);
+                  send_join(self);
+                },
+                [self](caf::error& err) { schedule_retry(self, "connect: " + to_string(err)); });
+      },
+      [self](wire::beat_atom, uint64_t generation) {
+        auto& st = self->state;
+        if (!st.joined || generation != st.generation) return;
+        self->send(st.head, wire::heartbeat_atom::value, st.opt.token, st.opt.node_id, ++st.seq,
+                   wire::to_wire(st.opt.resources.availability()));
+        self->delayed_send(self, wire::heartbeat_period, wire::beat_atom::value, generation);
+      },
+      [self](wire::rejoin_atom) {
+        auto& st = self->state;
+        if (!st.head || st.connecting) return;
+        log_line("the head asked this node to join again");
+        st.joined = false;
+        ++st.generation;
+        st.connecting = true;
+        send_join(self);
+      },
+      // From this process: leave the cluster (on tune stop). Replies when the head
+      // has taken note, or with an error when there is no head to tell.
+      [self](wire::leave_atom) -> caf::response_promise {
+        auto& st = self->state;
+        auto rp = self->make_response_promise();
+        if (!st.head || !st.joined) {
+          rp.deliver(caf::make_error(caf::sec::request_receiver_down));
+          return rp;
+        }
+        st.joined = false;
+        ++st.generation;
+        self->request(st.head, wire::request_timeout, wire::leave_atom::value, st.opt.token, st.opt.node_id)
+            .then([rp](wire::leave_atom, bool left) mutable { rp.deliver(wire::leave_atom::value, left); },
+                  [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+        return rp;
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_node(caf::actor_system& sys, node_options opt) {
+  return sys.spawn(node, std::move(opt));
+}
+
+}  // namespace tune

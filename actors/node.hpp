@@ -1,0 +1,41 @@
+// The node actor: one per machine. Joins the head with its advertisement, heartbeats
+// what it has free, and when the head goes away (restart, network) reconnects and
+// joins again on its own, with the same node id.
+//
+//          retry                 join accepted
+//   start -------> connecting ------------------> joined --+ beat every 500 ms
+//                    ^  |  connect/join failed        |    |
+//                    |  +-- retry after a backoff     |    |
+//                    +--------------------------------+    |
+//                       head down / rejoin asked           |
+//   join refused (wrong token, other version) -> fatal     |
+//   never joined within first_join_deadline -> fatal <-----+ (only before the first join)
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include "tune/core/node_resources.hpp"
+#include "wire.hpp"
+
+namespace tune {
+
+struct node_options {
+  std::string head_host;
+  uint16_t head_port = 0;
+  std::string token;
+  std::string node_id, hostname, address;
+  node_resources resources;
+  std::chrono::milliseconds first_join_deadline{10000};
+  // Called once: when the node first joins (ok), or when it gives up (the reason).
+  std::function<void(const status&)> on_first_join;
+  // Called when the head refuses the node after it had joined (e.g. a new token).
+  std::function<void(const status&)> on_fatal;
+};
+
+caf::actor spawn_node(caf::actor_system& sys, node_options opt);
+
+}  // namespace tune

@@ -1,0 +1,84 @@
+#include "wire.hpp"
+
+namespace tune::wire {
+
+wire_host to_wire(const resource_set& host) {
+  wire_host w;
+  w.cpu_units = host.cpu().units();
+  w.memory = host.memory();
+  for (auto& [name, q] : host.customs()) {
+    w.custom_names.push_back(name);
+    w.custom_units.push_back(q.units());
+  }
+  return w;
+}
+
+expected<resource_set> host_from_wire(const wire_host& w) {
+  if (w.custom_names.size() != w.custom_units.size())
+    return status{errc::invalid_argument, "malformed resources: names and amounts differ in count"};
+  if (w.cpu_units < 0 || w.memory < 0)
+    return status{errc::invalid_argument, "malformed resources: a negative amount"};
+  resource_set r;
+  r.set_cpu(quantity::from_units(w.cpu_units)).set_memory(w.memory);
+  for (size_t i = 0; i < w.custom_names.size(); ++i) {
+    if (auto st = check_resource_name(w.custom_names[i]); !st) return st;
+    if (w.custom_units[i] < 0) return status{errc::invalid_argument, "malformed resources: a negative amount"};
+    r.set_custom(w.custom_names[i], quantity::from_units(w.custom_units[i]));
+  }
+  return r;
+}
+
+wire_avail to_wire(const node_availability& a) {
+  return {to_wire(a.host), a.card_free, a.card_memory_free};
+}
+
+expected<node_availability> from_wire(const wire_avail& w) {
+  auto host = host_from_wire(w.host);
+  if (!host) return host.error();
+  return node_availability{*host, w.card_free, w.card_memory_free};
+}
+
+wire_ad make_ad(const std::string& node_id, const std::string& hostname, const std::string& address,
+                const node_resources& n) {
+  wire_ad ad;
+  ad.node_id = node_id;
+  ad.hostname = hostname;
+  ad.address = address;
+  resource_set host = n.total();
+  host.set_gpu({}).set_gpu_memory(0);
+  ad.total = to_wire(host);
+  for (auto& g : n.gpus())
+    ad.gpus.push_back({g.index, g.uuid, g.pci_bus_id, g.name, g.memory_total, g.logical});
+  ad.free = to_wire(n.availability());
+  return ad;
+}
+
+expected<node_resources> resources_from_ad(const wire_ad& ad) {
+  auto host = host_from_wire(ad.total);
+  if (!host) return host.error();
+  std::vector<gpu_instance> gpus;
+  for (auto& g : ad.gpus) gpus.push_back({g.index, g.uuid, g.pci_bus_id, g.name, g.memory_total, g.logical});
+  auto n = node_resources::make(*host, std::move(gpus));
+  if (!n) return n.error();
+  auto free = from_wire(ad.free);
+  if (!free) return free.error();
+  if (auto st = n->set_availability(*free); !st) return st;
+  return n;
+}
+
+config::config(bool network) {
+  add_message_type<wire_gpu>("tune::wire_gpu");
+  add_message_type<std::vector<wire_gpu>>("std::vector<tune::wire_gpu>");
+  add_message_type<wire_host>("tune::wire_host");
+  add_message_type<wire_avail>("tune::wire_avail");
+  add_message_type<wire_ad>("tune::wire_ad");
+  add_message_type<std::vector<std::string>>("std::vector<std::string>");
+  add_message_type<std::vector<int64_t>>("std::vector<int64_t>");
+  if (network) load<caf::io::middleman>();
+  set("middleman.app-identifiers", std::vector<std::string>{"libtune"});
+  set("middleman.heartbeat-interval", caf::timespan{std::chrono::seconds(1)});
+  set("middleman.connection-timeout", caf::timespan{std::chrono::seconds(3)});
+  set("scheduler.max-threads", 2);
+}
+
+}  // namespace tune::wire

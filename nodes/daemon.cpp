@@ -1,0 +1,189 @@
+#include "daemon.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+namespace tune::cli {
+
+expected<std::string> runtime_dir(const std::string& option) {
+  std::string dir = option;
+  if (dir.empty()) {
+    if (const char* e = std::getenv("TUNE_RUNTIME_DIR"); e && *e) dir = e;
+    else if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x && *x) dir = std::string{x} + "/libtune";
+    else dir = "/tmp/libtune-" + std::to_string(::getuid());
+  }
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return status{errc::invalid_argument, "cannot create the runtime directory " + dir + ": " + std::strerror(errno)};
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return status{errc::invalid_argument, "the runtime directory " + dir + " is not a directory"};
+  return dir;
+}
+
+int live_pid(const std::string& pid_file) {
+  std::ifstream in{pid_file};
+  int pid = 0;
+  if (!(in >> pid) || pid <= 1) return 0;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return 0;
+  // The pid may have been reused by another program: it must be a tune process.
+  std::ifstream cmd{"/proc/" + std::to_string(pid) + "/cmdline"};
+  std::string argv0;
+  std::getline(cmd, argv0, '\0');
+  auto base = argv0.substr(argv0.rfind('/') == std::string::npos ? 0 : argv0.rfind('/') + 1);
+  return base == "tune" ? pid : 0;
+}
+
+status write_pid_file(const std::string& path) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out{tmp};
+    out << ::getpid() << "\n";
+    if (!out) return {errc::invalid_argument, "cannot write " + tmp + ": " + std::strerror(errno)};
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0)
+    return {errc::invalid_argument, "cannot write " + path + ": " + std::strerror(errno)};
+  return status::ok();
+}
+
+void readiness::ready(const std::string& message) {
+  if (told_) return;
+  told_ = true;
+  if (fd_ < 0) {
+    std::cout << message << std::endl;
+    return;
+  }
+  std::string line = "+" + message;
+  (void)!::write(fd_, line.data(), line.size());
+  ::close(fd_);
+}
+
+void readiness::failed(const std::string& message) {
+  if (told_) return;
+  told_ = true;
+  if (fd_ < 0) {
+    std::cerr << message << std::endl;
+    return;
+  }
+  std::string line = "-" + message;
+  (void)!::write(fd_, line.data(), line.size());
+  ::close(fd_);
+}
+
+int run_service(bool block, const std::string& log_file, int wait_s,
+                const std::function<int(readiness&)>& service) {
+  if (block) {
+    readiness r{-1};
+    return service(r);
+  }
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    std::cerr << "tune: cannot make a pipe: " << std::strerror(errno) << "\n";
+    return 1;
+  }
+  std::cout.flush();
+  std::cerr.flush();
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    std::cerr << "tune: cannot fork: " << std::strerror(errno) << "\n";
+    return 1;
+  }
+  if (pid == 0) {  // the daemon
+    ::close(fds[0]);
+    ::setsid();
+    int null = ::open("/dev/null", O_RDONLY);
+    int log = ::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (null >= 0) ::dup2(null, 0);
+    if (log >= 0) {
+      ::dup2(log, 1);
+      ::dup2(log, 2);
+    }
+    readiness r{fds[1]};
+    int rc = service(r);
+    if (!r.told()) r.failed("tune: the service ended before it was ready (see " + log_file + ")");
+    std::_Exit(rc);
+  }
+  ::close(fds[1]);
+  std::string got;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{fds[0], POLLIN, 0};
+    int n = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    char buf[4096];
+    ssize_t k = ::read(fds[0], buf, sizeof buf);
+    if (k <= 0) break;
+    got.append(buf, static_cast<size_t>(k));
+  }
+  ::close(fds[0]);
+  if (!got.empty() && got[0] == '+') {
+    std::cout << got.substr(1) << "\n";
+    return 0;
+  }
+  if (!got.empty() && got[0] == '-') {
+    std::cerr << got.substr(1) << "\n";
+    ::waitpid(pid, nullptr, WNOHANG);
+    return 1;
+  }
+  std::cerr << "tune: the service did not say it was ready within " << wait_s << " s; it is still starting"
+            << " or stuck (pid " << pid << ", log " << log_file << ")\n";
+  return 1;
+}
+
+std::vector<stopped> stop_all(const std::string& dir, int grace_s) {
+  std::vector<std::string> nodes, heads;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (auto* e = ::readdir(d)) {
+      std::string name = e->d_name;
+      if (name.size() < 5 || name.substr(name.size() - 4) != ".pid") continue;
+      (name.rfind("head-", 0) == 0 ? heads : nodes).push_back(name.substr(0, name.size() - 4));
+    }
+    ::closedir(d);
+  }
+  std::sort(nodes.begin(), nodes.end());
+  std::sort(heads.begin(), heads.end());
+  std::vector<stopped> out;
+  for (auto* group : {&nodes, &heads}) {
+    std::vector<stopped> signalled;
+    for (auto& name : *group) {
+      std::string file = dir + "/" + name + ".pid";
+      int pid = live_pid(file);
+      if (pid == 0) {
+        ::unlink(file.c_str());  // stale
+        continue;
+      }
+      ::kill(pid, SIGTERM);
+      signalled.push_back({name, pid, false});
+    }
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(grace_s);
+    for (auto& s : signalled) {
+      while (::kill(s.pid, 0) == 0 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (::kill(s.pid, 0) == 0) {
+        ::kill(s.pid, SIGKILL);
+        s.forced = true;
+      }
+      ::unlink((dir + "/" + s.name + ".pid").c_str());
+      out.push_back(s);
+    }
+  }
+  return out;
+}
+
+}  // namespace tune::cli

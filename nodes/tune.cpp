@@ -1,0 +1,452 @@
+// tune: start and stop libtune's head and nodes, and show the cluster.
+//
+//   tune start --head [--port 6380] [--host ADDR] [--token-file F] [--block]
+//   tune start --address HOST:PORT [--num-gpus N | --gpus 0,2] [--num-cpus N]
+//              [--resources '{"tpu":2}'] [--token-file F] [--block]
+//   tune status --address HOST:PORT [--json] [--token-file F]
+//   tune stop
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "address.hpp"
+#include "daemon.hpp"
+#include "head.hpp"
+#include "log.hpp"
+#include "node.hpp"
+#include "tune/cluster/status_text.hpp"
+#include "tune/cluster/token.hpp"
+#include "tune/cluster/version.hpp"
+#include "tune/host/detect.hpp"
+#include "wire.hpp"
+
+namespace po = boost::program_options;
+using namespace tune;
+
+namespace {
+
+constexpr uint16_t default_port = 6380;
+constexpr int64_t logical_gpu_memory = int64_t{16} << 30;
+
+const char* usage =
+    "usage: tune <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  start    start a head (--head) or a node that joins one (--address HOST:PORT)\n"
+    "  status   show the nodes, resources and GPUs of a cluster\n"
+    "  stop     stop the heads and nodes this machine started\n"
+    "\n"
+    "`tune <command> --help` describes a command's options; `tune --version` prints the version.\n";
+
+int fail(const std::string& command, const std::string& message, int code = 1) {
+  std::cerr << "tune " << command << ": " << message << "\n";
+  return code;
+}
+
+// Parses `args` with `desc`; on --help prints it and returns 0; on a bad option
+// returns 2 with a message. -1 means: go on.
+int parse(const std::string& command, const std::vector<std::string>& args, const po::options_description& desc,
+          const std::string& synopsis, po::variables_map& vm) {
+  try {
+    auto parsed = po::command_line_parser(args).options(desc).run();
+    po::store(parsed, vm);
+    po::notify(vm);
+  } catch (const po::unknown_option& e) {
+    return fail(command, "unknown option '" + e.get_option_name() + "' (see tune " + command + " --help)", 2);
+  } catch (const po::error& e) {
+    return fail(command, std::string{e.what()} + " (see tune " + command + " --help)", 2);
+  }
+  if (vm.count("help")) {
+    std::cout << "usage: " << synopsis << "\n\n" << desc;
+    return 0;
+  }
+  return -1;
+}
+
+// Blocks the signals a service waits for, in this thread and every thread it starts.
+sigset_t service_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) sigaddset(&set, s);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+// After a stop signal, the process ends within `limit` even if something hangs.
+void exit_watchdog(std::chrono::seconds limit) {
+  std::thread([limit] {
+    std::this_thread::sleep_for(limit);
+    log_line("shutdown took longer than " + std::to_string(limit.count()) + " s; exiting now");
+    std::_Exit(1);
+  }).detach();
+}
+
+std::string random_node_id() {
+  std::random_device rd;
+  std::uniform_int_distribution<uint32_t> dist;
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "node-%08x", dist(rd));
+  return buf;
+}
+
+std::string render(caf::actor_system& sys, const caf::error& err) {
+  if (err == caf::sec::request_timeout) return "no answer in time";
+  if (err == caf::sec::cannot_connect_to_node) return "cannot connect (nothing listening there, or no route)";
+  if (err == caf::sec::incompatible_application_ids) return "not a libtune head (another CAF application)";
+  return sys.render(err);
+}
+
+// --- tune start --head -------------------------------------------------------
+
+int start_head(const po::variables_map& vm, const std::string& dir) {
+  auto port = vm["port"].as<int>();
+  if (port < 0 || port > 65535) return fail("start", "--port must be between 0 and 65535", 2);
+  std::string host = vm.count("host") ? vm["host"].as<std::string>() : "";
+  auto token_path = vm["token-file"].as<std::string>();
+  auto token = ensure_token(token_path);
+  if (!token) return fail("start", token.error().message());
+  if (token->created) std::cout << "tune: created a new cluster token in " << token_path << " (mode 0600)\n";
+  if (!token->warning.empty()) std::cerr << "tune: warning: " << token->warning << "\n";
+  if (port != 0) {
+    if (int pid = cli::live_pid(dir + "/head-" + std::to_string(port) + ".pid"))
+      return fail("start", "a head on port " + std::to_string(port) + " is already running (pid " +
+                               std::to_string(pid) + "); `tune stop` stops it");
+  }
+  bool block = vm.count("block") > 0;
+  std::string log_file = dir + "/head-" + std::to_string(port) + ".log";
+  return cli::run_service(block, log_file, 20, [&](cli::readiness& ready) {
+    auto signals = service_signals();
+    wire::config cfg;
+    caf::actor_system sys{cfg};
+    std::string shown_host = host.empty() ? detect_host().hostname : host;
+    auto head = spawn_head(sys, {token->token, shown_host + ":" + std::to_string(port), wire::heartbeat_timeout});
+    auto published = sys.middleman().publish(head, static_cast<uint16_t>(port), host.empty() ? nullptr : host.c_str(), true);
+    if (!published) {
+      caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
+      ready.failed("tune start: cannot listen on " + (host.empty() ? std::string{"port "} : host + ":") +
+                   std::to_string(port) + ": " + render(sys, published.error()));
+      return 1;
+    }
+    uint16_t actual = *published;
+    std::string address = shown_host + ":" + std::to_string(actual);
+    std::string pid_file = dir + "/head-" + std::to_string(actual) + ".pid";
+    if (auto st = cli::write_pid_file(pid_file); !st) {
+      ready.failed("tune start: " + st.message());
+      caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
+      return 1;
+    }
+    log_line("head listening at " + address + " (libtune " + version() + ", pid " + std::to_string(::getpid()) + ")");
+    ready.ready("tune: head started at " + address + " (pid " + std::to_string(::getpid()) + ")\n" +
+                "  runtime dir: " + dir + "\n" + (block ? "" : "  log: " + dir + "/head-" + std::to_string(port) + ".log\n") +
+                "  token file:  " + token_path + "\n" +
+                "  nodes join with: tune start --address " + address + " --token-file " + token_path);
+    int sig = 0;
+    sigwait(&signals, &sig);
+    log_line(std::string{"stopping ("} + strsignal(sig) + ")");
+    exit_watchdog(std::chrono::seconds(10));
+    sys.middleman().unpublish(head, actual);
+    caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
+    ::unlink(pid_file.c_str());
+    return 0;
+  });
+}
+
+// --- tune start --address ----------------------------------------------------
+
+expected<node_resources> node_resources_from(const po::variables_map& vm, const host_info& host,
+                                             const std::string& node_id) {
+  resource_set r;
+  quantity cpus = host.cpus;
+  if (vm.count("num-cpus")) {
+    auto n = quantity::from_double(vm["num-cpus"].as<double>(), "--num-cpus");
+    if (!n) return n.error();
+    cpus = *n;
+  }
+  r.set_cpu(cpus).set_memory(host.memory);
+  if (vm.count("resources")) {
+    auto custom = resource_set::from_json(vm["resources"].as<std::string>());
+    if (!custom) return status{errc::invalid_argument, "--resources: " + custom.error().message()};
+    if (!custom->cpu().is_zero() || !custom->gpu().is_zero() || custom->memory() || custom->gpu_memory())
+      return status{errc::invalid_argument,
+                    "--resources is for custom resources; give CPUs with --num-cpus and GPUs with --num-gpus or --gpus"};
+    for (auto& [name, q] : custom->customs()) r.set_custom(name, q);
+  }
+  std::vector<gpu_instance> gpus = host.gpu.gpus;
+  if (vm.count("gpus") && vm.count("num-gpus"))
+    return status{errc::invalid_argument, "give --gpus or --num-gpus, not both"};
+  if (vm.count("gpus")) {
+    if (gpus.empty())
+      return status{errc::invalid_argument, "--gpus: this machine has no GPU (" + host.gpu.note +
+                                                "); --num-gpus N declares N logical GPUs"};
+    std::vector<gpu_instance> chosen;
+    std::stringstream list{vm["gpus"].as<std::string>()};
+    std::string item;
+    while (std::getline(list, item, ',')) {
+      if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos)
+        return status{errc::invalid_argument, "--gpus '" + vm["gpus"].as<std::string>() +
+                                                  "': give GPU indices separated by commas, e.g. 0,2"};
+      int index = std::stoi(item);
+      if (index >= static_cast<int>(gpus.size()))
+        return status{errc::invalid_argument, "--gpus: there is no GPU " + item + "; this machine has " +
+                                                  std::to_string(gpus.size()) + " (0.." +
+                                                  std::to_string(gpus.size() - 1) + ")"};
+      for (auto& c : chosen)
+        if (c.index == index) return status{errc::invalid_argument, "--gpus: GPU " + item + " is listed twice"};
+      chosen.push_back(gpus[static_cast<size_t>(index)]);
+    }
+    gpus = chosen;
+  } else if (vm.count("num-gpus")) {
+    int n = vm["num-gpus"].as<int>();
+    if (n < 0 || n > 1024) return status{errc::invalid_argument, "--num-gpus must be between 0 and 1024"};
+    if (!gpus.empty()) {
+      if (n > static_cast<int>(gpus.size()))
+        return status{errc::invalid_argument, "--num-gpus " + std::to_string(n) + ": this machine has only " +
+                                                  std::to_string(gpus.size()) + " GPUs"};
+      gpus.resize(static_cast<size_t>(n));
+    } else {
+      gpus = logical_gpus(node_id, n, logical_gpu_memory);
+    }
+  }
+  return node_resources::make(r, gpus);
+}
+
+int start_node(const po::variables_map& vm, const std::string& dir) {
+  auto head = cli::parse_host_port(vm["address"].as<std::string>(), "--address");
+  if (!head) return fail("start", head.error().message(), 2);
+  for (auto opt : {"host"})
+    if (vm.count(opt)) return fail("start", std::string{"--"} + opt + " is for the head (--head)", 2);
+  if (!vm["port"].defaulted()) return fail("start", "--port is for the head; a node connects to --address", 2);
+  auto token_path = vm["token-file"].as<std::string>();
+  auto token = read_token(token_path);
+  if (!token) return fail("start", token.error().message());
+  if (!token->warning.empty()) std::cerr << "tune: warning: " << token->warning << "\n";
+  auto host = detect_host();
+  std::string id = random_node_id();
+  auto resources = node_resources_from(vm, host, id);
+  if (!resources) return fail("start", resources.error().message(), 2);
+  bool block = vm.count("block") > 0;
+  std::string log_file = dir + "/" + id + ".log";
+  return cli::run_service(block, log_file, 30, [&](cli::readiness& ready) {
+    auto signals = service_signals();
+    wire::config cfg;
+    caf::actor_system sys{cfg};
+    auto first = std::make_shared<std::promise<status>>();
+    auto fatal_message = std::make_shared<std::string>();
+    node_options opt;
+    opt.head_host = head->host;
+    opt.head_port = head->port;
+    opt.token = token->token;
+    opt.node_id = id;
+    opt.hostname = host.hostname;
+    opt.address = cli::local_address_towards(head->host, head->port);
+    opt.resources = *resources;
+    opt.on_first_join = [first](const status& st) { first->set_value(st); };
+    opt.on_fatal = [fatal_message](const status& st) {
+      *fatal_message = st.message();
+      ::kill(::getpid(), SIGUSR1);
+    };
+    log_line("node " + id + " on " + host.hostname + ": " + resources->total().to_string() +
+             (host.gpu.gpus.empty() && !resources->gpus().empty() ? " (logical GPUs)" : ""));
+    for (auto& g : resources->gpus())
+      log_line("  gpu " + std::to_string(g.index) + ": " + g.name + ", " + format_bytes(g.memory_total) + ", " + g.uuid +
+               (g.logical ? " (logical)" : ""));
+    auto node = spawn_node(sys, opt);
+    auto joined = first->get_future();
+    if (joined.wait_for(std::chrono::seconds(25)) != std::future_status::ready) {
+      ready.failed("tune start: no answer from the head at " + head->to_string() + " in 25 s");
+      exit_watchdog(std::chrono::seconds(5));
+      caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
+      return 1;
+    }
+    auto st = joined.get();
+    if (!st) {
+      ready.failed("tune start: " + st.message());
+      exit_watchdog(std::chrono::seconds(5));
+      return 1;
+    }
+    std::string pid_file = dir + "/" + id + ".pid";
+    if (auto w = cli::write_pid_file(pid_file); !w) {
+      ready.failed("tune start: " + w.message());
+      caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
+      return 1;
+    }
+    std::string gpus;
+    for (auto& g : resources->gpus()) gpus += "\n  gpu " + std::to_string(g.index) + ": " + g.name + ", " + g.uuid + (g.logical ? " (logical)" : "");
+    ready.ready("tune: node " + id + " joined the head at " + head->to_string() + " (pid " + std::to_string(::getpid()) +
+                ")\n  resources: " + resources->total().to_string() + gpus + "\n  runtime dir: " + dir +
+                (block ? "" : "\n  log: " + log_file));
+    int sig = 0;
+    sigwait(&signals, &sig);
+    int rc = 0;
+    exit_watchdog(std::chrono::seconds(10));
+    if (sig == SIGUSR1) {
+      log_line("stopping: " + *fatal_message);
+      rc = 1;
+    } else {
+      log_line(std::string{"stopping ("} + strsignal(sig) + "); leaving the cluster");
+      caf::scoped_actor self{sys};
+      self->request(node, std::chrono::seconds(3), wire::leave_atom::value)
+          .receive([](wire::leave_atom, bool) {}, [](caf::error&) { log_line("the head did not answer the goodbye"); });
+    }
+    caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
+    ::unlink(pid_file.c_str());
+    return rc;
+  });
+}
+
+int cmd_start(const std::vector<std::string>& args) {
+  po::options_description desc("tune start options");
+  desc.add_options()
+      ("help,h", "show this help")
+      ("head", "start the head of a new cluster")
+      ("address", po::value<std::string>(), "HOST:PORT of the head to join (start a node)")
+      ("port", po::value<int>()->default_value(default_port), "head: the port to listen on (0: any free port)")
+      ("host", po::value<std::string>(), "head: the address to listen on (default: all)")
+      ("num-gpus", po::value<int>(), "node: use the first N GPUs; on a machine without GPUs, declare N logical ones (16 GiB each)")
+      ("gpus", po::value<std::string>(), "node: use these GPUs only, by index (e.g. 0,2)")
+      ("num-cpus", po::value<double>(), "node: the CPUs to offer (default: those this process may use)")
+      ("resources", po::value<std::string>(), "node: custom resources as JSON, e.g. '{\"tpu\": 2}'")
+      ("token-file", po::value<std::string>()->default_value(default_token_file()),
+       "the cluster token (the head creates it if missing; copy it to every node)")
+      ("runtime-dir", po::value<std::string>()->default_value(""),
+       "where pid and log files go (default: $TUNE_RUNTIME_DIR, $XDG_RUNTIME_DIR/libtune or /tmp/libtune-UID)")
+      ("block", "stay in the foreground (for systemd, Slurm) instead of running as a daemon");
+  po::variables_map vm;
+  if (int rc = parse("start", args, desc, "tune start --head | --address HOST:PORT [options]", vm); rc >= 0) return rc;
+  bool head = vm.count("head") > 0, node = vm.count("address") > 0;
+  if (head == node) return fail("start", "give --head (start a head) or --address HOST:PORT (start a node that joins it)", 2);
+  auto dir = cli::runtime_dir(vm["runtime-dir"].as<std::string>());
+  if (!dir) return fail("start", dir.error().message());
+  if (head) {
+    for (auto opt : {"num-gpus", "gpus", "num-cpus", "resources"})
+      if (vm.count(opt)) return fail("start", std::string{"--"} + opt + " is for a node (--address); the head runs no trials", 2);
+    return start_head(vm, *dir);
+  }
+  return start_node(vm, *dir);
+}
+
+// --- tune status ---------------------------------------------------------------
+
+int cmd_status(const std::vector<std::string>& args) {
+  po::options_description desc("tune status options");
+  desc.add_options()
+      ("help,h", "show this help")
+      ("address", po::value<std::string>(), "HOST:PORT of the head (default: $TUNE_ADDRESS)")
+      ("json", "print one JSON object instead of text")
+      ("token-file", po::value<std::string>()->default_value(default_token_file()), "the cluster token")
+      ("timeout", po::value<double>()->default_value(5.0), "seconds to wait for the head");
+  po::variables_map vm;
+  if (int rc = parse("status", args, desc, "tune status --address HOST:PORT [--json]", vm); rc >= 0) return rc;
+  std::string address = vm.count("address") ? vm["address"].as<std::string>() : "";
+  if (address.empty())
+    if (const char* e = std::getenv("TUNE_ADDRESS")) address = e;
+  if (address.empty()) return fail("status", "give --address HOST:PORT of the head (or set TUNE_ADDRESS)", 2);
+  auto head = cli::parse_host_port(address, "--address");
+  if (!head) return fail("status", head.error().message(), 2);
+  double timeout_s = vm["timeout"].as<double>();
+  if (!(timeout_s > 0 && timeout_s <= 3600)) return fail("status", "--timeout must be between 0 and 3600 seconds", 2);
+  auto token = read_token(vm["token-file"].as<std::string>());
+  if (!token) return fail("status", token.error().message());
+  auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  // Connecting to an address that never answers can block inside CAF: end the process
+  // with a clear error instead of hanging.
+  std::thread([timeout, where = head->to_string()] {
+    std::this_thread::sleep_for(timeout + std::chrono::seconds(2));
+    std::cerr << "tune status: no answer from " << where << " in time (is a head running there?)\n";
+    std::_Exit(1);
+  }).detach();
+  wire::config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  int rc = 1;
+  caf::actor head_actor;
+  self->request(sys.middleman().actor_handle(), timeout, caf::connect_atom::value, head->host, head->port)
+      .receive(
+          [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+            if (ptr) head_actor = caf::actor_cast<caf::actor>(ptr);
+            else std::cerr << "tune status: " << head->to_string() << " is a CAF node but no libtune head listens there\n";
+          },
+          [&](caf::error& err) {
+            std::cerr << "tune status: cannot reach a libtune head at " << head->to_string() << ": " << render(sys, err) << "\n";
+          });
+  if (!head_actor) return 1;
+  self->request(head_actor, timeout, wire::status_atom::value, token->token, version())
+      .receive(
+          [&](wire::status_atom, bool ok, const std::string& text) {
+            if (!ok) {
+              std::cerr << "tune status: the head at " << head->to_string() << " refused: " << text << "\n";
+              return;
+            }
+            if (vm.count("json")) {
+              std::cout << text << "\n";
+              rc = 0;
+              return;
+            }
+            auto rendered = render_status_text(text);
+            if (!rendered) {
+              std::cerr << "tune status: " << rendered.error().message() << "\n";
+              return;
+            }
+            std::cout << *rendered;
+            rc = 0;
+          },
+          [&](caf::error& err) {
+            std::cerr << "tune status: the head at " << head->to_string() << " did not answer: " << render(sys, err) << "\n";
+          });
+  std::cout.flush();
+  std::_Exit(rc);  // nothing to clean up; do not wait for CAF's shutdown
+}
+
+// --- tune stop -------------------------------------------------------------------
+
+int cmd_stop(const std::vector<std::string>& args) {
+  po::options_description desc("tune stop options");
+  desc.add_options()
+      ("help,h", "show this help")
+      ("runtime-dir", po::value<std::string>()->default_value(""), "where `tune start` put its pid files")
+      ("grace", po::value<int>()->default_value(10), "seconds to wait for a clean stop before killing");
+  po::variables_map vm;
+  if (int rc = parse("stop", args, desc, "tune stop [--runtime-dir DIR]", vm); rc >= 0) return rc;
+  auto dir = cli::runtime_dir(vm["runtime-dir"].as<std::string>());
+  if (!dir) return fail("stop", dir.error().message());
+  auto done = cli::stop_all(*dir, std::max(0, vm["grace"].as<int>()));
+  if (done.empty()) std::cout << "tune stop: nothing running from " << *dir << "\n";
+  for (auto& s : done)
+    std::cout << "tune: stopped " << s.name << " (pid " << s.pid << ")" << (s.forced ? ", killed after the grace period" : "") << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::cerr << usage;
+    return 2;
+  }
+  std::string command = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  if (command == "--help" || command == "-h" || command == "help") {
+    std::cout << usage;
+    return 0;
+  }
+  if (command == "--version" || command == "version") {
+    std::cout << "libtune " << version() << "\n";
+    return 0;
+  }
+  if (command == "start") return cmd_start(args);
+  if (command == "status") return cmd_status(args);
+  if (command == "stop") return cmd_stop(args);
+  std::cerr << "tune: unknown command '" << command << "'\n\n" << usage;
+  return 2;
+}
