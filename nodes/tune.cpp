@@ -22,6 +22,7 @@
 
 #include "address.hpp"
 #include "daemon.hpp"
+#include "gate.hpp"
 #include "head.hpp"
 #include "log.hpp"
 #include "node.hpp"
@@ -131,14 +132,23 @@ int start_head(const po::variables_map& vm, const std::string& dir) {
     caf::actor_system sys{cfg};
     std::string shown_host = host.empty() ? detect_host().hostname : host;
     auto head = spawn_head(sys, {token->token, shown_host + ":" + std::to_string(port), wire::heartbeat_timeout});
-    auto published = sys.middleman().publish(head, static_cast<uint16_t>(port), host.empty() ? nullptr : host.c_str(), true);
+    // CAF listens on loopback only; the public port is the gate's, which checks every
+    // frame's length before CAF reads it (see actors/gate.hpp).
+    auto published = sys.middleman().publish(head, 0, "127.0.0.1", true);
     if (!published) {
       caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
-      ready.failed("tune start: cannot listen on " + (host.empty() ? std::string{"port "} : host + ":") +
-                   std::to_string(port) + ": " + render(sys, published.error()));
+      ready.failed("tune start: cannot open the head's internal port: " + render(sys, published.error()));
       return 1;
     }
-    uint16_t actual = *published;
+    auto gate = basp_gate::start({host, static_cast<uint16_t>(port), *published});
+    if (!gate) {
+      sys.middleman().unpublish(head, *published);
+      caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
+      ready.failed("tune start: cannot listen on " + (host.empty() ? std::string{"port "} : host + ":") +
+                   std::to_string(port) + ": " + gate.error().message());
+      return 1;
+    }
+    uint16_t actual = (*gate)->port();
     std::string address = shown_host + ":" + std::to_string(actual);
     std::string pid_file = dir + "/head-" + std::to_string(actual) + ".pid";
     if (auto st = cli::write_pid_file(pid_file); !st) {
@@ -155,7 +165,8 @@ int start_head(const po::variables_map& vm, const std::string& dir) {
     sigwait(&signals, &sig);
     log_line(std::string{"stopping ("} + strsignal(sig) + ")");
     exit_watchdog(std::chrono::seconds(10));
-    sys.middleman().unpublish(head, actual);
+    gate->reset();
+    sys.middleman().unpublish(head, *published);
     caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
     ::unlink(pid_file.c_str());
     return 0;

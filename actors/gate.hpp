@@ -1,0 +1,53 @@
+// A checking gate in front of the head's CAF port.
+//
+// CAF 0.17 trusts the length in every BASP header it reads: a header that claims a
+// 4 GiB payload (random bytes do, now and then) makes the head allocate 4 GiB and
+// stall. The gate listens on the public port, relays each connection to the head's
+// CAF port on loopback, and reads the frames a peer sends: every 32-byte header
+// must name a BASP operation and a payload of at most `max_frame` bytes, and the
+// first must be a client handshake; anything else closes that connection, and the
+// head never sees it. Traffic from the head to the peer passes unchanged.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "tune/core/status.hpp"
+
+namespace tune {
+
+struct gate_options {
+  std::string host;               // listen address; "" = all
+  uint16_t port = 0;              // 0 = any free port
+  uint16_t upstream_port = 0;     // the head's CAF port on 127.0.0.1
+  uint32_t max_frame = 64u << 20; // the largest payload one BASP message may carry
+  int first_frame_timeout_ms = 10000;
+  size_t max_connections = 4096;
+};
+
+class basp_gate {
+ public:
+  static expected<std::unique_ptr<basp_gate>> start(gate_options opt);
+  ~basp_gate();  // closes every connection
+  basp_gate(const basp_gate&) = delete;
+  basp_gate& operator=(const basp_gate&) = delete;
+
+  uint16_t port() const { return port_; }
+  uint64_t refused() const { return refused_.load(); }  // connections closed for bad bytes
+
+ private:
+  basp_gate() = default;
+  void loop();
+
+  gate_options opt_;
+  int listen_fd_ = -1, wake_[2] = {-1, -1};
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> refused_{0};
+  std::thread thread_;
+};
+
+}  // namespace tune

@@ -1,0 +1,155 @@
+#include "harness.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <regex>
+#include <thread>
+
+namespace tune::test {
+
+run_result run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+               std::chrono::milliseconds timeout) {
+  run_result r;
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) return r;
+  auto start = std::chrono::steady_clock::now();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    int null = ::open("/dev/null", O_RDONLY);
+    ::dup2(null, 0);
+    ::setpgid(0, 0);
+    for (auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
+    std::_Exit(127);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  // A daemonizing `tune start` leaves its child holding no copy of these pipes (it
+  // redirects to its log), so end of file comes when the command itself is done.
+  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  int open_fds = 2;
+  bool killed = false;
+  while (open_fds > 0) {
+    auto left = timeout - std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    if (left.count() <= 0) {
+      ::kill(-pid, SIGKILL);
+      killed = true;
+      break;
+    }
+    int n = ::poll(fds, 2, static_cast<int>(left.count()));
+    if (n < 0 && errno == EINTR) continue;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
+      char buf[4096];
+      ssize_t k = ::read(fds[i].fd, buf, sizeof buf);
+      if (k <= 0) {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      } else {
+        (i == 0 ? r.out : r.err).append(buf, static_cast<size_t>(k));
+      }
+    }
+  }
+  for (auto& f : fds)
+    if (f.fd >= 0) ::close(f.fd);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  r.rc = killed ? -1 : (WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+  r.took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  return r;
+}
+
+std::optional<std::chrono::milliseconds> wait_until(const std::function<bool()>& ok, std::chrono::milliseconds timeout,
+                                                    std::chrono::milliseconds every) {
+  auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    if (ok()) return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    if (std::chrono::steady_clock::now() - start > timeout) return std::nullopt;
+    std::this_thread::sleep_for(every);
+  }
+}
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+int pid_in(const std::string& text) {
+  std::smatch m;
+  if (std::regex_search(text, m, std::regex{R"(\(pid (\d+)\))"})) return std::stoi(m[1]);
+  return 0;
+}
+
+std::string node_id_in(const std::string& text) {
+  std::smatch m;
+  if (std::regex_search(text, m, std::regex{R"(node-[0-9a-f]{8})"})) return m[0];
+  return {};
+}
+
+cluster_files::cluster_files() {
+  char tmpl[] = "/tmp/libtune-test-XXXXXX";
+  dir_ = ::mkdtemp(tmpl);
+}
+
+cluster_files::~cluster_files() {
+  // Stop whatever is still running from any runtime dir under ours, then remove it.
+  run({"sh", "-c", "for d in \"$0\" \"$0\"/*/; do [ -d \"$d\" ] && \"$1\" stop --grace 3 --runtime-dir \"$d\"; done",
+       dir_, TUNE_BINARY},
+      {}, std::chrono::seconds(30));
+  run({"rm", "-rf", dir_});
+}
+
+std::map<std::string, std::string> cluster_files::env(const std::string& runtime) const {
+  return {{"TUNE_RUNTIME_DIR", runtime.empty() ? dir_ : runtime}, {"TUNE_TOKEN_FILE", token_file()}};
+}
+
+run_result cluster_files::tune(std::vector<std::string> args, const std::vector<std::string>& prefix,
+                               const std::string& runtime, std::map<std::string, std::string> extra_env) const {
+  std::vector<std::string> argv = prefix;
+  argv.push_back(TUNE_BINARY);
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto e = env(runtime);
+  e.insert(extra_env.begin(), extra_env.end());
+  return run(argv, e);
+}
+
+nlohmann::json cluster_files::status(const std::string& address, const std::vector<std::string>& prefix) const {
+  auto r = tune({"status", "--address", address, "--json", "--timeout", "3"}, prefix);
+  if (r.rc != 0) return nullptr;
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  return j.is_discarded() ? nullptr : j;
+}
+
+std::string cluster_files::state_of(const std::string& address, const std::string& node,
+                                    const std::vector<std::string>& prefix) const {
+  auto s = status(address, prefix);
+  if (s.is_null()) return "no status";
+  for (auto& n : s["nodes"])
+    if (n["id"] == node) return n["state"];
+  return "absent";
+}
+
+}  // namespace tune::test

@@ -1,0 +1,63 @@
+// Real processes for the system tests: run the `tune` binary (optionally inside a
+// network namespace), read its output, and keep a test cluster's files in a
+// temporary directory.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tune::test {
+
+struct run_result {
+  int rc = -1;       // exit code; -1 when it had to be killed at the timeout
+  std::string out, err;
+  std::chrono::milliseconds took{0};
+};
+
+// Runs argv with `env` added to the environment; kills it after `timeout`.
+run_result run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {},
+               std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+// Polls `ok` every `every` until it is true or `timeout` passes; returns the time it took
+// (or nothing on timeout).
+std::optional<std::chrono::milliseconds> wait_until(const std::function<bool()>& ok, std::chrono::milliseconds timeout,
+                                                    std::chrono::milliseconds every = std::chrono::milliseconds(20));
+
+// A free TCP port on 127.0.0.1 right now.
+int free_port();
+
+// The `pid N` in a `tune start` message, and the `node-xxxxxxxx` id.
+int pid_in(const std::string& text);
+std::string node_id_in(const std::string& text);
+
+// One test cluster's files: a runtime directory and a token file, and the commands to
+// run tune against them. `prefix` runs every command through e.g. `ip netns exec NS`.
+class cluster_files {
+ public:
+  cluster_files();
+  ~cluster_files();
+  cluster_files(const cluster_files&) = delete;
+  cluster_files& operator=(const cluster_files&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  std::string token_file() const { return dir_ + "/token"; }
+  std::map<std::string, std::string> env(const std::string& runtime = "") const;
+
+  // tune <args...> with this cluster's runtime dir and token.
+  run_result tune(std::vector<std::string> args, const std::vector<std::string>& prefix = {},
+                  const std::string& runtime = "", std::map<std::string, std::string> extra_env = {}) const;
+  // tune status --json against `address`; null when it failed.
+  nlohmann::json status(const std::string& address, const std::vector<std::string>& prefix = {}) const;
+  // The state of a node in the status ("alive", "dead", "left"), or "absent".
+  std::string state_of(const std::string& address, const std::string& node, const std::vector<std::string>& prefix = {}) const;
+
+ private:
+  std::string dir_;
+};
+
+}  // namespace tune::test
