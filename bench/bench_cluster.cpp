@@ -1,0 +1,240 @@
+// Cluster benchmarks, against real processes:
+//  - detect_dead_ms: SIGKILL of a node process -> the head reports it dead (10 runs);
+//  - detect_frozen_ms: SIGSTOP of a node process -> dead (3 runs, bounded by the
+//    3 s heartbeat timeout);
+//  - ads_per_s: node advertisements (heartbeats, each changing what is free) the head
+//    processes per second, sent by 64 simulated nodes over loopback through the gate,
+//    and the same with the head in this process (no network).
+// Last line: one JSON object. Usage: bench_cluster [--quick]
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "head.hpp"
+#include "tune/cluster/token.hpp"
+#include "tune/cluster/version.hpp"
+#include "tune/host/detect.hpp"
+#include "wire.hpp"
+
+using namespace tune;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+std::string dir, token_path;
+
+std::string sh(const std::string& cmd) {
+  std::string full = "TUNE_RUNTIME_DIR=" + dir + " TUNE_TOKEN_FILE=" + token_path + " " + cmd + " 2>&1";
+  FILE* p = ::popen(full.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (p && std::fgets(buf, sizeof buf, p)) out += buf;
+  if (p) ::pclose(p);
+  return out;
+}
+
+int pid_in(const std::string& s) {
+  std::smatch m;
+  return std::regex_search(s, m, std::regex{R"(\(pid (\d+)\))"}) ? std::stoi(m[1]) : 0;
+}
+
+std::string id_in(const std::string& s) {
+  std::smatch m;
+  return std::regex_search(s, m, std::regex{R"(node-[0-9a-f]{8})"}) ? std::string{m[0]} : std::string{};
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// Waits for the head's event that `id` reached `state`; the time it arrived.
+std::optional<clock_type::time_point> await_event(caf::scoped_actor& self, const std::string& id,
+                                                  const std::string& state, std::chrono::seconds limit) {
+  auto deadline = clock_type::now() + limit;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
+    if (left.count() <= 0) return std::nullopt;
+    std::optional<clock_type::time_point> got;
+    bool timeout = false;
+    self->receive(
+        [&](wire::node_event_atom, const std::string& who, const std::string& s, const std::string&) {
+          if (who == id && s == state) got = clock_type::now();
+        },
+        caf::after(left) >> [&] { timeout = true; });
+    if (got) return got;
+    if (timeout) return std::nullopt;
+  }
+}
+
+// A simulated node: joins, then sends `n` heartbeats when told, alternating two
+// availability states so that each one changes what the head holds.
+caf::behavior fake_node(caf::event_based_actor* self, caf::actor head, std::string token, std::string id) {
+  resource_set host;
+  host.set_cpu(quantity::whole(64)).set_memory(int64_t{512} << 30);
+  auto n = *node_resources::make(host, logical_gpus(id, 8, int64_t{80} << 30));
+  auto ad = wire::make_ad(id, "bench", "127.0.0.1", n);
+  ad.version = version();
+  auto busy = n;
+  (void)busy.allocate(*resource_set::make({{"gpu", 0.25}, {"cpu", 2}}));
+  auto a = wire::to_wire(n.availability()), b = wire::to_wire(busy.availability());
+  return {
+      // Joins from this actor, so that the head takes it as the node's connection.
+      [=](wire::join_atom) {
+        auto rp = self->make_response_promise();
+        self->request(head, 10s, wire::join_atom::value, token, ad)
+            .then([rp](wire::join_atom, bool ok, std::string& text) mutable { rp.deliver(wire::join_atom::value, ok, text); },
+                  [rp](caf::error& err) mutable { rp.deliver(err); });
+        return rp;
+      },
+      [=](wire::rejoin_atom) {
+        std::cerr << "bench_cluster: the head does not take " << id << "'s heartbeats\n";
+        std::_Exit(1);
+      },
+      [=](wire::beat_atom, uint64_t count) {
+        for (uint64_t i = 0; i < count; ++i)
+          self->send(head, wire::heartbeat_atom::value, token, id, i, i % 2 ? b : a);
+        return count;
+      },
+  };
+}
+
+// Joins `nodes` simulated nodes, sends `per_node` heartbeats from each, and waits until
+// the head has processed all of them (status counts them). Ads per second.
+double ads_per_s(caf::actor_system& sys, caf::actor head, const std::string& token, int nodes, int per_node) {
+  caf::scoped_actor self{sys};
+  std::vector<caf::actor> fakes;
+  for (int i = 0; i < nodes; ++i) {
+    auto f = sys.spawn(fake_node, head, token, "bench-" + std::to_string(i));
+    bool ok = false;
+    self->request(f, 10s, wire::join_atom::value)
+        .receive([&](wire::join_atom, bool accepted, std::string&) { ok = accepted; }, [](caf::error&) {});
+    if (!ok) {
+      std::cerr << "bench_cluster: a simulated node could not join\n";
+      std::exit(1);
+    }
+    fakes.push_back(f);
+  }
+  auto processed = [&] {
+    int64_t total = -1;
+    self->request(head, 30s, wire::status_atom::value, token, version())
+        .receive(
+            [&](wire::status_atom, bool ok, std::string& text) {
+              if (!ok) return;
+              total = 0;
+              auto status = nlohmann::json::parse(text);
+              for (auto& n : status["nodes"])
+                if (n["id"].get<std::string>().rfind("bench-", 0) == 0) total += n["heartbeats"].get<int64_t>();
+            },
+            [](caf::error&) {});
+    return total;
+  };
+  int64_t before = processed();
+  auto start = clock_type::now();
+  for (auto& f : fakes) self->send(f, wire::beat_atom::value, static_cast<uint64_t>(per_node));
+  int64_t want = before + int64_t{nodes} * per_node;
+  for (int64_t got = processed(); got < want; got = processed()) {
+    if (std::getenv("BENCH_DEBUG")) std::fprintf(stderr, "processed %lld of %lld\n", static_cast<long long>(got), static_cast<long long>(want));
+    if (clock_type::now() - start > 120s) {
+      std::cerr << "bench_cluster: the head did not process every advertisement in 120 s\n";
+      std::exit(1);
+    }
+    std::this_thread::sleep_for(2ms);
+  }
+  double s = std::chrono::duration<double>(clock_type::now() - start).count();
+  for (auto& f : fakes) self->send_exit(f, caf::exit_reason::user_shutdown);
+  return static_cast<double>(want - before) / s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = argc > 1 && std::string{argv[1]} == "--quick";
+  if (argc > 1 && !quick) {
+    std::cout << "usage: bench_cluster [--quick]\n";
+    return std::string{argv[1]} == "--help" ? 0 : 2;
+  }
+  char tmpl[] = "/tmp/bench-cluster-XXXXXX";
+  dir = ::mkdtemp(tmpl);
+  token_path = dir + "/token";
+  auto token = ensure_token(token_path);
+  if (!token) {
+    std::cerr << token.error().message() << "\n";
+    return 1;
+  }
+  int port = 20000 + static_cast<int>(::getpid() % 20000);
+  std::string address = "127.0.0.1:" + std::to_string(port);
+  auto started = sh(std::string{TUNE_BINARY} + " start --head --host 127.0.0.1 --port " + std::to_string(port));
+  if (pid_in(started) == 0) {
+    std::cerr << "bench_cluster: cannot start a head: " << started;
+    return 1;
+  }
+
+  wire::config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto remote = sys.middleman().remote_actor("127.0.0.1", static_cast<uint16_t>(port));
+  if (!remote) {
+    std::cerr << "bench_cluster: cannot reach the head: " << sys.render(remote.error()) << "\n";
+    return 1;
+  }
+  auto head = *remote;
+  self->request(head, 5s, wire::subscribe_atom::value, token->token).receive([](wire::subscribe_atom, bool, std::string&) {}, [](caf::error&) {});
+
+  auto measure = [&](int signal, int runs, std::vector<double>& out) {
+    for (int r = 0; r < runs; ++r) {
+      auto s = sh(std::string{TUNE_BINARY} + " start --address " + address);
+      int pid = pid_in(s);
+      std::string id = id_in(s);
+      if (!pid || !await_event(self, id, "alive", 10s)) {
+        std::cerr << "bench_cluster: a node did not start: " << s;
+        std::exit(1);
+      }
+      auto t0 = clock_type::now();
+      ::kill(pid, signal);
+      auto dead = await_event(self, id, "dead", 15s);
+      if (signal == SIGSTOP) ::kill(pid, SIGKILL);
+      if (!dead) {
+        std::cerr << "bench_cluster: node " << id << " was never reported dead\n";
+        std::exit(1);
+      }
+      out.push_back(std::chrono::duration<double, std::milli>(*dead - t0).count());
+      std::printf("%s %d: %.1f ms\n", signal == SIGKILL ? "SIGKILL" : "SIGSTOP", r + 1, out.back());
+      std::fflush(stdout);
+    }
+  };
+  std::vector<double> dead_ms, frozen_ms;
+  measure(SIGKILL, quick ? 3 : 10, dead_ms);
+  measure(SIGSTOP, quick ? 1 : 3, frozen_ms);
+
+  const int nodes = 64, per_node = quick ? 500 : 3000;
+  std::vector<double> loopback, inproc;
+  for (int r = 0; r < (quick ? 1 : 3); ++r) {
+    loopback.push_back(ads_per_s(sys, head, token->token, nodes, per_node));
+    auto local_head = spawn_head(sys, {token->token, "in-process", wire::heartbeat_timeout});
+    inproc.push_back(ads_per_s(sys, local_head, token->token, nodes, per_node));
+    self->send_exit(local_head, caf::exit_reason::user_shutdown);
+    std::printf("ads run %d: %.0f/s over loopback, %.0f/s in process\n", r + 1, loopback.back(), inproc.back());
+    std::fflush(stdout);
+  }
+  sh(std::string{TUNE_BINARY} + " stop --grace 5");
+  std::printf("{\"detect_dead_ms_p50\": %.1f, \"detect_dead_ms_max\": %.1f, \"detect_frozen_ms_p50\": %.1f, "
+              "\"ads_per_s\": %.0f, \"ads_per_s_inproc\": %.0f, \"dead_runs\": %zu, \"ads_nodes\": %d}\n",
+              median(dead_ms), *std::max_element(dead_ms.begin(), dead_ms.end()), median(frozen_ms),
+              median(loopback), median(inproc), dead_ms.size(), nodes);
+  std::fflush(stdout);
+  std::system(("rm -rf " + dir).c_str());
+  std::_Exit(0);
+}
