@@ -14,6 +14,7 @@ packages=(
   libsqlite3-dev                          # the experiment store
   libopenblas-dev                         # matrix products of the CPU training path
   dataset-fashion-mnist                   # the training data
+  iproute2                                # network namespaces for the multi-host tests
 )
 
 missing=()
