@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "harness.hpp"
+#include "tune/host/detect.hpp"
 
 namespace tune::test {
 namespace {
@@ -38,10 +39,10 @@ class ClusterTest : public ::testing::Test {
     std::string id;
     int pid = 0;
   };
-  node start_node(std::vector<std::string> extra = {}) {
+  node start_node(std::vector<std::string> extra = {}, std::map<std::string, std::string> env = {}) {
     std::vector<std::string> args{"start", "--address", address};
     args.insert(args.end(), extra.begin(), extra.end());
-    auto r = files.tune(args);
+    auto r = files.tune(args, {}, "", env);
     EXPECT_EQ(r.rc, 0) << r.out << r.err;
     node n{node_id_in(r.out), pid_in(r.out)};
     EXPECT_FALSE(n.id.empty()) << r.out;
@@ -84,6 +85,37 @@ TEST_F(ClusterTest, NodesJoinAndStatusShowsThem) {
   EXPECT_NE(text.out.find("Nodes: 2 alive"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find(a.id), std::string::npos);
   EXPECT_NE(text.out.find("[..........]"), std::string::npos) << text.out;
+}
+
+// On a machine with GPUs: nodes advertise the real cards, --gpus picks some, and an
+// inherited CUDA_VISIBLE_DEVICES is honoured. Skips where there is no GPU.
+TEST_F(ClusterTest, NodesAdvertiseRealGpus) {
+  auto probe = detect_gpus();
+  if (probe.gpus.empty()) GTEST_SKIP() << "no GPU here: " << probe.note;
+  const auto& last = probe.gpus.back();
+  auto every = start_node({"--num-cpus", "1"}, {{"CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7"}});
+  auto picked = start_node({"--gpus", std::to_string(last.index)}, {{"CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7"}});
+  auto inherited = start_node({}, {{"CUDA_VISIBLE_DEVICES", last.uuid}});
+  auto s = files.status(address);
+  ASSERT_FALSE(s.is_null());
+  for (auto& n : s["nodes"]) {
+    if (n["id"] == every.id) {
+      ASSERT_EQ(n["gpus"].size(), probe.gpus.size());
+      for (size_t i = 0; i < probe.gpus.size(); ++i) {
+        EXPECT_EQ(n["gpus"][i]["uuid"], probe.gpus[i].uuid);
+        EXPECT_EQ(n["gpus"][i]["pci_bus_id"], probe.gpus[i].pci_bus_id);
+        EXPECT_EQ(n["gpus"][i]["logical"], false);
+      }
+    } else if (n["id"] == picked.id) {
+      ASSERT_EQ(n["gpus"].size(), 1u);
+      EXPECT_EQ(n["gpus"][0]["uuid"], last.uuid);
+      EXPECT_EQ(n["gpus"][0]["index"], last.index);
+    } else if (n["id"] == inherited.id) {
+      ASSERT_EQ(n["gpus"].size(), 1u);  // the process sees only that card, numbered 0
+      EXPECT_EQ(n["gpus"][0]["uuid"], last.uuid);
+      EXPECT_EQ(n["gpus"][0]["index"], 0);
+    }
+  }
 }
 
 TEST_F(ClusterTest, HeartbeatsArrive) {

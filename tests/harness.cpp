@@ -16,6 +16,14 @@
 
 namespace tune::test {
 
+namespace {
+// The tune binary: $TUNE_BINARY (a build moved to another machine), else the one built.
+std::string tune_binary() {
+  const char* e = std::getenv("TUNE_BINARY");
+  return e && *e ? e : TUNE_BINARY;
+}
+}  // namespace
+
 run_result run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
                std::chrono::milliseconds timeout) {
   run_result r;
@@ -117,22 +125,26 @@ cluster_files::cluster_files() {
 cluster_files::~cluster_files() {
   // Stop whatever is still running from any runtime dir under ours, then remove it.
   run({"sh", "-c", "for d in \"$0\" \"$0\"/*/; do [ -d \"$d\" ] && \"$1\" stop --grace 3 --runtime-dir \"$d\"; done",
-       dir_, TUNE_BINARY},
+       dir_, tune_binary()},
       {}, std::chrono::seconds(30));
   run({"rm", "-rf", dir_});
 }
 
 std::map<std::string, std::string> cluster_files::env(const std::string& runtime) const {
-  return {{"TUNE_RUNTIME_DIR", runtime.empty() ? dir_ : runtime}, {"TUNE_TOKEN_FILE", token_file()}};
+  // No CUDA device is visible unless a test says so: --num-gpus then declares logical
+  // GPUs on every machine, GPU machines included.
+  return {{"TUNE_RUNTIME_DIR", runtime.empty() ? dir_ : runtime},
+          {"TUNE_TOKEN_FILE", token_file()},
+          {"CUDA_VISIBLE_DEVICES", ""}};
 }
 
 run_result cluster_files::tune(std::vector<std::string> args, const std::vector<std::string>& prefix,
                                const std::string& runtime, std::map<std::string, std::string> extra_env) const {
   std::vector<std::string> argv = prefix;
-  argv.push_back(TUNE_BINARY);
+  argv.push_back(tune_binary());
   argv.insert(argv.end(), args.begin(), args.end());
   auto e = env(runtime);
-  e.insert(extra_env.begin(), extra_env.end());
+  for (auto& [k, v] : extra_env) e[k] = v;
   return run(argv, e);
 }
 

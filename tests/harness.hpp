@@ -48,7 +48,8 @@ class cluster_files {
   std::string token_file() const { return dir_ + "/token"; }
   std::map<std::string, std::string> env(const std::string& runtime = "") const;
 
-  // tune <args...> with this cluster's runtime dir and token.
+  // tune <args...> with this cluster's runtime dir and token, and no CUDA device
+  // visible unless `extra_env` sets CUDA_VISIBLE_DEVICES.
   run_result tune(std::vector<std::string> args, const std::vector<std::string>& prefix = {},
                   const std::string& runtime = "", std::map<std::string, std::string> extra_env = {}) const;
   // tune status --json against `address`; null when it failed.
