@@ -107,7 +107,7 @@ int connect_upstream(uint16_t port) {
 
 }  // namespace
 
-expected<std::unique_ptr<basp_gate>> basp_gate::start(gate_options opt) {
+expected<std::unique_ptr<basp_gate>> basp_gate::listen(gate_options opt) {
   std::unique_ptr<basp_gate> g{new basp_gate};
   g->opt_ = opt;
   addrinfo hints{};
@@ -142,8 +142,12 @@ expected<std::unique_ptr<basp_gate>> basp_gate::start(gate_options opt) {
   g->listen_fd_ = fd;
   if (::pipe2(g->wake_, O_CLOEXEC | O_NONBLOCK) != 0)
     return status{errc::invalid_argument, std::string{"pipe: "} + std::strerror(errno)};
-  g->thread_ = std::thread([raw = g.get()] { raw->loop(); });
   return g;
+}
+
+void basp_gate::run(uint16_t upstream_port) {
+  opt_.upstream_port = upstream_port;
+  thread_ = std::thread([this] { loop(); });
 }
 
 basp_gate::~basp_gate() {

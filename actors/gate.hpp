@@ -22,7 +22,7 @@ namespace tune {
 struct gate_options {
   std::string host;               // listen address; "" = all
   uint16_t port = 0;              // 0 = any free port
-  uint16_t upstream_port = 0;     // the head's CAF port on 127.0.0.1
+  uint16_t upstream_port = 0;     // the head's CAF port on 127.0.0.1 (set by run())
   uint32_t max_frame = 64u << 20; // the largest payload one BASP message may carry
   int first_frame_timeout_ms = 10000;
   size_t max_connections = 4096;
@@ -30,7 +30,10 @@ struct gate_options {
 
 class basp_gate {
  public:
-  static expected<std::unique_ptr<basp_gate>> start(gate_options opt);
+  // Binds and listens (port() is known from here on) but relays nothing until run().
+  static expected<std::unique_ptr<basp_gate>> listen(gate_options opt);
+  // Starts relaying to 127.0.0.1:upstream_port.
+  void run(uint16_t upstream_port);
   ~basp_gate();  // closes every connection
   basp_gate(const basp_gate&) = delete;
   basp_gate& operator=(const basp_gate&) = delete;

@@ -130,25 +130,24 @@ int start_head(const po::variables_map& vm, const std::string& dir) {
     auto signals = service_signals();
     wire::config cfg;
     caf::actor_system sys{cfg};
+    // The gate owns the public port; CAF listens on loopback only, and the gate checks
+    // every frame's length before CAF reads it (see actors/gate.hpp).
+    auto gate = basp_gate::listen({host, static_cast<uint16_t>(port)});
+    if (!gate) {
+      ready.failed("tune start: cannot listen on " + (host.empty() ? std::string{"port "} : host + ":") +
+                   std::to_string(port) + ": " + gate.error().message());
+      return 1;
+    }
+    uint16_t actual = (*gate)->port();
     std::string shown_host = host.empty() ? detect_host().hostname : host;
-    auto head = spawn_head(sys, {token->token, shown_host + ":" + std::to_string(port), wire::heartbeat_timeout});
-    // CAF listens on loopback only; the public port is the gate's, which checks every
-    // frame's length before CAF reads it (see actors/gate.hpp).
+    auto head = spawn_head(sys, {token->token, shown_host + ":" + std::to_string(actual), wire::heartbeat_timeout});
     auto published = sys.middleman().publish(head, 0, "127.0.0.1", true);
     if (!published) {
       caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
       ready.failed("tune start: cannot open the head's internal port: " + render(sys, published.error()));
       return 1;
     }
-    auto gate = basp_gate::start({host, static_cast<uint16_t>(port), *published});
-    if (!gate) {
-      sys.middleman().unpublish(head, *published);
-      caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
-      ready.failed("tune start: cannot listen on " + (host.empty() ? std::string{"port "} : host + ":") +
-                   std::to_string(port) + ": " + gate.error().message());
-      return 1;
-    }
-    uint16_t actual = (*gate)->port();
+    (*gate)->run(*published);
     std::string address = shown_host + ":" + std::to_string(actual);
     std::string pid_file = dir + "/head-" + std::to_string(actual) + ".pid";
     if (auto st = cli::write_pid_file(pid_file); !st) {

@@ -139,6 +139,31 @@ TEST_F(NetnsTest, FrozenNodeOnAnotherHostIsDeadWithinFiveSeconds) {
   EXPECT_LT(took->count(), 5000);
 }
 
+TEST_F(NetnsTest, RestartedHeadIsRejoinedAcrossHosts) {
+  auto a = start_node(1);
+  auto b = start_node(2);
+  auto stopped = files.tune({"stop", "--grace", "3"}, lab->on(0), runtime(0));
+  ASSERT_EQ(stopped.rc, 0) << stopped.err;
+  ASSERT_NE(stopped.out.find("stopped head-6380"), std::string::npos) << stopped.out;
+  auto r = files.tune({"start", "--head", "--host", netns_lab::address(0)}, lab->on(0), runtime(0));
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_TRUE(wait_until([&] {
+    auto s = files.status(head, lab->on(0));
+    return !s.is_null() && s["alive_nodes"] == 2;
+  }, 10s, 100ms)) << "nodes on other hosts did not rejoin the restarted head";
+}
+
+TEST_F(NetnsTest, WrongTokenFromAnotherHostIsRefused) {
+  std::string bad = files.dir() + "/bad-token";
+  run({"sh", "-c", "echo eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee > " + bad});
+  auto r = files.tune({"start", "--address", head, "--token-file", bad}, lab->on(1), runtime(1));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("token does not match"), std::string::npos) << r.err;
+  auto s = files.status(head, lab->on(2));
+  ASSERT_FALSE(s.is_null());
+  EXPECT_EQ(s["nodes"].size(), 0u);
+}
+
 TEST_F(NetnsTest, HostThatDoesNotExistFailsFast) {
   auto r = files.tune({"status", "--address", "10.213.0.99:6380", "--timeout", "2"}, lab->on(1), runtime(1));
   EXPECT_EQ(r.rc, 1);

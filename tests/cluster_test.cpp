@@ -8,6 +8,7 @@
 
 #include <fstream>
 #include <random>
+#include <regex>
 #include <thread>
 
 #include "harness.hpp"
@@ -269,6 +270,19 @@ TEST_F(ClusterTest, StoppedNodeLeavesAndStopEndsEverything) {
   EXPECT_TRUE(wait_until([&] { return ::kill(head_pid, 0) != 0 && ::kill(b.pid, 0) != 0; }, 5s));
   auto again = files.tune({"stop"});
   EXPECT_NE(again.out.find("nothing running"), std::string::npos) << again.out;
+}
+
+// Regression: a head started on port 0 reported ":0" as its address in tune status.
+TEST_F(ClusterTest, HeadOnAnyFreePortReportsItsRealAddress) {
+  cluster_files other;
+  auto r = other.tune({"start", "--head", "--host", "127.0.0.1", "--port", "0"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex{R"(head started at (127\.0\.0\.1:(\d+)))"})) << r.out;
+  EXPECT_NE(m[2], "0");
+  auto s = other.status(m[1]);
+  ASSERT_FALSE(s.is_null());
+  EXPECT_EQ(s["head"]["address"], m[1].str());
 }
 
 TEST_F(ClusterTest, SecondHeadOnTheSamePortIsRefused) {
