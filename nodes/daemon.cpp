@@ -59,26 +59,14 @@ status write_pid_file(const std::string& path) {
   return status::ok();
 }
 
-void readiness::ready(const std::string& message) {
+void readiness::tell(bool ok, const std::string& message) {
   if (told_) return;
   told_ = true;
   if (fd_ < 0) {
-    std::cout << message << std::endl;
+    (ok ? std::cout : std::cerr) << message << std::endl;
     return;
   }
-  std::string line = "+" + message;
-  (void)!::write(fd_, line.data(), line.size());
-  ::close(fd_);
-}
-
-void readiness::failed(const std::string& message) {
-  if (told_) return;
-  told_ = true;
-  if (fd_ < 0) {
-    std::cerr << message << std::endl;
-    return;
-  }
-  std::string line = "-" + message;
+  std::string line = (ok ? "+" : "-") + message;
   (void)!::write(fd_, line.data(), line.size());
   ::close(fd_);
 }

@@ -23,11 +23,13 @@ status write_pid_file(const std::string& path);
 class readiness {
  public:
   explicit readiness(int fd) : fd_(fd) {}
-  void ready(const std::string& message);
-  void failed(const std::string& message);
+  void ready(const std::string& message) { tell(true, message); }
+  void failed(const std::string& message) { tell(false, message); }
   bool told() const { return told_; }
 
  private:
+  void tell(bool ok, const std::string& message);
+
   int fd_;  // the pipe to the parent, or -1 in the foreground (messages go to stdout/stderr)
   bool told_ = false;
 };
