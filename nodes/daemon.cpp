@@ -31,6 +31,10 @@ expected<std::string> runtime_dir(const std::string& option) {
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     return status{errc::invalid_argument, "the runtime directory " + dir + " is not a directory"};
+  if (st.st_uid != ::getuid() || (st.st_mode & 022) != 0)
+    return status{errc::invalid_argument, "the runtime directory " + dir +
+                                              " belongs to another user or others may write to it; "
+                                              "give --runtime-dir or TUNE_RUNTIME_DIR a private one"};
   return dir;
 }
 

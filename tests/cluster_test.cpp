@@ -320,6 +320,7 @@ TEST_F(ClusterTest, BadCommandLinesSayWhatIsWrong) {
            {{"status"}, 2, "give --address"},
            {{"status", "--address", "127.0.0.1:1", "--timeout", "0"}, 2, "--timeout"},
            {{"frobnicate"}, 2, "unknown command 'frobnicate'"},
+           {{"stop", "--runtime-dir", "/tmp"}, 1, "others may write to it"},
        }) {
     auto r = files.tune(args);
     std::string shown;
