@@ -282,6 +282,7 @@ class random_cluster {
 
   // What a grant must look like for the request.
   void check_grants(const node_resources& n, const resource_set& r, const allocation& a) {
+    ASSERT_TRUE(n.follows_rules(r, a));
     resource_set host = r;
     host.set_gpu({}).set_gpu_memory(0);
     ASSERT_EQ(a.host, host);

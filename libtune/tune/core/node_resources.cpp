@@ -28,6 +28,16 @@ resource_set host_part(const resource_set& r) {
   return h;
 }
 
+// Grants name distinct cards of this node.
+bool cards_valid(const std::vector<gpu_grant>& grants, size_t n_cards) {
+  for (size_t i = 0; i < grants.size(); ++i) {
+    if (grants[i].card >= n_cards) return false;
+    for (size_t j = 0; j < i; ++j)
+      if (grants[j].card == grants[i].card) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 quantity allocation::gpu_total() const {
@@ -129,17 +139,6 @@ expected<allocation> node_resources::allocate(const resource_set& request) {
   return a;
 }
 
-namespace {
-// Grants name distinct cards of this node.
-bool cards_valid(const std::vector<gpu_grant>& grants, size_t n_cards) {
-  for (size_t i = 0; i < grants.size(); ++i) {
-    if (grants[i].card >= n_cards) return false;
-    for (size_t j = 0; j < i; ++j)
-      if (grants[j].card == grants[i].card) return false;
-  }
-  return true;
-}
-}  // namespace
 
 status node_resources::apply(const allocation& a) {
   if (!cards_valid(a.gpus, card_free_.size()))
@@ -183,6 +182,21 @@ status node_resources::release(const allocation& a) {
         .set_gpu_memory(available_.gpu_memory() + g.memory);
   }
   return status::ok();
+}
+
+bool node_resources::follows_rules(const resource_set& request, const allocation& a) const {
+  if (!check_request(request) || a.host != host_part(request) || !cards_valid(a.gpus, card_free_.size()))
+    return false;
+  quantity g = request.gpu();
+  bool whole = g >= quantity::whole(1);
+  size_t cards = g.is_zero() ? 0 : whole ? static_cast<size_t>(g.whole_part()) : 1;
+  if (a.gpus.size() != cards) return false;
+  for (auto& grant : a.gpus) {
+    int64_t total = (*gpus_)[grant.card].memory_total;
+    int64_t memory = request.gpu_memory() > 0 ? request.gpu_memory() : whole ? total : implied_card_memory(g, total);
+    if (grant.share != (whole ? quantity::whole(1) : g) || grant.memory != memory) return false;
+  }
+  return true;
 }
 
 node_availability node_resources::availability() const {

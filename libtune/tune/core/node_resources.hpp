@@ -82,6 +82,11 @@ class node_resources {
   node_availability availability() const;
   status set_availability(const node_availability& a);
 
+  // Whether `a` is what this node's rules give `request` on some cards (right host
+  // amounts; whole cards or one card for a share; the memory each grant reserves),
+  // whether or not those cards are free now.
+  bool follows_rules(const resource_set& request, const allocation& a) const;
+
   // Whether the request would fit if the node were empty.
   bool could_hold(const resource_set& request) const;
   // The same node with everything free.
