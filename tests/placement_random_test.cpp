@@ -163,11 +163,12 @@ class random_cluster {
   }
 
   // Whether the bundles can sit on distinct nodes by the nodes' totals (augmenting paths).
-  bool spread_matching_exists(const std::vector<resource_set>& bundles) const {
+  bool spread_matching_exists(const std::vector<resource_set>& bundles, const std::vector<node_id>& avoid) const {
     std::vector<long> owner(view_.size(), -1);
     std::function<bool(size_t, std::vector<char>&)> try_bundle = [&](size_t b, std::vector<char>& seen) {
       for (size_t s = 0; s < view_.size(); ++s) {
         if (seen[s] || !view_.node(s).could_hold(bundles[b])) continue;
+        if (std::find(avoid.begin(), avoid.end(), view_.id(s)) != avoid.end()) continue;
         seen[s] = 1;
         if (owner[s] < 0 || try_bundle(static_cast<size_t>(owner[s]), seen)) {
           owner[s] = static_cast<long>(b);
@@ -202,8 +203,12 @@ class random_cluster {
         any_bad |= bad;
       }
     }
+    std::vector<node_id> avoid;  // sometimes a node or two are off limits (drained, ...)
+    if (pick(5) == 0)
+      for (int i = 0, n = 1 + pick(2); i < n; ++i) avoid.push_back(view_.id(static_cast<size_t>(pick(static_cast<int>(view_.size())))));
+    auto allowed = [&](const node_id& id) { return std::find(avoid.begin(), avoid.end(), id) == avoid.end(); };
     auto before = availability();
-    auto p = place(view_, bundles, s);
+    auto p = place(view_, bundles, s, avoid);
     ASSERT_EQ(availability(), before) << "a policy changed the view";
     if (any_bad) {
       ASSERT_FALSE(p);
@@ -218,7 +223,7 @@ class random_cluster {
     bool some_bundle_never_fits = false;
     for (auto& b : bundles) {
       bool any = false;
-      for (size_t n = 0; n < view_.size(); ++n) any |= view_.node(n).could_hold(b);
+      for (size_t n = 0; n < view_.size(); ++n) any |= allowed(view_.id(n)) && view_.node(n).could_hold(b);
       some_bundle_never_fits |= !any;
     }
     if (some_bundle_never_fits) {
@@ -228,12 +233,12 @@ class random_cluster {
       ASSERT_EQ(p->result == outcome::infeasible, some_bundle_never_fits);
     }
     if (s == strategy::strict_spread) {
-      ASSERT_EQ(p->result == outcome::infeasible, !spread_matching_exists(bundles));
+      ASSERT_EQ(p->result == outcome::infeasible, !spread_matching_exists(bundles, avoid));
     }
     if (p->result != outcome::placed) {
       // infeasible iff it would not fit even on the emptied cluster: never pending forever.
       auto e = emptied();
-      auto on_empty = place(e, bundles, s);
+      auto on_empty = place(e, bundles, s, avoid);
       ASSERT_TRUE(on_empty);
       ASSERT_EQ(on_empty->result == outcome::placed, p->result == outcome::not_now);
       ASSERT_FALSE(p->reason.empty());
@@ -242,14 +247,17 @@ class random_cluster {
 
     ASSERT_EQ(p->bundles.size(), bundles.size());
     std::set<node_id> nodes;
-    for (auto& b : p->bundles) nodes.insert(b.node);
+    for (auto& b : p->bundles) {
+      nodes.insert(b.node);
+      ASSERT_TRUE(allowed(b.node)) << "a bundle landed on an avoided node";
+    }
     if (s == strategy::strict_spread) {
       ASSERT_EQ(nodes.size(), bundles.size());
     }
     if (s == strategy::strict_pack) {
       ASSERT_EQ(nodes.size(), 1u);
     }
-    if (k == 1) check_single_choice(s, bundles[0], p->bundles[0]);
+    if (k == 1 && avoid.empty()) check_single_choice(s, bundles[0], p->bundles[0]);
     for (size_t i = 0; i < bundles.size(); ++i)
       check_grants(*view_.find(p->bundles[i].node), bundles[i], p->bundles[i].alloc);
 

@@ -94,13 +94,17 @@ struct best_slot_hint {
 // same nodes with everything free; plus copies of the nodes the decision has used.
 class state {
  public:
-  state(const cluster_view& v, bool empty) : view_(v), empty_(empty) {}
+  state(const cluster_view& v, bool empty, const std::vector<char>& allowed)
+      : view_(v), empty_(empty), allowed_(allowed) {}
+
+  bool allowed(size_t slot) const { return allowed_.empty() || allowed_[slot]; }
 
   bool touched(size_t slot) const { return overlay_of(slot) != nullptr; }
   const std::vector<std::pair<size_t, node_resources>>& overlay() const { return overlay_; }
 
   // The key (lower is better) of `b` on an untouched slot, or nothing if it does not fit.
   std::optional<int64_t> untouched_key(size_t slot, const shape& b, prefer p) const {
+    if (!allowed(slot)) return std::nullopt;
     const auto& n = view_.node(slot);
     if (empty_) {
       if (!n.could_hold(*b.r)) return std::nullopt;
@@ -162,7 +166,7 @@ class state {
     auto slot_of = view_.card_slot();
     for (auto it = index.lower_bound({static_cast<int32_t>(b.share), 0}); it != index.end(); ++it) {
       auto card = it->second;
-      if (cap[card] < b.share) continue;
+      if (cap[card] < b.share || !allowed(slot_of[card])) continue;
       const auto& s = view_.summaries()[slot_of[card]];
       if (s.cpu_free < b.cpu || s.memory_free < b.memory) continue;
       return {slot_of[card], it->first, true};
@@ -191,6 +195,7 @@ class state {
 
   const cluster_view& view_;
   bool empty_;
+  const std::vector<char>& allowed_;  // per slot; empty: every slot
   std::vector<std::pair<size_t, node_resources>> overlay_;
 };
 
@@ -260,6 +265,7 @@ attempt strict_pack(state& st, std::vector<shape> shapes) {
   for (auto& b : shapes) whole += b.whole;
   std::vector<std::pair<int64_t, size_t>> candidates;  // (key, slot)
   for (size_t s = 0; s < st.view().size(); ++s) {
+    if (!st.allowed(s)) continue;
     const auto& n = st.view().node(s);
     const auto& free = st.empty_mode() ? n.total() : n.available();
     if (!sum.host_fits_in(free) || sum.gpu() > free.gpu()) continue;
@@ -407,8 +413,9 @@ std::string wanted(const resource_set& r) {
 struct largest {
   int64_t gpus = 0, card_memory = 0, memory = 0;
   quantity cpu;
-  explicit largest(const cluster_view& v) {
+  largest(const cluster_view& v, const std::vector<char>& allowed) {
     for (size_t s = 0; s < v.size(); ++s) {
+      if (!allowed.empty() && !allowed[s]) continue;
       const auto& n = v.node(s);
       gpus = std::max<int64_t>(gpus, static_cast<int64_t>(n.gpus().size()));
       for (auto& g : n.gpus()) card_memory = std::max(card_memory, g.memory_total);
@@ -416,59 +423,65 @@ struct largest {
       cpu = std::max(cpu, n.total().cpu());
     }
   }
-  static quantity custom(const cluster_view& v, std::string_view name) {
+  static quantity custom(const cluster_view& v, const std::vector<char>& allowed, std::string_view name) {
     quantity m;
-    for (size_t s = 0; s < v.size(); ++s) m = std::max(m, v.node(s).total().custom(name));
+    for (size_t s = 0; s < v.size(); ++s)
+      if (allowed.empty() || allowed[s]) m = std::max(m, v.node(s).total().custom(name));
     return m;
   }
 };
 
 // Why no node could ever hold `r` (named `what`: "bundle 2", "the group").
-std::string never_fits(const cluster_view& v, const resource_set& r, const std::string& what) {
-  largest l{v};
+std::string never_fits(const cluster_view& v, const std::vector<char>& allowed, const resource_set& r,
+                       const std::string& what) {
+  largest l{v, allowed};
+  const std::string node = allowed.empty() ? "node" : "node allowed";
   auto g = r.gpu();
   if (!g.is_zero() && l.gpus == 0)
     return what + " asks " + (g >= quantity::whole(1) ? plural(g.whole_part(), "GPU", "GPUs")
                                                        : g.to_string() + " of a GPU") +
-           "; no node has a GPU";
+           "; no " + node + " has a GPU";
   if (g >= quantity::whole(1) && g.whole_part() > l.gpus)
-    return what + " asks " + plural(g.whole_part(), "GPU", "GPUs") + "; the largest node has " +
+    return what + " asks " + plural(g.whole_part(), "GPU", "GPUs") + "; the largest " + node + " has " +
            std::to_string(l.gpus);
   if (!g.is_whole() && g > quantity::whole(1))
-    return what + " needs " + g.to_string() + " GPUs on one node; the largest node has " +
+    return what + " needs " + g.to_string() + " GPUs on one node; the largest " + node + " has " +
            std::to_string(l.gpus);
   if (r.gpu_memory() > l.card_memory)
     return what + " asks " + format_bytes(r.gpu_memory()) +
            " of GPU memory per card; the largest card has " + format_bytes(l.card_memory);
   if (r.cpu() > l.cpu)
-    return what + " asks " + r.cpu().to_string() + " CPUs; the largest node has " +
+    return what + " asks " + r.cpu().to_string() + " CPUs; the largest " + node + " has " +
            l.cpu.to_string();
   if (r.memory() > l.memory)
-    return what + " asks " + format_bytes(r.memory()) + " of memory; the largest node has " +
+    return what + " asks " + format_bytes(r.memory()) + " of memory; the largest " + node + " has " +
            format_bytes(l.memory);
   for (auto& [name, q] : r.customs()) {
-    auto most = largest::custom(v, name);
-    if (most.is_zero()) return what + " asks " + q.to_string() + " '" + name + "'; no node has '" + name + "'";
+    auto most = largest::custom(v, allowed, name);
+    if (most.is_zero()) return what + " asks " + q.to_string() + " '" + name + "'; no " + node + " has '" + name + "'";
     if (q > most)
-      return what + " asks " + q.to_string() + " '" + name + "'; the most any node has is " +
+      return what + " asks " + q.to_string() + " '" + name + "'; the most any " + node + " has is " +
              most.to_string();
   }
-  return what + " asks " + r.to_string() + "; no node has all of it at once";
+  return what + " asks " + r.to_string() + "; no " + node + " has all of it at once";
 }
 
 std::string why_infeasible(const cluster_view& v, strategy s, const std::vector<shape>& shapes,
-                           const attempt& when_empty) {
+                           const attempt& when_empty, const std::vector<char>& allowed) {
   if (v.empty()) return "the cluster has no nodes; start a node (tune start --address ...)";
+  bool none_allowed = !allowed.empty() && std::find(allowed.begin(), allowed.end(), 1) == allowed.end();
+  if (none_allowed) return "every node of the cluster is excluded for this placement";
   for (auto& b : shapes) {
     bool any = false;
-    for (size_t slot = 0; slot < v.size() && !any; ++slot) any = v.node(slot).could_hold(*b.r);
-    if (!any) return never_fits(v, *b.r, "bundle " + std::to_string(b.index));
+    for (size_t slot = 0; slot < v.size() && !any; ++slot)
+      any = (allowed.empty() || allowed[slot]) && v.node(slot).could_hold(*b.r);
+    if (!any) return never_fits(v, allowed, *b.r, "bundle " + std::to_string(b.index));
   }
   switch (s) {
     case strategy::strict_pack: {
       resource_set sum;
       for (auto& b : shapes) sum += *b.r;
-      auto why = never_fits(v, sum, "STRICT_PACK of " + plural(static_cast<int64_t>(shapes.size()), "bundle", "bundles"));
+      auto why = never_fits(v, allowed, sum, "STRICT_PACK of " + plural(static_cast<int64_t>(shapes.size()), "bundle", "bundles"));
       return why;
     }
     case strategy::strict_spread:
@@ -504,7 +517,7 @@ std::string why_not_now(strategy s, const std::vector<shape>& shapes, const atte
 }  // namespace
 
 expected<placement> place(const cluster_view& view, std::span<const resource_set> bundles,
-                          strategy s) {
+                          strategy s, std::span<const node_id> avoid) {
   if (bundles.empty())
     return status{errc::invalid_argument, "a placement group needs at least one bundle"};
   std::vector<shape> shapes;
@@ -514,9 +527,15 @@ expected<placement> place(const cluster_view& view, std::span<const resource_set
       return status{errc::invalid_argument, "bundle " + std::to_string(i) + ": " + st.message()};
     shapes.push_back(make_shape(bundles[i], i));
   }
+  std::vector<char> allowed;  // empty: every node
+  if (!avoid.empty()) {
+    allowed.assign(view.size(), 1);
+    for (auto& id : avoid)
+      if (auto slot = view.slot_of(id)) allowed[*slot] = 0;
+  }
   placement p;
   if (!view.empty()) {
-    state now{view, false};
+    state now{view, false, allowed};
     auto a = run(s, now, shapes);
     if (a.ok) {
       p.result = outcome::placed;
@@ -525,7 +544,7 @@ expected<placement> place(const cluster_view& view, std::span<const resource_set
         p.bundles.push_back({view.id(a.slot[i]), std::move(a.alloc[i])});
       return p;
     }
-    state empty{view, true};
+    state empty{view, true, allowed};
     auto e = run(s, empty, shapes);
     if (e.ok) {
       p.result = outcome::not_now;
@@ -533,11 +552,11 @@ expected<placement> place(const cluster_view& view, std::span<const resource_set
       return p;
     }
     p.result = outcome::infeasible;
-    p.reason = why_infeasible(view, s, shapes, e);
+    p.reason = why_infeasible(view, s, shapes, e, allowed);
     return p;
   }
   p.result = outcome::infeasible;
-  p.reason = why_infeasible(view, s, shapes, attempt{});
+  p.reason = why_infeasible(view, s, shapes, attempt{}, allowed);
   return p;
 }
 

@@ -49,10 +49,12 @@ struct placement {
   std::string reason;                     // when not placed: why, for people
 };
 
-// Decides where `bundles` go. Bad input (no bundles, a bundle that breaks the request
-// rules of check_request) is an error naming the bundle; everything else is a placement.
+// Decides where `bundles` go, on any node but those in `avoid` (nodes being drained,
+// or holding a STRICT_SPREAD group's other bundles). Bad input (no bundles, a bundle
+// that breaks the request rules of check_request) is an error naming the bundle;
+// everything else is a placement, infeasible meaning: not on the nodes allowed.
 expected<placement> place(const cluster_view& view, std::span<const resource_set> bundles,
-                          strategy s);
+                          strategy s, std::span<const node_id> avoid = {});
 
 // Takes every bundle of a placed decision, or (changing nothing) fails when one no
 // longer fits or its node is gone.

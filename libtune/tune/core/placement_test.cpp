@@ -281,3 +281,39 @@ TEST(ClusterView, AddRemoveAndUnknownNodes) {
 
 }  // namespace
 }  // namespace tune
+
+namespace tune {
+namespace {
+
+TEST(PlaceAvoiding, NoBundleLandsOnAnAvoidedNode) {
+  auto v = three_nodes();
+  ASSERT_TRUE(v.allocate("c", req({{"gpu", 0.5}})));  // c holds the fullest card...
+  std::vector<node_id> avoid{"c"};
+  auto p = place(v, std::vector{req({{"gpu", 0.5}})}, strategy::pack, avoid);  // ...but is avoided
+  ASSERT_TRUE(p);
+  ASSERT_EQ(p->result, outcome::placed);
+  EXPECT_NE(p->bundles[0].node, "c");
+  for (auto s : {strategy::pack, strategy::spread, strategy::strict_pack, strategy::strict_spread}) {
+    auto q = place(v, many(2, req({{"gpu", 1}})), s, std::vector<node_id>{"b"});
+    ASSERT_TRUE(q);
+    ASSERT_EQ(q->result, outcome::placed) << to_string(s) << ": " << q->reason;
+    for (auto& b : q->bundles) EXPECT_NE(b.node, "b") << to_string(s);
+  }
+}
+
+TEST(PlaceAvoiding, InfeasibleOnTheNodesAllowed) {
+  auto v = three_nodes();
+  auto wide = place(v, many(3, req({{"gpu", 1}})), strategy::strict_spread, std::vector<node_id>{"a"});
+  ASSERT_TRUE(wide);
+  EXPECT_EQ(wide->result, outcome::infeasible);
+  EXPECT_NE(wide->reason.find("the cluster has 2"), std::string::npos) << wide->reason;
+  auto big = place(v, std::vector{req({{"gpu", 4}})}, strategy::pack, std::vector<node_id>{"b"});
+  EXPECT_EQ(big->result, outcome::infeasible);
+  EXPECT_EQ(big->reason, "bundle 0 asks 4 GPUs; the largest node allowed has 2");
+  auto none = place(v, std::vector{req({{"cpu", 1}})}, strategy::pack, std::vector<node_id>{"a", "b", "c"});
+  EXPECT_EQ(none->result, outcome::infeasible);
+  EXPECT_NE(none->reason.find("every node"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tune
