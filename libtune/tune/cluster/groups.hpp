@@ -1,0 +1,127 @@
+// The head's placement groups: the head side of the two-phase protocol, pure. The
+// head keeps one cluster_view of what it has promised (each node's totals minus the
+// bundles it reserved there); this table decides with the placement policies on that
+// view, reserves in it at once (so the next decision sees it), and says which
+// messages to send. Replies, timeouts and lost nodes come back in as calls.
+//
+//   create --> pending --(placed on the view)--> preparing --(every node: yes)--> created
+//     |          ^  |                               | any no / timeout / node lost  |
+//     |          |  +--(never fits)--> infeasible   v                               |
+//     |          +------------- abort all, retry after a backoff                    |
+//     |                                                       node lost after commit|
+//     |                        rescheduling <-------------------------------------+
+//     |                        (only the lost bundles are placed and prepared again)
+//   remove (any state) --> removed: every bundle held anywhere is aborted
+//
+// Fairness: groups are tried in arrival order, and the first one that has to wait
+// stops the walk, so a large group is never overtaken forever by small ones.
+// Every message carries the group, the bundle and the attempt: a reply from an older
+// attempt is recognised and ignored.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tune/cluster/reservations.hpp"
+#include "tune/core/placement.hpp"
+
+namespace tune {
+
+enum class group_state { pending, preparing, created, rescheduling, infeasible, removed };
+std::string_view to_string(group_state s);
+
+struct group_spec {
+  std::string id;
+  strategy strat = strategy::pack;
+  std::vector<resource_set> bundles;
+};
+
+struct bundle_site {
+  node_id node;
+  allocation alloc;
+  uint64_t attempt = 0;  // the attempt that reserved it: part of its key on the node
+};
+
+// The key of a group's bundle on a node: the attempt is part of it, so that what an
+// older attempt left behind can be aborted without touching the current one.
+bundle_key node_key(const std::string& group, uint32_t bundle, uint64_t attempt);
+
+// A message the head must send to a node.
+struct group_message {
+  enum class kind { prepare, commit, abort } what = kind::prepare;
+  node_id node;
+  bundle_key key;
+  uint64_t attempt = 0;
+  resource_set request;  // prepare
+  allocation preferred;  // prepare: the cards the head chose
+};
+
+class group_table {
+ public:
+  using time_point = std::chrono::steady_clock::time_point;
+
+  struct group {
+    group_spec spec;
+    group_state state = group_state::pending;
+    std::string reason;  // why it waits, or why it is infeasible
+    time_point created{}, since{}, next_try{};
+    uint64_t attempt = 0;
+    int failures = 0;  // attempts in a row that failed (backoff)
+    std::vector<std::optional<bundle_site>> site;  // where each bundle is held
+    // The attempt in flight.
+    std::vector<uint32_t> placing;  // bundles being placed
+    std::vector<char> yes;          // per placing entry: its node said yes
+    time_point attempt_started{};
+    std::vector<uint32_t> moved;    // bundles placed again after their node was lost
+  };
+
+  // The bundles of a group a node lost (for the owner: which bundles moved).
+  struct moved_bundles {
+    std::string group;
+    std::vector<uint32_t> bundles;
+  };
+
+  // Registers a group. Bad bundles are an error (nothing registered); a group that can
+  // never fit is registered as infeasible, with the reason, and never retried.
+  expected<group_state> create(group_spec spec, cluster_view& view, time_point now);
+
+  // Places waiting groups in arrival order, reserving on `view`; returns the prepares.
+  std::vector<group_message> schedule(cluster_view& view, time_point now);
+
+  // A node's answer to a prepare: the allocation it took, or why not.
+  std::vector<group_message> on_prepared(const bundle_key& key, uint64_t attempt, const node_id& node,
+                                         const expected<allocation>& answer, cluster_view& view, time_point now);
+  // A node's answer to a commit; a failure (the prepare expired there) puts the
+  // bundle back to be placed again.
+  std::vector<group_message> on_committed(const bundle_key& key, uint64_t attempt, const node_id& node,
+                                          const status& answer, cluster_view& view, time_point now);
+  // Attempts not fully answered within `timeout` are aborted and retried later.
+  std::vector<group_message> expire(cluster_view& view, time_point now, std::chrono::milliseconds timeout);
+  // A node is gone (already removed from `view`): attempts using it fail; created
+  // groups with bundles there are rescheduled. Returns the aborts to send elsewhere.
+  std::vector<group_message> node_lost(const node_id& node, cluster_view& view, time_point now);
+  // Removes a group in any state: every bundle it holds or is preparing is aborted.
+  std::vector<group_message> remove(const std::string& id, cluster_view& view, time_point now);
+
+  // Groups whose bundles moved since the last call (created again after a loss).
+  std::vector<moved_bundles> take_moved();
+
+  const group* find(const std::string& id) const;
+  const std::map<std::string, group>& groups() const { return groups_; }
+
+  static constexpr std::chrono::milliseconds first_backoff{50}, max_backoff{2000};
+
+ private:
+  void fail_attempt(group& g, std::vector<group_message>& out, cluster_view& view, time_point now, std::string why);
+  std::vector<uint32_t> unplaced(const group& g) const;
+
+  std::map<std::string, group> groups_;
+  std::deque<std::string> queue_;  // waiting groups, in arrival order
+  std::vector<moved_bundles> moved_;
+};
+
+}  // namespace tune

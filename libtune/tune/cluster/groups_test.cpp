@@ -1,0 +1,333 @@
+// The head's placement-group table against simulated nodes (reservation tables),
+// with messages delivered, repeated, delayed or lost on purpose.
+#include "tune/cluster/groups.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace tune {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr int64_t GiB = int64_t{1} << 30;
+
+node_resources gpus(const std::string& id, int n) {
+  std::vector<gpu_instance> cards;
+  for (int i = 0; i < n; ++i) cards.push_back({i, id + "-GPU-" + std::to_string(i), "bus", "H200", 80 * GiB, false});
+  resource_set host;
+  host.set_cpu(quantity::whole(32)).set_memory(256 * GiB);
+  return *node_resources::make(host, cards);
+}
+
+resource_set req(std::initializer_list<std::pair<std::string_view, double>> a) { return *resource_set::make(a); }
+
+// The head's table, its view, and the nodes' reservation tables, wired by hand.
+struct GroupsTest : ::testing::Test {
+  group_table table;
+  cluster_view view;
+  std::map<node_id, reservation_table> nodes;
+  group_table::time_point now = group_table::time_point{} + 1h;
+  std::vector<group_message> outbox;
+
+  void add_node(const std::string& id, int n) {
+    ASSERT_TRUE(view.add_node(id, gpus(id, n)));
+    nodes.emplace(id, reservation_table{gpus(id, n)});
+  }
+  void lose_node(const std::string& id) {
+    nodes.erase(id);
+    ASSERT_TRUE(view.remove_node(id));
+    append(table.node_lost(id, view, now));
+  }
+  void append(std::vector<group_message> m) { outbox.insert(outbox.end(), m.begin(), m.end()); }
+
+  // Delivers one message to its node and feeds the answer back.
+  void deliver(const group_message& m) {
+    auto it = nodes.find(m.node);
+    if (it == nodes.end()) return;  // a lost node
+    auto& n = it->second;
+    switch (m.what) {
+      case group_message::kind::prepare: {
+        auto a = n.prepare(m.key, m.request, m.preferred, now);
+        append(table.on_prepared(m.key, m.attempt, m.node, a, view, now));
+        break;
+      }
+      case group_message::kind::commit:
+        append(table.on_committed(m.key, m.attempt, m.node, n.commit(m.key), view, now));
+        break;
+      case group_message::kind::abort: n.abort(m.key); break;
+    }
+  }
+  // Schedules and delivers everything until nothing is left to send.
+  void settle() {
+    append(table.schedule(view, now));
+    while (!outbox.empty()) {
+      auto m = outbox.front();
+      outbox.erase(outbox.begin());
+      deliver(m);
+      if (outbox.empty()) append(table.schedule(view, now));
+    }
+  }
+  group_state state(const std::string& id) { return table.find(id)->state; }
+  // What the nodes hold, summed, must equal what the head's view has reserved.
+  void expect_books_agree() {
+    for (auto& [id, n] : nodes) {
+      auto held = view.find(id)->availability();
+      EXPECT_EQ(held, n.resources().availability()) << "node " << id;
+    }
+  }
+};
+
+TEST_F(GroupsTest, AllNodesSayYesAndTheGroupIsCreated) {
+  add_node("a", 2);
+  add_node("b", 2);
+  ASSERT_EQ(*table.create({"g1", strategy::strict_spread, {req({{"gpu", 1}}), req({{"gpu", 1}})}}, view, now),
+            group_state::pending);
+  settle();
+  EXPECT_EQ(state("g1"), group_state::created);
+  auto& g = *table.find("g1");
+  EXPECT_NE(g.site[0]->node, g.site[1]->node);
+  for (auto& [id, n] : nodes) {
+    ASSERT_EQ(n.holdings().size(), 1u);
+    EXPECT_EQ(n.holdings()[0].state, hold_state::committed);
+  }
+  expect_books_agree();
+}
+
+TEST_F(GroupsTest, InfeasibleFailsAtOnceWithTheReason) {
+  add_node("a", 2);
+  add_node("b", 2);
+  auto wide = table.create({"wide", strategy::strict_spread, std::vector<resource_set>(3, req({{"gpu", 1}}))}, view, now);
+  ASSERT_TRUE(wide);
+  EXPECT_EQ(*wide, group_state::infeasible);
+  EXPECT_NE(table.find("wide")->reason.find("STRICT_SPREAD needs 3 nodes"), std::string::npos);
+  auto big = table.create({"big", strategy::pack, {req({{"gpu", 3}})}}, view, now);
+  EXPECT_EQ(*big, group_state::infeasible);
+  EXPECT_EQ(table.find("big")->reason, "bundle 0 asks 3 GPUs; the largest node has 2");
+  EXPECT_FALSE(table.create({"bad", strategy::pack, {req({{"gpu", 1.5}})}}, view, now));
+  EXPECT_EQ(table.create({"wide", strategy::pack, {req({{"gpu", 1}})}}, view, now).error().code(), errc::already_exists);
+  settle();
+  EXPECT_TRUE(outbox.empty());
+}
+
+TEST_F(GroupsTest, ARefusedPrepareAbortsTheOthersAndRetries) {
+  add_node("a", 1);
+  add_node("b", 1);
+  // Someone the head does not know about holds b's card (e.g. a stale view).
+  ASSERT_TRUE(nodes.at("b").prepare({"outsider", 0}, req({{"gpu", 1}}), {}, now));
+  ASSERT_TRUE(table.create({"g", strategy::strict_spread, {req({{"gpu", 1}}), req({{"gpu", 1}})}}, view, now));
+  append(table.schedule(view, now));
+  ASSERT_EQ(outbox.size(), 2u);
+  while (!outbox.empty()) {
+    auto m = outbox.front();
+    outbox.erase(outbox.begin());
+    deliver(m);
+  }
+  EXPECT_EQ(state("g"), group_state::pending);
+  EXPECT_NE(table.find("g")->reason.find("refused"), std::string::npos) << table.find("g")->reason;
+  EXPECT_TRUE(nodes.at("a").holdings().empty()) << "a's prepare must be aborted";
+  nodes.at("b").abort({"outsider", 0});  // the outsider the head never knew of goes away
+  expect_books_agree();
+  append(table.schedule(view, now));
+  EXPECT_TRUE(outbox.empty()) << "it backs off before retrying";
+  now += group_table::first_backoff + 1ms;
+  settle();
+  EXPECT_EQ(state("g"), group_state::created);
+  expect_books_agree();
+}
+
+TEST_F(GroupsTest, ANodeLostBetweenPrepareAndCommit) {
+  add_node("a", 1);
+  add_node("b", 1);
+  add_node("c", 1);
+  ASSERT_TRUE(table.create({"g", strategy::strict_spread, {req({{"gpu", 1}}), req({{"gpu", 1}})}}, view, now));
+  append(table.schedule(view, now));
+  ASSERT_EQ(outbox.size(), 2u);
+  auto first = outbox[0], second = outbox[1];
+  outbox.clear();
+  deliver(first);  // prepared on its node
+  lose_node(second.node);  // the other node dies before answering
+  while (!outbox.empty()) {  // the abort for the first
+    auto m = outbox.front();
+    outbox.erase(outbox.begin());
+    deliver(m);
+  }
+  EXPECT_TRUE(nodes.at(first.node).holdings().empty());
+  now += 1s;
+  settle();
+  EXPECT_EQ(state("g"), group_state::created);
+  for (auto& s : table.find("g")->site) EXPECT_NE(s->node, second.node);
+  expect_books_agree();
+}
+
+TEST_F(GroupsTest, DuplicateAndLateAnswersDoNoHarm) {
+  add_node("a", 2);
+  ASSERT_TRUE(table.create({"g", strategy::pack, {req({{"gpu", 1}})}}, view, now));
+  append(table.schedule(view, now));
+  auto prep = outbox.at(0);
+  outbox.clear();
+  auto a = nodes.at("a").prepare(prep.key, prep.request, prep.preferred, now);
+  append(table.on_prepared(prep.key, prep.attempt, "a", a, view, now));
+  ASSERT_EQ(outbox.size(), 1u);  // the commit
+  append(table.on_prepared(prep.key, prep.attempt, "a", a, view, now));  // a duplicate answer...
+  EXPECT_EQ(outbox.size(), 1u);  // ...must neither commit twice nor abort the live reservation
+  // An answer from an attempt that no longer exists is answered with an abort.
+  auto stale_key = node_key("g", 0, 99);
+  auto stale = nodes.at("a").prepare(stale_key, prep.request, {}, now);
+  append(table.on_prepared(stale_key, 99, "a", stale, view, now));
+  ASSERT_EQ(outbox.size(), 2u);
+  EXPECT_EQ(outbox[1].what, group_message::kind::abort);
+  EXPECT_EQ(outbox[1].key, stale_key);
+  settle();
+  EXPECT_EQ(state("g"), group_state::created);
+  EXPECT_EQ(nodes.at("a").holdings().size(), 1u);
+  expect_books_agree();
+}
+
+TEST_F(GroupsTest, RemovalInEveryStateLeavesNothing) {
+  add_node("a", 4);
+  ASSERT_TRUE(table.create({"created", strategy::pack, {req({{"gpu", 1}})}}, view, now));
+  settle();
+  ASSERT_TRUE(table.create({"preparing", strategy::pack, {req({{"gpu", 1}})}}, view, now));
+  append(table.schedule(view, now));
+  ASSERT_TRUE(table.create({"pending", strategy::pack, {req({{"gpu", 4}})}}, view, now));
+  append(table.schedule(view, now));
+  EXPECT_EQ(state("created"), group_state::created);
+  EXPECT_EQ(state("preparing"), group_state::preparing);
+  EXPECT_EQ(state("pending"), group_state::pending);
+  EXPECT_NE(table.find("pending")->reason.find("waiting for 4 free GPUs"), std::string::npos);
+  for (auto id : {"created", "preparing", "pending"}) append(table.remove(id, view, now));
+  settle();  // the preparing group's prepare arrives after its removal: aborted too
+  for (auto id : {"created", "preparing", "pending"}) EXPECT_EQ(state(id), group_state::removed);
+  EXPECT_TRUE(nodes.at("a").holdings().empty());
+  EXPECT_TRUE(view.find("a")->is_empty());
+}
+
+TEST_F(GroupsTest, FirstComeFirstServedWithoutStarvingTheBigGroup) {
+  add_node("a", 4);
+  ASSERT_TRUE(table.create({"small-1", strategy::pack, {req({{"gpu", 2}})}}, view, now));
+  settle();
+  ASSERT_TRUE(table.create({"big", strategy::strict_pack, std::vector<resource_set>(4, req({{"gpu", 1}}))}, view, now));
+  ASSERT_TRUE(table.create({"small-2", strategy::pack, {req({{"gpu", 1}})}}, view, now));
+  settle();
+  EXPECT_EQ(state("big"), group_state::pending);
+  EXPECT_EQ(state("small-2"), group_state::pending) << "a later small group must not overtake the waiting big one";
+  append(table.remove("small-1", view, now));
+  settle();
+  EXPECT_EQ(state("big"), group_state::created);
+  EXPECT_EQ(state("small-2"), group_state::pending);
+}
+
+TEST_F(GroupsTest, ANodeLostAfterCommitMovesItsBundles) {
+  add_node("a", 2);
+  add_node("b", 2);
+  add_node("c", 2);
+  ASSERT_TRUE(table.create({"g", strategy::strict_spread, {req({{"gpu", 1}}), req({{"gpu", 1}})}}, view, now));
+  settle();
+  auto lost = table.find("g")->site[1]->node, kept = table.find("g")->site[0]->node;
+  lose_node(lost);
+  EXPECT_EQ(state("g"), group_state::rescheduling);
+  settle();
+  EXPECT_EQ(state("g"), group_state::created);
+  EXPECT_EQ(table.find("g")->site[0]->node, kept);
+  EXPECT_NE(table.find("g")->site[1]->node, kept);  // still spread
+  auto moved = table.take_moved();
+  ASSERT_EQ(moved.size(), 1u);
+  EXPECT_EQ(moved[0].group, "g");
+  EXPECT_EQ(moved[0].bundles, std::vector<uint32_t>{1});
+  expect_books_agree();
+}
+
+TEST_F(GroupsTest, SilentNodesTimeOut) {
+  add_node("a", 1);
+  ASSERT_TRUE(table.create({"g", strategy::pack, {req({{"gpu", 1}})}}, view, now));
+  append(table.schedule(view, now));
+  outbox.clear();  // the prepare is lost
+  append(table.expire(view, now + 1s, 2000ms));
+  EXPECT_TRUE(outbox.empty());
+  append(table.expire(view, now + 3s, 2000ms));
+  ASSERT_EQ(outbox.size(), 1u);
+  EXPECT_EQ(outbox[0].what, group_message::kind::abort);
+  EXPECT_NE(table.find("g")->reason.find("no answer from a"), std::string::npos);
+  now += 4s;
+  settle();
+  EXPECT_EQ(state("g"), group_state::created);
+  expect_books_agree();
+}
+
+// Groups created and removed at random, nodes lost, messages duplicated, delayed and
+// lost, prepares expiring on the nodes: the books of head and nodes never over-commit,
+// created groups hold every bundle, and once everything is removed and expired,
+// nothing is held anywhere.
+TEST_F(GroupsTest, RandomChaos) {
+  std::mt19937 rng{5};
+  int next_node = 0, next_group = 0;
+  for (int i = 0; i < 5; ++i) add_node("n" + std::to_string(next_node++), 1 + static_cast<int>(rng() % 4));
+  std::vector<std::string> live;
+  const std::vector<strategy> strategies{strategy::pack, strategy::spread, strategy::strict_pack, strategy::strict_spread};
+  for (int step = 0; step < 4000; ++step) {
+    now += std::chrono::milliseconds(rng() % 200);
+    switch (rng() % 10) {
+      case 0: case 1: {
+        std::string id = "g" + std::to_string(next_group++);
+        std::vector<resource_set> b(1 + rng() % 3, rng() % 2 ? req({{"gpu", 1}}) : req({{"gpu", 0.5}, {"cpu", 1}}));
+        auto st = table.create({id, strategies[rng() % 4], b}, view, now);
+        ASSERT_TRUE(st);
+        if (*st != group_state::infeasible) live.push_back(id);
+        break;
+      }
+      case 2:
+        if (!live.empty()) {
+          size_t i = rng() % live.size();
+          append(table.remove(live[i], view, now));
+          live.erase(live.begin() + static_cast<long>(i));
+        }
+        break;
+      case 3:
+        if (rng() % 4 == 0 && nodes.size() > 2) {
+          lose_node(std::next(nodes.begin(), static_cast<long>(rng() % nodes.size()))->first);
+        } else if (nodes.size() < 6) {
+          add_node("n" + std::to_string(next_node++), 1 + static_cast<int>(rng() % 4));
+        }
+        break;
+      case 4: append(table.expire(view, now, 2000ms)); break;
+      case 5:
+        for (auto& [id, n] : nodes)
+          for (auto& k : n.expire(now, 5000ms)) (void)k;
+        break;
+      default: {
+        append(table.schedule(view, now));
+        for (int k = 0; k < 4 && !outbox.empty(); ++k) {
+          size_t i = rng() % outbox.size();
+          auto m = outbox[i];
+          int fate = static_cast<int>(rng() % 10);
+          if (fate != 0) outbox.erase(outbox.begin() + static_cast<long>(i));  // 1 in 10: delivered again later
+          if (fate == 1) continue;                                              // 1 in 10: lost
+          deliver(m);
+        }
+      }
+    }
+    // Nothing over-committed on any node (apply() refuses over-commitment, so the
+    // tables' own books are exact); created groups hold every bundle.
+    for (auto& [id, g] : table.groups()) {
+      if (g.state != group_state::created) continue;
+      for (auto& s : g.site) ASSERT_TRUE(s.has_value()) << id << " at step " << step;
+    }
+    ASSERT_TRUE(view.summaries_consistent());
+  }
+  for (auto& id : live) append(table.remove(id, view, now));
+  while (!outbox.empty()) {
+    auto m = outbox.front();
+    outbox.erase(outbox.begin());
+    if (m.what == group_message::kind::abort) deliver(m);
+  }
+  now += 10s;
+  for (auto& [id, n] : nodes) {
+    n.expire(now, 5000ms);
+    EXPECT_TRUE(n.holdings().empty()) << "node " << id << " still holds " << n.holdings().size();
+    EXPECT_TRUE(view.find(id)->is_empty()) << "the head still books something on " << id;
+  }
+}
+
+}  // namespace
+}  // namespace tune
