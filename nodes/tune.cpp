@@ -139,7 +139,7 @@ int start_head(const po::variables_map& vm, const std::string& dir) {
       return 1;
     }
     uint16_t actual = (*gate)->port();
-    std::string shown_host = host.empty() ? detect_host().hostname : host;
+    std::string shown_host = host.empty() ? hostname() : host;  // the head probes no GPU
     auto head = spawn_head(sys, {token->token, shown_host + ":" + std::to_string(actual), wire::heartbeat_timeout});
     auto published = sys.middleman().publish(head, 0, "127.0.0.1", true);
     if (!published) {

@@ -85,10 +85,14 @@ int usable_cpus() {
 
 }  // namespace
 
+std::string hostname() {
+  char name[256] = {};
+  return ::gethostname(name, sizeof name - 1) == 0 ? std::string{name} : std::string{"localhost"};
+}
+
 host_info detect_host() {
   host_info h;
-  char name[256] = {};
-  if (gethostname(name, sizeof name - 1) == 0) h.hostname = name;
+  h.hostname = hostname();
   h.cpus = quantity::whole(usable_cpus());
   h.memory = mem_total_bytes();
   h.gpu = detect_gpus();

@@ -25,6 +25,9 @@ struct host_info {
   gpu_probe gpu;
 };
 
+// This machine's name, without probing anything else.
+std::string hostname();
+
 // Asks the CUDA runtime (when built with it). Never fails: problems go into `note`.
 gpu_probe detect_gpus();
 host_info detect_host();
