@@ -113,10 +113,7 @@ expected<std::string> render_status_text(std::string_view text) {
         out << "    gpu " << g.value("index", 0) << "  " << pad(g.value("name", ""), 20) << pad(uuid, 42)
             << bar(a) << " " << pad(number(g["allocated"]), 6)
             << format_bytes(g.value("memory_free", int64_t{0})) << " free of "
-            << format_bytes(g.value("memory_total", int64_t{0})) << (g.value("logical", false) ? "  L" : "");
-        if (g.contains("holders"))
-          for (auto& h : g["holders"]) out << "  " << h.value("id", "?") << " " << number(h["share"]);
-        out << "\n";
+            << format_bytes(g.value("memory_total", int64_t{0})) << (g.value("logical", false) ? "  L" : "") << "\n";
       }
     }
   }
