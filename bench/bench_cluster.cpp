@@ -55,6 +55,12 @@ std::string id_in(const std::string& s) {
   return std::regex_search(s, m, std::regex{R"(node-[0-9a-f]{8})"}) ? std::string{m[0]} : std::string{};
 }
 
+// Stops what this run started and removes its files.
+void cleanup() {
+  sh(std::string{TUNE_BINARY} + " stop --grace 5");
+  std::system(("rm -rf " + dir).c_str());
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
@@ -101,6 +107,7 @@ caf::behavior fake_node(caf::event_based_actor* self, caf::actor head, std::stri
       },
       [=](wire::rejoin_atom) {
         std::cerr << "bench_cluster: the head does not take " << id << "'s heartbeats\n";
+        cleanup();
         std::_Exit(1);
       },
       [=](wire::beat_atom, uint64_t count) {
@@ -169,6 +176,8 @@ int main(int argc, char** argv) {
   char tmpl[] = "/tmp/bench-cluster-XXXXXX";
   dir = ::mkdtemp(tmpl);
   token_path = dir + "/token";
+  // Whatever happens, the head and nodes this run started are stopped and its files go.
+  std::atexit(cleanup);
   auto token = ensure_token(token_path);
   if (!token) {
     std::cerr << token.error().message() << "\n";
@@ -229,12 +238,10 @@ int main(int argc, char** argv) {
     std::printf("ads run %d: %.0f/s over loopback, %.0f/s in process\n", r + 1, loopback.back(), inproc.back());
     std::fflush(stdout);
   }
-  sh(std::string{TUNE_BINARY} + " stop --grace 5");
   std::printf("{\"detect_dead_ms_p50\": %.1f, \"detect_dead_ms_max\": %.1f, \"detect_frozen_ms_p50\": %.1f, "
               "\"ads_per_s\": %.0f, \"ads_per_s_inproc\": %.0f, \"dead_runs\": %zu, \"ads_nodes\": %d}\n",
               median(dead_ms), *std::max_element(dead_ms.begin(), dead_ms.end()), median(frozen_ms),
               median(loopback), median(inproc), dead_ms.size(), nodes);
   std::fflush(stdout);
-  std::system(("rm -rf " + dir).c_str());
-  std::_Exit(0);
+  std::exit(0);  // runs the clean-up above
 }

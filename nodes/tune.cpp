@@ -234,8 +234,7 @@ expected<node_resources> node_resources_from(const po::variables_map& vm, const 
 int start_node(const po::variables_map& vm, const std::string& dir) {
   auto head = cli::parse_host_port(vm["address"].as<std::string>(), "--address");
   if (!head) return fail("start", head.error().message(), 2);
-  for (auto opt : {"host"})
-    if (vm.count(opt)) return fail("start", std::string{"--"} + opt + " is for the head (--head)", 2);
+  if (vm.count("host")) return fail("start", "--host is for the head (--head)", 2);
   if (!vm["port"].defaulted()) return fail("start", "--port is for the head; a node connects to --address", 2);
   auto token_path = vm["token-file"].as<std::string>();
   auto token = read_token(token_path);

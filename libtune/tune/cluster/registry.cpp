@@ -23,13 +23,13 @@ status node_registry::join(node_info info, node_resources resources, time_point 
     // take the new advertisement.
     (void)view_.remove_node(id);
   }
-  if (auto st = view_.add_node(id, resources); !st) return st;
+  if (auto st = view_.add_node(id, std::move(resources)); !st) return st;
   entry& e = entries_[id];
   e.info = std::move(info);
   e.state = node_state::alive;
   e.reason.clear();
   e.joined = e.last_heard = e.state_since = now;
-  e.resources = std::move(resources);
+  e.last_known = {};
   return status::ok();
 }
 
@@ -41,30 +41,27 @@ node_registry::heard node_registry::heartbeat(const node_id& id, const node_avai
   if (e.state != node_state::alive) return heard::not_alive;
   e.last_heard = now;
   ++e.heartbeats;
-  if (free == e.resources.availability()) return heard::ok;  // nothing changed
-  if (!e.resources.set_availability(free)) return heard::bad_report;
-  auto st = view_.set_availability(id, free);
-  return st ? heard::ok : heard::bad_report;
+  if (view_.find(id)->availability() == free) return heard::ok;  // nothing changed: no re-sync
+  return view_.set_availability(id, free) ? heard::ok : heard::bad_report;
+}
+
+bool node_registry::end(const node_id& id, node_state state, std::string reason, time_point now) {
+  auto it = entries_.find(id);
+  if (it == entries_.end() || it->second.state != node_state::alive) return false;
+  it->second.state = state;
+  it->second.reason = std::move(reason);
+  it->second.state_since = now;
+  it->second.last_known = *view_.find(id);
+  (void)view_.remove_node(id);
+  return true;
 }
 
 bool node_registry::mark_dead(const node_id& id, std::string reason, time_point now) {
-  auto it = entries_.find(id);
-  if (it == entries_.end() || it->second.state != node_state::alive) return false;
-  it->second.state = node_state::dead;
-  it->second.reason = std::move(reason);
-  it->second.state_since = now;
-  (void)view_.remove_node(id);
-  return true;
+  return end(id, node_state::dead, std::move(reason), now);
 }
 
 bool node_registry::mark_left(const node_id& id, time_point now) {
-  auto it = entries_.find(id);
-  if (it == entries_.end() || it->second.state != node_state::alive) return false;
-  it->second.state = node_state::left;
-  it->second.reason = "stopped by its owner (tune stop)";
-  it->second.state_since = now;
-  (void)view_.remove_node(id);
-  return true;
+  return end(id, node_state::left, "stopped by its owner (tune stop)", now);
 }
 
 std::vector<node_id> node_registry::sweep(time_point now, std::chrono::milliseconds timeout) {
@@ -93,6 +90,11 @@ const node_registry::entry* node_registry::find(const node_id& id) const {
   return it == entries_.end() ? nullptr : &it->second;
 }
 
+const node_resources& node_registry::resources(const entry& e) const {
+  const auto* alive = e.state == node_state::alive ? view_.find(e.info.id) : nullptr;
+  return alive ? *alive : e.last_known;
+}
+
 namespace {
 
 nlohmann::json amounts(const resource_set& r) { return nlohmann::json::parse(r.to_json()); }
@@ -108,7 +110,7 @@ std::string node_registry::status_json(time_point now) const {
   json nodes = json::array();
   resource_set total, available;
   for (auto& [id, e] : entries_) {
-    const auto& r = e.resources;
+    const auto& r = resources(e);
     json gpus = json::array();
     for (size_t c = 0; c < r.gpus().size(); ++c) {
       const auto& g = r.gpus()[c];

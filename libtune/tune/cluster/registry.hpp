@@ -43,7 +43,8 @@ class node_registry {
     std::string reason;         // why it is dead or left
     time_point joined{}, last_heard{}, state_since{};
     uint64_t heartbeats = 0;
-    node_resources resources;   // totals, and what it last reported free
+    // What it had when it died or left; an alive node's resources live in view().
+    node_resources last_known;
   };
 
   // A new node, or a known one coming back (same id, e.g. after the head restarted or
@@ -66,12 +67,16 @@ class node_registry {
   const cluster_view& view() const { return view_; }
   const std::map<node_id, entry>& entries() const { return entries_; }
   const entry* find(const node_id& id) const;
+  // A node's totals and what it last reported free, alive or not.
+  const node_resources& resources(const entry& e) const;
   size_t alive() const { return view_.size(); }
 
   // The status of every node as one JSON object (see docs/cli.md, `tune status --json`).
   std::string status_json(time_point now) const;
 
  private:
+  bool end(const node_id& id, node_state state, std::string reason, time_point now);
+
   std::map<node_id, entry> entries_;
   cluster_view view_;
 };
