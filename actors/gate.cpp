@@ -214,7 +214,6 @@ void basp_gate::loop() {
           if (is_peer) {
             std::string why;
             if (!check_frames(r, buf, static_cast<size_t>(k), opt_.max_frame, why)) {
-              ++refused_;
               if (now - last_refusal_log > std::chrono::seconds(1)) {
                 log_line("closed a connection that sent " + why);
                 last_refusal_log = now;
@@ -232,7 +231,6 @@ void basp_gate::loop() {
     }
     for (auto& r : relays)
       if (!r.dead && r.first && now - r.opened > std::chrono::milliseconds(opt_.first_frame_timeout_ms)) {
-        ++refused_;
         r.dead = true;
       }
     for (auto it = relays.begin(); it != relays.end();) {

@@ -39,7 +39,6 @@ class basp_gate {
   basp_gate& operator=(const basp_gate&) = delete;
 
   uint16_t port() const { return port_; }
-  uint64_t refused() const { return refused_.load(); }  // connections closed for bad bytes
 
  private:
   basp_gate() = default;
@@ -49,7 +48,6 @@ class basp_gate {
   int listen_fd_ = -1, wake_[2] = {-1, -1};
   uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> refused_{0};
   std::thread thread_;
 };
 

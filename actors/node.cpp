@@ -14,7 +14,6 @@ struct node_state {
   uint64_t seq = 0, generation = 0;  // a new generation stops the old heartbeat chain
   std::chrono::milliseconds backoff{250};
   caf::actor_clock::time_point started;
-  std::string last_error;
   static inline const char* name = "tune.node";
 };
 
@@ -42,7 +41,6 @@ void fatal(node_actor self, const std::string& why) {
 void schedule_retry(node_actor self, const std::string& why) {
   auto& st = self->state;
   st.connecting = false;
-  st.last_error = why;
   if (!st.ever_joined && self->clock().now() - st.started > st.opt.first_join_deadline) {
     fatal(self, "cannot reach the head at " + where(self) + " (" + why + ")");
     return;
