@@ -1,6 +1,7 @@
 #include "tune/cluster/groups.hpp"
 
 #include <algorithm>
+#include <set>
 
 namespace tune {
 
@@ -18,6 +19,20 @@ std::string_view to_string(group_state s) {
 
 bundle_key node_key(const std::string& group, uint32_t bundle, uint64_t attempt) {
   return {group + "/" + std::to_string(attempt), bundle};
+}
+
+bool parse_node_key(const bundle_key& key, std::string& group, uint64_t& attempt) {
+  auto slash = key.group.rfind('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == key.group.size()) return false;
+  uint64_t a = 0;
+  for (size_t i = slash + 1; i < key.group.size(); ++i) {
+    char c = key.group[i];
+    if (c < '0' || c > '9' || a > (UINT64_MAX - 9) / 10) return false;
+    a = a * 10 + static_cast<uint64_t>(c - '0');
+  }
+  group = key.group.substr(0, slash);
+  attempt = a;
+  return true;
 }
 
 namespace {
@@ -106,7 +121,7 @@ std::vector<group_message> group_table::schedule(cluster_view& view, time_point 
       break;  // first come, first served: later groups wait behind this one
     }
     if (!commit(view, *p)) break;  // cannot happen: the view is ours; be safe anyway
-    ++g.attempt;
+    g.attempt = next_attempt_++;
     g.reason.clear();
     g.placing = todo;
     g.yes.assign(todo.size(), 0);
@@ -221,15 +236,24 @@ std::vector<group_message> group_table::on_committed(const bundle_key& key, uint
       g.site[key.bundle]->attempt != attempt)
     return out;
   // The node no longer holds it (its prepare expired before the commit): place it again.
-  unreserve(view, *g.site[key.bundle]);
-  g.site[key.bundle].reset();
+  lose_site(g, key.bundle, out, view, now, "bundle " + std::to_string(key.bundle) + " was lost on node " + node + ": " + answer.message());
+  return out;
+}
+
+void group_table::lose_site(group& g, uint32_t bundle, std::vector<group_message>& out, cluster_view& view,
+                            time_point now, const std::string& why) {
+  if (std::find(g.placing.begin(), g.placing.end(), bundle) != g.placing.end()) {
+    fail_attempt(g, out, view, now, why);
+    return;
+  }
+  unreserve(view, *g.site[bundle]);
+  g.site[bundle].reset();
   if (g.state == group_state::created) {
     g.state = group_state::rescheduling;
     g.since = now;
     queue_.push_front(g.spec.id);
   }
-  g.reason = "bundle " + std::to_string(key.bundle) + " was lost on node " + node + ": " + answer.message();
-  return out;
+  g.reason = why;
 }
 
 std::vector<group_message> group_table::expire(cluster_view& view, time_point now, std::chrono::milliseconds timeout) {
@@ -297,6 +321,80 @@ std::vector<group_message> group_table::remove(const std::string& id, cluster_vi
   g.reason.clear();
   std::erase(queue_, id);
   return out;
+}
+
+status group_table::adopt(group_spec spec, std::vector<bundle_site> sites, time_point now) {
+  if (spec.id.empty()) return {errc::invalid_argument, "a placement group needs an id"};
+  if (groups_.count(spec.id)) return {errc::already_exists, "placement group " + spec.id + " exists already"};
+  if (sites.size() != spec.bundles.size())
+    return {errc::invalid_argument, "placement group " + spec.id + ": " + std::to_string(sites.size()) +
+                                        " sites for " + std::to_string(spec.bundles.size()) + " bundles"};
+  group g;
+  g.spec = std::move(spec);
+  g.state = group_state::created;
+  g.created = g.since = g.next_try = now;
+  for (auto& s : sites) {
+    g.attempt = std::max(g.attempt, s.attempt);
+    g.site.emplace_back(std::move(s));
+  }
+  groups_.emplace(g.spec.id, std::move(g));
+  return status::ok();
+}
+
+std::vector<group_message> group_table::reconcile(const node_id& node, const std::vector<bundle_key>& held,
+                                                  cluster_view& view, time_point now) {
+  std::vector<group_message> out;
+  std::set<bundle_key> holds(held.begin(), held.end());
+  // What the node holds that is not one of the head's current reservations there.
+  for (auto& key : held) {
+    std::string id;
+    uint64_t attempt = 0;
+    bool ours = false;
+    if (parse_node_key(key, id, attempt)) {
+      auto it = groups_.find(id);
+      if (it != groups_.end() && key.bundle < it->second.site.size()) {
+        auto& s = it->second.site[key.bundle];
+        ours = s && s->node == node && s->attempt == attempt;
+      }
+    }
+    if (ours) continue;
+    group_message m;
+    m.what = group_message::kind::abort;
+    m.node = node;
+    m.key = key;
+    m.attempt = attempt;
+    out.push_back(std::move(m));
+  }
+  // The head's reservations there, answered, that the node no longer holds.
+  for (auto& [id, g] : groups_) {
+    for (uint32_t b = 0; b < g.site.size(); ++b) {
+      if (!g.site[b] || g.site[b]->node != node) continue;
+      auto pos = std::find(g.placing.begin(), g.placing.end(), b);
+      bool answered = pos == g.placing.end() || g.yes[static_cast<size_t>(pos - g.placing.begin())];
+      if (!answered || holds.count(node_key(id, b, g.site[b]->attempt))) continue;
+      lose_site(g, b, out, view, now, "bundle " + std::to_string(b) + " is no longer held on node " + node);
+    }
+  }
+  return out;
+}
+
+bool group_table::forget(const std::string& id) {
+  auto it = groups_.find(id);
+  if (it == groups_.end()) return false;
+  if (it->second.state != group_state::removed && it->second.state != group_state::infeasible) return false;
+  groups_.erase(it);
+  std::erase(queue_, id);
+  return true;
+}
+
+void group_table::forget_ended(time_point now, std::chrono::milliseconds keep, size_t max_ended) {
+  std::vector<std::pair<time_point, std::string>> ended;
+  for (auto& [id, g] : groups_)
+    if (g.state == group_state::removed || g.state == group_state::infeasible) ended.emplace_back(g.since, id);
+  std::sort(ended.begin(), ended.end());
+  size_t excess = ended.size() > max_ended ? ended.size() - max_ended : 0;
+  for (size_t i = 0; i < ended.size(); ++i)
+    if (i < excess || now - ended[i].first > keep) forget(ended[i].second);
 }
 
 std::vector<group_table::moved_bundles> group_table::take_moved() { return std::exchange(moved_, {}); }

@@ -16,7 +16,9 @@
 // Fairness: groups are tried in arrival order, and the first one that has to wait
 // stops the walk, so a large group is never overtaken forever by small ones.
 // Every message carries the group, the bundle and the attempt: a reply from an older
-// attempt is recognised and ignored.
+// attempt is recognised and ignored. Attempt numbers are unique across the table (and,
+// seeded from the clock, across head restarts), so a reused group id or a new head
+// never mistakes an old reservation on a node for its own.
 #pragma once
 
 #include <chrono>
@@ -64,6 +66,9 @@ class group_table {
  public:
   using time_point = std::chrono::steady_clock::time_point;
 
+  // `first_attempt`: the first attempt number this table hands out.
+  explicit group_table(uint64_t first_attempt = 1) : next_attempt_(first_attempt) {}
+
   struct group {
     group_spec spec;
     group_state state = group_state::pending;
@@ -107,6 +112,26 @@ class group_table {
   // Removes a group in any state: every bundle it holds or is preparing is aborted.
   std::vector<group_message> remove(const std::string& id, cluster_view& view, time_point now);
 
+  // Registers a group that is already held on nodes (a restarted head adopting what
+  // nodes report, claimed by the group's owner): created at once with these sites,
+  // which the caller has already booked on the view. One site per bundle.
+  status adopt(group_spec spec, std::vector<bundle_site> sites, time_point now);
+
+  // A node reported what it holds (`held`: its bundle keys). A reservation the head
+  // made there that was answered but is no longer held (the prepare expired, the node
+  // restarted) is lost and placed again; anything held that the head did not make
+  // (older attempts, removed groups) is aborted. Prepares still unanswered are left to
+  // their answer or timeout.
+  std::vector<group_message> reconcile(const node_id& node, const std::vector<bundle_key>& held,
+                                       cluster_view& view, time_point now);
+
+  // Drops a removed or infeasible group from the table (it holds nothing); false for
+  // a group in any other state.
+  bool forget(const std::string& id);
+  // Forgets removed and infeasible groups that ended longer than `keep` ago, and the
+  // oldest of them beyond `max_ended`.
+  void forget_ended(time_point now, std::chrono::milliseconds keep, size_t max_ended);
+
   // Groups whose bundles moved since the last call (created again after a loss).
   std::vector<moved_bundles> take_moved();
 
@@ -118,10 +143,18 @@ class group_table {
  private:
   void fail_attempt(group& g, std::vector<group_message>& out, cluster_view& view, time_point now, std::string why);
   std::vector<uint32_t> unplaced(const group& g) const;
+  // A reservation of `g` the node no longer holds: fail its attempt, or place it again.
+  void lose_site(group& g, uint32_t bundle, std::vector<group_message>& out, cluster_view& view, time_point now,
+                 const std::string& why);
 
   std::map<std::string, group> groups_;
   std::deque<std::string> queue_;  // waiting groups, in arrival order
   std::vector<moved_bundles> moved_;
+  uint64_t next_attempt_;
 };
+
+// The group id and attempt a node key names (the inverse of node_key); false for a
+// key that is not one of ours.
+bool parse_node_key(const bundle_key& key, std::string& group, uint64_t& attempt);
 
 }  // namespace tune

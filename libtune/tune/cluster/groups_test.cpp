@@ -255,6 +255,116 @@ TEST_F(GroupsTest, SilentNodesTimeOut) {
   expect_books_agree();
 }
 
+std::vector<bundle_key> keys(const reservation_table& n) {
+  std::vector<bundle_key> out;
+  for (auto& h : n.holdings()) out.push_back(h.key);
+  return out;
+}
+
+TEST_F(GroupsTest, ReconcileAbortsWhatTheHeadDidNotMake) {
+  add_node("a", 2);
+  ASSERT_TRUE(table.create({"g", strategy::pack, {req({{"gpu", 1}})}}, view, now));
+  settle();
+  // Left over on the node: an old attempt of g, a group the head never heard of, and
+  // a key that is not ours at all.
+  for (auto k : {node_key("g", 0, 12345), node_key("other", 0, 7), bundle_key{"junk", 3}})
+    ASSERT_TRUE(nodes.at("a").prepare(k, req({{"gpu", 0.1}}), {}, now)) << k.to_string();
+  append(table.reconcile("a", keys(nodes.at("a")), view, now));
+  ASSERT_EQ(outbox.size(), 3u);
+  for (auto& m : outbox) EXPECT_EQ(m.what, group_message::kind::abort);
+  settle();
+  EXPECT_EQ(nodes.at("a").holdings().size(), 1u);
+  EXPECT_EQ(state("g"), group_state::created);
+  expect_books_agree();
+}
+
+TEST_F(GroupsTest, ReconcilePlacesALostBundleAgain) {
+  add_node("a", 1);
+  add_node("b", 1);
+  ASSERT_TRUE(table.create({"g", strategy::spread, {req({{"gpu", 1}}), req({{"gpu", 1}})}}, view, now));
+  append(table.schedule(view, now));
+  for (auto& m : std::vector<group_message>(outbox)) {  // both prepares answered yes...
+    outbox.erase(outbox.begin());
+    deliver(m);
+  }
+  ASSERT_EQ(state("g"), group_state::created);
+  outbox.clear();  // ...but both commits are lost; the prepares expire on the nodes
+  now += 10s;
+  for (auto& [id, n] : nodes) EXPECT_EQ(n.expire(now, 5000ms).size(), 1u);
+  append(table.reconcile("a", keys(nodes.at("a")), view, now));
+  EXPECT_EQ(state("g"), group_state::rescheduling);
+  EXPECT_NE(table.find("g")->reason.find("no longer held on node a"), std::string::npos);
+  append(table.reconcile("b", keys(nodes.at("b")), view, now));
+  settle();
+  EXPECT_EQ(state("g"), group_state::created);
+  for (auto& [id, n] : nodes) EXPECT_EQ(n.holdings().size(), 1u);
+  auto moved = table.take_moved();
+  ASSERT_EQ(moved.size(), 1u);
+  EXPECT_EQ(moved[0].bundles.size(), 2u);
+  expect_books_agree();
+}
+
+TEST_F(GroupsTest, ReconcileLeavesAPrepareInFlightAlone) {
+  add_node("a", 1);
+  ASSERT_TRUE(table.create({"g", strategy::pack, {req({{"gpu", 1}})}}, view, now));
+  append(table.schedule(view, now));
+  auto prep = outbox.at(0);
+  outbox.clear();
+  // A heartbeat written before the prepare arrived: the node holds nothing yet.
+  append(table.reconcile("a", {}, view, now));
+  EXPECT_TRUE(outbox.empty());
+  EXPECT_EQ(state("g"), group_state::preparing);
+  deliver(prep);
+  settle();
+  EXPECT_EQ(state("g"), group_state::created);
+  expect_books_agree();
+}
+
+TEST_F(GroupsTest, AttemptNumbersAreNeverReused) {
+  group_table seeded{1000};
+  add_node("a", 1);
+  ASSERT_TRUE(seeded.create({"g", strategy::pack, {req({{"gpu", 1}})}}, view, now));
+  auto first = seeded.schedule(view, now);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].attempt, 1000u);
+  (void)seeded.remove("g", view, now);
+  EXPECT_TRUE(seeded.forget("g"));
+  ASSERT_TRUE(seeded.create({"g", strategy::pack, {req({{"gpu", 1}})}}, view, now));
+  auto second = seeded.schedule(view, now);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].attempt, 1001u);
+  EXPECT_NE(first[0].key, second[0].key) << "a reused id must not reuse a node key";
+}
+
+TEST_F(GroupsTest, AdoptAndForget) {
+  add_node("a", 2);
+  auto alloc = *view.allocate("a", req({{"gpu", 1}}));
+  ASSERT_TRUE(table.adopt({"old", strategy::pack, {req({{"gpu", 1}})}}, {{"a", alloc, 77}}, now));
+  EXPECT_EQ(state("old"), group_state::created);
+  EXPECT_FALSE(table.adopt({"old", strategy::pack, {req({{"gpu", 1}})}}, {{"a", alloc, 77}}, now));
+  EXPECT_FALSE(table.adopt({"two", strategy::pack, {req({{"gpu", 1}}), req({{"gpu", 1}})}}, {{"a", alloc, 77}}, now))
+      << "one site per bundle";
+  EXPECT_FALSE(table.forget("old")) << "a created group holds something: remove it first";
+  append(table.remove("old", view, now));
+  ASSERT_EQ(outbox.size(), 1u);
+  EXPECT_EQ(outbox[0].key, node_key("old", 0, 77));
+  EXPECT_TRUE(view.find("a")->is_empty());
+  table.forget_ended(now + 1s, 60s, 1000);
+  EXPECT_NE(table.find("old"), nullptr);
+  table.forget_ended(now + 61s, 60s, 1000);
+  EXPECT_EQ(table.find("old"), nullptr);
+}
+
+TEST(NodeKeys, ParseIsTheInverse) {
+  std::string g;
+  uint64_t a = 0;
+  ASSERT_TRUE(parse_node_key(node_key("pg-1/x", 3, 42), g, a));
+  EXPECT_EQ(g, "pg-1/x");
+  EXPECT_EQ(a, 42u);
+  for (auto bad : {"plain", "/5", "g/", "g/12a", "g/99999999999999999999999"})
+    EXPECT_FALSE(parse_node_key({bad, 0}, g, a)) << bad;
+}
+
 // Groups created and removed at random, nodes lost, messages duplicated, delayed and
 // lost, prepares expiring on the nodes: the books of head and nodes never over-commit,
 // created groups hold every bundle, and once everything is removed and expired,
@@ -295,6 +405,11 @@ TEST_F(GroupsTest, RandomChaos) {
         for (auto& [id, n] : nodes)
           for (auto& k : n.expire(now, 5000ms)) (void)k;
         break;
+      case 6: {  // a heartbeat: a node says what it holds
+        auto& [id, n] = *std::next(nodes.begin(), static_cast<long>(rng() % nodes.size()));
+        append(table.reconcile(id, keys(n), view, now));
+        break;
+      }
       default: {
         append(table.schedule(view, now));
         for (int k = 0; k < 4 && !outbox.empty(); ++k) {
@@ -315,6 +430,23 @@ TEST_F(GroupsTest, RandomChaos) {
     }
     ASSERT_TRUE(view.summaries_consistent());
   }
+  // After every node reported what it holds and the retries ran, every created group
+  // is held, bundle by bundle, on the node the head says.
+  for (int round = 0; round < 40; ++round) {
+    now += 3s;
+    for (auto& [id, n] : nodes) {
+      n.expire(now, 5000ms);
+      append(table.reconcile(id, keys(n), view, now));
+    }
+    append(table.expire(view, now, 2000ms));
+    settle();
+  }
+  for (auto& [id, g] : table.groups()) {
+    if (g.state != group_state::created) continue;
+    for (uint32_t b = 0; b < g.site.size(); ++b)
+      EXPECT_NE(nodes.at(g.site[b]->node).find(node_key(id, b, g.site[b]->attempt)), nullptr) << id << "#" << b;
+  }
+  expect_books_agree();
   for (auto& id : live) append(table.remove(id, view, now));
   while (!outbox.empty()) {
     auto m = outbox.front();
