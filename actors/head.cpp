@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "groups.hpp"
 #include "log.hpp"
 #include "tune/cluster/registry.hpp"
 #include "tune/cluster/token.hpp"
@@ -19,6 +20,7 @@ struct head_state {
   std::map<caf::actor_addr, node_id> node_of;
   std::map<node_id, caf::actor_addr> addr_of;
   std::vector<caf::actor> subscribers;
+  caf::actor groups;  // the placement-group actor, linked to this one
   caf::actor_clock::time_point started;
   static inline const char* name = "tune.head";
 };
@@ -41,15 +43,27 @@ void notify(head_actor self, const node_id& id, std::string_view state, const st
 }
 
 void node_gone(head_actor self, const node_id& id) {
+  self->send(self->state.groups, wire::node_down_atom::value, id);
   auto it = self->state.addr_of.find(id);
   if (it == self->state.addr_of.end()) return;
   self->state.node_of.erase(it->second);
   self->state.addr_of.erase(it);
 }
 
+// A placement-group request: the token checked here, the rest answered by the
+// placement-group actor (delegated, so its answer goes straight to the client).
+template <class Atom, class... Ts>
+caf::message to_groups(head_actor self, const std::string& token, Atom atom, Ts&&... xs) {
+  if (!token_equal(token, self->state.opt.token)) return caf::make_message(atom, false, wrong_token());
+  self->delegate(self->state.groups, atom, std::forward<Ts>(xs)...);
+  return {};
+}
+
 caf::behavior head(head_actor self, head_options opt) {
   self->state.opt = std::move(opt);
   self->state.started = self->clock().now();
+  self->state.groups = spawn_groups(self->home_system(), self->state.opt.groups);
+  self->link_to(self->state.groups);
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
     std::erase_if(st.subscribers, [&](const caf::actor& a) { return a.address() == dm.source; });
@@ -79,6 +93,7 @@ caf::behavior head(head_actor self, head_options opt) {
         if (!resources) return refuse("its advertisement is malformed: " + resources.error().message());
         auto sender = caf::actor_cast<caf::actor>(self->current_sender());
         if (!sender) return refuse("it sent no actor to talk back to");
+        bool first_join = st.registry.find(ad.node_id) == nullptr;
         auto joined = st.registry.join({ad.node_id, ad.hostname, ad.address, ad.version},
                                        std::move(resources).value(), self->clock().now());
         if (!joined) return refuse(joined.message());
@@ -86,12 +101,13 @@ caf::behavior head(head_actor self, head_options opt) {
         st.node_of[sender.address()] = ad.node_id;
         st.addr_of[ad.node_id] = sender.address();
         self->monitor(sender);
+        self->send(st.groups, wire::node_up_atom::value, ad, sender, first_join);
         log_line("node " + ad.node_id + " joined from " + ad.hostname + " (" + ad.address + ")");
         notify(self, ad.node_id, "alive", "joined");
         return caf::make_message(wire::join_atom::value, true, version());
       },
       [self](wire::heartbeat_atom, const std::string& token, const node_id& id, uint64_t,
-             const wire::wire_avail& free) {
+             const wire::wire_avail& free, const std::vector<wire::wire_hold>& holds) {
         auto& st = self->state;
         if (!token_equal(token, st.opt.token)) return;
         auto it = st.addr_of.find(id);
@@ -104,10 +120,13 @@ caf::behavior head(head_actor self, head_options opt) {
         auto report = wire::from_wire(free);
         auto heard = report ? st.registry.heartbeat(id, *report, self->clock().now())
                             : node_registry::heard::bad_report;
-        if (heard == node_registry::heard::unknown || heard == node_registry::heard::not_alive)
+        if (heard == node_registry::heard::unknown || heard == node_registry::heard::not_alive) {
           self->send(sender, wire::rejoin_atom::value);
-        else if (heard == node_registry::heard::bad_report)
+          return;
+        }
+        if (heard == node_registry::heard::bad_report)
           log_line("node " + id + " sent an availability report that does not match its resources");
+        self->send(st.groups, wire::holdings_atom::value, id, holds);
       },
       [self](wire::leave_atom, const std::string& token, const node_id& id) {
         auto& st = self->state;
@@ -120,7 +139,7 @@ caf::behavior head(head_actor self, head_options opt) {
         }
         return caf::make_message(wire::leave_atom::value, left);
       },
-      [self](wire::status_atom, const std::string& token, const std::string& their_version) {
+      [self](wire::status_atom, const std::string& token, const std::string& their_version) -> caf::result<caf::message> {
         auto& st = self->state;
         if (!token_equal(token, st.opt.token))
           return caf::make_message(wire::status_atom::value, false, wrong_token());
@@ -132,7 +151,42 @@ caf::behavior head(head_actor self, head_options opt) {
                      {"version", version()},
                      {"uptime_s", std::chrono::duration<double>(now - st.started).count()},
                      {"heartbeat_timeout_ms", st.opt.heartbeat_timeout.count()}};
-        return caf::make_message(wire::status_atom::value, true, j.dump());
+        auto rp = self->make_response_promise<caf::message>();
+        self->request(st.groups, wire::request_timeout, wire::pg_list_atom::value)
+            .then(
+                [rp, j](wire::pg_list_atom, const std::string& groups) mutable {
+                  auto g = nlohmann::json::parse(groups);
+                  j["placement_groups"] = std::move(g["groups"]);
+                  j["orphaned_bundles"] = std::move(g["orphans"]);
+                  rp.deliver(caf::make_message(wire::status_atom::value, true, j.dump()));
+                },
+                [rp](caf::error& err) mutable {
+                  rp.deliver(caf::make_message(wire::status_atom::value, false,
+                                               "the placement-group actor did not answer: " + to_string(err)));
+                });
+        return rp;
+      },
+      [self](wire::pg_create_atom, const std::string& token, const std::string& their_version,
+             const wire::wire_group_spec& spec) {
+        if (their_version != version() && token_equal(token, self->state.opt.token))
+          return caf::make_message(wire::pg_create_atom::value, false, std::string{}, std::string{},
+                                   version_mismatch(their_version));
+        if (!token_equal(token, self->state.opt.token))
+          return caf::make_message(wire::pg_create_atom::value, false, std::string{}, std::string{}, wrong_token());
+        self->delegate(self->state.groups, wire::pg_create_atom::value, spec);
+        return caf::message{};
+      },
+      [self](wire::pg_wait_atom, const std::string& token, const std::string& id, int64_t timeout_ms) {
+        if (!token_equal(token, self->state.opt.token))
+          return caf::make_message(wire::pg_wait_atom::value, false, std::string{"unknown"}, wrong_token());
+        self->delegate(self->state.groups, wire::pg_wait_atom::value, id, timeout_ms);
+        return caf::message{};
+      },
+      [self](wire::pg_remove_atom, const std::string& token, const std::string& id) {
+        return to_groups(self, token, wire::pg_remove_atom::value, id);
+      },
+      [self](wire::pg_get_atom, const std::string& token, const std::string& id) {
+        return to_groups(self, token, wire::pg_get_atom::value, id);
       },
       [self](wire::subscribe_atom, const std::string& token) {
         auto& st = self->state;

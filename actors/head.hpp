@@ -6,6 +6,9 @@
 //    for the heartbeat timeout (3 s; the sweep runs every 250 ms).
 // A dead node that joins again (same id) is alive again; after a head restart, nodes
 // join the new head on their own and the registry is rebuilt from what they advertise.
+// Placement groups are run by its placement-group actor (groups.hpp), which it tells
+// about nodes joining, dying and what they hold, and to which it hands clients'
+// placement-group requests once their token is checked.
 #pragma once
 
 #include <caf/all.hpp>
@@ -13,6 +16,7 @@
 #include <chrono>
 #include <string>
 
+#include "groups.hpp"
 #include "wire.hpp"
 
 namespace tune {
@@ -21,6 +25,7 @@ struct head_options {
   std::string token;
   std::string address;  // how people reach it, for status ("10.0.0.1:6380")
   std::chrono::milliseconds heartbeat_timeout = wire::heartbeat_timeout;
+  groups_options groups;
 };
 
 caf::actor spawn_head(caf::actor_system& sys, head_options opt);

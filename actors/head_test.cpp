@@ -74,7 +74,7 @@ struct HeadTest : ::testing::Test {
     resource_set host;
     host.set_cpu(quantity::whole(8)).set_memory(int64_t{32} << 30);
     auto n = *node_resources::make(host, logical_gpus(id, 2, int64_t{16} << 30));
-    who->send(head, wire::heartbeat_atom::value, token, id, uint64_t{1}, wire::to_wire(n.availability()));
+    who->send(head, wire::heartbeat_atom::value, token, id, uint64_t{1}, wire::to_wire(n.availability()), std::vector<wire::wire_hold>{});
     sched.run();
   }
 
@@ -109,7 +109,7 @@ TEST_F(HeadTest, WrongTokenIsRefusedAndNeverAppears) {
   caf::scoped_actor client{sys};
   EXPECT_FALSE(ask(client, wire::status_atom::value, std::string{"wrong-token-wrong-token"}, version()).first);
   // Heartbeats with a wrong token are ignored, not answered.
-  client->send(head, wire::heartbeat_atom::value, std::string{"bad"}, std::string{"n1"}, uint64_t{1}, wire::wire_avail{});
+  client->send(head, wire::heartbeat_atom::value, std::string{"bad"}, std::string{"n1"}, uint64_t{1}, wire::wire_avail{}, std::vector<wire::wire_hold>{});
   sched.run();
   EXPECT_EQ(status()["nodes"].size(), 0u);
 }
@@ -158,7 +158,7 @@ TEST_F(HeadTest, LostConnectionIsDeadAtOnceAndRejoinRevives) {
   EXPECT_EQ(state_of("n1"), "dead");
   caf::scoped_actor again{sys};
   // Its heartbeat is answered with "join again"...
-  again->send(head, wire::heartbeat_atom::value, token, std::string{"n1"}, uint64_t{9}, wire::wire_avail{});
+  again->send(head, wire::heartbeat_atom::value, token, std::string{"n1"}, uint64_t{9}, wire::wire_avail{}, std::vector<wire::wire_hold>{});
   sched.run();
   bool asked = false;
   again->receive([&](wire::rejoin_atom) { asked = true; }, caf::after(0s) >> [] {});

@@ -1,6 +1,8 @@
 #include "node.hpp"
 
 #include "log.hpp"
+#include "tune/cluster/groups.hpp"
+#include "tune/cluster/reservations.hpp"
 #include "tune/cluster/version.hpp"
 
 namespace tune {
@@ -9,6 +11,7 @@ namespace {
 
 struct node_state {
   node_options opt;
+  reservation_table table{node_resources{}};
   caf::actor head;
   bool joined = false, ever_joined = false, connecting = false, reported = false;
   uint64_t seq = 0, generation = 0;  // a new generation stops the old heartbeat chain
@@ -49,10 +52,26 @@ void schedule_retry(node_actor self, const std::string& why) {
   st.backoff = std::min(st.backoff * 2, max_backoff);
 }
 
+std::vector<wire::wire_hold> holdings(const reservation_table& table) {
+  std::vector<wire::wire_hold> out;
+  for (auto& h : table.holdings())
+    out.push_back({h.key.group, h.key.bundle, h.state == hold_state::committed, wire::to_wire_request(h.request),
+                   wire::to_wire(h.alloc)});
+  return out;
+}
+
+// Placement-group messages come from the head's process only.
+bool from_head(node_actor self) {
+  auto& st = self->state;
+  auto sender = self->current_sender();
+  return st.head && sender && sender->node() == st.head.node();
+}
+
 void send_join(node_actor self) {
   auto& st = self->state;
-  auto ad = wire::make_ad(st.opt.node_id, st.opt.hostname, st.opt.address, st.opt.resources);
+  auto ad = wire::make_ad(st.opt.node_id, st.opt.hostname, st.opt.address, st.table.resources());
   ad.version = version();
+  ad.holdings = holdings(st.table);
   self->request(st.head, wire::request_timeout, wire::join_atom::value, st.opt.token, ad)
       .then(
           [self](wire::join_atom, bool accepted, const std::string& text) {
@@ -75,6 +94,7 @@ void send_join(node_actor self) {
 
 caf::behavior node(node_actor self, node_options opt) {
   self->state.opt = std::move(opt);
+  self->state.table = reservation_table{self->state.opt.resources};
   self->state.started = self->clock().now();
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
@@ -86,12 +106,19 @@ caf::behavior node(node_actor self, node_options opt) {
     schedule_retry(self, "head lost");
   });
   self->send(self, wire::retry_atom::value);
+  self->delayed_send(self, self->state.opt.prepare_ttl / 4, wire::expire_atom::value);
   return {
       [self](wire::retry_atom) {
         auto& st = self->state;
         if (st.joined || st.connecting) return;
         st.connecting = true;
         if (st.head) {  // connected, but the head asked us to join again
+          send_join(self);
+          return;
+        }
+        if (st.opt.head_actor) {  // a head in this process
+          st.head = st.opt.head_actor;
+          self->monitor(st.head);
           send_join(self);
           return;
         }
@@ -114,8 +141,40 @@ caf::behavior node(node_actor self, node_options opt) {
         auto& st = self->state;
         if (!st.joined || generation != st.generation) return;
         self->send(st.head, wire::heartbeat_atom::value, st.opt.token, st.opt.node_id, ++st.seq,
-                   wire::to_wire(st.opt.resources.availability()));
+                   wire::to_wire(st.table.resources().availability()), holdings(st.table));
         self->delayed_send(self, wire::heartbeat_period, wire::beat_atom::value, generation);
+      },
+      [self](wire::prepare_atom, const std::string& key, uint32_t bundle, const wire::wire_request& req,
+             const wire::wire_alloc& preferred) {
+        auto& st = self->state;
+        auto refuse = [&](const std::string& why) {
+          return caf::make_message(wire::prepare_atom::value, false, wire::wire_alloc{}, why);
+        };
+        if (!from_head(self)) return refuse("only the head this node joined may reserve here");
+        auto request = wire::request_from_wire(req);
+        if (!request) return refuse(request.error().message());
+        auto pref = wire::alloc_from_wire(preferred, st.table.resources());
+        auto taken = st.table.prepare({key, bundle}, *request, pref ? *pref : allocation{}, self->clock().now());
+        if (!taken) return refuse(taken.error().message());
+        return caf::make_message(wire::prepare_atom::value, true, wire::to_wire(*taken), std::string{});
+      },
+      [self](wire::commit_atom, const std::string& key, uint32_t bundle) {
+        if (!from_head(self))
+          return caf::make_message(wire::commit_atom::value, false,
+                                   std::string{"only the head this node joined may commit here"});
+        auto done = self->state.table.commit({key, bundle});
+        return caf::make_message(wire::commit_atom::value, done.is_ok(), done.is_ok() ? std::string{} : done.message());
+      },
+      [self](wire::abort_atom, const std::string& key, uint32_t bundle) {
+        if (!from_head(self)) return;
+        self->state.table.abort({key, bundle});
+      },
+      [self](wire::expire_atom) {
+        auto& st = self->state;
+        for (auto& k : st.table.expire(self->clock().now(), st.opt.prepare_ttl))
+          log_line("released bundle " + k.to_string() + ": prepared but never committed within " +
+                   std::to_string(st.opt.prepare_ttl.count()) + " ms");
+        self->delayed_send(self, st.opt.prepare_ttl / 4, wire::expire_atom::value);
       },
       [self](wire::rejoin_atom) {
         auto& st = self->state;

@@ -1,6 +1,11 @@
 // The node actor: one per machine. Joins the head with its advertisement, heartbeats
-// what it has free, and when the head goes away (restart, network) reconnects and
-// joins again on its own, with the same node id.
+// what it has free and what it holds, and when the head goes away (restart, network)
+// reconnects and joins again on its own, with the same node id.
+//
+// It keeps the node's reservations for placement groups (reservation_table): prepare,
+// commit and abort from the head's placement-group actor (and from nobody else: a
+// message from any other process is refused); a prepare not committed within
+// `prepare_ttl` is released, so a head that dies mid-protocol leaks nothing.
 //
 //          retry                 join accepted
 //   start -------> connecting ------------------> joined --+ beat every 500 ms
@@ -30,6 +35,10 @@ struct node_options {
   std::string node_id, hostname, address;
   node_resources resources;
   std::chrono::milliseconds first_join_deadline{10000};
+  std::chrono::milliseconds prepare_ttl{10000};
+  // A head in this process (an embedded cluster, benchmarks): joined without a
+  // connection. head_host and head_port are then only for messages.
+  caf::actor head_actor;
   // Called once: when the node first joins (ok), or when it gives up (the reason).
   std::function<void(const status&)> on_first_join;
   // Called when the head refuses the node after it had joined (e.g. a new token).

@@ -66,12 +66,63 @@ expected<node_resources> resources_from_ad(const wire_ad& ad) {
   return n;
 }
 
+wire_request to_wire_request(const resource_set& r) {
+  wire_request w;
+  w.host = to_wire(r);
+  w.gpu_units = r.gpu().units();
+  w.gpu_memory = r.gpu_memory();
+  return w;
+}
+
+expected<resource_set> request_from_wire(const wire_request& w) {
+  auto host = host_from_wire(w.host);
+  if (!host) return host.error();
+  if (w.gpu_units < 0 || w.gpu_memory < 0)
+    return status{errc::invalid_argument, "malformed request: a negative GPU amount"};
+  host->set_gpu(quantity::from_units(w.gpu_units)).set_gpu_memory(w.gpu_memory);
+  if (auto st = check_request(*host); !st) return st;
+  return host;
+}
+
+wire_alloc to_wire(const allocation& a) {
+  wire_alloc w;
+  w.host = to_wire(a.host);
+  for (auto& g : a.gpus) w.gpus.push_back({g.card, g.share.units(), g.memory});
+  return w;
+}
+
+expected<allocation> alloc_from_wire(const wire_alloc& w, const node_resources& on) {
+  auto host = host_from_wire(w.host);
+  if (!host) return host.error();
+  allocation a;
+  a.host = *host;
+  for (auto& g : w.gpus) {
+    if (g.card >= on.gpus().size())
+      return status{errc::invalid_argument, "malformed allocation: card " + std::to_string(g.card) +
+                                                " does not exist on a node with " +
+                                                std::to_string(on.gpus().size()) + " GPUs"};
+    if (g.share_units <= 0 || g.share_units > quantity::whole(1).units() || g.memory < 0)
+      return status{errc::invalid_argument, "malformed allocation: a card's share or memory is out of range"};
+    a.gpus.push_back({g.card, quantity::from_units(g.share_units), g.memory});
+  }
+  return a;
+}
+
 config::config(bool network) {
   add_message_type<wire_gpu>("tune::wire_gpu");
   add_message_type<std::vector<wire_gpu>>("std::vector<tune::wire_gpu>");
   add_message_type<wire_host>("tune::wire_host");
   add_message_type<wire_avail>("tune::wire_avail");
   add_message_type<wire_ad>("tune::wire_ad");
+  add_message_type<wire_request>("tune::wire_request");
+  add_message_type<std::vector<wire_request>>("std::vector<tune::wire_request>");
+  add_message_type<wire_grant>("tune::wire_grant");
+  add_message_type<std::vector<wire_grant>>("std::vector<tune::wire_grant>");
+  add_message_type<wire_alloc>("tune::wire_alloc");
+  add_message_type<wire_hold>("tune::wire_hold");
+  add_message_type<std::vector<wire_hold>>("std::vector<tune::wire_hold>");
+  add_message_type<wire_group_spec>("tune::wire_group_spec");
+  add_message_type<std::vector<uint32_t>>("std::vector<uint32_t>");
   add_message_type<std::vector<std::string>>("std::vector<std::string>");
   add_message_type<std::vector<int64_t>>("std::vector<int64_t>");
   if (network) load<caf::io::middleman>();

@@ -14,6 +14,23 @@
 //   any  -> head   (subscribe_atom, token)                  -> (subscribe_atom, bool, text)
 //   head -> subscribers  (node_event_atom, node_id, state, reason)
 //
+// Placement groups (docs/placement-groups.md). Clients ask the head, which checks the
+// token and hands the request to its placement-group actor, which answers:
+//   client -> head (pg_create_atom, token, version, wire_group_spec)
+//                  -> (pg_create_atom, bool, id, state, reason-or-error)
+//   client -> head (pg_wait_atom, token, id, timeout_ms)
+//                  -> (pg_wait_atom, bool ready, state, reason)   when created, failed
+//                     or after the timeout, whichever comes first
+//   client -> head (pg_remove_atom, token, id)            -> (pg_remove_atom, bool, text)
+//   client -> head (pg_get_atom, token, id)               -> (pg_get_atom, bool, json-or-error)
+//   groups -> owner (pg_moved_atom, id, bundles)   bundles placed again after a node loss
+// Two phases between the placement-group actor and a node actor (keys: docs):
+//   (prepare_atom, key, bundle, wire_request, wire_alloc preferred)
+//                  -> (prepare_atom, bool, wire_alloc taken, reason)
+//   (commit_atom, key, bundle)                            -> (commit_atom, bool, reason)
+//   (abort_atom, key, bundle)                             no reply
+// Nodes put what they hold (wire_hold) in their advertisement and every heartbeat.
+//
 // The head is a dynamically typed actor on purpose: a client of another version still
 // reaches it and is told, in words, which versions differ (a typed interface check
 // would fail the connection with no such message).
@@ -28,6 +45,7 @@
 #include <vector>
 
 #include "tune/core/node_resources.hpp"
+#include "tune/core/resource_set.hpp"
 
 namespace tune::wire {
 
@@ -41,6 +59,20 @@ using node_event_atom = caf::atom_constant<caf::atom("nodeevent")>;
 using sweep_atom = caf::atom_constant<caf::atom("sweep")>;
 using beat_atom = caf::atom_constant<caf::atom("beat")>;
 using retry_atom = caf::atom_constant<caf::atom("retry")>;
+using prepare_atom = caf::atom_constant<caf::atom("prepare")>;
+using commit_atom = caf::atom_constant<caf::atom("commit")>;
+using abort_atom = caf::atom_constant<caf::atom("abort")>;
+using expire_atom = caf::atom_constant<caf::atom("expire")>;
+using holdings_atom = caf::atom_constant<caf::atom("holdings")>;
+using node_up_atom = caf::atom_constant<caf::atom("nodeup")>;
+using node_down_atom = caf::atom_constant<caf::atom("nodedown")>;
+using pg_create_atom = caf::atom_constant<caf::atom("pgcreate")>;
+using pg_wait_atom = caf::atom_constant<caf::atom("pgwait")>;
+using pg_remove_atom = caf::atom_constant<caf::atom("pgremove")>;
+using pg_get_atom = caf::atom_constant<caf::atom("pgget")>;
+using pg_list_atom = caf::atom_constant<caf::atom("pglist")>;
+using pg_moved_atom = caf::atom_constant<caf::atom("pgmoved")>;
+using pg_tick_atom = caf::atom_constant<caf::atom("pgtick")>;
 
 // Timing of the liveness protocol.
 constexpr auto heartbeat_period = std::chrono::milliseconds(500);
@@ -84,18 +116,79 @@ typename Inspector::result_type inspect(Inspector& f, wire_avail& x) {
   return f(caf::meta::type_name("wire_avail"), x.host, x.card_free, x.card_memory_free);
 }
 
-// A node's advertisement on join: who it is, what it has, what is free.
+// A request for resources (a bundle): host amounts, GPU share and GPU memory.
+struct wire_request {
+  wire_host host;
+  int64_t gpu_units = 0, gpu_memory = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_request& x) {
+  return f(caf::meta::type_name("wire_request"), x.host, x.gpu_units, x.gpu_memory);
+}
+
+// One card's part of an allocation; the card is an index into the node's GPUs.
+struct wire_grant {
+  uint32_t card = 0;
+  int64_t share_units = 0, memory = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_grant& x) {
+  return f(caf::meta::type_name("wire_grant"), x.card, x.share_units, x.memory);
+}
+
+struct wire_alloc {
+  wire_host host;
+  std::vector<wire_grant> gpus;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_alloc& x) {
+  return f(caf::meta::type_name("wire_alloc"), x.host, x.gpus);
+}
+
+// A bundle a node holds for a placement group.
+struct wire_hold {
+  std::string key;  // the node key's group part: "<group>/<attempt>"
+  uint32_t bundle = 0;
+  bool committed = false;
+  wire_request request;
+  wire_alloc alloc;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_hold& x) {
+  return f(caf::meta::type_name("wire_hold"), x.key, x.bundle, x.committed, x.request, x.alloc);
+}
+
+// What a client asks for. An empty id: the head names the group. A detached group
+// outlives the client that created it; any other is removed when its owner's actor
+// or connection goes away.
+struct wire_group_spec {
+  std::string id, strategy;
+  std::vector<wire_request> bundles;
+  bool detached = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_group_spec& x) {
+  return f(caf::meta::type_name("wire_group_spec"), x.id, x.strategy, x.bundles, x.detached);
+}
+
+// A node's advertisement on join: who it is, what it has, what is free, what it holds.
 struct wire_ad {
   std::string node_id, hostname, address, version;
   wire_host total;
   std::vector<wire_gpu> gpus;
   wire_avail free;
+  std::vector<wire_hold> holdings;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_ad& x) {
   return f(caf::meta::type_name("wire_ad"), x.node_id, x.hostname, x.address, x.version, x.total, x.gpus,
-           x.free);
+           x.free, x.holdings);
 }
 
 // Conversions; from_wire checks what it reads and says what is wrong.
@@ -107,6 +200,11 @@ expected<node_availability> from_wire(const wire_avail& w);
 wire_ad make_ad(const std::string& node_id, const std::string& hostname, const std::string& address,
                 const node_resources& n);
 expected<node_resources> resources_from_ad(const wire_ad& ad);
+wire_request to_wire_request(const resource_set& r);
+expected<resource_set> request_from_wire(const wire_request& w);
+wire_alloc to_wire(const allocation& a);
+// Checked against the node the allocation is on: its cards exist, amounts are sane.
+expected<allocation> alloc_from_wire(const wire_alloc& w, const node_resources& on);
 
 // The CAF configuration of every libtune process: message types registered, the
 // application identifier, and connection heartbeats so that a silent peer is dropped.

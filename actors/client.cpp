@@ -1,0 +1,149 @@
+#include "client.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "tune/cluster/version.hpp"
+
+namespace tune {
+
+std::string describe(caf::actor_system& sys, const caf::error& err) {
+  if (err == caf::sec::request_timeout) return "no answer in time";
+  if (err == caf::sec::cannot_connect_to_node) return "cannot connect (nothing listening there, or no route)";
+  if (err == caf::sec::incompatible_application_ids) return "not a libtune head (another CAF application)";
+  if (err == caf::sec::request_receiver_down) return "the head is gone";
+  return sys.render(err);
+}
+
+expected<group_info> parse_group_info(const std::string& text) {
+  try {
+    auto j = nlohmann::json::parse(text);
+    group_info g;
+    g.id = j.at("id").get<std::string>();
+    g.state = j.at("state").get<std::string>();
+    g.strategy = j.at("strategy").get<std::string>();
+    g.reason = j.value("reason", "");
+    g.detached = j.value("detached", false);
+    for (auto& b : j.at("bundles")) {
+      bundle_info bi;
+      bi.index = b.at("index").get<uint32_t>();
+      bi.request = b.at("request").get<std::string>();
+      bi.state = b.at("state").get<std::string>();
+      if (b.at("node").is_string()) bi.node = b["node"].get<std::string>();
+      bi.hostname = b.value("hostname", "");
+      bi.host = b.value("host", "");
+      if (b.contains("gpus"))
+        for (auto& c : b["gpus"])
+          bi.gpus.push_back({c.at("card").get<uint32_t>(), c.value("index", 0), c.value("uuid", ""),
+                             c.value("pci_bus_id", ""), c.at("share").get<double>(), c.at("memory").get<int64_t>(),
+                             c.value("logical", false)});
+      g.bundles.push_back(std::move(bi));
+    }
+    return g;
+  } catch (const std::exception& e) {
+    return status{errc::invalid_argument, std::string{"malformed placement group description: "} + e.what()};
+  }
+}
+
+expected<std::unique_ptr<cluster_client>> cluster_client::connect(caf::actor_system& sys, const std::string& host,
+                                                                  uint16_t port, std::string token, ms timeout) {
+  caf::scoped_actor self{sys};
+  caf::actor head;
+  std::string why;
+  std::string where = host + ":" + std::to_string(port);
+  self->request(sys.middleman().actor_handle(), timeout, caf::connect_atom::value, host, port)
+      .receive(
+          [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+            if (ptr) head = caf::actor_cast<caf::actor>(ptr);
+            else why = where + " is a CAF node but no libtune head listens there";
+          },
+          [&](caf::error& err) { why = "cannot reach a libtune head at " + where + ": " + describe(sys, err); });
+  if (!head) return status{errc::not_found, why};
+  return std::make_unique<cluster_client>(sys, head, std::move(token), timeout);
+}
+
+cluster_client::cluster_client(caf::actor_system& sys, caf::actor head, std::string token, ms timeout)
+    : sys_(sys), self_(sys), head_(std::move(head)), token_(std::move(token)), timeout_(timeout) {}
+
+expected<cluster_client::created> cluster_client::create_group(const group_request& req) {
+  wire::wire_group_spec spec;
+  spec.id = req.id;
+  spec.strategy = std::string{to_string(req.strat)};
+  spec.detached = req.detached;
+  for (auto& b : req.bundles) spec.bundles.push_back(wire::to_wire_request(b));
+  expected<created> out = status{errc::invalid_argument, "no answer"};
+  self_->request(head_, timeout_, wire::pg_create_atom::value, token_, version(), spec)
+      .receive(
+          [&](wire::pg_create_atom, bool ok, std::string& id, std::string& state, std::string& reason) {
+            if (ok) out = created{std::move(id), std::move(state), std::move(reason)};
+            else out = status{errc::invalid_argument, std::move(reason)};
+          },
+          [&](caf::error& err) { out = status{errc::not_found, "create placement group: " + describe(sys_, err)}; });
+  return out;
+}
+
+expected<group_info> cluster_client::wait_ready(const std::string& id, ms timeout) {
+  std::optional<status> failed;
+  // The head answers by the timeout itself; allow for the trip there and back.
+  self_->request(head_, timeout + timeout_, wire::pg_wait_atom::value, token_, id, int64_t{timeout.count()})
+      .receive(
+          [&](wire::pg_wait_atom, bool ready, const std::string& state, const std::string& reason) {
+            if (!ready)
+              failed = status{state == "infeasible" ? errc::infeasible : state == "unknown" ? errc::not_found
+                                                                                             : errc::insufficient,
+                              "placement group " + id + " is " + state + (reason.empty() ? "" : ": " + reason)};
+          },
+          [&](caf::error& err) { failed = status{errc::not_found, "wait for " + id + ": " + describe(sys_, err)}; });
+  if (failed) return *failed;
+  return get_group(id);
+}
+
+status cluster_client::remove_group(const std::string& id) {
+  status out{errc::not_found, "no answer"};
+  self_->request(head_, timeout_, wire::pg_remove_atom::value, token_, id)
+      .receive(
+          [&](wire::pg_remove_atom, bool ok, std::string& text) {
+            out = ok ? status::ok() : status{errc::not_found, std::move(text)};
+          },
+          [&](caf::error& err) { out = status{errc::not_found, "remove " + id + ": " + describe(sys_, err)}; });
+  return out;
+}
+
+expected<group_info> cluster_client::get_group(const std::string& id) {
+  expected<group_info> out = status{errc::not_found, "no answer"};
+  self_->request(head_, timeout_, wire::pg_get_atom::value, token_, id)
+      .receive(
+          [&](wire::pg_get_atom, bool ok, const std::string& text) {
+            out = ok ? parse_group_info(text) : expected<group_info>{status{errc::not_found, text}};
+          },
+          [&](caf::error& err) { out = status{errc::not_found, "get " + id + ": " + describe(sys_, err)}; });
+  return out;
+}
+
+expected<std::string> cluster_client::status_json() {
+  expected<std::string> out = status{errc::not_found, "no answer"};
+  self_->request(head_, timeout_, wire::status_atom::value, token_, version())
+      .receive(
+          [&](wire::status_atom, bool ok, std::string& text) {
+            out = ok ? expected<std::string>{std::move(text)}
+                     : expected<std::string>{status{errc::invalid_argument, "the head refused: " + text}};
+          },
+          [&](caf::error& err) { out = status{errc::not_found, "the head did not answer: " + describe(sys_, err)}; });
+  return out;
+}
+
+std::vector<std::pair<std::string, std::vector<uint32_t>>> cluster_client::take_moved() {
+  std::vector<std::pair<std::string, std::vector<uint32_t>>> out;
+  bool more = true;
+  while (more) {
+    more = false;
+    self_->receive(
+        [&](wire::pg_moved_atom, std::string& id, std::vector<uint32_t>& bundles) {
+          out.emplace_back(std::move(id), std::move(bundles));
+          more = true;
+        },
+        caf::after(std::chrono::seconds(0)) >> [] {});
+  }
+  return out;
+}
+
+}  // namespace tune

@@ -1,0 +1,102 @@
+// A client of a libtune cluster: what the rest of the system (the tuner, the CLI,
+// tests) uses to talk to the head. Blocking calls with timeouts; one client per
+// thread (it owns a scoped actor).
+//
+//   auto c = cluster_client::connect(sys, "10.0.0.1", 6380, token);
+//   auto made = (*c)->create_group({.strat = strategy::strict_spread, .bundles = {gpu1, gpu1}});
+//   auto ready = (*c)->wait_ready(made->id, 30s);   // where each bundle sits, GPU UUIDs
+//   (*c)->remove_group(made->id);
+//
+// Groups are owned by the client that created them: when it goes away (its actor
+// ends, its process dies, its connection drops) the head removes them, unless they
+// were created detached.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tune/core/placement.hpp"
+#include "wire.hpp"
+
+namespace tune {
+
+struct group_request {
+  std::string id;  // empty: the head names it
+  strategy strat = strategy::pack;
+  std::vector<resource_set> bundles;
+  bool detached = false;
+};
+
+struct gpu_site {
+  uint32_t card = 0;     // index into the node's GPUs
+  int32_t index = 0;     // the card's index on its machine (PCI order)
+  std::string uuid, pci_bus_id;
+  double share = 0;      // 1 for a whole card
+  int64_t memory = 0;    // bytes reserved on the card (the memory quota)
+  bool logical = false;  // a declared GPU, not a real card
+};
+
+struct bundle_info {
+  uint32_t index = 0;
+  std::string request;
+  std::string state;  // "held", "preparing" or "waiting"
+  std::string node, hostname, host;
+  std::vector<gpu_site> gpus;
+};
+
+struct group_info {
+  std::string id, state, strategy, reason;
+  bool detached = false;
+  std::vector<bundle_info> bundles;
+};
+
+// One group as `tune status --json` and get_group() give it (JSON), read back.
+expected<group_info> parse_group_info(const std::string& json);
+
+class cluster_client {
+ public:
+  using ms = std::chrono::milliseconds;
+
+  // Connects to the head at host:port. Fails with the reason (nothing listening, not a
+  // libtune head, no answer in time).
+  static expected<std::unique_ptr<cluster_client>> connect(caf::actor_system& sys, const std::string& host,
+                                                           uint16_t port, std::string token, ms timeout = ms{10000});
+  // A head in this process.
+  cluster_client(caf::actor_system& sys, caf::actor head, std::string token, ms timeout = ms{10000});
+
+  struct created {
+    std::string id, state, reason;  // state: "preparing", "pending", "created" or "infeasible"
+  };
+  // Registers a group. Bad requests fail with the reason; an infeasible group is
+  // created in state "infeasible" with the reason (it is never placed).
+  expected<created> create_group(const group_request& req);
+  // Waits until the group is created (then: where each bundle sits), has failed, or
+  // the timeout passes; the last two are errors that say why.
+  expected<group_info> wait_ready(const std::string& id, ms timeout);
+  // Releases everything the group holds; removing a removed group is fine.
+  status remove_group(const std::string& id);
+  expected<group_info> get_group(const std::string& id);
+  // The cluster's status as JSON (`tune status --json`).
+  expected<std::string> status_json();
+  // Groups with bundles placed again after a node loss, since the last call.
+  std::vector<std::pair<std::string, std::vector<uint32_t>>> take_moved();
+
+  const caf::actor& head() const { return head_; }
+
+ private:
+  caf::actor_system& sys_;
+  caf::scoped_actor self_;
+  caf::actor head_;
+  std::string token_;
+  ms timeout_;
+};
+
+// A CAF error in words.
+std::string describe(caf::actor_system& sys, const caf::error& err);
+
+}  // namespace tune

@@ -1,0 +1,484 @@
+#include "groups.hpp"
+
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+
+#include "log.hpp"
+#include "tune/cluster/groups.hpp"
+
+namespace tune {
+
+namespace {
+
+using time_point = caf::actor_clock::time_point;
+
+struct waiter {
+  caf::response_promise rp;
+  time_point deadline;
+};
+
+// A bundle a node holds for a group this head does not know (it was made by an
+// earlier head): kept, booked, until its group is claimed or the grace passes.
+struct orphan {
+  node_id node;
+  resource_set request;
+  allocation alloc;
+  time_point since;
+};
+
+struct groups_state {
+  groups_options opt;
+  group_table table;
+  cluster_view view;
+  std::map<node_id, caf::actor> nodes;
+  std::map<node_id, std::string> hostname;
+  std::map<std::string, caf::actor> owner_of;                 // groups that are not detached
+  std::map<caf::actor_addr, std::set<std::string>> groups_of;  // by owner
+  std::map<std::string, std::vector<waiter>> waiters;
+  std::map<bundle_key, orphan> orphans;
+  std::string id_prefix;
+  uint64_t next_id = 1;
+  time_point last_forget{};
+  static inline const char* name = "tune.groups";
+};
+
+using groups_actor = caf::stateful_actor<groups_state>*;
+
+// Attempt numbers start from the wall clock (microseconds), so that a restarted head
+// never reuses a key that an earlier head left on a node.
+uint64_t first_attempt() {
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch());
+  return static_cast<uint64_t>(us.count());
+}
+
+std::string random_prefix() {
+  std::random_device rd;
+  static const char* hex = "0123456789abcdef";
+  std::string p;
+  for (int i = 0; i < 6; ++i) p += hex[rd() % 16];
+  return p;
+}
+
+status check_group_id(const std::string& id) {
+  if (id.size() > 128) return {errc::invalid_argument, "a placement group id has at most 128 characters"};
+  for (unsigned char c : id)
+    if (!(std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == ':'))
+      return {errc::invalid_argument, "placement group id \"" + id +
+                                          "\" has a character other than letters, digits, '-', '_', '.', ':'"};
+  return status::ok();
+}
+
+void send_all(groups_actor self, std::vector<group_message> msgs);
+void flush(groups_actor self);
+
+// A prepare's answer (or its failure) goes back into the table.
+void on_prepare_answer(groups_actor self, const group_message& m, const expected<allocation>& answer) {
+  auto& st = self->state;
+  send_all(self, st.table.on_prepared(m.key, m.attempt, m.node, answer, st.view, self->clock().now()));
+  flush(self);
+}
+
+void send_all(groups_actor self, std::vector<group_message> msgs) {
+  auto& st = self->state;
+  for (auto& m : msgs) {
+    auto it = st.nodes.find(m.node);
+    if (it == st.nodes.end()) continue;  // a lost node: nobody to tell
+    switch (m.what) {
+      case group_message::kind::prepare:
+        self->request(it->second, st.opt.attempt_timeout, wire::prepare_atom::value, m.key.group, m.key.bundle,
+                      wire::to_wire_request(m.request), wire::to_wire(m.preferred))
+            .then(
+                [self, m](wire::prepare_atom, bool ok, const wire::wire_alloc& taken, const std::string& why) {
+                  auto* n = self->state.view.find(m.node);
+                  if (!ok || !n) {
+                    on_prepare_answer(self, m, status{errc::insufficient, ok ? "the node is gone" : why});
+                    return;
+                  }
+                  on_prepare_answer(self, m, wire::alloc_from_wire(taken, *n));
+                },
+                [self, m](caf::error& err) {
+                  on_prepare_answer(self, m, status{errc::insufficient, "prepare failed: " + to_string(err)});
+                });
+        break;
+      case group_message::kind::commit:
+        self->request(it->second, st.opt.attempt_timeout, wire::commit_atom::value, m.key.group, m.key.bundle)
+            .then(
+                [self, m](wire::commit_atom, bool ok, const std::string& why) {
+                  if (ok) return;
+                  auto& st = self->state;
+                  send_all(self, st.table.on_committed(m.key, m.attempt, m.node, status{errc::not_found, why},
+                                                       st.view, self->clock().now()));
+                  flush(self);
+                },
+                // A commit whose answer is lost: the node's next heartbeat says whether
+                // it holds the bundle (reconcile), so nothing to do here.
+                [](caf::error&) {});
+        break;
+      case group_message::kind::abort:
+        self->send(it->second, wire::abort_atom::value, m.key.group, m.key.bundle);
+        break;
+    }
+  }
+}
+
+void drop_owner(groups_actor self, const std::string& id) {
+  auto& st = self->state;
+  auto it = st.owner_of.find(id);
+  if (it == st.owner_of.end()) return;
+  auto g = st.groups_of.find(it->second.address());
+  if (g != st.groups_of.end()) {
+    g->second.erase(id);
+    if (g->second.empty()) st.groups_of.erase(g);
+  }
+  st.owner_of.erase(it);
+}
+
+// Answers the clients waiting for groups that are created or have failed.
+void answer_waiters(groups_actor self) {
+  auto& st = self->state;
+  for (auto it = st.waiters.begin(); it != st.waiters.end();) {
+    auto* g = st.table.find(it->first);
+    bool ready = g && g->state == group_state::created;
+    bool failed = !g || g->state == group_state::infeasible || g->state == group_state::removed;
+    if (!ready && !failed) {
+      ++it;
+      continue;
+    }
+    std::string state{g ? to_string(g->state) : "unknown"};
+    std::string reason = g ? g->reason : "the placement group was forgotten";
+    for (auto& w : it->second) w.rp.deliver(wire::pg_wait_atom::value, ready, state, reason);
+    it = st.waiters.erase(it);
+  }
+}
+
+void flush(groups_actor self) {
+  auto& st = self->state;
+  send_all(self, st.table.schedule(st.view, self->clock().now()));
+  for (auto& moved : st.table.take_moved()) {
+    std::string list;
+    for (auto b : moved.bundles) list += (list.empty() ? "" : ", ") + std::to_string(b);
+    log_line("placement group " + moved.group + ": bundles " + list + " were placed again after a node loss");
+    auto it = st.owner_of.find(moved.group);
+    if (it != st.owner_of.end()) self->send(it->second, wire::pg_moved_atom::value, moved.group, moved.bundles);
+  }
+  answer_waiters(self);
+}
+
+void remove_group(groups_actor self, const std::string& id) {
+  auto& st = self->state;
+  send_all(self, st.table.remove(id, st.view, self->clock().now()));
+  drop_owner(self, id);
+}
+
+void release_orphan(groups_actor self, std::map<bundle_key, orphan>::iterator it, bool tell_node) {
+  auto& st = self->state;
+  if (st.view.find(it->second.node)) (void)st.view.release(it->second.node, it->second.alloc);
+  auto n = st.nodes.find(it->second.node);
+  if (tell_node && n != st.nodes.end())
+    self->send(n->second, wire::abort_atom::value, it->first.group, it->first.bundle);
+  st.orphans.erase(it);
+}
+
+// What a node holds: keep the orphans it still holds, adopt new ones when allowed,
+// and reconcile the rest with the table.
+void take_holdings(groups_actor self, const node_id& node, const std::vector<wire::wire_hold>& holds, bool adopt) {
+  auto& st = self->state;
+  auto* res = st.view.find(node);
+  if (!res) return;
+  auto now = self->clock().now();
+  std::vector<bundle_key> ours;
+  std::set<bundle_key> held;
+  for (auto& h : holds) {
+    bundle_key key{h.key, h.bundle};
+    held.insert(key);
+    if (auto o = st.orphans.find(key); o != st.orphans.end() && o->second.node == node) continue;
+    std::string id;
+    uint64_t attempt = 0;
+    if (adopt && h.committed && parse_node_key(key, id, attempt) && !st.table.find(id)) {
+      auto request = wire::request_from_wire(h.request);
+      auto alloc = wire::alloc_from_wire(h.alloc, *res);
+      if (request && alloc && st.view.apply(node, *alloc)) {
+        st.orphans[key] = {node, *request, *alloc, now};
+        log_line("node " + node + " holds bundle " + key.to_string() +
+                 " of a placement group this head does not know: kept for its owner to claim");
+        continue;
+      }
+    }
+    ours.push_back(std::move(key));
+  }
+  for (auto it = st.orphans.begin(); it != st.orphans.end();) {
+    auto next = std::next(it);
+    if (it->second.node == node && !held.count(it->first)) release_orphan(self, it, false);
+    it = next;
+  }
+  send_all(self, st.table.reconcile(node, ours, st.view, now));
+}
+
+void node_down(groups_actor self, const node_id& id) {
+  auto& st = self->state;
+  if (!st.view.find(id)) return;
+  std::erase_if(st.orphans, [&](const auto& o) { return o.second.node == id; });
+  (void)st.view.remove_node(id);
+  st.nodes.erase(id);
+  send_all(self, st.table.node_lost(id, st.view, self->clock().now()));
+}
+
+bool same_node(const node_resources& a, const node_resources& b) {
+  return a.total() == b.total() && a.gpus() == b.gpus();
+}
+
+// Claims the orphans of group `id` for a new group of the same id: adopted when they
+// are exactly its bundles, else released.
+bool claim_orphans(groups_actor self, const group_spec& spec) {
+  auto& st = self->state;
+  std::vector<std::map<bundle_key, orphan>::iterator> mine;
+  for (auto it = st.orphans.begin(); it != st.orphans.end(); ++it) {
+    std::string id;
+    uint64_t attempt = 0;
+    if (parse_node_key(it->first, id, attempt) && id == spec.id) mine.push_back(it);
+  }
+  if (mine.empty()) return false;
+  std::vector<std::optional<bundle_site>> sites(spec.bundles.size());
+  bool match = mine.size() == spec.bundles.size();
+  for (auto it : mine) {
+    std::string id;
+    uint64_t attempt = 0;
+    parse_node_key(it->first, id, attempt);
+    auto b = it->first.bundle;
+    if (!match || b >= sites.size() || sites[b] || !(it->second.request == spec.bundles[b])) {
+      match = false;
+      break;
+    }
+    sites[b] = bundle_site{it->second.node, it->second.alloc, attempt};
+  }
+  if (!match) {
+    for (auto it : mine) release_orphan(self, it, true);
+    return false;
+  }
+  std::vector<bundle_site> list;
+  for (auto& s : sites) list.push_back(*s);
+  if (!st.table.adopt(spec, std::move(list), self->clock().now())) {
+    for (auto it : mine) release_orphan(self, it, true);
+    return false;
+  }
+  for (auto it : mine) st.orphans.erase(it);
+  log_line("placement group " + spec.id + " was claimed by its owner: adopted as held");
+  return true;
+}
+
+nlohmann::json group_json(groups_actor self, const group_table::group& g, time_point now) {
+  auto& st = self->state;
+  auto secs = [&](time_point t) { return std::chrono::duration<double>(now - t).count(); };
+  nlohmann::json bundles = nlohmann::json::array();
+  for (uint32_t b = 0; b < g.spec.bundles.size(); ++b) {
+    nlohmann::json j{{"index", b}, {"request", g.spec.bundles[b].to_string()}};
+    auto& site = g.site[b];
+    bool placing = std::find(g.placing.begin(), g.placing.end(), b) != g.placing.end();
+    if (!site) {
+      j["state"] = "waiting";
+      j["node"] = nullptr;
+    } else {
+      j["state"] = placing ? "preparing" : "held";
+      j["node"] = site->node;
+      auto h = st.hostname.find(site->node);
+      j["hostname"] = h == st.hostname.end() ? "" : h->second;
+      j["host"] = site->alloc.host.to_string();
+      nlohmann::json gpus = nlohmann::json::array();
+      auto* n = st.view.find(site->node);
+      for (auto& grant : site->alloc.gpus) {
+        nlohmann::json gj{{"card", grant.card}, {"share", grant.share.to_double()}, {"memory", grant.memory}};
+        if (n && grant.card < n->gpus().size()) {
+          auto& card = n->gpus()[grant.card];
+          gj["index"] = card.index;
+          gj["uuid"] = card.uuid;
+          gj["pci_bus_id"] = card.pci_bus_id;
+          gj["logical"] = card.logical;
+        }
+        gpus.push_back(std::move(gj));
+      }
+      j["gpus"] = std::move(gpus);
+    }
+    bundles.push_back(std::move(j));
+  }
+  return {{"id", g.spec.id},
+          {"state", to_string(g.state)},
+          {"strategy", to_string(g.spec.strat)},
+          {"reason", g.reason},
+          {"detached", !st.owner_of.count(g.spec.id)},
+          {"age_s", secs(g.created)},
+          {"in_state_s", secs(g.since)},
+          {"bundles", std::move(bundles)}};
+}
+
+caf::message create(groups_actor self, const wire::wire_group_spec& w) {
+  auto& st = self->state;
+  auto no = [](const std::string& why) {
+    return caf::make_message(wire::pg_create_atom::value, false, std::string{}, std::string{}, why);
+  };
+  group_spec spec;
+  auto strat = parse_strategy(w.strategy.empty() ? "PACK" : w.strategy);
+  if (!strat) return no(strat.error().message());
+  spec.strat = *strat;
+  if (w.bundles.empty()) return no("a placement group needs at least one bundle");
+  if (w.bundles.size() > 4096) return no("a placement group has at most 4096 bundles");
+  for (size_t i = 0; i < w.bundles.size(); ++i) {
+    auto r = wire::request_from_wire(w.bundles[i]);
+    if (!r) return no("bundle " + std::to_string(i) + ": " + r.error().message());
+    spec.bundles.push_back(*r);
+  }
+  if (w.id.empty()) {
+    spec.id = "pg-" + st.id_prefix + "-" + std::to_string(st.next_id++);
+  } else {
+    if (auto ok = check_group_id(w.id); !ok) return no(ok.message());
+    spec.id = w.id;
+    if (auto* old = st.table.find(spec.id)) {
+      if (old->state != group_state::removed && old->state != group_state::infeasible)
+        return no("placement group " + spec.id + " exists already (" + std::string{to_string(old->state)} +
+                  "); remove it first or choose another id");
+      st.table.forget(spec.id);
+    }
+  }
+  auto now = self->clock().now();
+  std::string id = spec.id;
+  if (!claim_orphans(self, spec)) {
+    auto made = st.table.create(std::move(spec), st.view, now);
+    if (!made) return no(made.error().message());
+  }
+  auto owner = caf::actor_cast<caf::actor>(self->current_sender());
+  if (!w.detached && owner) {
+    auto& mine = st.groups_of[owner.address()];
+    if (mine.empty()) self->monitor(owner);
+    mine.insert(id);
+    st.owner_of[id] = owner;
+  }
+  flush(self);
+  auto* g = st.table.find(id);
+  return caf::make_message(wire::pg_create_atom::value, true, id, std::string{to_string(g->state)}, g->reason);
+}
+
+caf::behavior groups(groups_actor self, groups_options opt) {
+  auto& st = self->state;
+  st.opt = opt;
+  st.table = group_table{first_attempt()};
+  st.id_prefix = random_prefix();
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    auto it = st.groups_of.find(dm.source);
+    if (it == st.groups_of.end()) return;
+    auto ids = it->second;
+    log_line("the owner of " + std::to_string(ids.size()) + " placement group(s) went away (" +
+             to_string(dm.reason) + "): removing them");
+    for (auto& id : ids) remove_group(self, id);
+    st.groups_of.erase(dm.source);
+    flush(self);
+  });
+  self->delayed_send(self, st.opt.tick, wire::pg_tick_atom::value);
+  return {
+      [self](wire::node_up_atom, const wire::wire_ad& ad, const caf::actor& node, bool first_join) {
+        auto& st = self->state;
+        auto res = wire::resources_from_ad(ad);
+        if (!res) return;  // the head checked it already
+        auto totals = res->emptied();
+        if (auto* known = st.view.find(ad.node_id); known && !same_node(*known, totals))
+          node_down(self, ad.node_id);  // it came back as another machine
+        if (!st.view.find(ad.node_id) && !st.view.add_node(ad.node_id, totals)) return;
+        st.nodes[ad.node_id] = node;
+        st.hostname[ad.node_id] = ad.hostname;
+        take_holdings(self, ad.node_id, ad.holdings, first_join);
+        flush(self);
+      },
+      [self](wire::node_down_atom, const node_id& id) {
+        node_down(self, id);
+        flush(self);
+      },
+      [self](wire::holdings_atom, const node_id& id, const std::vector<wire::wire_hold>& holds) {
+        take_holdings(self, id, holds, false);
+        flush(self);
+      },
+      [self](wire::pg_create_atom, const wire::wire_group_spec& spec) { return create(self, spec); },
+      [self](wire::pg_wait_atom, const std::string& id, int64_t timeout_ms) {
+        auto& st = self->state;
+        auto rp = self->make_response_promise();
+        auto* g = st.table.find(id);
+        if (!g) {
+          rp.deliver(wire::pg_wait_atom::value, false, std::string{"unknown"}, "no placement group " + id);
+        } else if (timeout_ms < 0) {
+          rp.deliver(wire::pg_wait_atom::value, false, std::string{to_string(g->state)},
+                     std::string{"a negative timeout; give 0 to ask without waiting"});
+        } else {
+          auto wait = std::chrono::milliseconds(std::min<int64_t>(timeout_ms, int64_t{24} * 3600 * 1000));
+          st.waiters[id].push_back({rp, self->clock().now() + wait});
+          answer_waiters(self);
+        }
+        return rp;
+      },
+      [self](wire::pg_remove_atom, const std::string& id) {
+        auto& st = self->state;
+        auto* g = st.table.find(id);
+        if (!g) return caf::make_message(wire::pg_remove_atom::value, false, "no placement group " + id);
+        if (g->state == group_state::removed)
+          return caf::make_message(wire::pg_remove_atom::value, true, std::string{"already removed"});
+        remove_group(self, id);
+        flush(self);
+        return caf::make_message(wire::pg_remove_atom::value, true, std::string{"removed"});
+      },
+      [self](wire::pg_get_atom, const std::string& id) {
+        auto& st = self->state;
+        auto* g = st.table.find(id);
+        if (!g) return caf::make_message(wire::pg_get_atom::value, false, "no placement group " + id);
+        return caf::make_message(wire::pg_get_atom::value, true, group_json(self, *g, self->clock().now()).dump());
+      },
+      [self](wire::pg_list_atom) {
+        auto& st = self->state;
+        auto now = self->clock().now();
+        nlohmann::json groups = nlohmann::json::array(), orphans = nlohmann::json::array();
+        for (auto& [id, g] : st.table.groups()) groups.push_back(group_json(self, g, now));
+        for (auto& [key, o] : st.orphans)
+          orphans.push_back({{"key", key.group},
+                             {"bundle", key.bundle},
+                             {"node", o.node},
+                             {"request", o.request.to_string()},
+                             {"age_s", std::chrono::duration<double>(now - o.since).count()}});
+        nlohmann::json j{{"groups", std::move(groups)}, {"orphans", std::move(orphans)}};
+        return caf::make_message(wire::pg_list_atom::value, j.dump());
+      },
+      [self](wire::pg_tick_atom) {
+        auto& st = self->state;
+        auto now = self->clock().now();
+        send_all(self, st.table.expire(st.view, now, st.opt.attempt_timeout));
+        for (auto it = st.waiters.begin(); it != st.waiters.end();) {
+          auto* g = st.table.find(it->first);
+          std::string state{g ? to_string(g->state) : "unknown"};
+          std::string reason = g ? g->reason : "";
+          std::erase_if(it->second, [&](waiter& w) {
+            if (w.deadline > now) return false;
+            w.rp.deliver(wire::pg_wait_atom::value, false, state, "not ready in time" + (reason.empty() ? "" : ": " + reason));
+            return true;
+          });
+          it = it->second.empty() ? st.waiters.erase(it) : std::next(it);
+        }
+        for (auto it = st.orphans.begin(); it != st.orphans.end();) {
+          auto next = std::next(it);
+          if (now - it->second.since > st.opt.orphan_grace) {
+            log_line("released bundle " + it->first.to_string() + " on node " + it->second.node +
+                     ": nobody claimed its placement group");
+            release_orphan(self, it, true);
+          }
+          it = next;
+        }
+        if (now - st.last_forget > std::chrono::seconds(1)) {
+          st.table.forget_ended(now, st.opt.keep_ended, st.opt.max_ended);
+          st.last_forget = now;
+        }
+        flush(self);
+        self->delayed_send(self, st.opt.tick, wire::pg_tick_atom::value);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_groups(caf::actor_system& sys, groups_options opt) { return sys.spawn(groups, opt); }
+
+}  // namespace tune

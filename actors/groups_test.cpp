@@ -1,0 +1,469 @@
+// The placement-group actor behind the head, on CAF's deterministic scheduler, against
+// scripted nodes: real reservation tables whose answers the test controls (yes, no,
+// silence, late), so that every phase interleaving is stepped through on purpose.
+#include <gtest/gtest.h>
+
+#include <caf/scheduler/test_coordinator.hpp>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "client.hpp"
+#include "head.hpp"
+#include "tune/cluster/groups.hpp"
+#include "tune/cluster/version.hpp"
+#include "tune/host/detect.hpp"
+
+namespace tune {
+namespace {
+
+using namespace std::chrono_literals;
+const std::string token = "0123456789abcdef0123456789abcdef";
+constexpr int64_t GiB = int64_t{1} << 30;
+
+struct test_config : wire::config {
+  test_config() : wire::config(false) { set("scheduler.policy", caf::atom("testing")); }
+};
+
+// How a scripted node answers prepares.
+enum class answer { yes, no, silent };
+
+struct script {
+  answer prepare = answer::yes;
+  bool commit_ok = true;
+  int prepares = 0, commits = 0, aborts = 0;
+  std::vector<caf::response_promise> held_back;  // silent prepares, to answer late
+  std::vector<std::pair<bundle_key, allocation>> held_back_result;
+  reservation_table table{node_resources{}};
+};
+
+node_resources machine(const std::string& id, int gpus) {
+  resource_set host;
+  host.set_cpu(quantity::whole(16)).set_memory(64 * GiB);
+  return *node_resources::make(host, logical_gpus(id, gpus, 16 * GiB));
+}
+
+std::vector<wire::wire_hold> holdings_of(const reservation_table& t) {
+  std::vector<wire::wire_hold> out;
+  for (auto& h : t.holdings())
+    out.push_back({h.key.group, h.key.bundle, h.state == hold_state::committed, wire::to_wire_request(h.request),
+                   wire::to_wire(h.alloc)});
+  return out;
+}
+
+using beat_atom = wire::beat_atom;
+
+// A node that joins the head and answers as its script says.
+caf::behavior scripted_node(caf::event_based_actor* self, caf::actor head, std::string id,
+                            std::shared_ptr<script> s) {
+  auto ad = wire::make_ad(id, "host-" + id, "10.0.0.9", s->table.resources());
+  ad.version = version();
+  ad.holdings = holdings_of(s->table);
+  self->request(head, caf::infinite, wire::join_atom::value, token, ad)
+      .then([](wire::join_atom, bool ok, const std::string& text) { EXPECT_TRUE(ok) << text; });
+  return {
+      [self, s](wire::prepare_atom, const std::string& key, uint32_t bundle, const wire::wire_request& req,
+                const wire::wire_alloc& pref) -> caf::result<caf::message> {
+        ++s->prepares;
+        auto request = *wire::request_from_wire(req);
+        auto preferred = wire::alloc_from_wire(pref, s->table.resources());
+        if (s->prepare == answer::no)
+          return caf::make_message(wire::prepare_atom::value, false, wire::wire_alloc{}, std::string{"scripted no"});
+        auto taken = s->table.prepare({key, bundle}, request, preferred ? *preferred : allocation{},
+                                      self->clock().now());
+        if (!taken) return caf::make_message(wire::prepare_atom::value, false, wire::wire_alloc{}, taken.error().message());
+        if (s->prepare == answer::silent) {
+          s->held_back.push_back(self->make_response_promise());
+          s->held_back_result.emplace_back(bundle_key{key, bundle}, *taken);
+          return caf::message{};
+        }
+        return caf::make_message(wire::prepare_atom::value, true, wire::to_wire(*taken), std::string{});
+      },
+      [s](wire::commit_atom, const std::string& key, uint32_t bundle) {
+        ++s->commits;
+        if (!s->commit_ok) return caf::make_message(wire::commit_atom::value, false, std::string{"scripted no"});
+        auto st = s->table.commit({key, bundle});
+        return caf::make_message(wire::commit_atom::value, st.is_ok(), st.is_ok() ? std::string{} : st.message());
+      },
+      [s](wire::abort_atom, const std::string& key, uint32_t bundle) {
+        ++s->aborts;
+        s->table.abort({key, bundle});
+      },
+      // The test asks for a heartbeat: what the node holds.
+      [self, head, id, s](beat_atom, uint64_t) {
+        self->send(head, wire::heartbeat_atom::value, token, id, uint64_t{1},
+                   wire::to_wire(s->table.resources().availability()), holdings_of(s->table));
+      },
+      // The test answers the held-back prepares (late).
+      [s](wire::retry_atom) {
+        for (size_t i = 0; i < s->held_back.size(); ++i)
+          s->held_back[i].deliver(wire::prepare_atom::value, true, wire::to_wire(s->held_back_result[i].second),
+                                  std::string{});
+        s->held_back.clear();
+        s->held_back_result.clear();
+      },
+  };
+}
+
+struct GroupsActorTest : ::testing::Test {
+  test_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scheduler::test_coordinator& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+  caf::actor head = spawn_head(sys, {token, "test:6380", wire::heartbeat_timeout, groups_options{}});
+  std::map<std::string, std::pair<caf::actor, std::shared_ptr<script>>> nodes;
+  std::optional<caf::scoped_actor> client_actor;
+
+  void SetUp() override {
+    sched.run();
+    client_actor.emplace(sys);
+  }
+  void TearDown() override {
+    client_actor.reset();
+    for (auto& [id, n] : nodes) caf::anon_send_exit(n.first, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
+    sched.run();
+  }
+
+  std::shared_ptr<script> add_node(const std::string& id, int gpus, std::vector<wire::wire_hold> held = {}) {
+    auto s = std::make_shared<script>();
+    s->table = reservation_table{machine(id, gpus)};
+    for (auto& h : held) {
+      auto r = *wire::request_from_wire(h.request);
+      auto a = *wire::alloc_from_wire(h.alloc, s->table.resources());
+      EXPECT_TRUE(s->table.prepare({h.key, h.bundle}, r, a, {}));
+      if (h.committed) EXPECT_TRUE(s->table.commit({h.key, h.bundle}));
+    }
+    auto a = sys.spawn(scripted_node, head, id, s);
+    nodes[id] = {a, s};
+    sched.run();
+    return s;
+  }
+  void kill_node(const std::string& id) {
+    caf::anon_send_exit(nodes.at(id).first, caf::exit_reason::kill);
+    nodes.erase(id);
+    sched.run();
+  }
+  void beat(const std::string& id) {
+    caf::anon_send(nodes.at(id).first, beat_atom::value, uint64_t{0});
+    sched.run();
+  }
+  // Advances simulated time in 50 ms steps; the scripted nodes heartbeat every 500 ms.
+  void pass(std::chrono::milliseconds d) {
+    for (auto left = d; left.count() > 0; left -= 50ms) {
+      sched.advance_time(std::min(left, 50ms));
+      if (++steps % 10 == 0)
+        for (auto& [id, n] : nodes) caf::anon_send(n.first, beat_atom::value, uint64_t{0});
+      sched.run();
+    }
+  }
+  int steps = 0;
+
+  // A request from the test's client; the reply's elements after the atom.
+  template <class... Rs, class Atom, class... Ts>
+  std::tuple<Rs...> ask(Atom atom, Ts&&... xs) {
+    auto& who = *client_actor;
+    auto handle = who->request(head, caf::infinite, atom, std::forward<Ts>(xs)...);
+    sched.run();
+    std::tuple<Rs...> out{};
+    handle.receive([&](Atom, Rs&... rs) { out = std::tuple<Rs...>{rs...}; },
+                   [&](caf::error& err) { ADD_FAILURE() << to_string(err); });
+    return out;
+  }
+
+  // (ok, id, state, reason)
+  std::tuple<bool, std::string, std::string, std::string> create(std::vector<resource_set> bundles, strategy s,
+                                                                  std::string id = {}, bool detached = false) {
+    wire::wire_group_spec spec{id, std::string{to_string(s)}, {}, detached};
+    for (auto& b : bundles) spec.bundles.push_back(wire::to_wire_request(b));
+    return ask<bool, std::string, std::string, std::string>(wire::pg_create_atom::value, token, version(), spec);
+  }
+  nlohmann::json get(const std::string& id) {
+    auto [ok, text] = ask<bool, std::string>(wire::pg_get_atom::value, token, id);
+    EXPECT_TRUE(ok) << text;
+    return ok ? nlohmann::json::parse(text) : nlohmann::json{};
+  }
+  std::string state(const std::string& id) {
+    auto j = get(id);
+    return j.is_object() ? j["state"].get<std::string>() : "?";
+  }
+  bool remove(const std::string& id) {
+    return std::get<0>(ask<bool, std::string>(wire::pg_remove_atom::value, token, id));
+  }
+  // A wait that the test lets run for `wait` of simulated time. (ready, state, reason)
+  std::tuple<bool, std::string, std::string> wait_ready(const std::string& id, std::chrono::milliseconds wait) {
+    auto& who = *client_actor;
+    auto handle = who->request(head, caf::infinite, wire::pg_wait_atom::value, token, id, int64_t{wait.count()});
+    sched.run();
+    pass(wait + 100ms);
+    std::tuple<bool, std::string, std::string> out{false, "no answer", ""};
+    handle.receive([&](wire::pg_wait_atom, bool ready, std::string& st,
+                       std::string& reason) { out = {ready, st, reason}; },
+                   [&](caf::error& err) { ADD_FAILURE() << to_string(err); });
+    return out;
+  }
+  static resource_set gpu(double share) { return *resource_set::make({{"gpu", share}}); }
+};
+
+TEST_F(GroupsActorTest, CreateWaitGetRemove) {
+  auto a = add_node("a", 2);
+  auto b = add_node("b", 2);
+  auto [ok, id, st, reason] = create({gpu(1), gpu(1)}, strategy::strict_spread);
+  ASSERT_TRUE(ok) << reason;
+  EXPECT_EQ(id.rfind("pg-", 0), 0u);
+  auto [ready, state_now, why] = wait_ready(id, 1000ms);
+  EXPECT_TRUE(ready) << state_now << ": " << why;
+  auto j = get(id);
+  ASSERT_EQ(j["bundles"].size(), 2u);
+  EXPECT_NE(j["bundles"][0]["node"], j["bundles"][1]["node"]);
+  for (auto& bj : j["bundles"]) {
+    EXPECT_EQ(bj["state"], "held");
+    ASSERT_EQ(bj["gpus"].size(), 1u);
+    EXPECT_EQ(bj["gpus"][0]["uuid"].get<std::string>().rfind("LOGICAL-", 0), 0u);
+  }
+  auto info = parse_group_info(j.dump());
+  ASSERT_TRUE(info) << info.error().message();
+  EXPECT_EQ(info->bundles[1].gpus.size(), 1u);
+  EXPECT_EQ(a->table.holdings().size(), 1u);
+  EXPECT_EQ(b->table.holdings().size(), 1u);
+  EXPECT_EQ(a->table.holdings()[0].state, hold_state::committed);
+  EXPECT_TRUE(remove(id));
+  EXPECT_TRUE(remove(id)) << "removing twice is fine";
+  EXPECT_TRUE(a->table.holdings().empty());
+  EXPECT_TRUE(b->table.holdings().empty());
+  EXPECT_EQ(state(id), "removed");
+}
+
+TEST_F(GroupsActorTest, PrepareRefusedOnOneNodeAbortsTheOtherAndRetries) {
+  auto a = add_node("a", 1);
+  auto b = add_node("b", 1);
+  b->prepare = answer::no;
+  auto [ok, id, st, reason] = create({gpu(1), gpu(1)}, strategy::strict_spread);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(b->prepares, 1);
+  EXPECT_EQ(a->aborts, 1) << "a's prepared bundle is released at once";
+  EXPECT_TRUE(a->table.holdings().empty());
+  EXPECT_EQ(state(id), "pending");
+  EXPECT_NE(get(id)["reason"].get<std::string>().find("refused"), std::string::npos);
+  b->prepare = answer::yes;
+  auto [ready, s2, why] = wait_ready(id, 3000ms);  // the retry after its backoff
+  EXPECT_TRUE(ready) << s2 << ": " << why;
+  EXPECT_EQ(a->table.holdings().size(), 1u);
+  EXPECT_EQ(b->table.holdings().size(), 1u);
+}
+
+TEST_F(GroupsActorTest, ANodeDyingBetweenPrepareAndCommit) {
+  auto a = add_node("a", 1);
+  auto b = add_node("b", 1);
+  add_node("c", 1);
+  b->prepare = answer::silent;  // b holds the attempt open...
+  nodes.at("c").second->prepare = answer::silent;
+  auto [ok, id, st, reason] = create({gpu(1), gpu(1)}, strategy::strict_spread);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(state(id), "preparing");
+  // ...while one of the prepared nodes dies.
+  std::string prepared_dead = a->prepares ? "a" : "c";
+  std::string other = b->prepares ? "b" : "c";
+  ASSERT_NE(prepared_dead, other);
+  kill_node(other);  // a silent node dies mid-attempt
+  auto left = nodes.begin()->second.second;
+  EXPECT_TRUE(left->table.holdings().empty()) << "the surviving node's prepare is aborted";
+  add_node("d", 1);
+  for (auto& [nid, n] : nodes) n.second->prepare = answer::yes;
+  auto [ready, s2, why] = wait_ready(id, 3000ms);
+  EXPECT_TRUE(ready) << s2 << ": " << why;
+  auto j = get(id);
+  for (auto& bj : j["bundles"]) EXPECT_NE(bj["node"], other);
+}
+
+TEST_F(GroupsActorTest, LateAnswersAreAbortedAndNothingLeaks) {
+  auto a = add_node("a", 1);
+  a->prepare = answer::silent;
+  auto [ok, id, st, reason] = create({gpu(1)}, strategy::pack);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(a->table.holdings().size(), 1u);
+  pass(2500ms);  // past the attempt timeout: the head aborts, and tries again
+  EXPECT_GE(a->aborts, 1);
+  EXPECT_GE(a->prepares, 2);
+  EXPECT_EQ(a->table.holdings().size(), 1u) << "only the attempt in flight holds something";
+  a->prepare = answer::yes;
+  caf::anon_send(nodes.at("a").first, wire::retry_atom::value);  // the late yeses arrive
+  sched.run();
+  auto [ready, s2, why] = wait_ready(id, 3000ms);
+  EXPECT_TRUE(ready) << s2 << ": " << why;
+  ASSERT_EQ(a->table.holdings().size(), 1u) << "exactly one reservation: the late one is not counted";
+  // A node that keeps something the head did not make (an abort that was lost) is told
+  // to release it at its next heartbeat.
+  ASSERT_TRUE(a->table.prepare({"ghost/1", 0}, *resource_set::make({{"cpu", 1}}), {}, {}));
+  beat("a");
+  EXPECT_EQ(a->table.holdings().size(), 1u);
+  EXPECT_EQ(a->table.find({"ghost/1", 0}), nullptr);
+}
+
+TEST_F(GroupsActorTest, ALostCommitIsFoundByTheHeartbeat) {
+  auto a = add_node("a", 1);
+  a->commit_ok = false;  // the commit is refused (as if the prepare had expired)
+  auto [ok, id, st, reason] = create({gpu(1)}, strategy::pack);
+  ASSERT_TRUE(ok);
+  a->table.expire(a->table.holdings()[0].since + 1h, 1ms);  // the node dropped it
+  a->commit_ok = true;
+  auto [ready, s2, why] = wait_ready(id, 3000ms);
+  EXPECT_TRUE(ready) << s2 << ": " << why;
+  beat("a");
+  ASSERT_EQ(a->table.holdings().size(), 1u);
+  EXPECT_EQ(a->table.holdings()[0].state, hold_state::committed);
+}
+
+TEST_F(GroupsActorTest, RemovalWhilePendingAndWaitersAreTold) {
+  add_node("a", 2);
+  auto [ok, id, st, reason] = create({gpu(1), gpu(1), gpu(1)}, strategy::pack);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(st, "infeasible");
+  EXPECT_NE(reason.find("3"), std::string::npos) << reason;
+  auto [ready, s1, why1] = wait_ready(id, 0ms);
+  EXPECT_FALSE(ready);
+  EXPECT_EQ(s1, "infeasible");
+
+  auto [ok2, big, st2, r2] = create({gpu(1), gpu(1)}, strategy::strict_pack, "big");
+  ASSERT_TRUE(ok2);
+  auto [ok3, waiting, st3, r3] = create({gpu(1), gpu(1)}, strategy::strict_pack, "waiting");
+  ASSERT_TRUE(ok3);
+  EXPECT_EQ(st3, "pending");
+  EXPECT_NE(get("waiting")["reason"].get<std::string>().find("waiting for"), std::string::npos);
+  auto [ready2, s2, why2] = wait_ready("waiting", 500ms);
+  EXPECT_FALSE(ready2);
+  EXPECT_NE(why2.find("not ready in time"), std::string::npos) << why2;
+  EXPECT_TRUE(remove("waiting"));
+  EXPECT_EQ(state("waiting"), "removed");
+  EXPECT_TRUE(remove("big"));
+}
+
+TEST_F(GroupsActorTest, ABundleFreedWakesTheNextGroup) {
+  add_node("a", 1);
+  auto [ok, first, s1, r1] = create({gpu(1)}, strategy::pack, "first");
+  auto [ok2, second, s2, r2] = create({gpu(1)}, strategy::pack, "second");
+  EXPECT_EQ(state("first"), "created");
+  EXPECT_EQ(state("second"), "pending");
+  EXPECT_TRUE(remove("first"));
+  EXPECT_EQ(state("second"), "created") << "placed as soon as resources free up";
+}
+
+TEST_F(GroupsActorTest, AJoiningNodeWakesAWaitingGroup) {
+  add_node("a", 1);
+  auto [ok, id, s, r] = create({gpu(1), gpu(1)}, strategy::strict_spread);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(s, "infeasible") << "wider than the cluster: it fails at once";
+  auto [ok2, id2, s2, r2] = create({gpu(1)}, strategy::pack);
+  auto [ok3, id3, s3, r3] = create({gpu(1)}, strategy::pack);
+  EXPECT_EQ(state(id3), "pending");
+  add_node("b", 1);
+  EXPECT_EQ(state(id3), "created");
+}
+
+TEST_F(GroupsActorTest, TheOwnerGoingAwayRemovesItsGroups) {
+  add_node("a", 2);
+  auto owner = std::make_optional<caf::scoped_actor>(sys);
+  auto ask_from = [&](caf::scoped_actor& who, std::string id, bool detached) {
+    wire::wire_group_spec spec{id, "PACK", {wire::to_wire_request(gpu(1))}, detached};
+    auto h = who->request(head, caf::infinite, wire::pg_create_atom::value, token, version(), spec);
+    sched.run();
+    h.receive([](wire::pg_create_atom, bool ok, std::string&, std::string&, std::string& why) { EXPECT_TRUE(ok) << why; },
+              [](caf::error& e) { ADD_FAILURE() << to_string(e); });
+  };
+  ask_from(*owner, "owned", false);
+  ask_from(*owner, "kept", true);
+  EXPECT_EQ(state("owned"), "created");
+  owner.reset();  // the owner ends
+  sched.run();
+  EXPECT_EQ(state("owned"), "removed");
+  EXPECT_EQ(state("kept"), "created") << "a detached group outlives its creator";
+  EXPECT_EQ(nodes.at("a").second->table.holdings().size(), 1u);
+}
+
+TEST_F(GroupsActorTest, ANodeLostAfterCommitMovesBundlesAndTellsTheOwner) {
+  add_node("a", 1);
+  add_node("b", 1);
+  auto [ok, id, s, r] = create({gpu(1)}, strategy::pack);
+  auto where = get(id)["bundles"][0]["node"].get<std::string>();
+  std::string other = where == "a" ? "b" : "a";
+  kill_node(where);
+  EXPECT_EQ(state(id), "created");
+  EXPECT_EQ(get(id)["bundles"][0]["node"], other);
+  bool told = false;
+  (*client_actor)->receive([&](wire::pg_moved_atom, const std::string& g, const std::vector<uint32_t>& b) {
+    told = g == id && b == std::vector<uint32_t>{0};
+  }, caf::after(0s) >> [] {});
+  EXPECT_TRUE(told);
+}
+
+TEST_F(GroupsActorTest, ARestartedHeadAdoptsWhatItsOwnerClaims) {
+  // Nodes that held committed bundles for an earlier head join this one.
+  auto node = machine("a", 2);
+  auto alloc = *node.plan(gpu(1));
+  auto held = std::vector<wire::wire_hold>{{"train-7/41", 0, true, wire::to_wire_request(gpu(1)), wire::to_wire(alloc)}};
+  auto orphan_alloc = *node.plan(gpu(0.5));
+  orphan_alloc.gpus[0].card = 1;
+  held.push_back({"gone/41", 0, true, wire::to_wire_request(gpu(0.5)), wire::to_wire(orphan_alloc)});
+  held.push_back({"half/41", 0, false, wire::to_wire_request(gpu(0.25)), wire::to_wire(orphan_alloc)});
+  auto a = add_node("a", 2, held);
+  EXPECT_EQ(a->table.holdings().size(), 2u) << "a prepare of an earlier head is released at once";
+  // Nothing is promised twice meanwhile: only half a card is free.
+  auto [ok, big, s, r] = create({gpu(1)}, strategy::pack);
+  EXPECT_EQ(s, "pending");
+  EXPECT_TRUE(remove(big));
+  // Its owner claims the group: adopted as it is, no new reservation.
+  auto [ok2, id, s2, r2] = create({gpu(1)}, strategy::pack, "train-7");
+  ASSERT_TRUE(ok2) << r2;
+  EXPECT_EQ(s2, "created");
+  EXPECT_EQ(a->prepares, 0);
+  // The unclaimed one is released after the grace period.
+  pass(61000ms);
+  EXPECT_EQ(a->table.holdings().size(), 1u);
+  EXPECT_EQ(a->table.find({"gone/41", 0}), nullptr);
+}
+
+TEST_F(GroupsActorTest, BadRequestsAreRefusedWithTheReason) {
+  add_node("a", 1);
+  auto [ok1, i1, s1, r1] = create({}, strategy::pack);
+  EXPECT_FALSE(ok1);
+  EXPECT_NE(r1.find("at least one bundle"), std::string::npos) << r1;
+  auto [ok2, i2, s2, r2] = create({gpu(1)}, strategy::pack, "bad id/with slash");
+  EXPECT_FALSE(ok2);
+  EXPECT_NE(r2.find("character"), std::string::npos) << r2;
+  wire::wire_group_spec spec{"x", "DIAGONAL", {wire::to_wire_request(gpu(1))}, false};
+  using reply = std::tuple<bool, std::string, std::string, std::string>;
+  auto create_with = [&](std::string tok, std::string ver) {
+    return ask<bool, std::string, std::string, std::string>(wire::pg_create_atom::value, tok, ver, spec);
+  };
+  reply m = create_with(token, version());
+  EXPECT_FALSE(std::get<0>(m));
+  EXPECT_NE(std::get<3>(m).find("DIAGONAL"), std::string::npos) << std::get<3>(m);
+  m = create_with("not-the-token", version());
+  EXPECT_FALSE(std::get<0>(m));
+  EXPECT_NE(std::get<3>(m).find("token"), std::string::npos);
+  m = create_with(token, "0.0.1");
+  EXPECT_FALSE(std::get<0>(m));
+  EXPECT_NE(std::get<3>(m).find("version"), std::string::npos);
+  auto [ok4, i4, s4, r4] = create({gpu(1)}, strategy::pack, "dup");
+  auto [ok5, i5, s5, r5] = create({gpu(1)}, strategy::pack, "dup");
+  EXPECT_TRUE(ok4);
+  EXPECT_FALSE(ok5);
+  EXPECT_NE(r5.find("exists already"), std::string::npos);
+  EXPECT_FALSE(remove("nope"));
+  EXPECT_FALSE(std::get<0>(ask<bool, std::string>(wire::pg_get_atom::value, std::string{"bad"}, std::string{"dup"})));
+}
+
+TEST_F(GroupsActorTest, StatusListsGroups) {
+  add_node("a", 1);
+  create({gpu(1)}, strategy::pack, "one");
+  create({gpu(1)}, strategy::pack, "two");
+  auto [ok, text] = ask<bool, std::string>(wire::status_atom::value, token, version());
+  ASSERT_TRUE(ok) << text;
+  auto j = nlohmann::json::parse(text);
+  ASSERT_EQ(j["placement_groups"].size(), 2u);
+  std::map<std::string, std::string> states;
+  for (auto& g : j["placement_groups"]) states[g["id"]] = g["state"];
+  EXPECT_EQ(states["one"], "created");
+  EXPECT_EQ(states["two"], "pending");
+}
+
+}  // namespace
+}  // namespace tune
