@@ -108,15 +108,21 @@ status cluster_client::remove_group(const std::string& id) {
   return out;
 }
 
-expected<group_info> cluster_client::get_group(const std::string& id) {
-  expected<group_info> out = status{errc::not_found, "no answer"};
+expected<std::string> cluster_client::get_group_json(const std::string& id) {
+  expected<std::string> out = status{errc::not_found, "no answer"};
   self_->request(head_, timeout_, wire::pg_get_atom::value, token_, id)
       .receive(
-          [&](wire::pg_get_atom, bool ok, const std::string& text) {
-            out = ok ? parse_group_info(text) : expected<group_info>{status{errc::not_found, text}};
+          [&](wire::pg_get_atom, bool ok, std::string& text) {
+            out = ok ? expected<std::string>{std::move(text)} : expected<std::string>{status{errc::not_found, text}};
           },
           [&](caf::error& err) { out = status{errc::not_found, "get " + id + ": " + describe(sys_, err)}; });
   return out;
+}
+
+expected<group_info> cluster_client::get_group(const std::string& id) {
+  auto text = get_group_json(id);
+  if (!text) return text.error();
+  return parse_group_info(*text);
 }
 
 expected<std::string> cluster_client::status_json() {

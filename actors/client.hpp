@@ -81,6 +81,8 @@ class cluster_client {
   // Releases everything the group holds; removing a removed group is fine.
   status remove_group(const std::string& id);
   expected<group_info> get_group(const std::string& id);
+  // The same as JSON (`tune group get --json`).
+  expected<std::string> get_group_json(const std::string& id);
   // The cluster's status as JSON (`tune status --json`).
   expected<std::string> status_json();
   // Groups with bundles placed again after a node loss, since the last call.

@@ -73,9 +73,10 @@ void send_all(groups_actor self, std::vector<group_message> msgs);
 void flush(groups_actor self);
 
 // A prepare's answer (or its failure) goes back into the table.
-void on_prepare_answer(groups_actor self, const group_message& m, const expected<allocation>& answer) {
+void on_prepare_answer(groups_actor self, const group_message& m, const expected<allocation>& answer,
+                       uint64_t version = 0) {
   auto& st = self->state;
-  send_all(self, st.table.on_prepared(m.key, m.attempt, m.node, answer, st.view, self->clock().now()));
+  send_all(self, st.table.on_prepared(m.key, m.attempt, m.node, answer, st.view, self->clock().now(), version));
   flush(self);
 }
 
@@ -89,13 +90,14 @@ void send_all(groups_actor self, std::vector<group_message> msgs) {
         self->request(it->second, st.opt.attempt_timeout, wire::prepare_atom::value, m.key.group, m.key.bundle,
                       wire::to_wire_request(m.request), wire::to_wire(m.preferred))
             .then(
-                [self, m](wire::prepare_atom, bool ok, const wire::wire_alloc& taken, const std::string& why) {
+                [self, m](wire::prepare_atom, bool ok, const wire::wire_alloc& taken, const std::string& why,
+                          uint64_t version) {
                   auto* n = self->state.view.find(m.node);
                   if (!ok || !n) {
                     on_prepare_answer(self, m, status{errc::insufficient, ok ? "the node is gone" : why});
                     return;
                   }
-                  on_prepare_answer(self, m, wire::alloc_from_wire(taken, *n));
+                  on_prepare_answer(self, m, wire::alloc_from_wire(taken, *n), version);
                 },
                 [self, m](caf::error& err) {
                   on_prepare_answer(self, m, status{errc::insufficient, "prepare failed: " + to_string(err)});
@@ -182,7 +184,8 @@ void release_orphan(groups_actor self, std::map<bundle_key, orphan>::iterator it
 
 // What a node holds: keep the orphans it still holds, adopt new ones when allowed,
 // and reconcile the rest with the table.
-void take_holdings(groups_actor self, const node_id& node, const std::vector<wire::wire_hold>& holds, bool adopt) {
+void take_holdings(groups_actor self, const node_id& node, const std::vector<wire::wire_hold>& holds, uint64_t version,
+                   bool adopt) {
   auto& st = self->state;
   auto* res = st.view.find(node);
   if (!res) return;
@@ -212,7 +215,7 @@ void take_holdings(groups_actor self, const node_id& node, const std::vector<wir
     if (it->second.node == node && !held.count(it->first)) release_orphan(self, it, false);
     it = next;
   }
-  send_all(self, st.table.reconcile(node, ours, st.view, now));
+  send_all(self, st.table.reconcile(node, ours, st.view, now, version));
 }
 
 void node_down(groups_actor self, const node_id& id) {
@@ -385,15 +388,15 @@ caf::behavior groups(groups_actor self, groups_options opt) {
         if (!st.view.find(ad.node_id) && !st.view.add_node(ad.node_id, totals)) return;
         st.nodes[ad.node_id] = node;
         st.hostname[ad.node_id] = ad.hostname;
-        take_holdings(self, ad.node_id, ad.holdings, first_join);
+        take_holdings(self, ad.node_id, ad.holdings, ad.holdings_version, first_join);
         flush(self);
       },
       [self](wire::node_down_atom, const node_id& id) {
         node_down(self, id);
         flush(self);
       },
-      [self](wire::holdings_atom, const node_id& id, const std::vector<wire::wire_hold>& holds) {
-        take_holdings(self, id, holds, false);
+      [self](wire::holdings_atom, const node_id& id, uint64_t version, const std::vector<wire::wire_hold>& holds) {
+        take_holdings(self, id, holds, version, false);
         flush(self);
       },
       [self](wire::pg_create_atom, const wire::wire_group_spec& spec) { return create(self, spec); },

@@ -36,7 +36,7 @@ struct groups_options {
 // Messages from the head (in-process, no token):
 //   (node_up_atom, wire_ad, caf::actor node, bool first_join)
 //   (node_down_atom, node_id)
-//   (holdings_atom, node_id, std::vector<wire_hold>)
+//   (holdings_atom, node_id, version, std::vector<wire_hold>)
 //   (pg_list_atom) -> (pg_list_atom, json array of every group and orphan)
 // and the client requests of wire.hpp without their token.
 caf::actor spawn_groups(caf::actor_system& sys, groups_options opt = {});

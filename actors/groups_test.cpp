@@ -58,6 +58,7 @@ caf::behavior scripted_node(caf::event_based_actor* self, caf::actor head, std::
   auto ad = wire::make_ad(id, "host-" + id, "10.0.0.9", s->table.resources());
   ad.version = version();
   ad.holdings = holdings_of(s->table);
+  ad.holdings_version = s->table.version();
   self->request(head, caf::infinite, wire::join_atom::value, token, ad)
       .then([](wire::join_atom, bool ok, const std::string& text) { EXPECT_TRUE(ok) << text; });
   return {
@@ -67,16 +68,20 @@ caf::behavior scripted_node(caf::event_based_actor* self, caf::actor head, std::
         auto request = *wire::request_from_wire(req);
         auto preferred = wire::alloc_from_wire(pref, s->table.resources());
         if (s->prepare == answer::no)
-          return caf::make_message(wire::prepare_atom::value, false, wire::wire_alloc{}, std::string{"scripted no"});
+          return caf::make_message(wire::prepare_atom::value, false, wire::wire_alloc{}, std::string{"scripted no"},
+                                   s->table.version());
         auto taken = s->table.prepare({key, bundle}, request, preferred ? *preferred : allocation{},
                                       self->clock().now());
-        if (!taken) return caf::make_message(wire::prepare_atom::value, false, wire::wire_alloc{}, taken.error().message());
+        if (!taken)
+          return caf::make_message(wire::prepare_atom::value, false, wire::wire_alloc{}, taken.error().message(),
+                                   s->table.version());
         if (s->prepare == answer::silent) {
           s->held_back.push_back(self->make_response_promise());
           s->held_back_result.emplace_back(bundle_key{key, bundle}, *taken);
           return caf::message{};
         }
-        return caf::make_message(wire::prepare_atom::value, true, wire::to_wire(*taken), std::string{});
+        return caf::make_message(wire::prepare_atom::value, true, wire::to_wire(*taken), std::string{},
+                                 s->table.version());
       },
       [s](wire::commit_atom, const std::string& key, uint32_t bundle) {
         ++s->commits;
@@ -90,14 +95,14 @@ caf::behavior scripted_node(caf::event_based_actor* self, caf::actor head, std::
       },
       // The test asks for a heartbeat: what the node holds.
       [self, head, id, s](beat_atom, uint64_t) {
-        self->send(head, wire::heartbeat_atom::value, token, id, uint64_t{1},
+        self->send(head, wire::heartbeat_atom::value, token, id, s->table.version(),
                    wire::to_wire(s->table.resources().availability()), holdings_of(s->table));
       },
       // The test answers the held-back prepares (late).
       [s](wire::retry_atom) {
         for (size_t i = 0; i < s->held_back.size(); ++i)
           s->held_back[i].deliver(wire::prepare_atom::value, true, wire::to_wire(s->held_back_result[i].second),
-                                  std::string{});
+                                  std::string{}, s->table.version());
         s->held_back.clear();
         s->held_back_result.clear();
       },

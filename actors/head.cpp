@@ -106,7 +106,7 @@ caf::behavior head(head_actor self, head_options opt) {
         notify(self, ad.node_id, "alive", "joined");
         return caf::make_message(wire::join_atom::value, true, version());
       },
-      [self](wire::heartbeat_atom, const std::string& token, const node_id& id, uint64_t,
+      [self](wire::heartbeat_atom, const std::string& token, const node_id& id, uint64_t version,
              const wire::wire_avail& free, const std::vector<wire::wire_hold>& holds) {
         auto& st = self->state;
         if (!token_equal(token, st.opt.token)) return;
@@ -126,7 +126,7 @@ caf::behavior head(head_actor self, head_options opt) {
         }
         if (heard == node_registry::heard::bad_report)
           log_line("node " + id + " sent an availability report that does not match its resources");
-        self->send(st.groups, wire::holdings_atom::value, id, holds);
+        self->send(st.groups, wire::holdings_atom::value, id, version, holds);
       },
       [self](wire::leave_atom, const std::string& token, const node_id& id) {
         auto& st = self->state;

@@ -14,7 +14,7 @@ struct node_state {
   reservation_table table{node_resources{}};
   caf::actor head;
   bool joined = false, ever_joined = false, connecting = false, reported = false;
-  uint64_t seq = 0, generation = 0;  // a new generation stops the old heartbeat chain
+  uint64_t generation = 0;  // a new generation stops the old heartbeat chain
   std::chrono::milliseconds backoff{250};
   caf::actor_clock::time_point started;
   static inline const char* name = "tune.node";
@@ -72,6 +72,7 @@ void send_join(node_actor self) {
   auto ad = wire::make_ad(st.opt.node_id, st.opt.hostname, st.opt.address, st.table.resources());
   ad.version = version();
   ad.holdings = holdings(st.table);
+  ad.holdings_version = st.table.version();
   self->request(st.head, wire::request_timeout, wire::join_atom::value, st.opt.token, ad)
       .then(
           [self](wire::join_atom, bool accepted, const std::string& text) {
@@ -94,7 +95,9 @@ void send_join(node_actor self) {
 
 caf::behavior node(node_actor self, node_options opt) {
   self->state.opt = std::move(opt);
-  self->state.table = reservation_table{self->state.opt.resources};
+  // Versions start from the clock: a restarted node's are larger than its earlier ones.
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch());
+  self->state.table = reservation_table{self->state.opt.resources, static_cast<uint64_t>(us.count())};
   self->state.started = self->clock().now();
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
@@ -140,7 +143,7 @@ caf::behavior node(node_actor self, node_options opt) {
       [self](wire::beat_atom, uint64_t generation) {
         auto& st = self->state;
         if (!st.joined || generation != st.generation) return;
-        self->send(st.head, wire::heartbeat_atom::value, st.opt.token, st.opt.node_id, ++st.seq,
+        self->send(st.head, wire::heartbeat_atom::value, st.opt.token, st.opt.node_id, st.table.version(),
                    wire::to_wire(st.table.resources().availability()), holdings(st.table));
         self->delayed_send(self, wire::heartbeat_period, wire::beat_atom::value, generation);
       },
@@ -148,7 +151,7 @@ caf::behavior node(node_actor self, node_options opt) {
              const wire::wire_alloc& preferred) {
         auto& st = self->state;
         auto refuse = [&](const std::string& why) {
-          return caf::make_message(wire::prepare_atom::value, false, wire::wire_alloc{}, why);
+          return caf::make_message(wire::prepare_atom::value, false, wire::wire_alloc{}, why, st.table.version());
         };
         if (!from_head(self)) return refuse("only the head this node joined may reserve here");
         auto request = wire::request_from_wire(req);
@@ -156,7 +159,8 @@ caf::behavior node(node_actor self, node_options opt) {
         auto pref = wire::alloc_from_wire(preferred, st.table.resources());
         auto taken = st.table.prepare({key, bundle}, *request, pref ? *pref : allocation{}, self->clock().now());
         if (!taken) return refuse(taken.error().message());
-        return caf::make_message(wire::prepare_atom::value, true, wire::to_wire(*taken), std::string{});
+        return caf::make_message(wire::prepare_atom::value, true, wire::to_wire(*taken), std::string{},
+                                 st.table.version());
       },
       [self](wire::commit_atom, const std::string& key, uint32_t bundle) {
         if (!from_head(self))

@@ -6,7 +6,8 @@
 //
 //   node -> head   (join_atom, token, wire_ad)              -> (join_atom, bool, text)
 //                  text: the head's version when accepted, else the reason
-//   node -> head   (heartbeat_atom, token, node_id, seq, wire_avail)     no reply;
+//   node -> head   (heartbeat_atom, token, node_id, version, wire_avail, holdings)  no reply;
+//                  version: the node's reservation-table version the holdings are from
 //                  the head answers (rejoin_atom) when it does not know the node alive
 //   node -> head   (leave_atom, token, node_id)             -> (leave_atom, bool)
 //   any  -> head   (status_atom, token, version)            -> (status_atom, bool, text)
@@ -26,7 +27,7 @@
 //   groups -> owner (pg_moved_atom, id, bundles)   bundles placed again after a node loss
 // Two phases between the placement-group actor and a node actor (keys: docs):
 //   (prepare_atom, key, bundle, wire_request, wire_alloc preferred)
-//                  -> (prepare_atom, bool, wire_alloc taken, reason)
+//                  -> (prepare_atom, bool, wire_alloc taken, reason, version)
 //   (commit_atom, key, bundle)                            -> (commit_atom, bool, reason)
 //   (abort_atom, key, bundle)                             no reply
 // Nodes put what they hold (wire_hold) in their advertisement and every heartbeat.
@@ -183,12 +184,13 @@ struct wire_ad {
   std::vector<wire_gpu> gpus;
   wire_avail free;
   std::vector<wire_hold> holdings;
+  uint64_t holdings_version = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_ad& x) {
   return f(caf::meta::type_name("wire_ad"), x.node_id, x.hostname, x.address, x.version, x.total, x.gpus,
-           x.free, x.holdings);
+           x.free, x.holdings, x.holdings_version);
 }
 
 // Conversions; from_wire checks what it reads and says what is wrong.

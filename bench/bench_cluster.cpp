@@ -112,7 +112,7 @@ caf::behavior fake_node(caf::event_based_actor* self, caf::actor head, std::stri
       },
       [=](wire::beat_atom, uint64_t count) {
         for (uint64_t i = 0; i < count; ++i)
-          self->send(head, wire::heartbeat_atom::value, token, id, i, i % 2 ? b : a);
+          self->send(head, wire::heartbeat_atom::value, token, id, i, i % 2 ? b : a, std::vector<wire::wire_hold>{});
         return count;
       },
   };

@@ -4,6 +4,7 @@
 //   tune start --address HOST:PORT [--num-gpus N | --gpus 0,2] [--num-cpus N]
 //              [--resources '{"tpu":2}'] [--token-file F] [--block]
 //   tune status --address HOST:PORT [--json] [--token-file F]
+//   tune group create --bundles JSON [--strategy S] [--wait S] | get ID | remove ID
 //   tune stop
 #include <pthread.h>
 #include <signal.h>
@@ -20,7 +21,11 @@
 #include <sstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+#include <variant>
+
 #include "address.hpp"
+#include "client.hpp"
 #include "daemon.hpp"
 #include "gate.hpp"
 #include "head.hpp"
@@ -45,7 +50,8 @@ const char* usage =
     "\n"
     "commands:\n"
     "  start    start a head (--head) or a node that joins one (--address HOST:PORT)\n"
-    "  status   show the nodes, resources and GPUs of a cluster\n"
+    "  status   show the nodes, resources, GPUs and placement groups of a cluster\n"
+    "  group    create, show or remove a placement group (bundles reserved across nodes)\n"
     "  stop     stop the heads and nodes this machine started\n"
     "\n"
     "`tune <command> --help` describes a command's options; `tune --version` prints the version.\n";
@@ -345,76 +351,214 @@ int cmd_start(const std::vector<std::string>& args) {
   return start_node(vm, *dir);
 }
 
-// --- tune status ---------------------------------------------------------------
+// --- talking to a head: tune status, tune group --------------------------------
 
-int cmd_status(const std::vector<std::string>& args) {
-  po::options_description desc("tune status options");
+// Options every command that talks to a head takes.
+void add_client_options(po::options_description& desc) {
   desc.add_options()
-      ("help,h", "show this help")
       ("address", po::value<std::string>(), "HOST:PORT of the head (default: $TUNE_ADDRESS)")
-      ("json", "print one JSON object instead of text")
       ("token-file", po::value<std::string>()->default_value(default_token_file()), "the cluster token")
       ("timeout", po::value<double>()->default_value(5.0), "seconds to wait for the head");
-  po::variables_map vm;
-  if (int rc = parse("status", args, desc, "tune status --address HOST:PORT [--json]", vm); rc >= 0) return rc;
+}
+
+// A client connected to the head the options name, or the exit code after a message.
+struct connected {
+  std::unique_ptr<wire::config> cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::unique_ptr<cluster_client> client;
+  std::string where;
+};
+
+std::variant<connected, int> connect_head(const std::string& command, const po::variables_map& vm,
+                                           std::chrono::milliseconds extra_wait = {}) {
   std::string address = vm.count("address") ? vm["address"].as<std::string>() : "";
   if (address.empty())
     if (const char* e = std::getenv("TUNE_ADDRESS")) address = e;
-  if (address.empty()) return fail("status", "give --address HOST:PORT of the head (or set TUNE_ADDRESS)", 2);
+  if (address.empty()) return fail(command, "give --address HOST:PORT of the head (or set TUNE_ADDRESS)", 2);
   auto head = cli::parse_host_port(address, "--address");
-  if (!head) return fail("status", head.error().message(), 2);
+  if (!head) return fail(command, head.error().message(), 2);
   double timeout_s = vm["timeout"].as<double>();
-  if (!(timeout_s > 0 && timeout_s <= 3600)) return fail("status", "--timeout must be between 0 and 3600 seconds", 2);
+  if (!(timeout_s > 0 && timeout_s <= 3600)) return fail(command, "--timeout must be between 0 and 3600 seconds", 2);
   auto token = read_token(vm["token-file"].as<std::string>());
-  if (!token) return fail("status", token.error().message());
+  if (!token) return fail(command, token.error().message());
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   // Connecting to an address that never answers can block inside CAF: end the process
   // with a clear error instead of hanging.
-  std::thread([timeout, where = head->to_string()] {
-    std::this_thread::sleep_for(timeout + std::chrono::seconds(2));
-    std::cerr << "tune status: no answer from " << where << " in time (is a head running there?)\n";
+  std::thread([command, limit = timeout + extra_wait, where = head->to_string()] {
+    std::this_thread::sleep_for(limit + std::chrono::seconds(2));
+    std::cerr << "tune " << command << ": no answer from " << where << " in time (is a head running there?)\n";
     std::_Exit(1);
   }).detach();
-  wire::config cfg;
-  caf::actor_system sys{cfg};
-  caf::scoped_actor self{sys};
-  int rc = 1;
-  caf::actor head_actor;
-  self->request(sys.middleman().actor_handle(), timeout, caf::connect_atom::value, head->host, head->port)
-      .receive(
-          [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
-            if (ptr) head_actor = caf::actor_cast<caf::actor>(ptr);
-            else std::cerr << "tune status: " << head->to_string() << " is a CAF node but no libtune head listens there\n";
-          },
-          [&](caf::error& err) {
-            std::cerr << "tune status: cannot reach a libtune head at " << head->to_string() << ": " << render(sys, err) << "\n";
-          });
-  if (!head_actor) return 1;
-  self->request(head_actor, timeout, wire::status_atom::value, token->token, version())
-      .receive(
-          [&](wire::status_atom, bool ok, const std::string& text) {
-            if (!ok) {
-              std::cerr << "tune status: the head at " << head->to_string() << " refused: " << text << "\n";
-              return;
-            }
-            if (vm.count("json")) {
-              std::cout << text << "\n";
-              rc = 0;
-              return;
-            }
-            auto rendered = render_status_text(text);
-            if (!rendered) {
-              std::cerr << "tune status: " << rendered.error().message() << "\n";
-              return;
-            }
-            std::cout << *rendered;
-            rc = 0;
-          },
-          [&](caf::error& err) {
-            std::cerr << "tune status: the head at " << head->to_string() << " did not answer: " << render(sys, err) << "\n";
-          });
+  connected c;
+  c.cfg = std::make_unique<wire::config>();
+  c.sys = std::make_unique<caf::actor_system>(*c.cfg);
+  c.where = head->to_string();
+  auto client = cluster_client::connect(*c.sys, head->host, head->port, token->token, timeout);
+  if (!client) return fail(command, client.error().message());
+  c.client = std::move(client).value();
+  return c;
+}
+
+// Ends the process at once: nothing to clean up, and CAF's shutdown would wait.
+[[noreturn]] void finish(int rc) {
   std::cout.flush();
-  std::_Exit(rc);  // nothing to clean up; do not wait for CAF's shutdown
+  std::cerr.flush();
+  std::_Exit(rc);
+}
+
+int cmd_status(const std::vector<std::string>& args) {
+  po::options_description desc("tune status options");
+  desc.add_options()("help,h", "show this help")("json", "print one JSON object instead of text");
+  add_client_options(desc);
+  po::variables_map vm;
+  if (int rc = parse("status", args, desc, "tune status --address HOST:PORT [--json]", vm); rc >= 0) return rc;
+  auto c = connect_head("status", vm);
+  if (auto* rc = std::get_if<int>(&c)) return *rc;
+  auto& conn = std::get<connected>(c);
+  auto text = conn.client->status_json();
+  if (!text) finish(fail("status", "the head at " + conn.where + ": " + text.error().message()));
+  if (vm.count("json")) {
+    std::cout << *text << "\n";
+    finish(0);
+  }
+  auto rendered = render_status_text(*text);
+  if (!rendered) finish(fail("status", rendered.error().message()));
+  std::cout << *rendered;
+  finish(0);
+}
+
+// Where each bundle of a group sits, one line each.
+void print_group(const group_info& g) {
+  std::cout << "placement group " << g.id << ": " << g.state << " (" << g.strategy
+            << (g.detached ? ", detached" : "") << ")\n";
+  if (!g.reason.empty()) std::cout << "  " << g.reason << "\n";
+  for (auto& b : g.bundles) {
+    std::cout << "  bundle " << b.index << "  " << b.request << "  ";
+    if (b.node.empty()) {
+      std::cout << "not placed\n";
+      continue;
+    }
+    std::cout << b.state << " on " << b.node << (b.hostname.empty() ? "" : " (" + b.hostname + ")");
+    for (auto& gpu : b.gpus)
+      std::cout << "\n    gpu " << gpu.index << " " << gpu.uuid << (gpu.pci_bus_id.empty() ? "" : " " + gpu.pci_bus_id)
+                << " share " << gpu.share << ", " << format_bytes(gpu.memory) << (gpu.logical ? " (logical)" : "");
+    std::cout << "\n";
+  }
+}
+
+int cmd_group(const std::vector<std::string>& args) {
+  const char* group_usage =
+      "usage: tune group <create|get|remove> [options]\n"
+      "\n"
+      "  create --bundles JSON [--strategy S] [--id ID] [--wait SECONDS]\n"
+      "         reserve bundles across nodes, all at once or not at all. JSON is a list of\n"
+      "         resource sets, e.g. '[{\"gpu\": 1, \"cpu\": 4}, {\"gpu\": 1}]'; S is PACK (default),\n"
+      "         SPREAD, STRICT_PACK or STRICT_SPREAD. The group outlives this command: remove it\n"
+      "         with `tune group remove ID`.\n"
+      "  get ID      where each bundle sits: node, GPU indices, UUIDs, PCI bus ids, memory\n"
+      "  remove ID   release everything the group holds\n"
+      "\n"
+      "Every subcommand takes --address HOST:PORT, --token-file F, --timeout S and --json.\n";
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    (args.empty() ? std::cerr : std::cout) << group_usage;
+    return args.empty() ? 2 : 0;
+  }
+  std::string sub = args[0];
+  if (sub != "create" && sub != "get" && sub != "remove") {
+    std::cerr << "tune group: unknown subcommand '" << sub << "'\n\n" << group_usage;
+    return 2;
+  }
+  std::string command = "group " + sub;
+  po::options_description desc("tune " + command + " options");
+  desc.add_options()("help,h", "show this help")("json", "print JSON instead of text");
+  if (sub == "create")
+    desc.add_options()
+        ("bundles", po::value<std::string>(), "the bundles, a JSON list of resource sets")
+        ("strategy", po::value<std::string>()->default_value("PACK"), "PACK, SPREAD, STRICT_PACK or STRICT_SPREAD")
+        ("id", po::value<std::string>()->default_value(""), "the group's id (default: the head names it)")
+        ("wait", po::value<double>()->default_value(0), "seconds to wait until it is placed (0: do not wait)");
+  else
+    desc.add_options()("group", po::value<std::string>(), "the group's id");
+  add_client_options(desc);
+  po::positional_options_description pos;
+  if (sub != "create") pos.add("group", 1);
+  po::variables_map vm;
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  try {
+    po::store(po::command_line_parser(rest).options(desc).positional(pos).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    return fail(command, std::string{e.what()} + " (see tune " + command + " --help)", 2);
+  }
+  if (vm.count("help")) {
+    std::cout << "usage: tune " << command << (sub == "create" ? " --bundles JSON" : " ID") << " --address HOST:PORT\n\n"
+              << desc;
+    return 0;
+  }
+  bool json_out = vm.count("json") > 0;
+  if (sub == "create") {
+    if (!vm.count("bundles")) return fail(command, "give --bundles, e.g. '[{\"gpu\": 1}]'", 2);
+    group_request req;
+    auto strat = parse_strategy(vm["strategy"].as<std::string>());
+    if (!strat) return fail(command, strat.error().message(), 2);
+    req.strat = *strat;
+    req.id = vm["id"].as<std::string>();
+    req.detached = true;
+    auto list = nlohmann::json::parse(vm["bundles"].as<std::string>(), nullptr, false);
+    if (list.is_discarded() || !list.is_array() || list.empty())
+      return fail(command, "--bundles must be a non-empty JSON list of resource sets, e.g. '[{\"gpu\": 1}]'", 2);
+    for (size_t i = 0; i < list.size(); ++i) {
+      auto r = resource_set::from_json(list[i].dump());
+      if (!r) return fail(command, "bundle " + std::to_string(i) + ": " + r.error().message(), 2);
+      req.bundles.push_back(*r);
+    }
+    double wait_s = vm["wait"].as<double>();
+    if (!(wait_s >= 0 && wait_s <= 86400)) return fail(command, "--wait must be between 0 and 86400 seconds", 2);
+    auto wait = std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000));
+    auto c = connect_head(command, vm, wait);
+    if (auto* rc = std::get_if<int>(&c)) return *rc;
+    auto& client = *std::get<connected>(c).client;
+    auto made = client.create_group(req);
+    if (!made) finish(fail(command, made.error().message()));
+    if (made->state == "infeasible") finish(fail(command, "placement group " + made->id + " can never be placed: " + made->reason));
+    if (wait.count() == 0) {
+      if (json_out) std::cout << nlohmann::json{{"id", made->id}, {"state", made->state}, {"reason", made->reason}}.dump() << "\n";
+      else std::cout << made->id << " " << made->state << (made->reason.empty() ? "" : ": " + made->reason) << "\n";
+      finish(0);
+    }
+    auto ready = client.wait_ready(made->id, wait);
+    if (!ready) finish(fail(command, ready.error().message() + " (the group stays; remove it with `tune group remove " + made->id + "`)"));
+    if (json_out) {
+      auto j = client.get_group_json(made->id);
+      if (!j) finish(fail(command, j.error().message()));
+      std::cout << *j << "\n";
+    } else {
+      print_group(*ready);
+    }
+    finish(0);
+  }
+  if (!vm.count("group")) return fail(command, "give the group's id (see tune group get --help)", 2);
+  auto id = vm["group"].as<std::string>();
+  auto c = connect_head(command, vm);
+  if (auto* rc = std::get_if<int>(&c)) return *rc;
+  auto& client = *std::get<connected>(c).client;
+  if (sub == "remove") {
+    auto st = client.remove_group(id);
+    if (!st) finish(fail(command, st.message()));
+    if (json_out) std::cout << nlohmann::json{{"id", id}, {"state", "removed"}}.dump() << "\n";
+    else std::cout << "removed placement group " << id << "\n";
+    finish(0);
+  }
+  if (json_out) {
+    auto j = client.get_group_json(id);
+    if (!j) finish(fail(command, j.error().message()));
+    std::cout << *j << "\n";
+    finish(0);
+  }
+  auto g = client.get_group(id);
+  if (!g) finish(fail(command, g.error().message()));
+  print_group(*g);
+  finish(0);
 }
 
 // --- tune stop -------------------------------------------------------------------
@@ -455,6 +599,7 @@ int main(int argc, char** argv) {
   }
   if (command == "start") return cmd_start(args);
   if (command == "status") return cmd_status(args);
+  if (command == "group") return cmd_group(args);
   if (command == "stop") return cmd_stop(args);
   std::cerr << "tune: unknown command '" << command << "'\n\n" << usage;
   return 2;

@@ -166,7 +166,7 @@ void group_table::fail_attempt(group& g, std::vector<group_message>& out, cluste
 
 std::vector<group_message> group_table::on_prepared(const bundle_key& key, uint64_t attempt, const node_id& node,
                                                     const expected<allocation>& answer, cluster_view& view,
-                                                    time_point now) {
+                                                    time_point now, uint64_t node_version) {
   std::vector<group_message> out;
   auto slash = key.group.rfind('/');
   std::string id = key.group.substr(0, slash);
@@ -204,6 +204,7 @@ std::vector<group_message> group_table::on_prepared(const bundle_key& key, uint6
       return out;
     }
   }
+  site.answered_at = node_version;
   g->yes[static_cast<size_t>(pos - g->placing.begin())] = 1;
   if (std::find(g->yes.begin(), g->yes.end(), 0) != g->yes.end()) return out;
   // Every node said yes: commit.
@@ -342,7 +343,7 @@ status group_table::adopt(group_spec spec, std::vector<bundle_site> sites, time_
 }
 
 std::vector<group_message> group_table::reconcile(const node_id& node, const std::vector<bundle_key>& held,
-                                                  cluster_view& view, time_point now) {
+                                                  cluster_view& view, time_point now, uint64_t version) {
   std::vector<group_message> out;
   std::set<bundle_key> holds(held.begin(), held.end());
   // What the node holds that is not one of the head's current reservations there.
@@ -371,7 +372,8 @@ std::vector<group_message> group_table::reconcile(const node_id& node, const std
       if (!g.site[b] || g.site[b]->node != node) continue;
       auto pos = std::find(g.placing.begin(), g.placing.end(), b);
       bool answered = pos == g.placing.end() || g.yes[static_cast<size_t>(pos - g.placing.begin())];
-      if (!answered || holds.count(node_key(id, b, g.site[b]->attempt))) continue;
+      if (!answered || g.site[b]->answered_at > version || holds.count(node_key(id, b, g.site[b]->attempt)))
+        continue;
       lose_site(g, b, out, view, now, "bundle " + std::to_string(b) + " is no longer held on node " + node);
     }
   }

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <deque>
 #include <map>
 #include <optional>
@@ -46,6 +47,7 @@ struct bundle_site {
   node_id node;
   allocation alloc;
   uint64_t attempt = 0;  // the attempt that reserved it: part of its key on the node
+  uint64_t answered_at = 0;  // the node's table version when it said yes
 };
 
 // The key of a group's bundle on a node: the attempt is part of it, so that what an
@@ -97,9 +99,11 @@ class group_table {
   // Places waiting groups in arrival order, reserving on `view`; returns the prepares.
   std::vector<group_message> schedule(cluster_view& view, time_point now);
 
-  // A node's answer to a prepare: the allocation it took, or why not.
+  // A node's answer to a prepare: the allocation it took, or why not; `node_version`:
+  // the node's reservation-table version right after it answered.
   std::vector<group_message> on_prepared(const bundle_key& key, uint64_t attempt, const node_id& node,
-                                         const expected<allocation>& answer, cluster_view& view, time_point now);
+                                         const expected<allocation>& answer, cluster_view& view, time_point now,
+                                         uint64_t node_version = 0);
   // A node's answer to a commit; a failure (the prepare expired there) puts the
   // bundle back to be placed again.
   std::vector<group_message> on_committed(const bundle_key& key, uint64_t attempt, const node_id& node,
@@ -121,9 +125,11 @@ class group_table {
   // made there that was answered but is no longer held (the prepare expired, the node
   // restarted) is lost and placed again; anything held that the head did not make
   // (older attempts, removed groups) is aborted. Prepares still unanswered are left to
-  // their answer or timeout.
+  // their answer or timeout. `version`: the node's table version when it listed `held`;
+  // a list older than a prepare's answer says nothing about that reservation (the
+  // list may travel a longer way than the answer).
   std::vector<group_message> reconcile(const node_id& node, const std::vector<bundle_key>& held,
-                                       cluster_view& view, time_point now);
+                                       cluster_view& view, time_point now, uint64_t version = UINT64_MAX);
 
   // Drops a removed or infeasible group from the table (it holds nothing); false for
   // a group in any other state.

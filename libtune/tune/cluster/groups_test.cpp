@@ -49,7 +49,7 @@ struct GroupsTest : ::testing::Test {
     switch (m.what) {
       case group_message::kind::prepare: {
         auto a = n.prepare(m.key, m.request, m.preferred, now);
-        append(table.on_prepared(m.key, m.attempt, m.node, a, view, now));
+        append(table.on_prepared(m.key, m.attempt, m.node, a, view, now, n.version()));
         break;
       }
       case group_message::kind::commit:
@@ -320,6 +320,19 @@ TEST_F(GroupsTest, ReconcileLeavesAPrepareInFlightAlone) {
   expect_books_agree();
 }
 
+TEST_F(GroupsTest, ReconcileIgnoresAListOlderThanTheAnswer) {
+  add_node("a", 1);
+  ASSERT_TRUE(table.create({"g", strategy::pack, {req({{"gpu", 1}})}}, view, now));
+  auto before = nodes.at("a").version();  // a heartbeat's list, taken before the prepare...
+  settle();
+  ASSERT_EQ(state("g"), group_state::created);
+  append(table.reconcile("a", {}, view, now, before));  // ...arrives after the answer
+  EXPECT_TRUE(outbox.empty());
+  EXPECT_EQ(state("g"), group_state::created) << "an old list must not make a held bundle look lost";
+  append(table.reconcile("a", keys(nodes.at("a")), view, now, nodes.at("a").version()));
+  EXPECT_EQ(state("g"), group_state::created);
+}
+
 TEST_F(GroupsTest, AttemptNumbersAreNeverReused) {
   group_table seeded{1000};
   add_node("a", 1);
@@ -407,7 +420,7 @@ TEST_F(GroupsTest, RandomChaos) {
         break;
       case 6: {  // a heartbeat: a node says what it holds
         auto& [id, n] = *std::next(nodes.begin(), static_cast<long>(rng() % nodes.size()));
-        append(table.reconcile(id, keys(n), view, now));
+        append(table.reconcile(id, keys(n), view, now, n.version()));
         break;
       }
       default: {
@@ -436,7 +449,7 @@ TEST_F(GroupsTest, RandomChaos) {
     now += 3s;
     for (auto& [id, n] : nodes) {
       n.expire(now, 5000ms);
-      append(table.reconcile(id, keys(n), view, now));
+      append(table.reconcile(id, keys(n), view, now, n.version()));
     }
     append(table.expire(view, now, 2000ms));
     settle();

@@ -15,11 +15,13 @@ expected<allocation> reservation_table::prepare(const bundle_key& key, const res
   // The head's choice of cards, if it follows this node's rules and still fits here.
   if (resources_.follows_rules(request, preferred) && resources_.apply(preferred)) {
     holds_[key] = {key, hold_state::prepared, request, preferred, now};
+    ++version_;
     return preferred;
   }
   auto a = resources_.allocate(request);
   if (!a) return a.error();
   holds_[key] = {key, hold_state::prepared, request, *a, now};
+  ++version_;
   return a;
 }
 
@@ -27,6 +29,7 @@ status reservation_table::commit(const bundle_key& key) {
   auto it = holds_.find(key);
   if (it == holds_.end())
     return {errc::not_found, "bundle " + key.to_string() + " is not prepared here (aborted, or it expired before the commit)"};
+  if (it->second.state != hold_state::committed) ++version_;
   it->second.state = hold_state::committed;
   return status::ok();
 }
@@ -38,6 +41,7 @@ void reservation_table::abort(const bundle_key& key) {
   assert(st.is_ok());
   (void)st;
   holds_.erase(it);
+  ++version_;
 }
 
 size_t reservation_table::remove_group(const std::string& group) {
@@ -48,6 +52,7 @@ size_t reservation_table::remove_group(const std::string& group) {
     (void)st;
     it = holds_.erase(it);
     ++n;
+    ++version_;
   }
   return n;
 }

@@ -47,7 +47,10 @@ class reservation_table {
     time_point since{};
   };
 
-  explicit reservation_table(node_resources resources) : resources_(std::move(resources)) {}
+  // `first_version`: where the version count starts. A node starts it from the clock,
+  // so that a restarted node's versions are still larger than its earlier ones.
+  explicit reservation_table(node_resources resources, uint64_t first_version = 0)
+      : resources_(std::move(resources)), version_(first_version) {}
 
   // Reserves `request` for `key`, on the cards of `preferred` when they are still free
   // (what the head chose from its view), else wherever this node's rules put it.
@@ -67,12 +70,16 @@ class reservation_table {
   std::vector<bundle_key> expire(time_point now, std::chrono::milliseconds ttl);
 
   const hold* find(const bundle_key& key) const;
+  // Counts every change (a prepare taken, a commit, a release): a list of holdings
+  // tagged with the version it was taken at tells the head what it can judge from it.
+  uint64_t version() const { return version_; }
   std::vector<hold> holdings() const;
   const node_resources& resources() const { return resources_; }
 
  private:
   node_resources resources_;
   std::map<bundle_key, hold> holds_;
+  uint64_t version_ = 0;
 };
 
 }  // namespace tune

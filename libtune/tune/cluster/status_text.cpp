@@ -1,6 +1,8 @@
 #include "tune/cluster/status_text.hpp"
 
 #include <cstdio>
+#include <map>
+#include <vector>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -116,6 +118,51 @@ expected<std::string> render_status_text(std::string_view text) {
             << format_bytes(g.value("memory_total", int64_t{0})) << (g.value("logical", false) ? "  L" : "") << "\n";
       }
     }
+  }
+  // Placement groups: the live ones one per line with their bundles, the ended ones
+  // (removed, infeasible) counted, except infeasible ones that say why.
+  if (j.contains("placement_groups")) {
+    const auto& groups = j["placement_groups"];
+    std::map<std::string, int> by_state;
+    for (auto& g : groups) by_state[g.value("state", "?")] += 1;
+    out << "\nPlacement groups: ";
+    if (groups.empty()) out << "none";
+    bool first = true;
+    for (auto& [state, n] : by_state) {
+      out << (first ? "" : ", ") << n << " " << state;
+      first = false;
+    }
+    out << "\n";
+    for (auto& g : groups) {
+      auto state = g.value("state", "?");
+      if (state == "removed") continue;
+      out << "  " << pad(g.value("id", "?"), 22) << pad(state, 13) << pad(g.value("strategy", "?"), 14);
+      std::vector<std::string> sites;
+      for (auto& b : g.value("bundles", json::array())) {
+        std::string site = b.value("request", "?") + " @ ";
+        if (b["node"].is_string()) {
+          site += b["node"].get<std::string>();
+          std::string cards;
+          for (auto& c : b.value("gpus", json::array()))
+            cards += (cards.empty() ? "" : ",") + std::to_string(c.value("index", 0));
+          if (!cards.empty()) site += " gpu " + cards;
+          if (b.value("state", "") == "preparing") site += " (preparing)";
+        } else {
+          site += "-";
+        }
+        sites.push_back(site);
+      }
+      for (size_t i = 0; i < sites.size(); ++i) out << (i ? "; " : "") << sites[i];
+      out << "\n";
+      if (!g.value("reason", "").empty()) out << "  " << pad("", 22) << g["reason"].get<std::string>() << "\n";
+    }
+  }
+  if (j.contains("orphaned_bundles") && !j["orphaned_bundles"].empty()) {
+    out << "\nBundles held for groups this head does not know (from before a head restart; released\n"
+           "unless their owner creates the group again):\n";
+    for (auto& o : j["orphaned_bundles"])
+      out << "  " << o.value("key", "?") << "#" << o.value("bundle", 0) << " on " << o.value("node", "?") << ": "
+          << o.value("request", "?") << "\n";
   }
   return out.str();
 }

@@ -4,6 +4,8 @@
 
 #include "tune/cluster/registry.hpp"
 
+#include <nlohmann/json.hpp>
+
 namespace tune {
 namespace {
 
@@ -37,6 +39,30 @@ TEST(StatusText, ShowsNodesResourcesAndTheGpuMap) {
   EXPECT_NE(s.find("GPU-aaaa"), std::string::npos) << s;
   EXPECT_NE(s.find("[##........] 0.25"), std::string::npos) << s;
   EXPECT_NE(s.find("[..........] 0 "), std::string::npos) << s;
+}
+
+TEST(StatusText, ListsPlacementGroups) {
+  node_registry reg;
+  auto j = nlohmann::json::parse(reg.status_json(node_registry::clock::now()));
+  j["placement_groups"] = nlohmann::json::parse(R"([
+    {"id": "train-1", "state": "created", "strategy": "STRICT_SPREAD", "reason": "",
+     "bundles": [{"index": 0, "request": "{\"gpu\":1}", "state": "held", "node": "n1",
+                  "gpus": [{"card": 1, "index": 1, "uuid": "GPU-b", "share": 1, "memory": 1}]},
+                 {"index": 1, "request": "{\"gpu\":1}", "state": "held", "node": "n2",
+                  "gpus": [{"card": 0, "index": 0, "uuid": "GPU-c", "share": 1, "memory": 1}]}]},
+    {"id": "wide", "state": "pending", "strategy": "PACK", "reason": "waiting for 4 free GPUs on one node",
+     "bundles": [{"index": 0, "request": "{\"gpu\":4}", "state": "waiting", "node": null}]},
+    {"id": "gone", "state": "removed", "strategy": "PACK", "reason": "", "bundles": []}])");
+  j["orphaned_bundles"] = nlohmann::json::parse(R"([{"key": "old/7", "bundle": 0, "node": "n1", "request": "{\"gpu\":1}"}])");
+  auto text = render_status_text(j.dump());
+  ASSERT_TRUE(text) << text.error().message();
+  const auto& s = *text;
+  EXPECT_NE(s.find("Placement groups: 1 created, 1 pending, 1 removed"), std::string::npos) << s;
+  EXPECT_NE(s.find("train-1"), std::string::npos) << s;
+  EXPECT_NE(s.find("@ n1 gpu 1; {\"gpu\":1} @ n2 gpu 0"), std::string::npos) << s;
+  EXPECT_NE(s.find("waiting for 4 free GPUs on one node"), std::string::npos) << s;
+  EXPECT_EQ(s.find("gone "), std::string::npos) << "removed groups are counted, not listed: " << s;
+  EXPECT_NE(s.find("old/7#0 on n1"), std::string::npos) << s;
 }
 
 TEST(StatusText, RefusesOtherJson) {

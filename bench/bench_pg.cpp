@@ -1,0 +1,277 @@
+// Placement-group benchmark: create -> ready -> remove pairs per second, and the
+// latency from create to ready.
+//  (a) inproc: head, placement-group actor and 4 node actors in this process;
+//  (b) loopback: a head process and 4 node processes (`tune start`), clients here.
+// Each group is two bundles of {gpu: 0.25} with SPREAD on nodes of 8 logical GPUs;
+// `clients` groups are in flight at once. Latency is measured apart, with one client
+// and one group at a time over loopback (nothing queued in front of it).
+// Last line: one JSON object. Usage: bench_pg [--quick]
+#include <unistd.h>
+
+#include <algorithm>
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "head.hpp"
+#include "node.hpp"
+#include "tune/cluster/token.hpp"
+#include "tune/cluster/version.hpp"
+#include "tune/host/detect.hpp"
+#include "wire.hpp"
+
+using namespace tune;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+std::string dir, token_path;
+constexpr int node_count = 4, gpus_per_node = 8;
+
+std::string sh(const std::string& cmd) {
+  std::string full = "TUNE_RUNTIME_DIR=" + dir + " TUNE_TOKEN_FILE=" + token_path + " CUDA_VISIBLE_DEVICES= " + cmd + " 2>&1";
+  FILE* p = ::popen(full.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (p && std::fgets(buf, sizeof buf, p)) out += buf;
+  if (p) ::pclose(p);
+  return out;
+}
+
+void cleanup() {
+  if (dir.empty() || std::getenv("BENCH_KEEP")) return;
+  sh(std::string{TUNE_BINARY} + " stop --grace 5");
+  std::system(("rm -rf " + dir).c_str());
+}
+
+[[noreturn]] void die(const std::string& why) {
+  std::cerr << "bench_pg: " << why << "\n";
+  std::exit(1);  // runs the clean-up
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  auto i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+double median(std::vector<double> v) { return percentile(std::move(v), 0.5); }
+
+wire::wire_group_spec group_spec() {
+  wire::wire_group_spec spec;
+  spec.strategy = "SPREAD";
+  auto b = wire::to_wire_request(*resource_set::make({{"gpu", 0.25}}));
+  spec.bundles = {b, b};
+  return spec;
+}
+
+struct driver_result {
+  int pairs = 0;
+  std::vector<double> ready_ms;
+  std::string error;
+};
+
+// One client: `pairs` times create, wait until ready, remove, one group at a time.
+caf::behavior driver(caf::event_based_actor* self, caf::actor head, std::string token, int pairs,
+                     std::shared_ptr<std::promise<driver_result>> done) {
+  auto res = std::make_shared<driver_result>();
+  auto spec = group_spec();
+  auto fail = [self, res, done](std::string why) {
+    res->error = std::move(why);
+    done->set_value(*res);
+    self->quit();
+  };
+  auto next = std::make_shared<std::function<void()>>();
+  *next = [=] {
+    if (res->pairs == pairs) {
+      done->set_value(*res);
+      self->quit();
+      return;
+    }
+    auto t0 = clock_type::now();
+    self->request(head, 30s, wire::pg_create_atom::value, token, version(), spec)
+        .then(
+            [=](wire::pg_create_atom, bool ok, const std::string& id, const std::string&, const std::string& why) {
+              if (!ok) return fail("create: " + why);
+              self->request(head, 60s, wire::pg_wait_atom::value, token, id, int64_t{30000})
+                  .then(
+                      [=](wire::pg_wait_atom, bool ready, const std::string& state, const std::string& reason) {
+                        if (!ready) return fail("group " + id + " not ready: " + state + " " + reason);
+                        res->ready_ms.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
+                        self->request(head, 30s, wire::pg_remove_atom::value, token, id)
+                            .then(
+                                [=](wire::pg_remove_atom, bool removed, const std::string& text) {
+                                  if (!removed) return fail("remove: " + text);
+                                  ++res->pairs;
+                                  (*next)();
+                                },
+                                [=](caf::error& e) { fail("remove: " + to_string(e)); });
+                      },
+                      [=](caf::error& e) { fail("wait: " + to_string(e)); });
+            },
+            [=](caf::error& e) { fail("create: " + to_string(e)); });
+  };
+  (*next)();
+  return {[](caf::unit_t) {}};
+}
+
+struct run_result {
+  double pairs_per_s = 0;
+  std::vector<double> ready_ms;
+};
+
+// `clients` drivers at once, `pairs` in all.
+run_result run(caf::actor_system& sys, caf::actor head, const std::string& token, int clients, int pairs) {
+  std::vector<std::future<driver_result>> futures;
+  auto start = clock_type::now();
+  for (int c = 0; c < clients; ++c) {
+    auto p = std::make_shared<std::promise<driver_result>>();
+    futures.push_back(p->get_future());
+    sys.spawn(driver, head, token, pairs / clients, p);
+  }
+  run_result out;
+  int total = 0;
+  for (auto& f : futures) {
+    if (f.wait_for(300s) != std::future_status::ready) die("a client did not finish in 300 s");
+    auto r = f.get();
+    if (!r.error.empty()) die(r.error);
+    total += r.pairs;
+    out.ready_ms.insert(out.ready_ms.end(), r.ready_ms.begin(), r.ready_ms.end());
+  }
+  out.pairs_per_s = total / std::chrono::duration<double>(clock_type::now() - start).count();
+  return out;
+}
+
+// Everything the nodes hold once every group is removed: must be nothing.
+int64_t held_after(caf::actor_system& sys, caf::actor head, const std::string& token) {
+  caf::scoped_actor self{sys};
+  int64_t left = -1;
+  for (int i = 0; i < 40 && left != 0; ++i) {  // heartbeats bring the nodes' truth
+    std::this_thread::sleep_for(100ms);
+    self->request(head, 10s, wire::status_atom::value, token, version())
+        .receive(
+            [&](wire::status_atom, bool ok, std::string& text) {
+              if (!ok) return;
+              auto j = nlohmann::json::parse(text);
+              double gpu = j["resources"]["total"].value("gpu", 0.0) - j["resources"]["available"].value("gpu", 0.0);
+              int64_t live = 0;
+              for (auto& g : j["placement_groups"]) live += g["state"] != "removed";
+              left = live + static_cast<int64_t>(gpu * 10000);
+            },
+            [](caf::error&) {});
+  }
+  return left;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = argc > 1 && std::string{argv[1]} == "--quick";
+  if (argc > 1 && !quick) {
+    std::cout << "usage: bench_pg [--quick]\n";
+    return std::string{argv[1]} == "--help" ? 0 : 2;
+  }
+  char tmpl[] = "/tmp/bench-pg-XXXXXX";
+  dir = ::mkdtemp(tmpl);
+  token_path = dir + "/token";
+  std::atexit(cleanup);
+  auto token = ensure_token(token_path);
+  if (!token) die(token.error().message());
+  const int clients = 32;
+  const int inproc_pairs = quick ? 4000 : 40000, loop_pairs = quick ? 2000 : 20000, latency_pairs = quick ? 300 : 2000;
+  const int runs = quick ? 1 : 3;
+
+  wire::config cfg;
+  caf::actor_system sys{cfg};
+
+  // (a) In this process.
+  auto head = spawn_head(sys, {token->token, "in-process", wire::heartbeat_timeout, groups_options{}});
+  std::vector<caf::actor> nodes;
+  for (int i = 0; i < node_count; ++i) {
+    node_options opt;
+    opt.head_actor = head;
+    opt.token = token->token;
+    opt.node_id = "inproc-" + std::to_string(i);
+    opt.hostname = "bench";
+    opt.address = "in-process";
+    resource_set host;
+    host.set_cpu(quantity::whole(64)).set_memory(int64_t{512} << 30);
+    opt.resources = *node_resources::make(host, logical_gpus(opt.node_id, gpus_per_node, int64_t{80} << 30));
+    auto joined = std::make_shared<std::promise<status>>();
+    auto f = joined->get_future();
+    opt.on_first_join = [joined](const status& st) { joined->set_value(st); };
+    nodes.push_back(spawn_node(sys, std::move(opt)));
+    if (f.wait_for(10s) != std::future_status::ready || !f.get()) die("an in-process node did not join");
+  }
+  std::vector<double> inproc, inproc_ready;
+  for (int r = 0; r < runs; ++r) {
+    auto res = run(sys, head, token->token, clients, inproc_pairs);
+    inproc.push_back(res.pairs_per_s);
+    inproc_ready.push_back(percentile(res.ready_ms, 0.5));
+    std::printf("in process, run %d: %.0f pairs/s (%d clients; create->ready p50 %.3f ms under load)\n", r + 1,
+                res.pairs_per_s, clients, inproc_ready.back());
+    std::fflush(stdout);
+  }
+  if (auto left = held_after(sys, head, token->token); left != 0) die("in process: something is still held after every group was removed");
+  for (auto& n : nodes) caf::anon_send_exit(n, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
+
+  // (b) A head process and node processes on loopback.
+  int port = 20000 + static_cast<int>(::getpid() % 20000);
+  std::string address = "127.0.0.1:" + std::to_string(port);
+  auto started = sh(std::string{TUNE_BINARY} + " start --head --host 127.0.0.1 --port " + std::to_string(port));
+  if (started.find("head started at") == std::string::npos) die("cannot start a head: " + started);
+  for (int i = 0; i < node_count; ++i) {
+    auto s = sh(std::string{TUNE_BINARY} + " start --address " + address + " --num-gpus " + std::to_string(gpus_per_node));
+    if (s.find("node started") == std::string::npos && s.find("joined") == std::string::npos)
+      die("cannot start a node: " + s);
+  }
+  auto remote = sys.middleman().remote_actor("127.0.0.1", static_cast<uint16_t>(port));
+  if (!remote) die("cannot reach the head: " + sys.render(remote.error()));
+  auto rhead = *remote;
+  {
+    caf::scoped_actor self{sys};
+    int alive = 0;
+    for (int i = 0; i < 100 && alive < node_count; ++i) {
+      self->request(rhead, 5s, wire::status_atom::value, token->token, version())
+          .receive([&](wire::status_atom, bool ok, std::string& text) {
+                     if (!ok) die("status: " + text);
+                     alive = 0;
+                     auto j = nlohmann::json::parse(text);  // kept: a loop over a temporary's member dangles
+                     for (auto& n : j["nodes"]) alive += n["alive"].get<bool>();
+                   },
+                   [&](caf::error& e) { std::cerr << "bench_pg: status: " << sys.render(e) << "\n"; });
+      if (alive < node_count) std::this_thread::sleep_for(100ms);
+    }
+    if (alive < node_count) die("the node processes did not all join (" + std::to_string(alive) + " of " + std::to_string(node_count) + ")");
+  }
+  std::vector<double> loop;
+  for (int r = 0; r < runs; ++r) {
+    auto res = run(sys, rhead, token->token, clients, loop_pairs);
+    loop.push_back(res.pairs_per_s);
+    std::printf("loopback, run %d: %.0f pairs/s (%d clients, %d node processes)\n", r + 1, res.pairs_per_s, clients,
+                node_count);
+    std::fflush(stdout);
+  }
+  auto lat = run(sys, rhead, token->token, 1, latency_pairs);
+  std::printf("loopback latency, one group at a time: %d pairs, create->ready p50 %.3f ms, p99 %.3f ms\n",
+              latency_pairs, percentile(lat.ready_ms, 0.5), percentile(lat.ready_ms, 0.99));
+  if (auto left = held_after(sys, rhead, token->token); left != 0) die("loopback: something is still held after every group was removed");
+  std::printf("{\"inproc_pairs_per_s\": %.0f, \"loopback_pairs_per_s\": %.0f, \"ready_ms_p50\": %.3f, "
+              "\"ready_ms_p99\": %.3f, \"clients\": %d, \"nodes\": %d, \"bundles_per_group\": 2, \"runs\": %d}\n",
+              median(inproc), median(loop), percentile(lat.ready_ms, 0.5), percentile(lat.ready_ms, 0.99), clients,
+              node_count, runs);
+  std::fflush(stdout);
+  std::exit(0);
+}
