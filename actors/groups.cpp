@@ -72,50 +72,20 @@ status check_group_id(const std::string& id) {
 void send_all(groups_actor self, std::vector<group_message> msgs);
 void flush(groups_actor self);
 
-// A prepare's answer (or its failure) goes back into the table.
-void on_prepare_answer(groups_actor self, const group_message& m, const expected<allocation>& answer,
-                       uint64_t version = 0) {
-  auto& st = self->state;
-  send_all(self, st.table.on_prepared(m.key, m.attempt, m.node, answer, st.view, self->clock().now(), version));
-  flush(self);
-}
-
 void send_all(groups_actor self, std::vector<group_message> msgs) {
   auto& st = self->state;
   for (auto& m : msgs) {
     auto it = st.nodes.find(m.node);
     if (it == st.nodes.end()) continue;  // a lost node: nobody to tell
     switch (m.what) {
+      // Plain messages both ways: attempts are timed out by the tick (expire), and a
+      // lost commit is found by the node's next heartbeat (reconcile).
       case group_message::kind::prepare:
-        self->request(it->second, st.opt.attempt_timeout, wire::prepare_atom::value, m.key.group, m.key.bundle,
-                      wire::to_wire_request(m.request), wire::to_wire(m.preferred))
-            .then(
-                [self, m](wire::prepare_atom, bool ok, const wire::wire_alloc& taken, const std::string& why,
-                          uint64_t version) {
-                  auto* n = self->state.view.find(m.node);
-                  if (!ok || !n) {
-                    on_prepare_answer(self, m, status{errc::insufficient, ok ? "the node is gone" : why});
-                    return;
-                  }
-                  on_prepare_answer(self, m, wire::alloc_from_wire(taken, *n), version);
-                },
-                [self, m](caf::error& err) {
-                  on_prepare_answer(self, m, status{errc::insufficient, "prepare failed: " + to_string(err)});
-                });
+        self->send(it->second, wire::prepare_atom::value, m.key.group, m.key.bundle, wire::to_wire_request(m.request),
+                   wire::to_wire(m.preferred));
         break;
       case group_message::kind::commit:
-        self->request(it->second, st.opt.attempt_timeout, wire::commit_atom::value, m.key.group, m.key.bundle)
-            .then(
-                [self, m](wire::commit_atom, bool ok, const std::string& why) {
-                  if (ok) return;
-                  auto& st = self->state;
-                  send_all(self, st.table.on_committed(m.key, m.attempt, m.node, status{errc::not_found, why},
-                                                       st.view, self->clock().now()));
-                  flush(self);
-                },
-                // A commit whose answer is lost: the node's next heartbeat says whether
-                // it holds the bundle (reconcile), so nothing to do here.
-                [](caf::error&) {});
+        self->send(it->second, wire::commit_atom::value, m.key.group, m.key.bundle);
         break;
       case group_message::kind::abort:
         self->send(it->second, wire::abort_atom::value, m.key.group, m.key.bundle);
@@ -397,6 +367,34 @@ caf::behavior groups(groups_actor self, groups_options opt) {
       },
       [self](wire::holdings_atom, const node_id& id, uint64_t version, const std::vector<wire::wire_hold>& holds) {
         take_holdings(self, id, holds, version, false);
+        flush(self);
+      },
+      [self](wire::prepare_atom, const node_id& node, const std::string& key, uint32_t bundle, bool ok,
+             const wire::wire_alloc& taken, const std::string& why, uint64_t version) {
+        auto& st = self->state;
+        auto it = st.nodes.find(node);
+        std::string group;
+        uint64_t attempt = 0;
+        if (it == st.nodes.end() || it->second.address() != self->current_sender() ||
+            !parse_node_key({key, bundle}, group, attempt))
+          return;  // not from that node's current actor: ignore
+        auto* n = st.view.find(node);
+        expected<allocation> answer = status{errc::insufficient, why};
+        if (ok) answer = wire::alloc_from_wire(taken, *n);
+        send_all(self, st.table.on_prepared({key, bundle}, attempt, node, answer, st.view, self->clock().now(), version));
+        flush(self);
+      },
+      [self](wire::commit_atom, const node_id& node, const std::string& key, uint32_t bundle, bool ok,
+             const std::string& why) {
+        auto& st = self->state;
+        auto it = st.nodes.find(node);
+        std::string group;
+        uint64_t attempt = 0;
+        if (ok || it == st.nodes.end() || it->second.address() != self->current_sender() ||
+            !parse_node_key({key, bundle}, group, attempt))
+          return;
+        send_all(self, st.table.on_committed({key, bundle}, attempt, node, status{errc::not_found, why}, st.view,
+                                             self->clock().now()));
         flush(self);
       },
       [self](wire::pg_create_atom, const wire::wire_group_spec& spec) { return create(self, spec); },

@@ -31,8 +31,12 @@ struct script {
   answer prepare = answer::yes;
   bool commit_ok = true;
   int prepares = 0, commits = 0, aborts = 0;
-  std::vector<caf::response_promise> held_back;  // silent prepares, to answer late
-  std::vector<std::pair<bundle_key, allocation>> held_back_result;
+  struct late {
+    caf::actor to;
+    bundle_key key;
+    allocation alloc;
+  };
+  std::vector<late> held_back;  // silent prepares, to answer late
   reservation_table table{node_resources{}};
 };
 
@@ -61,33 +65,33 @@ caf::behavior scripted_node(caf::event_based_actor* self, caf::actor head, std::
   ad.holdings_version = s->table.version();
   self->request(head, caf::infinite, wire::join_atom::value, token, ad)
       .then([](wire::join_atom, bool ok, const std::string& text) { EXPECT_TRUE(ok) << text; });
+  auto reply = [self, id, s](const caf::actor& to, const std::string& key, uint32_t bundle, bool ok,
+                             wire::wire_alloc taken, std::string why) {
+    self->send(to, wire::prepare_atom::value, id, key, bundle, ok, std::move(taken), std::move(why), s->table.version());
+  };
   return {
-      [self, s](wire::prepare_atom, const std::string& key, uint32_t bundle, const wire::wire_request& req,
-                const wire::wire_alloc& pref) -> caf::result<caf::message> {
+      [self, s, reply](wire::prepare_atom, const std::string& key, uint32_t bundle, const wire::wire_request& req,
+                       const wire::wire_alloc& pref) {
         ++s->prepares;
+        auto to = caf::actor_cast<caf::actor>(self->current_sender());
         auto request = *wire::request_from_wire(req);
         auto preferred = wire::alloc_from_wire(pref, s->table.resources());
-        if (s->prepare == answer::no)
-          return caf::make_message(wire::prepare_atom::value, false, wire::wire_alloc{}, std::string{"scripted no"},
-                                   s->table.version());
+        if (s->prepare == answer::no) return reply(to, key, bundle, false, {}, "scripted no");
         auto taken = s->table.prepare({key, bundle}, request, preferred ? *preferred : allocation{},
                                       self->clock().now());
-        if (!taken)
-          return caf::make_message(wire::prepare_atom::value, false, wire::wire_alloc{}, taken.error().message(),
-                                   s->table.version());
+        if (!taken) return reply(to, key, bundle, false, {}, taken.error().message());
         if (s->prepare == answer::silent) {
-          s->held_back.push_back(self->make_response_promise());
-          s->held_back_result.emplace_back(bundle_key{key, bundle}, *taken);
-          return caf::message{};
+          s->held_back.push_back({to, bundle_key{key, bundle}, *taken});
+          return;
         }
-        return caf::make_message(wire::prepare_atom::value, true, wire::to_wire(*taken), std::string{},
-                                 s->table.version());
+        reply(to, key, bundle, true, wire::to_wire(*taken), {});
       },
-      [s](wire::commit_atom, const std::string& key, uint32_t bundle) {
+      [self, id, s](wire::commit_atom, const std::string& key, uint32_t bundle) {
         ++s->commits;
-        if (!s->commit_ok) return caf::make_message(wire::commit_atom::value, false, std::string{"scripted no"});
-        auto st = s->table.commit({key, bundle});
-        return caf::make_message(wire::commit_atom::value, st.is_ok(), st.is_ok() ? std::string{} : st.message());
+        auto st = s->commit_ok ? s->table.commit({key, bundle}) : status{errc::not_found, "scripted no"};
+        if (!st)
+          self->send(caf::actor_cast<caf::actor>(self->current_sender()), wire::commit_atom::value, id, key, bundle,
+                     false, st.message());
       },
       [s](wire::abort_atom, const std::string& key, uint32_t bundle) {
         ++s->aborts;
@@ -99,12 +103,9 @@ caf::behavior scripted_node(caf::event_based_actor* self, caf::actor head, std::
                    wire::to_wire(s->table.resources().availability()), holdings_of(s->table));
       },
       // The test answers the held-back prepares (late).
-      [s](wire::retry_atom) {
-        for (size_t i = 0; i < s->held_back.size(); ++i)
-          s->held_back[i].deliver(wire::prepare_atom::value, true, wire::to_wire(s->held_back_result[i].second),
-                                  std::string{}, s->table.version());
+      [s, reply](wire::retry_atom) {
+        for (auto& h : s->held_back) reply(h.to, h.key.group, h.key.bundle, true, wire::to_wire(h.alloc), {});
         s->held_back.clear();
-        s->held_back_result.clear();
       },
   };
 }

@@ -147,27 +147,32 @@ caf::behavior node(node_actor self, node_options opt) {
                    wire::to_wire(st.table.resources().availability()), holdings(st.table));
         self->delayed_send(self, wire::heartbeat_period, wire::beat_atom::value, generation);
       },
+      // Prepares and commits come as plain messages and are answered with plain messages
+      // (no request timeouts: the head times attempts out itself). A commit is answered
+      // only when it fails.
       [self](wire::prepare_atom, const std::string& key, uint32_t bundle, const wire::wire_request& req,
              const wire::wire_alloc& preferred) {
         auto& st = self->state;
-        auto refuse = [&](const std::string& why) {
-          return caf::make_message(wire::prepare_atom::value, false, wire::wire_alloc{}, why, st.table.version());
+        auto to = caf::actor_cast<caf::actor>(self->current_sender());
+        if (!to) return;
+        auto answer = [&](bool ok, wire::wire_alloc taken, std::string why) {
+          self->send(to, wire::prepare_atom::value, st.opt.node_id, key, bundle, ok, std::move(taken), std::move(why),
+                     st.table.version());
         };
-        if (!from_head(self)) return refuse("only the head this node joined may reserve here");
+        if (!from_head(self)) return answer(false, {}, "only the head this node joined may reserve here");
         auto request = wire::request_from_wire(req);
-        if (!request) return refuse(request.error().message());
+        if (!request) return answer(false, {}, request.error().message());
         auto pref = wire::alloc_from_wire(preferred, st.table.resources());
         auto taken = st.table.prepare({key, bundle}, *request, pref ? *pref : allocation{}, self->clock().now());
-        if (!taken) return refuse(taken.error().message());
-        return caf::make_message(wire::prepare_atom::value, true, wire::to_wire(*taken), std::string{},
-                                 st.table.version());
+        if (!taken) return answer(false, {}, taken.error().message());
+        answer(true, wire::to_wire(*taken), {});
       },
       [self](wire::commit_atom, const std::string& key, uint32_t bundle) {
-        if (!from_head(self))
-          return caf::make_message(wire::commit_atom::value, false,
-                                   std::string{"only the head this node joined may commit here"});
-        auto done = self->state.table.commit({key, bundle});
-        return caf::make_message(wire::commit_atom::value, done.is_ok(), done.is_ok() ? std::string{} : done.message());
+        auto& st = self->state;
+        auto to = caf::actor_cast<caf::actor>(self->current_sender());
+        auto done = from_head(self) ? st.table.commit({key, bundle})
+                                    : status{errc::invalid_argument, "only the head this node joined may commit here"};
+        if (!done && to) self->send(to, wire::commit_atom::value, st.opt.node_id, key, bundle, false, done.message());
       },
       [self](wire::abort_atom, const std::string& key, uint32_t bundle) {
         if (!from_head(self)) return;

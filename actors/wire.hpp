@@ -25,11 +25,13 @@
 //   client -> head (pg_remove_atom, token, id)            -> (pg_remove_atom, bool, text)
 //   client -> head (pg_get_atom, token, id)               -> (pg_get_atom, bool, json-or-error)
 //   groups -> owner (pg_moved_atom, id, bundles)   bundles placed again after a node loss
-// Two phases between the placement-group actor and a node actor (keys: docs):
-//   (prepare_atom, key, bundle, wire_request, wire_alloc preferred)
-//                  -> (prepare_atom, bool, wire_alloc taken, reason, version)
-//   (commit_atom, key, bundle)                            -> (commit_atom, bool, reason)
-//   (abort_atom, key, bundle)                             no reply
+// Two phases between the placement-group actor and a node actor (keys: docs), plain
+// messages both ways (the placement-group actor times attempts out itself):
+//   groups -> node (prepare_atom, key, bundle, wire_request, wire_alloc preferred)
+//   node -> groups (prepare_atom, node_id, key, bundle, bool, wire_alloc taken, reason, version)
+//   groups -> node (commit_atom, key, bundle)
+//   node -> groups (commit_atom, node_id, key, bundle, false, reason)   only when it failed
+//   groups -> node (abort_atom, key, bundle)
 // Nodes put what they hold (wire_hold) in their advertisement and every heartbeat.
 //
 // The head is a dynamically typed actor on purpose: a client of another version still

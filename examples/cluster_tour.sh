@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A tour of a libtune cluster on this machine: a head and two nodes on loopback (one
 # with logical GPUs, one with this machine's real GPUs if it has any), `tune status`,
+# placement groups (one placed across nodes, one waiting, one that can never fit),
 # a node killed with SIGKILL and seen dead, then everything stopped.
 # Usage: cluster_tour.sh PATH/TO/tune
 set -euo pipefail
@@ -15,8 +16,20 @@ echo; echo "== tune start --address $address --num-gpus 4 --resources '{\"tpu\":
 "$tune" start --address "$address" --num-gpus 4 --resources '{"tpu": 2}' | tee "$work/a.out"
 echo; echo "== tune start --address $address   (this machine's own GPUs, if any)"
 "$tune" start --address "$address" | tee "$work/b.out"
+echo; echo "== tune group create --bundles '[{\"gpu\": 1, \"tpu\": 1}, {\"gpu\": 1, \"tpu\": 1}]' --strategy STRICT_PACK --wait 5"
+"$tune" group create --address "$address" --id tour-pack --bundles '[{"gpu": 1, "tpu": 1}, {"gpu": 1, "tpu": 1}]' \
+  --strategy STRICT_PACK --wait 5
+echo; echo "== tune group create --bundles '[{\"gpu\": 2, \"tpu\": 1}]'   (waits: the TPU node's TPUs are held)"
+"$tune" group create --address "$address" --id tour-wait --bundles '[{"gpu": 2, "tpu": 1}]'
+echo; echo "== tune group create --bundles '[{\"gpu\": 64}]'   (can never fit: fails at once)"
+"$tune" group create --address "$address" --bundles '[{"gpu": 64}]' || true
+sleep 0.6  # one heartbeat: the nodes report what they hold
 echo; echo "== tune status"
 "$tune" status --address "$address"
+echo; echo "== tune group remove tour-pack   (tour-wait is placed at once)"
+"$tune" group remove tour-pack --address "$address"
+"$tune" group get tour-wait --address "$address"
+"$tune" group remove tour-wait --address "$address"
 pid=$(grep -o '(pid [0-9]*)' "$work/b.out" | tr -dc 0-9)
 echo; echo "== kill -9 $pid; 0.2 s later:"
 kill -9 "$pid"

@@ -107,12 +107,6 @@ std::string random_node_id() {
   return buf;
 }
 
-std::string render(caf::actor_system& sys, const caf::error& err) {
-  if (err == caf::sec::request_timeout) return "no answer in time";
-  if (err == caf::sec::cannot_connect_to_node) return "cannot connect (nothing listening there, or no route)";
-  if (err == caf::sec::incompatible_application_ids) return "not a libtune head (another CAF application)";
-  return sys.render(err);
-}
 
 // --- tune start --head -------------------------------------------------------
 
@@ -130,6 +124,9 @@ int start_head(const po::variables_map& vm, const std::string& dir) {
       return fail("start", "a head on port " + std::to_string(port) + " is already running (pid " +
                                std::to_string(pid) + "); `tune stop` stops it");
   }
+  double orphan_grace_s = vm["orphan-grace"].as<double>();
+  if (!(orphan_grace_s >= 0 && orphan_grace_s <= 86400))
+    return fail("start", "--orphan-grace must be between 0 and 86400 seconds", 2);
   bool block = vm.count("block") > 0;
   std::string log_file = dir + "/head-" + std::to_string(port) + ".log";
   return cli::run_service(block, log_file, 20, [&](cli::readiness& ready) {
@@ -146,11 +143,13 @@ int start_head(const po::variables_map& vm, const std::string& dir) {
     }
     uint16_t actual = (*gate)->port();
     std::string shown_host = host.empty() ? hostname() : host;  // the head probes no GPU
-    auto head = spawn_head(sys, {token->token, shown_host + ":" + std::to_string(actual), wire::heartbeat_timeout});
+    groups_options groups;
+    groups.orphan_grace = std::chrono::milliseconds(static_cast<int64_t>(orphan_grace_s * 1000));
+    auto head = spawn_head(sys, {token->token, shown_host + ":" + std::to_string(actual), wire::heartbeat_timeout, groups});
     auto published = sys.middleman().publish(head, 0, "127.0.0.1", true);
     if (!published) {
       caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
-      ready.failed("tune start: cannot open the head's internal port: " + render(sys, published.error()));
+      ready.failed("tune start: cannot open the head's internal port: " + describe(sys, published.error()));
       return 1;
     }
     (*gate)->run(*published);
@@ -242,6 +241,7 @@ int start_node(const po::variables_map& vm, const std::string& dir) {
   if (!head) return fail("start", head.error().message(), 2);
   if (vm.count("host")) return fail("start", "--host is for the head (--head)", 2);
   if (!vm["port"].defaulted()) return fail("start", "--port is for the head; a node connects to --address", 2);
+  if (!vm["orphan-grace"].defaulted()) return fail("start", "--orphan-grace is for the head (--head)", 2);
   auto token_path = vm["token-file"].as<std::string>();
   auto token = read_token(token_path);
   if (!token) return fail("start", token.error().message());
@@ -328,6 +328,9 @@ int cmd_start(const std::vector<std::string>& args) {
       ("address", po::value<std::string>(), "HOST:PORT of the head to join (start a node)")
       ("port", po::value<int>()->default_value(default_port), "head: the port to listen on (0: any free port)")
       ("host", po::value<std::string>(), "head: the address to listen on (default: all)")
+      ("orphan-grace", po::value<double>()->default_value(60),
+       "head: seconds to keep bundles that nodes hold for placement groups this head does not know "
+       "(after a head restart), for their owners to claim by creating the group again")
       ("num-gpus", po::value<int>(), "node: use the first N GPUs; on a machine without GPUs, declare N logical ones (16 GiB each)")
       ("gpus", po::value<std::string>(), "node: use these GPUs only, by index (e.g. 0,2)")
       ("num-cpus", po::value<double>(), "node: the CPUs to offer (default: those this process may use)")

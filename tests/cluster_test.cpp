@@ -42,8 +42,10 @@ class ClusterTest : public ::testing::Test {
 
   void SetUp() override { start_head(); }
 
-  void start_head() {
-    auto r = files.tune({"start", "--head", "--port", std::to_string(port), "--host", "127.0.0.1"});
+  void start_head(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"start", "--head", "--port", std::to_string(port), "--host", "127.0.0.1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = files.tune(args);
     ASSERT_EQ(r.rc, 0) << r.out << r.err;
     EXPECT_NE(r.out.find("head started at 127.0.0.1:" + std::to_string(port)), std::string::npos) << r.out;
     head_pid = pid_in(r.out);
@@ -188,6 +190,48 @@ TEST_F(ClusterTest, RestartedHeadIsRejoined) {
     if (n["id"] == a.id) {
       EXPECT_EQ(n["gpus"].size(), 1u);  // rebuilt from what the node advertises
     }
+}
+
+// Nodes keep what they hold through a head restart; the new head keeps it booked for
+// its owner to claim, and releases what nobody claims after the grace period.
+TEST_F(ClusterTest, PlacementGroupsThroughAHeadRestart) {
+  start_node({"--num-gpus", "2"});
+  start_node({"--num-gpus", "2"});
+  std::string spread = R"([{"gpu": 1}, {"gpu": 1}])";
+  auto keep = files.tune({"group", "create", "--address", address, "--id", "keep", "--bundles", spread, "--strategy",
+                          "STRICT_SPREAD", "--wait", "5"});
+  ASSERT_EQ(keep.rc, 0) << keep.out << keep.err;
+  auto drop = files.tune({"group", "create", "--address", address, "--id", "drop", "--bundles", R"([{"gpu": 0.5}])",
+                          "--wait", "5"});
+  ASSERT_EQ(drop.rc, 0) << drop.out << drop.err;
+  ASSERT_EQ(::kill(head_pid, SIGKILL), 0);
+  ASSERT_TRUE(wait_until([&] { return ::kill(head_pid, 0) != 0; }, 5s));
+  start_head({"--orphan-grace", "3"});
+  ASSERT_TRUE(wait_until([&] {
+    auto s = files.status(address);
+    return !s.is_null() && s["alive_nodes"] == 2 && s["orphaned_bundles"].size() == 3;
+  }, 10s, 100ms)) << files.status(address).dump();
+  auto text = files.tune({"status", "--address", address});
+  EXPECT_NE(text.out.find("groups this head does not know"), std::string::npos) << text.out;
+  // Nothing is promised twice meanwhile: 4 GPUs, 2.5 held, so 2 whole ones cannot fit.
+  auto big = files.tune({"group", "create", "--address", address, "--bundles", R"([{"gpu": 2}])"});
+  EXPECT_NE(big.out.find("pending"), std::string::npos) << big.out << big.err;
+  auto big_id = big.out.substr(0, big.out.find(' '));
+  EXPECT_EQ(files.tune({"group", "remove", big_id, "--address", address}).rc, 0);
+  // The owner claims its group: created at once, on the cards it already held.
+  auto again = files.tune({"group", "create", "--address", address, "--id", "keep", "--bundles", spread, "--strategy",
+                           "STRICT_SPREAD", "--json"});
+  ASSERT_EQ(again.rc, 0) << again.out << again.err;
+  EXPECT_NE(again.out.find("\"created\""), std::string::npos) << again.out;
+  // The unclaimed one is released after the grace: the nodes report 2 GPUs held.
+  EXPECT_TRUE(wait_until([&] {
+    auto s = files.status(address);
+    if (s.is_null() || !s["orphaned_bundles"].empty()) return false;
+    double held = 0;
+    for (auto& n : s["nodes"])
+      for (auto& g : n["gpus"]) held += g["allocated"].get<double>();
+    return held == 2.0;
+  }, 10s, 200ms)) << files.status(address).dump();
 }
 
 TEST_F(ClusterTest, WrongTokenIsRefusedAndNeverAppears) {
