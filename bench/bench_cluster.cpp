@@ -33,6 +33,12 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
+// The tune binary: $TUNE_BINARY (a build moved to another machine), else the one built.
+std::string tune_binary() {
+  const char* e = std::getenv("TUNE_BINARY");
+  return e && *e ? e : TUNE_BINARY;
+}
+
 std::string dir, token_path;
 
 std::string sh(const std::string& cmd) {
@@ -57,7 +63,7 @@ std::string id_in(const std::string& s) {
 
 // Stops what this run started and removes its files.
 void cleanup() {
-  sh(std::string{TUNE_BINARY} + " stop --grace 5");
+  sh(tune_binary() + " stop --grace 5");
   std::system(("rm -rf " + dir).c_str());
 }
 
@@ -185,7 +191,7 @@ int main(int argc, char** argv) {
   }
   int port = 20000 + static_cast<int>(::getpid() % 20000);
   std::string address = "127.0.0.1:" + std::to_string(port);
-  auto started = sh(std::string{TUNE_BINARY} + " start --head --host 127.0.0.1 --port " + std::to_string(port));
+  auto started = sh(tune_binary() + " start --head --host 127.0.0.1 --port " + std::to_string(port));
   if (pid_in(started) == 0) {
     std::cerr << "bench_cluster: cannot start a head: " << started;
     return 1;
@@ -204,7 +210,7 @@ int main(int argc, char** argv) {
 
   auto measure = [&](int signal, int runs, std::vector<double>& out) {
     for (int r = 0; r < runs; ++r) {
-      auto s = sh(std::string{TUNE_BINARY} + " start --address " + address);
+      auto s = sh(tune_binary() + " start --address " + address);
       int pid = pid_in(s);
       std::string id = id_in(s);
       if (!pid || !await_event(self, id, "alive", 10s)) {

@@ -35,6 +35,12 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
+// The tune binary: $TUNE_BINARY (a build moved to another machine), else the one built.
+std::string tune_binary() {
+  const char* e = std::getenv("TUNE_BINARY");
+  return e && *e ? e : TUNE_BINARY;
+}
+
 std::string dir, token_path;
 constexpr int node_count = 4, gpus_per_node = 8;
 
@@ -50,7 +56,7 @@ std::string sh(const std::string& cmd) {
 
 void cleanup() {
   if (dir.empty() || std::getenv("BENCH_KEEP")) return;
-  sh(std::string{TUNE_BINARY} + " stop --grace 5");
+  sh(tune_binary() + " stop --grace 5");
   std::system(("rm -rf " + dir).c_str());
 }
 
@@ -241,10 +247,10 @@ int main(int argc, char** argv) {
   // (b) A head process and node processes on loopback.
   int port = 20000 + static_cast<int>(::getpid() % 20000);
   std::string address = "127.0.0.1:" + std::to_string(port);
-  auto started = sh(std::string{TUNE_BINARY} + " start --head --host 127.0.0.1 --port " + std::to_string(port));
+  auto started = sh(tune_binary() + " start --head --host 127.0.0.1 --port " + std::to_string(port));
   if (started.find("head started at") == std::string::npos) die("cannot start a head: " + started);
   for (int i = 0; i < node_count; ++i) {
-    auto s = sh(std::string{TUNE_BINARY} + " start --address " + address + " --num-gpus " + std::to_string(gpus_per_node));
+    auto s = sh(tune_binary() + " start --address " + address + " --num-gpus " + std::to_string(gpus_per_node));
     if (s.find("node started") == std::string::npos && s.find("joined") == std::string::npos)
       die("cannot start a node: " + s);
   }
