@@ -46,14 +46,6 @@ node_resources machine(const std::string& id, int gpus) {
   return *node_resources::make(host, logical_gpus(id, gpus, 16 * GiB));
 }
 
-std::vector<wire::wire_hold> holdings_of(const reservation_table& t) {
-  std::vector<wire::wire_hold> out;
-  for (auto& h : t.holdings())
-    out.push_back({h.key.group, h.key.bundle, h.state == hold_state::committed, wire::to_wire_request(h.request),
-                   wire::to_wire(h.alloc)});
-  return out;
-}
-
 using beat_atom = wire::beat_atom;
 
 // A node that joins the head and answers as its script says.
@@ -61,7 +53,7 @@ caf::behavior scripted_node(caf::event_based_actor* self, caf::actor head, std::
                             std::shared_ptr<script> s) {
   auto ad = wire::make_ad(id, "host-" + id, "10.0.0.9", s->table.resources());
   ad.version = version();
-  ad.holdings = holdings_of(s->table);
+  ad.holdings = wire::holdings_of(s->table);
   ad.holdings_version = s->table.version();
   self->request(head, caf::infinite, wire::join_atom::value, token, ad)
       .then([](wire::join_atom, bool ok, const std::string& text) { EXPECT_TRUE(ok) << text; });
@@ -100,7 +92,7 @@ caf::behavior scripted_node(caf::event_based_actor* self, caf::actor head, std::
       // The test asks for a heartbeat: what the node holds.
       [self, head, id, s](beat_atom, uint64_t) {
         self->send(head, wire::heartbeat_atom::value, token, id, s->table.version(),
-                   wire::to_wire(s->table.resources().availability()), holdings_of(s->table));
+                   wire::to_wire(s->table.resources().availability()), wire::holdings_of(s->table));
       },
       // The test answers the held-back prepares (late).
       [s, reply](wire::retry_atom) {

@@ -52,14 +52,6 @@ void schedule_retry(node_actor self, const std::string& why) {
   st.backoff = std::min(st.backoff * 2, max_backoff);
 }
 
-std::vector<wire::wire_hold> holdings(const reservation_table& table) {
-  std::vector<wire::wire_hold> out;
-  for (auto& h : table.holdings())
-    out.push_back({h.key.group, h.key.bundle, h.state == hold_state::committed, wire::to_wire_request(h.request),
-                   wire::to_wire(h.alloc)});
-  return out;
-}
-
 // Placement-group messages come from the head's process only.
 bool from_head(node_actor self) {
   auto& st = self->state;
@@ -71,7 +63,7 @@ void send_join(node_actor self) {
   auto& st = self->state;
   auto ad = wire::make_ad(st.opt.node_id, st.opt.hostname, st.opt.address, st.table.resources());
   ad.version = version();
-  ad.holdings = holdings(st.table);
+  ad.holdings = wire::holdings_of(st.table);
   ad.holdings_version = st.table.version();
   self->request(st.head, wire::request_timeout, wire::join_atom::value, st.opt.token, ad)
       .then(
@@ -144,7 +136,7 @@ caf::behavior node(node_actor self, node_options opt) {
         auto& st = self->state;
         if (!st.joined || generation != st.generation) return;
         self->send(st.head, wire::heartbeat_atom::value, st.opt.token, st.opt.node_id, st.table.version(),
-                   wire::to_wire(st.table.resources().availability()), holdings(st.table));
+                   wire::to_wire(st.table.resources().availability()), wire::holdings_of(st.table));
         self->delayed_send(self, wire::heartbeat_period, wire::beat_atom::value, generation);
       },
       // Prepares and commits come as plain messages and are answered with plain messages

@@ -108,6 +108,14 @@ expected<allocation> alloc_from_wire(const wire_alloc& w, const node_resources& 
   return a;
 }
 
+std::vector<wire_hold> holdings_of(const reservation_table& table) {
+  std::vector<wire_hold> out;
+  for (auto& h : table.holdings())
+    out.push_back({h.key.group, h.key.bundle, h.state == hold_state::committed, to_wire_request(h.request),
+                   to_wire(h.alloc)});
+  return out;
+}
+
 config::config(bool network) {
   add_message_type<wire_gpu>("tune::wire_gpu");
   add_message_type<std::vector<wire_gpu>>("std::vector<tune::wire_gpu>");

@@ -47,6 +47,7 @@
 #include <string>
 #include <vector>
 
+#include "tune/cluster/reservations.hpp"
 #include "tune/core/node_resources.hpp"
 #include "tune/core/resource_set.hpp"
 
@@ -209,6 +210,8 @@ expected<resource_set> request_from_wire(const wire_request& w);
 wire_alloc to_wire(const allocation& a);
 // Checked against the node the allocation is on: its cards exist, amounts are sane.
 expected<allocation> alloc_from_wire(const wire_alloc& w, const node_resources& on);
+// What a node's reservation table holds, as its heartbeat lists it.
+std::vector<wire_hold> holdings_of(const reservation_table& table);
 
 // The CAF configuration of every libtune process: message types registered, the
 // application identifier, and connection heartbeats so that a silent peer is dropped.

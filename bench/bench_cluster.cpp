@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "head.hpp"
+#include "procs.hpp"
 #include "tune/cluster/token.hpp"
 #include "tune/cluster/version.hpp"
 #include "tune/host/detect.hpp"
@@ -33,23 +34,10 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-// The tune binary: $TUNE_BINARY (a build moved to another machine), else the one built.
-std::string tune_binary() {
-  const char* e = std::getenv("TUNE_BINARY");
-  return e && *e ? e : TUNE_BINARY;
-}
 
 std::string dir, token_path;
 
-std::string sh(const std::string& cmd) {
-  std::string full = "TUNE_RUNTIME_DIR=" + dir + " TUNE_TOKEN_FILE=" + token_path + " " + cmd + " 2>&1";
-  FILE* p = ::popen(full.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (p && std::fgets(buf, sizeof buf, p)) out += buf;
-  if (p) ::pclose(p);
-  return out;
-}
+std::string sh(const std::string& cmd) { return bench::sh(dir, token_path, cmd); }
 
 int pid_in(const std::string& s) {
   std::smatch m;
@@ -63,7 +51,7 @@ std::string id_in(const std::string& s) {
 
 // Stops what this run started and removes its files.
 void cleanup() {
-  sh(tune_binary() + " stop --grace 5");
+  sh(bench::tune_binary() + " stop --grace 5");
   std::system(("rm -rf " + dir).c_str());
 }
 
@@ -191,7 +179,7 @@ int main(int argc, char** argv) {
   }
   int port = 20000 + static_cast<int>(::getpid() % 20000);
   std::string address = "127.0.0.1:" + std::to_string(port);
-  auto started = sh(tune_binary() + " start --head --host 127.0.0.1 --port " + std::to_string(port));
+  auto started = sh(bench::tune_binary() + " start --head --host 127.0.0.1 --port " + std::to_string(port));
   if (pid_in(started) == 0) {
     std::cerr << "bench_cluster: cannot start a head: " << started;
     return 1;
@@ -210,7 +198,7 @@ int main(int argc, char** argv) {
 
   auto measure = [&](int signal, int runs, std::vector<double>& out) {
     for (int r = 0; r < runs; ++r) {
-      auto s = sh(tune_binary() + " start --address " + address);
+      auto s = sh(bench::tune_binary() + " start --address " + address);
       int pid = pid_in(s);
       std::string id = id_in(s);
       if (!pid || !await_event(self, id, "alive", 10s)) {

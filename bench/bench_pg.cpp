@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "head.hpp"
+#include "procs.hpp"
 #include "node.hpp"
 #include "tune/cluster/token.hpp"
 #include "tune/cluster/version.hpp"
@@ -35,28 +36,15 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-// The tune binary: $TUNE_BINARY (a build moved to another machine), else the one built.
-std::string tune_binary() {
-  const char* e = std::getenv("TUNE_BINARY");
-  return e && *e ? e : TUNE_BINARY;
-}
 
 std::string dir, token_path;
 constexpr int node_count = 4, gpus_per_node = 8;
 
-std::string sh(const std::string& cmd) {
-  std::string full = "TUNE_RUNTIME_DIR=" + dir + " TUNE_TOKEN_FILE=" + token_path + " CUDA_VISIBLE_DEVICES= " + cmd + " 2>&1";
-  FILE* p = ::popen(full.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (p && std::fgets(buf, sizeof buf, p)) out += buf;
-  if (p) ::pclose(p);
-  return out;
-}
+std::string sh(const std::string& cmd) { return bench::sh(dir, token_path, cmd); }
 
 void cleanup() {
   if (dir.empty() || std::getenv("BENCH_KEEP")) return;
-  sh(tune_binary() + " stop --grace 5");
+  sh(bench::tune_binary() + " stop --grace 5");
   std::system(("rm -rf " + dir).c_str());
 }
 
@@ -247,10 +235,10 @@ int main(int argc, char** argv) {
   // (b) A head process and node processes on loopback.
   int port = 20000 + static_cast<int>(::getpid() % 20000);
   std::string address = "127.0.0.1:" + std::to_string(port);
-  auto started = sh(tune_binary() + " start --head --host 127.0.0.1 --port " + std::to_string(port));
+  auto started = sh(bench::tune_binary() + " start --head --host 127.0.0.1 --port " + std::to_string(port));
   if (started.find("head started at") == std::string::npos) die("cannot start a head: " + started);
   for (int i = 0; i < node_count; ++i) {
-    auto s = sh(tune_binary() + " start --address " + address + " --num-gpus " + std::to_string(gpus_per_node));
+    auto s = sh(bench::tune_binary() + " start --address " + address + " --num-gpus " + std::to_string(gpus_per_node));
     if (s.find("node started") == std::string::npos && s.find("joined") == std::string::npos)
       die("cannot start a node: " + s);
   }

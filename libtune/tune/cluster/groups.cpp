@@ -37,13 +37,17 @@ bool parse_node_key(const bundle_key& key, std::string& group, uint64_t& attempt
 
 namespace {
 
-group_message abort_message(const std::string& group, uint32_t bundle, const bundle_site& site) {
+group_message abort_key(const node_id& node, const bundle_key& key, uint64_t attempt) {
   group_message m;
   m.what = group_message::kind::abort;
-  m.node = site.node;
-  m.key = node_key(group, bundle, site.attempt);
-  m.attempt = site.attempt;
+  m.node = node;
+  m.key = key;
+  m.attempt = attempt;
   return m;
+}
+
+group_message abort_message(const std::string& group, uint32_t bundle, const bundle_site& site) {
+  return abort_key(site.node, node_key(group, bundle, site.attempt), site.attempt);
 }
 
 // Gives back a site's reservation on the head's view, if its node is still there.
@@ -177,14 +181,7 @@ std::vector<group_message> group_table::on_prepared(const bundle_key& key, uint6
                g->site[key.bundle]->attempt == attempt;
   if (!known) {
     // A reply from an older attempt or a removed group: free whatever it took there.
-    if (answer) {
-      group_message m;
-      m.what = group_message::kind::abort;
-      m.node = node;
-      m.key = key;
-      m.attempt = attempt;
-      out.push_back(std::move(m));
-    }
+    if (answer) out.push_back(abort_key(node, key, attempt));
     return out;
   }
   auto pos = std::find(g->placing.begin(), g->placing.end(), key.bundle);
@@ -358,13 +355,7 @@ std::vector<group_message> group_table::reconcile(const node_id& node, const std
         ours = s && s->node == node && s->attempt == attempt;
       }
     }
-    if (ours) continue;
-    group_message m;
-    m.what = group_message::kind::abort;
-    m.node = node;
-    m.key = key;
-    m.attempt = attempt;
-    out.push_back(std::move(m));
+    if (!ours) out.push_back(abort_key(node, key, attempt));
   }
   // The head's reservations there, answered, that the node no longer holds.
   for (auto& [id, g] : groups_) {
