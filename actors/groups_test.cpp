@@ -376,6 +376,29 @@ TEST_F(GroupsActorTest, TheOwnerGoingAwayRemovesItsGroups) {
   EXPECT_EQ(nodes.at("a").second->table.holdings().size(), 1u);
 }
 
+TEST_F(GroupsActorTest, ANodeJoiningAgainOverANewConnectionKeepsItsBundles) {
+  auto a = add_node("a", 1);
+  auto [ok, id, s, r] = create({gpu(1)}, strategy::pack);
+  ASSERT_EQ(state(id), "created");
+  auto old = nodes.at("a").first;
+  nodes["a"].first = sys.spawn(scripted_node, head, std::string{"a"}, a);  // same node, new actor
+  sched.run();
+  caf::anon_send_exit(old, caf::exit_reason::user_shutdown);
+  sched.run();
+  beat("a");
+  EXPECT_EQ(state(id), "created");
+  EXPECT_EQ(a->aborts, 0) << "nothing moved: the node still holds it";
+  EXPECT_EQ(a->prepares, 1);
+  EXPECT_EQ(a->table.holdings().size(), 1u);
+  // A node that comes back holding nothing (it restarted) has its bundles placed again.
+  a->table.abort(a->table.holdings()[0].key);
+  beat("a");
+  pass(200ms);
+  EXPECT_EQ(state(id), "created");
+  EXPECT_EQ(a->prepares, 2);
+  EXPECT_EQ(a->table.holdings().size(), 1u);
+}
+
 TEST_F(GroupsActorTest, ANodeLostAfterCommitMovesBundlesAndTellsTheOwner) {
   add_node("a", 1);
   add_node("b", 1);

@@ -42,8 +42,11 @@ void notify(head_actor self, const node_id& id, std::string_view state, const st
     self->send(s, wire::node_event_atom::value, id, std::string{state}, reason);
 }
 
-void node_gone(head_actor self, const node_id& id) {
-  self->send(self->state.groups, wire::node_down_atom::value, id);
+// Forgets a node's connection; the placement-group actor is told the node is gone
+// unless it is joining again over a new connection (then it reconciles what the node
+// says it holds instead of moving every bundle away).
+void node_gone(head_actor self, const node_id& id, bool tell_groups = true) {
+  if (tell_groups) self->send(self->state.groups, wire::node_down_atom::value, id);
   auto it = self->state.addr_of.find(id);
   if (it == self->state.addr_of.end()) return;
   self->state.node_of.erase(it->second);
@@ -97,7 +100,7 @@ caf::behavior head(head_actor self, head_options opt) {
         auto joined = st.registry.join({ad.node_id, ad.hostname, ad.address, ad.version},
                                        std::move(resources).value(), self->clock().now());
         if (!joined) return refuse(joined.message());
-        node_gone(self, ad.node_id);
+        node_gone(self, ad.node_id, false);
         st.node_of[sender.address()] = ad.node_id;
         st.addr_of[ad.node_id] = sender.address();
         self->monitor(sender);
