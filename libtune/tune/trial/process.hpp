@@ -1,0 +1,79 @@
+// A trial's worker process. It starts in a process group of its own with exactly the
+// environment it is given (nothing inherited: no stray CUDA_VISIBLE_DEVICES), its
+// standard output and error and a report channel (fd 3, TUNE_REPORT_FD) on pipes.
+// It is stopped gracefully (SIGTERM to the group), forced (SIGKILL to the group),
+// paused and resumed (SIGSTOP / SIGCONT to the group). Killing the group takes the
+// worker's own children with it, and the worker dies with the thread that started it
+// (PR_SET_PDEATHSIG): when a node dies, its trials die too, and nothing is orphaned.
+//
+// Threads: start, poll and wait from one thread, which must outlive the process (the
+// death signal is tied to the thread that forked). Signals may come from any thread.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tune/core/status.hpp"
+
+namespace tune {
+
+struct process_spec {
+  std::vector<std::string> argv;           // argv[0]: the program (a path)
+  std::map<std::string, std::string> env;  // the whole environment
+  std::string cwd;                         // empty: the current one
+};
+
+struct exit_info {
+  bool exited = false;  // ended by exit(); else by a signal
+  int code = 0;         // exit code, or the signal number
+  bool ok() const { return exited && code == 0; }
+  std::string describe() const;  // "exit code 3", "killed by signal 9 (Killed)"
+};
+
+class worker_process {
+ public:
+  // Starts the process. A program that cannot be started (missing, not executable) is
+  // an error naming it and why, not a process that exits 127.
+  static expected<std::unique_ptr<worker_process>> start(const process_spec& spec);
+  ~worker_process();  // kills the group if it still runs, and reaps it
+  worker_process(const worker_process&) = delete;
+  worker_process& operator=(const worker_process&) = delete;
+
+  int pid() const { return pid_; }
+
+  // Waits up to `timeout` for output, then reads what is there. Complete report lines
+  // are appended to `reports`; output and errors go to their tails. False once every
+  // pipe is closed (the process and its children are gone or closed them).
+  bool poll(std::chrono::milliseconds timeout, std::vector<std::string>& reports);
+  // Reaps the process if it has ended.
+  std::optional<exit_info> try_wait();
+  // Waits until it ends (reading its pipes meanwhile); nothing after `timeout`.
+  std::optional<exit_info> wait(std::chrono::milliseconds timeout, std::vector<std::string>& reports);
+
+  void terminate();  // SIGTERM to the group
+  void kill();       // SIGKILL to the group
+  void pause();      // SIGSTOP to the group
+  void resume();     // SIGCONT to the group
+
+  // The last bytes it wrote (at most 16 KiB each).
+  const std::string& stdout_tail() const { return out_tail_; }
+  const std::string& stderr_tail() const { return err_tail_; }
+
+  static constexpr int report_fd = 3;
+  static constexpr size_t tail_bytes = 16 * 1024;
+
+ private:
+  worker_process() = default;
+  void signal_group(int sig);
+
+  int pid_ = -1;
+  int out_ = -1, err_ = -1, rep_ = -1;  // read ends, -1 once closed
+  std::string out_tail_, err_tail_, rep_partial_;
+  std::optional<exit_info> exit_;
+};
+
+}  // namespace tune

@@ -1,0 +1,178 @@
+// Worker processes for real, with /bin/sh standing in for a trial.
+#include "tune/trial/process.hpp"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <thread>
+
+namespace tune {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::unique_ptr<worker_process> sh(const std::string& script, std::map<std::string, std::string> env = {}) {
+  env.emplace("PATH", "/usr/bin:/bin");
+  auto p = worker_process::start({{"/bin/sh", "-c", script}, env, ""});
+  EXPECT_TRUE(p) << p.error().message();
+  return p ? std::move(p).value() : nullptr;
+}
+
+// Whether a process is gone (or a zombie nobody reaped yet).
+bool gone(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return true;
+  std::string line;
+  std::getline(stat, line);
+  auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
+}
+
+bool eventually(const std::function<bool()>& f, std::chrono::milliseconds limit = 3s) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (f()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return f();
+}
+
+TEST(WorkerProcess, SeesExactlyTheEnvironmentItIsGiven) {
+  ::setenv("CUDA_VISIBLE_DEVICES", "0,1", 1);  // the node's own: must not leak
+  auto p = sh("env", {{"CUDA_VISIBLE_DEVICES", "GPU-b"}, {"TUNE_TRIAL_ID", "t1"}});
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  std::vector<std::string> reports;
+  auto e = p->wait(5s, reports);
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(e->ok()) << e->describe();
+  EXPECT_NE(p->stdout_tail().find("CUDA_VISIBLE_DEVICES=GPU-b\n"), std::string::npos) << p->stdout_tail();
+  EXPECT_NE(p->stdout_tail().find("TUNE_TRIAL_ID=t1\n"), std::string::npos);
+  EXPECT_EQ(p->stdout_tail().find("0,1"), std::string::npos);
+}
+
+TEST(WorkerProcess, ReportsArriveAsLinesOnTheReportChannel) {
+  auto p = sh("echo one >&3; echo two >&3; echo not-a-report; printf last >&3");
+  std::vector<std::string> reports;
+  auto e = p->wait(5s, reports);
+  ASSERT_TRUE(e && e->ok());
+  EXPECT_EQ(reports, (std::vector<std::string>{"one", "two", "last"}));
+  EXPECT_EQ(p->stdout_tail(), "not-a-report\n");
+}
+
+TEST(WorkerProcess, AProgramThatCannotStartIsAnError) {
+  auto p = worker_process::start({{"/nonexistent/trainer"}, {}, ""});
+  ASSERT_FALSE(p);
+  EXPECT_NE(p.error().message().find("cannot start /nonexistent/trainer: No such file"), std::string::npos)
+      << p.error().message();
+  char path[] = "/tmp/not-executable-XXXXXX";
+  int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::close(fd);  // mode 0600: no execute bit, for root too
+  auto q = worker_process::start({{path}, {}, ""});
+  ::unlink(path);
+  ASSERT_FALSE(q);
+  EXPECT_NE(q.error().message().find("Permission denied"), std::string::npos) << q.error().message();
+}
+
+TEST(WorkerProcess, ACrashIsReportedWithItsSignalAndStderr) {
+  auto p = sh("echo 'CUDA error: out of memory' >&2; kill -SEGV $$");
+  std::vector<std::string> reports;
+  auto e = p->wait(5s, reports);
+  ASSERT_TRUE(e);
+  EXPECT_FALSE(e->ok());
+  EXPECT_FALSE(e->exited);
+  EXPECT_EQ(e->code, SIGSEGV);
+  EXPECT_NE(e->describe().find("killed by signal 11"), std::string::npos) << e->describe();
+  EXPECT_EQ(p->stderr_tail(), "CUDA error: out of memory\n");
+  auto q = sh("exit 3");
+  auto f = q->wait(5s, reports);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->describe(), "exit code 3");
+}
+
+TEST(WorkerProcess, AWorkerThatIgnoresStopIsKilled) {
+  auto p = sh("trap '' TERM; echo ready >&3; sleep 30");
+  std::vector<std::string> reports;
+  ASSERT_TRUE(eventually([&] { p->poll(10ms, reports); return !reports.empty(); }));
+  p->terminate();
+  EXPECT_FALSE(p->wait(300ms, reports)) << "it ignores SIGTERM";
+  p->kill();
+  auto e = p->wait(3s, reports);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code, SIGKILL);
+}
+
+TEST(WorkerProcess, AStoppedWorkerEndsGracefully) {
+  auto p = sh("trap 'echo bye >&3; exit 0' TERM; echo ready >&3; while :; do sleep 0.05; done");
+  std::vector<std::string> reports;
+  ASSERT_TRUE(eventually([&] { p->poll(10ms, reports); return !reports.empty(); }));
+  p->terminate();
+  auto e = p->wait(3s, reports);
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(e->ok()) << e->describe();
+  EXPECT_EQ(reports.back(), "bye");
+}
+
+TEST(WorkerProcess, NoOrphansWhenKilledOrWhenItExits) {
+  auto p = sh("sleep 60 & echo $! >&3; wait");
+  std::vector<std::string> reports;
+  ASSERT_TRUE(eventually([&] { p->poll(10ms, reports); return !reports.empty(); }));
+  int child = std::stoi(reports[0]);
+  EXPECT_FALSE(gone(child));
+  p->kill();
+  ASSERT_TRUE(p->wait(3s, reports));
+  EXPECT_TRUE(eventually([&] { return gone(child); })) << "the worker's child outlived it";
+
+  auto q = sh("sleep 60 & echo $! >&3; exit 0");
+  reports.clear();
+  ASSERT_TRUE(q->wait(3s, reports));
+  ASSERT_EQ(reports.size(), 1u);
+  int left = std::stoi(reports[0]);
+  EXPECT_TRUE(eventually([&] { return gone(left); })) << "a child left behind by a finished worker lives on";
+}
+
+TEST(WorkerProcess, PauseAndResume) {
+  auto p = sh("while :; do echo tick >&3; sleep 0.02; done");
+  std::vector<std::string> reports;
+  ASSERT_TRUE(eventually([&] { p->poll(10ms, reports); return reports.size() >= 2; }));
+  p->pause();
+  std::this_thread::sleep_for(100ms);
+  p->poll(0ms, reports);
+  auto before = reports.size();
+  std::this_thread::sleep_for(300ms);
+  p->poll(0ms, reports);
+  EXPECT_EQ(reports.size(), before) << "a paused worker runs on";
+  p->resume();
+  EXPECT_TRUE(eventually([&] { p->poll(10ms, reports); return reports.size() > before + 2; }));
+  p->kill();
+  EXPECT_TRUE(p->wait(3s, reports));
+}
+
+TEST(WorkerProcess, DiesWithTheThreadThatStartedIt) {
+  int pid = 0;
+  std::thread([&] {
+    auto p = worker_process::start({{"/bin/sleep", "30"}, {}, ""});
+    ASSERT_TRUE(p);
+    pid = (*p)->pid();
+    (void)std::move(p).value().release();  // the watcher goes away without stopping it
+  }).join();
+  ASSERT_GT(pid, 0);
+  int st = 0;
+  ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+}
+
+TEST(WorkerProcess, DestroyingAWatcherKillsAndReapsTheGroup) {
+  int pid = 0;
+  {
+    auto p = sh("sleep 30");
+    pid = p->pid();
+  }
+  EXPECT_TRUE(gone(pid));
+}
+
+}  // namespace
+}  // namespace tune
