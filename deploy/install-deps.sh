@@ -11,6 +11,7 @@ packages=(
   libboost-program-options-dev            # command-line options
   libgtest-dev libgmock-dev               # tests
   nlohmann-json3-dev                      # JSON
+  libssl-dev                              # SHA-256 of programs shipped to nodes
   libsqlite3-dev                          # the experiment store
   libopenblas-dev                         # matrix products of the CPU training path
   dataset-fashion-mnist                   # the training data
