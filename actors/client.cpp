@@ -1,8 +1,12 @@
 #include "client.hpp"
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include <fstream>
+
 #include "tune/cluster/version.hpp"
+#include "tune/trial/sha256.hpp"
 
 namespace tune {
 
@@ -63,6 +67,10 @@ expected<std::unique_ptr<cluster_client>> cluster_client::connect(caf::actor_sys
 
 cluster_client::cluster_client(caf::actor_system& sys, caf::actor head, std::string token, ms timeout)
     : sys_(sys), self_(sys), head_(std::move(head)), token_(std::move(token)), timeout_(timeout) {}
+
+cluster_client::~cluster_client() {
+  if (programs_) caf::anon_send_exit(programs_, caf::exit_reason::user_shutdown);
+}
 
 expected<cluster_client::created> cluster_client::create_group(const group_request& req) {
   wire::wire_group_spec spec;
@@ -151,5 +159,98 @@ std::vector<std::pair<std::string, std::vector<uint32_t>>> cluster_client::take_
   }
   return out;
 }
+
+}  // namespace tune
+
+namespace tune {
+
+namespace {
+
+struct program_server_state {
+  std::map<std::string, std::pair<std::string, uint64_t>> files;  // sha256 -> (path, size)
+  static inline const char* name = "tune.programs";
+};
+
+caf::behavior program_server(caf::stateful_actor<program_server_state>* self) {
+  return {
+      [self](wire::program_add_atom, const std::string& path) {
+        auto sha = sha256_file(path);
+        if (!sha) return caf::make_message(wire::program_add_atom::value, false, sha.error().message(), uint64_t{0});
+        std::ifstream in(path, std::ios::binary | std::ios::ate);
+        auto size = static_cast<uint64_t>(in.tellg());
+        self->state.files[*sha] = {path, size};
+        return caf::make_message(wire::program_add_atom::value, true, *sha, size);
+      },
+      [self](wire::program_get_atom, const std::string& sha, uint64_t offset, uint32_t length) -> caf::result<caf::message> {
+        auto it = self->state.files.find(sha);
+        if (it == self->state.files.end()) return caf::make_error(caf::sec::invalid_argument, "no such program here");
+        auto& [path, size] = it->second;
+        if (offset > size || length > size - offset || length > (64u << 20))
+          return caf::make_error(caf::sec::invalid_argument, "range outside the program");
+        std::ifstream in(path, std::ios::binary);
+        in.seekg(static_cast<std::streamoff>(offset));
+        std::string bytes(length, '\0');
+        in.read(bytes.data(), length);
+        if (static_cast<uint32_t>(in.gcount()) != length)
+          return caf::make_error(caf::sec::invalid_argument, "the program changed on disk");
+        return caf::make_message(wire::program_get_atom::value, std::move(bytes));
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_program_server(caf::actor_system& sys) { return sys.spawn(program_server); }
+
+expected<program_ref> cluster_client::serve_program(const std::string& path) {
+  if (!programs_) programs_ = spawn_program_server(sys_);
+  expected<program_ref> out = status{errc::not_found, "no answer"};
+  self_->request(programs_, timeout_, wire::program_add_atom::value, path)
+      .receive(
+          [&](wire::program_add_atom, bool ok, std::string& sha, uint64_t size) {
+            if (!ok) out = status{errc::not_found, std::move(sha)};
+            else out = program_ref{std::filesystem::path(path).filename().string(), std::move(sha), size};
+          },
+          [&](caf::error& err) { out = status{errc::not_found, describe(sys_, err)}; });
+  return out;
+}
+
+expected<std::string> cluster_client::start_trial(const trial_request& req) {
+  wire::wire_trial_spec spec{req.trial_id, req.group, req.bundle, req.program.name, req.program.sha256,
+                             req.program.size, req.args, req.config_json};
+  expected<std::string> out = status{errc::not_found, "no answer"};
+  // Fetching a large program and starting the worker take longer than a plain request.
+  self_->request(head_, timeout_ * 6, wire::trial_start_atom::value, token_, spec, programs_)
+      .receive(
+          [&](wire::trial_start_atom, bool ok, std::string& text) {
+            out = ok ? expected<std::string>{std::move(text)}
+                     : expected<std::string>{status{errc::invalid_argument, std::move(text)}};
+          },
+          [&](caf::error& err) { out = status{errc::not_found, "start trial " + req.trial_id + ": " + describe(sys_, err)}; });
+  return out;
+}
+
+std::optional<trial_event> cluster_client::next_trial_event(ms timeout) {
+  if (!events_.empty()) {
+    auto e = std::move(events_.front());
+    events_.pop_front();
+    return e;
+  }
+  std::optional<trial_event> out;
+  self_->receive(
+      [&](wire::trial_event_atom, std::string& id, std::string& kind, std::string& json) {
+        out = trial_event{std::move(id), std::move(kind), std::move(json),
+                          caf::actor_cast<caf::actor>(self_->current_sender())};
+      },
+      caf::after(timeout) >> [] {});
+  return out;
+}
+
+void cluster_client::stop_trial(const caf::actor& trial, ms grace) {
+  self_->send(trial, wire::trial_stop_atom::value, int64_t{grace.count()});
+}
+void cluster_client::kill_trial(const caf::actor& trial) { self_->send(trial, wire::trial_kill_atom::value); }
+void cluster_client::pause_trial(const caf::actor& trial) { self_->send(trial, wire::trial_pause_atom::value); }
+void cluster_client::resume_trial(const caf::actor& trial) { self_->send(trial, wire::trial_resume_atom::value); }
 
 }  // namespace tune

@@ -15,6 +15,8 @@
 #include <caf/all.hpp>
 
 #include <chrono>
+#include <deque>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -58,6 +60,30 @@ struct group_info {
 // One group as `tune status --json` and get_group() give it (JSON), read back.
 expected<group_info> parse_group_info(const std::string& json);
 
+// A program this client serves to nodes (content-addressed).
+struct program_ref {
+  std::string name, sha256;
+  uint64_t size = 0;
+};
+
+struct trial_request {
+  std::string trial_id, group;
+  uint32_t bundle = 0;
+  program_ref program;
+  std::vector<std::string> args;
+  std::string config_json = "{}";
+};
+
+struct trial_event {
+  std::string trial_id, kind, json;  // kind: started, result, done, ended (trial.hpp)
+  caf::actor trial;                  // the trial actor, for stop / kill / pause / resume
+};
+
+// Serves registered files to nodes, in chunks, by SHA-256: (program_add_atom, path)
+// -> (program_add_atom, bool, sha256-or-error, size); nodes ask (program_get_atom,
+// sha256, offset, length) -> (program_get_atom, bytes).
+caf::actor spawn_program_server(caf::actor_system& sys);
+
 class cluster_client {
  public:
   using ms = std::chrono::milliseconds;
@@ -68,6 +94,9 @@ class cluster_client {
                                                            uint16_t port, std::string token, ms timeout = ms{10000});
   // A head in this process.
   cluster_client(caf::actor_system& sys, caf::actor head, std::string token, ms timeout = ms{10000});
+  ~cluster_client();  // ends its program server: nodes can no longer fetch from it
+  cluster_client(const cluster_client&) = delete;
+  cluster_client& operator=(const cluster_client&) = delete;
 
   struct created {
     std::string id, state, reason;  // state: "preparing", "pending", "created" or "infeasible"
@@ -88,6 +117,20 @@ class cluster_client {
   // Groups with bundles placed again after a node loss, since the last call.
   std::vector<std::pair<std::string, std::vector<uint32_t>>> take_moved();
 
+  // Trials. The program is served to nodes from this process (a program server of
+  // this client's); this client owns the trials it starts: it gets their events and
+  // only it may stop them.
+  expected<program_ref> serve_program(const std::string& path);
+  // Starts a trial in a bundle of a created group; answers once the worker runs
+  // (its pid, node, cards) or why it could not start.
+  expected<std::string> start_trial(const trial_request& req);
+  // The next event of any trial of this client's, waiting up to `timeout`.
+  std::optional<trial_event> next_trial_event(ms timeout);
+  void stop_trial(const caf::actor& trial, ms grace);
+  void kill_trial(const caf::actor& trial);
+  void pause_trial(const caf::actor& trial);
+  void resume_trial(const caf::actor& trial);
+
   const caf::actor& head() const { return head_; }
 
  private:
@@ -96,6 +139,8 @@ class cluster_client {
   caf::actor head_;
   std::string token_;
   ms timeout_;
+  caf::actor programs_;  // this client's program server, made on first use
+  std::deque<trial_event> events_;  // events seen while waiting for something else
 };
 
 // A CAF error in words.

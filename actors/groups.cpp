@@ -398,6 +398,39 @@ caf::behavior groups(groups_actor self, groups_options opt) {
         flush(self);
       },
       [self](wire::pg_create_atom, const wire::wire_group_spec& spec) { return create(self, spec); },
+      // A trial in one of a group's bundles: passed on to the node that holds it, which
+      // answers the client.
+      [self](wire::trial_start_atom, const wire::wire_trial_spec& spec, const caf::actor& server)
+          -> caf::result<caf::message> {
+        auto& st = self->state;
+        auto no = [](const std::string& why) { return caf::make_message(wire::trial_start_atom::value, false, why); };
+        auto* g = st.table.find(spec.group);
+        if (!g) return no("no placement group " + spec.group);
+        if (spec.bundle >= g->site.size())
+          return no("placement group " + spec.group + " has " + std::to_string(g->site.size()) + " bundles, not " +
+                    std::to_string(spec.bundle + 1));
+        auto& site = g->site[spec.bundle];
+        bool placing = std::find(g->placing.begin(), g->placing.end(), spec.bundle) != g->placing.end();
+        if (!site || placing)
+          return no("bundle " + std::to_string(spec.bundle) + " of " + spec.group + " is not placed yet (" +
+                    std::string{to_string(g->state)} + "): wait until the group is ready");
+        auto n = st.nodes.find(site->node);
+        if (n == st.nodes.end()) return no("the node of bundle " + std::to_string(spec.bundle) + " is gone");
+        // Asked from here (nodes take trials only from the head's process), for the client,
+        // who owns the trial. Fetching a large program can take a while.
+        auto owner = caf::actor_cast<caf::actor>(self->current_sender());
+        auto rp = self->make_response_promise<caf::message>();
+        self->request(n->second, std::chrono::minutes(10), wire::trial_start_atom::value, spec,
+                      node_key(spec.group, spec.bundle, site->attempt).group, spec.bundle, server, owner)
+            .then([rp](wire::trial_start_atom, bool ok, std::string& text) mutable {
+                    rp.deliver(caf::make_message(wire::trial_start_atom::value, ok, std::move(text)));
+                  },
+                  [rp](caf::error& err) mutable {
+                    rp.deliver(caf::make_message(wire::trial_start_atom::value, false,
+                                                 "the node did not start the trial: " + to_string(err)));
+                  });
+        return rp;
+      },
       [self](wire::pg_wait_atom, const std::string& id, int64_t timeout_ms) {
         auto& st = self->state;
         auto rp = self->make_response_promise();

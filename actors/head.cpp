@@ -185,6 +185,10 @@ caf::behavior head(head_actor self, head_options opt) {
         self->delegate(self->state.groups, wire::pg_wait_atom::value, id, timeout_ms);
         return caf::message{};
       },
+      [self](wire::trial_start_atom, const std::string& token, const wire::wire_trial_spec& spec,
+             const caf::actor& server) {
+        return to_groups(self, token, wire::trial_start_atom::value, spec, server);
+      },
       [self](wire::pg_remove_atom, const std::string& token, const std::string& id) {
         return to_groups(self, token, wire::pg_remove_atom::value, id);
       },

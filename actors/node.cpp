@@ -1,7 +1,17 @@
 #include "node.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
 #include "log.hpp"
+#include "trial.hpp"
 #include "tune/cluster/groups.hpp"
+#include "tune/trial/sha256.hpp"
 #include "tune/cluster/reservations.hpp"
 #include "tune/cluster/version.hpp"
 
@@ -17,6 +27,8 @@ struct node_state {
   uint64_t generation = 0;  // a new generation stops the old heartbeat chain
   std::chrono::milliseconds backoff{250};
   caf::actor_clock::time_point started;
+  std::map<std::string, caf::actor> trials;  // by trial id, while they run
+  std::set<caf::actor_addr> trial_links;      // trials linked to this actor
   static inline const char* name = "tune.node";
 };
 
@@ -59,6 +71,109 @@ bool from_head(node_actor self) {
   return st.head && sender && sender->node() == st.head.node();
 }
 
+// --- trials -------------------------------------------------------------------
+
+constexpr uint32_t program_chunk = 4u << 20;  // never one giant message (CAF.md)
+
+bool valid_sha(const std::string& s) {
+  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+void start_trial(node_actor self, const wire::wire_trial_spec& spec, const reservation_table::hold& hold,
+                 const std::string& program, caf::actor owner, caf::response_promise rp) {
+  auto& st = self->state;
+  trial_options t;
+  t.spec = spec;
+  t.program = program;
+  t.node_id = st.opt.node_id;
+  t.trial_dir = st.opt.work_dir + "/trials/" + spec.trial_id;
+  std::error_code ec;
+  std::filesystem::create_directories(t.trial_dir, ec);
+  if (ec) {
+    rp.deliver(wire::trial_start_atom::value, false, "cannot create " + t.trial_dir + ": " + ec.message());
+    return;
+  }
+  for (auto& g : hold.alloc.gpus) {
+    t.cards.push_back(st.table.resources().gpus()[g.card]);
+    t.grants.push_back(g);
+  }
+  t.base_env = st.opt.trial_env;
+  t.owner = std::move(owner);
+  t.started = std::move(rp);
+  auto a = spawn_trial(self, std::move(t));
+  st.trials[spec.trial_id] = a;
+  st.trial_links.insert(a.address());
+  self->monitor(a);
+}
+
+// Fetches a program from the client's server in chunks into the cache, checks its
+// hash, then starts the trial.
+void fetch_program(node_actor self, wire::wire_trial_spec spec, reservation_table::hold hold, caf::actor server,
+                   caf::actor owner, caf::response_promise rp, std::string tmp, uint64_t offset) {
+  auto& st = self->state;
+  auto fail = [=](const std::string& why) mutable {
+    std::remove(tmp.c_str());
+    rp.deliver(wire::trial_start_atom::value, false, "cannot fetch program " + spec.program_name + ": " + why);
+  };
+  if (offset >= spec.program_size) {
+    auto got = sha256_file(tmp);
+    if (!got || *got != spec.program_sha256)
+      return fail(got ? "its SHA-256 is " + *got + ", not " + spec.program_sha256 : got.error().message());
+    std::string path = st.opt.work_dir + "/programs/" + spec.program_sha256;
+    ::chmod(tmp.c_str(), 0755);
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) return fail("cannot move it into the cache");
+    log_line("program " + spec.program_name + " (" + spec.program_sha256.substr(0, 12) + ") fetched");
+    start_trial(self, spec, hold, path, std::move(owner), std::move(rp));
+    return;
+  }
+  auto length = static_cast<uint32_t>(std::min<uint64_t>(program_chunk, spec.program_size - offset));
+  self->request(server, std::chrono::seconds(60), wire::program_get_atom::value, spec.program_sha256, offset, length)
+      .then(
+          [=](wire::program_get_atom, const std::string& bytes) mutable {
+            if (bytes.size() != length) return fail("the server sent " + std::to_string(bytes.size()) + " bytes, not " + std::to_string(length));
+            std::ofstream out(tmp, std::ios::binary | std::ios::app);
+            out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+            if (!out) return fail("cannot write " + tmp);
+            out.close();
+            fetch_program(self, spec, hold, server, owner, rp, tmp, offset + length);
+          },
+          [=](caf::error& err) mutable { fail(to_string(err)); });
+}
+
+caf::response_promise trial_start(node_actor self, const wire::wire_trial_spec& spec, const std::string& key,
+                                  uint32_t bundle, const caf::actor& server, const caf::actor& owner) {
+  auto& st = self->state;
+  bool trusted = from_head(self);  // before the promise: making it takes the sender away
+  auto rp = self->make_response_promise();
+  auto no = [&](const std::string& why) {
+    rp.deliver(wire::trial_start_atom::value, false, "node " + st.opt.node_id + ": " + why);
+    return rp;
+  };
+  if (!trusted) return no("trials start only through the head this node joined");
+  if (st.opt.work_dir.empty()) return no("this node runs no trials (it has no work folder)");
+  if (spec.trial_id.empty() || spec.trial_id.find_first_of("/\\ \t\n") != std::string::npos || spec.trial_id[0] == '.')
+    return no("bad trial id \"" + spec.trial_id + "\": no slashes, spaces or leading dot");
+  if (st.trials.count(spec.trial_id)) return no("trial " + spec.trial_id + " already runs here");
+  auto* hold = st.table.find({key, bundle});
+  if (!hold || hold->state != hold_state::committed)
+    return no("it holds no committed bundle " + std::to_string(bundle) + " of group " + spec.group);
+  if (!valid_sha(spec.program_sha256)) return no("the program's SHA-256 is not 64 hex digits");
+  std::string cached = st.opt.work_dir + "/programs/" + spec.program_sha256;
+  if (::access(cached.c_str(), X_OK) == 0) {
+    start_trial(self, spec, *hold, cached, owner, rp);
+    return rp;
+  }
+  if (!server) return no("program " + spec.program_name + " is not on this node and nobody serves it");
+  std::error_code ec;
+  std::filesystem::create_directories(st.opt.work_dir + "/programs", ec);
+  static uint64_t fetches = 0;
+  std::string tmp = st.opt.work_dir + "/programs/." + spec.program_sha256 + "." + std::to_string(::getpid()) + "." +
+                    std::to_string(++fetches);
+  std::remove(tmp.c_str());
+  fetch_program(self, spec, *hold, server, owner, rp, tmp, 0);
+  return rp;
+}
+
 void send_join(node_actor self) {
   auto& st = self->state;
   auto ad = wire::make_ad(st.opt.node_id, st.opt.hostname, st.opt.address, st.table.resources());
@@ -93,12 +208,20 @@ caf::behavior node(node_actor self, node_options opt) {
   self->state.started = self->clock().now();
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
+    std::erase_if(st.trials, [&](const auto& t) { return t.second.address() == dm.source; });
     if (!st.head || dm.source != st.head.address()) return;
     log_line("lost the head at " + where(self) + " (" + to_string(dm.reason) + "); reconnecting");
     st.head = nullptr;
     st.joined = false;
     ++st.generation;
     schedule_retry(self, "head lost");
+  });
+  // Trials are linked to the node so that they end with it; a trial's own end must not
+  // end the node. (An exit message sent to the node itself, e.g. on `tune stop`,
+  // does.)
+  self->set_exit_handler([self](caf::exit_msg& m) {
+    if (self->state.trial_links.erase(m.source)) return;
+    self->quit(m.reason);
   });
   self->send(self, wire::retry_atom::value);
   self->delayed_send(self, self->state.opt.prepare_ttl / 4, wire::expire_atom::value);
@@ -169,6 +292,10 @@ caf::behavior node(node_actor self, node_options opt) {
       [self](wire::abort_atom, const std::string& key, uint32_t bundle) {
         if (!from_head(self)) return;
         self->state.table.abort({key, bundle});
+      },
+      [self](wire::trial_start_atom, const wire::wire_trial_spec& spec, const std::string& key, uint32_t bundle,
+             const caf::actor& server, const caf::actor& owner) {
+        return trial_start(self, spec, key, bundle, server, owner);
       },
       [self](wire::expire_atom) {
         auto& st = self->state;

@@ -7,6 +7,10 @@
 // message from any other process is refused); a prepare not committed within
 // `prepare_ttl` is released, so a head that dies mid-protocol leaks nothing.
 //
+// It starts trials in bundles it holds (trial.hpp), fetching the trial's program from
+// the client's program server the first time (content-addressed, checked by SHA-256,
+// cached in work_dir/programs).
+//
 //          retry                 join accepted
 //   start -------> connecting ------------------> joined --+ beat every 500 ms
 //                    ^  |  connect/join failed        |    |
@@ -21,6 +25,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <string>
 
 #include "tune/core/node_resources.hpp"
@@ -36,6 +41,11 @@ struct node_options {
   node_resources resources;
   std::chrono::milliseconds first_join_deadline{10000};
   std::chrono::milliseconds prepare_ttl{10000};
+  // Where programs shipped to this node are cached (programs/<sha256>) and trials keep
+  // their folders (trials/<id>). Empty: no trials on this node.
+  std::string work_dir;
+  // The environment every trial's worker starts from (PATH, HOME, LD_LIBRARY_PATH).
+  std::map<std::string, std::string> trial_env;
   // A head in this process (an embedded cluster, benchmarks): joined without a
   // connection. head_host and head_port are then only for messages.
   caf::actor head_actor;

@@ -32,6 +32,15 @@
 //   groups -> node (commit_atom, key, bundle)
 //   node -> groups (commit_atom, node_id, key, bundle, false, reason)   only when it failed
 //   groups -> node (abort_atom, key, bundle)
+//
+// Trials (docs/trials.md): a client starts a trial in a bundle of one of its groups;
+// the head checks the token, the placement-group actor finds the bundle's node and asks
+// it (trial_start_atom, spec, key, bundle, program_server, owner), relaying the answer:
+//   client -> head (trial_start_atom, token, wire_trial_spec, program_server)
+//                  -> (trial_start_atom, bool, json-or-error)   once the worker runs
+//   node -> program_server (program_get_atom, sha256, offset, length) -> (program_get_atom, bytes)
+//   trial -> client (trial_event_atom, trial_id, kind, json)   started, result, done, ended
+//   client -> trial (trial_stop_atom, grace_ms) | (trial_kill_atom) | (trial_pause_atom) | (trial_resume_atom)
 // Nodes put what they hold (wire_hold) in their advertisement and every heartbeat.
 //
 // The head is a dynamically typed actor on purpose: a client of another version still
@@ -77,6 +86,14 @@ using pg_get_atom = caf::atom_constant<caf::atom("pgget")>;
 using pg_list_atom = caf::atom_constant<caf::atom("pglist")>;
 using pg_moved_atom = caf::atom_constant<caf::atom("pgmoved")>;
 using pg_tick_atom = caf::atom_constant<caf::atom("pgtick")>;
+using trial_start_atom = caf::atom_constant<caf::atom("trialstart")>;
+using trial_stop_atom = caf::atom_constant<caf::atom("trialstop")>;
+using trial_kill_atom = caf::atom_constant<caf::atom("trialkill")>;
+using trial_pause_atom = caf::atom_constant<caf::atom("trialpause")>;
+using trial_resume_atom = caf::atom_constant<caf::atom("trialresum")>;
+using trial_event_atom = caf::atom_constant<caf::atom("trialevent")>;
+using program_get_atom = caf::atom_constant<caf::atom("progget")>;
+using program_add_atom = caf::atom_constant<caf::atom("progadd")>;
 
 // Timing of the liveness protocol.
 constexpr auto heartbeat_period = std::chrono::milliseconds(500);
@@ -178,6 +195,24 @@ struct wire_group_spec {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_group_spec& x) {
   return f(caf::meta::type_name("wire_group_spec"), x.id, x.strategy, x.bundles, x.detached);
+}
+
+// A trial to start: in bundle `bundle` of placement group `group`, running the program
+// with this content hash (fetched from the client's program server when the node does
+// not have it yet) with `args`, the configuration `config_json`.
+struct wire_trial_spec {
+  std::string trial_id, group;
+  uint32_t bundle = 0;
+  std::string program_name, program_sha256;
+  uint64_t program_size = 0;
+  std::vector<std::string> args;
+  std::string config_json;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_trial_spec& x) {
+  return f(caf::meta::type_name("wire_trial_spec"), x.trial_id, x.group, x.bundle, x.program_name, x.program_sha256,
+           x.program_size, x.args, x.config_json);
 }
 
 // A node's advertisement on join: who it is, what it has, what is free, what it holds.

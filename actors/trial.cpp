@@ -1,0 +1,195 @@
+#include "trial.hpp"
+
+#include <atomic>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "log.hpp"
+#include "tune/trial/process.hpp"
+
+namespace tune {
+
+namespace {
+
+using started_atom = caf::atom_constant<caf::atom("tstarted")>;
+using line_atom = caf::atom_constant<caf::atom("tline")>;
+using ended_atom = caf::atom_constant<caf::atom("tended")>;
+
+// What the actor asks of the watching thread; the thread acts on it between polls.
+struct control {
+  std::atomic<int> stop_after_ms{-1};  // >= 0: SIGTERM now, SIGKILL after that long
+  std::atomic<bool> kill{false}, pause{false}, resume{false};
+};
+
+struct trial_state {
+  trial_options opt;
+  std::shared_ptr<control> ctl = std::make_shared<control>();
+  std::thread watcher;
+  int pid = 0;
+  int64_t results = 0;
+  bool stopped = false, killed = false, ended = false;
+  static inline const char* name = "tune.trial";
+  ~trial_state() {
+    ctl->kill = true;  // the actor is gone: its worker goes too
+    if (watcher.joinable()) watcher.join();
+  }
+};
+
+using trial_actor = caf::stateful_actor<trial_state>*;
+
+nlohmann::json gpus_json(const trial_options& opt) {
+  nlohmann::json list = nlohmann::json::array();
+  for (size_t i = 0; i < opt.cards.size(); ++i) {
+    auto& c = opt.cards[i];
+    auto& g = opt.grants[i];
+    list.push_back({{"local", i},
+                    {"index", c.index},
+                    {"uuid", c.uuid},
+                    {"pci_bus_id", c.pci_bus_id},
+                    {"share", g.share.to_double()},
+                    {"memory_quota", g.memory},
+                    {"logical", c.logical}});
+  }
+  return list;
+}
+
+// The watching thread: starts the worker, reads it, acts on the controls, reaps it.
+void watch(caf::actor self, trial_options opt, std::map<std::string, std::string> env,
+           std::shared_ptr<control> ctl) {
+  std::vector<std::string> argv{opt.program};
+  argv.insert(argv.end(), opt.spec.args.begin(), opt.spec.args.end());
+  auto p = worker_process::start({argv, env, opt.trial_dir});
+  if (!p) {
+    caf::anon_send(self, started_atom::value, 0, p.error().message());
+    return;
+  }
+  auto& w = **p;
+  caf::anon_send(self, started_atom::value, w.pid(), std::string{});
+  std::optional<std::chrono::steady_clock::time_point> kill_at;
+  std::vector<std::string> lines;
+  std::optional<exit_info> done;
+  while (!done) {
+    w.poll(std::chrono::milliseconds(50), lines);
+    for (auto& l : lines) caf::anon_send(self, line_atom::value, std::move(l));
+    lines.clear();
+    if (int grace = ctl->stop_after_ms.exchange(-1); grace >= 0) {
+      w.terminate();
+      kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace);
+    }
+    if (ctl->kill || (kill_at && std::chrono::steady_clock::now() >= *kill_at)) w.kill();
+    if (ctl->pause.exchange(false)) w.pause();
+    if (ctl->resume.exchange(false)) w.resume();
+    done = w.try_wait();
+  }
+  w.poll(std::chrono::milliseconds(0), lines);  // the last words
+  for (auto& l : lines) caf::anon_send(self, line_atom::value, std::move(l));
+  caf::anon_send(self, ended_atom::value, done->exited, done->code, done->describe(), w.stderr_tail());
+}
+
+void event(trial_actor self, const std::string& kind, const nlohmann::json& body) {
+  auto& st = self->state;
+  if (st.opt.owner) self->send(st.opt.owner, wire::trial_event_atom::value, st.opt.spec.trial_id, kind, body.dump());
+}
+
+caf::behavior trial(trial_actor self, trial_options opt) {
+  auto& st = self->state;
+  st.opt = std::move(opt);
+  auto env = trial_environment(st.opt);
+  st.watcher = std::thread(watch, caf::actor_cast<caf::actor>(self), st.opt, env, st.ctl);
+  auto from_owner = [self] {
+    auto& st = self->state;
+    return st.opt.owner && self->current_sender() == st.opt.owner.address();
+  };
+  return {
+      [self](started_atom, int pid, const std::string& error) {
+        auto& st = self->state;
+        if (pid == 0) {
+          log_line("trial " + st.opt.spec.trial_id + " could not start: " + error);
+          st.opt.started.deliver(wire::trial_start_atom::value, false, error);
+          self->quit();
+          return;
+        }
+        st.pid = pid;
+        nlohmann::json info{{"trial_id", st.opt.spec.trial_id},
+                            {"pid", pid},
+                            {"node", st.opt.node_id},
+                            {"gpus", gpus_json(st.opt)},
+                            {"trial_dir", st.opt.trial_dir}};
+        log_line("trial " + st.opt.spec.trial_id + " started, pid " + std::to_string(pid));
+        st.opt.started.deliver(wire::trial_start_atom::value, true, info.dump());
+        event(self, "started", info);
+      },
+      [self](line_atom, const std::string& line) {
+        auto j = nlohmann::json::parse(line, nullptr, false);
+        if (j.is_discarded() || !j.is_object() || !j.contains("type")) return;  // not a report
+        auto type = j["type"].get<std::string>();
+        if (type == "result") {
+          ++self->state.results;
+          event(self, "result", {{"iteration", j.value("iteration", 0)}, {"metrics", j.value("metrics", nlohmann::json::object())}});
+        } else if (type == "done") {
+          event(self, "done", {{"message", j.value("message", "")}});
+        }
+      },
+      [self](ended_atom, bool exited, int code, const std::string& how, const std::string& stderr_tail) {
+        auto& st = self->state;
+        bool ok = exited && code == 0;
+        std::string error;
+        if (!ok && !st.stopped && !st.killed) error = "the trial's process ended with " + how;
+        if (st.killed) error = "killed on request";
+        nlohmann::json body{{"ok", ok && !st.killed},
+                            {"exit", how},
+                            {"error", error},
+                            {"stderr_tail", stderr_tail},
+                            {"results", st.results},
+                            {"stopped", st.stopped},
+                            {"killed", st.killed}};
+        log_line("trial " + st.opt.spec.trial_id + " ended: " + how);
+        event(self, "ended", body);
+        st.ended = true;
+        if (st.watcher.joinable()) st.watcher.join();
+        self->quit();
+      },
+      [self, from_owner](wire::trial_stop_atom, int64_t grace_ms) {
+        if (!from_owner()) return;
+        auto& st = self->state;
+        st.stopped = true;
+        auto grace = grace_ms < 0 ? st.opt.default_grace.count() : std::min<int64_t>(grace_ms, 3'600'000);
+        st.ctl->stop_after_ms = static_cast<int>(grace);
+      },
+      [self, from_owner](wire::trial_kill_atom) {
+        if (!from_owner()) return;
+        self->state.killed = true;
+        self->state.ctl->kill = true;
+      },
+      [self, from_owner](wire::trial_pause_atom) {
+        if (from_owner()) self->state.ctl->pause = true;
+      },
+      [self, from_owner](wire::trial_resume_atom) {
+        if (from_owner()) self->state.ctl->resume = true;
+      },
+  };
+}
+
+}  // namespace
+
+std::map<std::string, std::string> trial_environment(const trial_options& opt) {
+  auto env = opt.base_env;
+  std::string visible;
+  for (auto& c : opt.cards) visible += (visible.empty() ? "" : ",") + c.uuid;
+  env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
+  env["CUDA_VISIBLE_DEVICES"] = visible;  // empty: no card at all
+  env["TUNE_TRIAL_ID"] = opt.spec.trial_id;
+  env["TUNE_NODE_ID"] = opt.node_id;
+  env["TUNE_TRIAL_DIR"] = opt.trial_dir;
+  env["TUNE_TRIAL_CONFIG"] = opt.spec.config_json.empty() ? "{}" : opt.spec.config_json;
+  env["TUNE_TRIAL_GPUS"] = gpus_json(opt).dump();
+  env["TUNE_REPORT_FD"] = std::to_string(worker_process::report_fd);
+  if (!opt.grants.empty()) env["TUNE_GPU_MEMORY_QUOTA"] = std::to_string(opt.grants[0].memory);
+  return env;
+}
+
+caf::actor spawn_trial(caf::local_actor* parent, trial_options opt) {
+  return parent->spawn<caf::linked>(trial, std::move(opt));
+}
+
+}  // namespace tune

@@ -1,0 +1,46 @@
+// The trial actor: lives on the node, owns one trial's worker process.
+//
+// It starts the worker (tune/trial/process.hpp) on a thread of its own with exactly
+// the bundle's cards visible (CUDA_DEVICE_ORDER=PCI_BUS_ID, CUDA_VISIBLE_DEVICES = their
+// UUIDs), relays what the worker reports to the trial's owner as events, and stops
+// (SIGTERM, then SIGKILL after the grace period), kills, pauses and resumes it when
+// the owner asks. The worker's exit ends the actor; killing the actor kills the worker.
+//
+// Events to the owner: (trial_event_atom, trial_id, kind, json):
+//   "started"  {"pid", "node", "gpus": [{"local","index","uuid","pci_bus_id","share","memory_quota"}], "memory_quota"}
+//   "result"   {"iteration", "metrics": {...}}
+//   "done"     {"message"}
+//   "ended"    {"ok", "exit", "error", "stderr_tail", "results", "stopped", "killed"}
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tune/core/node_resources.hpp"
+#include "wire.hpp"
+
+namespace tune {
+
+struct trial_options {
+  wire::wire_trial_spec spec;
+  std::string program;    // the program's path on this node
+  std::string node_id;
+  std::string trial_dir;  // the trial's own folder (created)
+  std::vector<gpu_instance> cards;  // the bundle's cards, in order
+  std::vector<gpu_grant> grants;    // their shares and memory
+  std::map<std::string, std::string> base_env;  // PATH, HOME, LD_LIBRARY_PATH, ...
+  std::chrono::milliseconds default_grace{10000};
+  caf::actor owner;
+  caf::response_promise started;  // answered when the worker runs (or could not start)
+};
+
+caf::actor spawn_trial(caf::local_actor* parent, trial_options opt);
+
+// The environment a trial's worker gets, from the options (exposed for tests).
+std::map<std::string, std::string> trial_environment(const trial_options& opt);
+
+}  // namespace tune

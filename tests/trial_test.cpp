@@ -1,0 +1,266 @@
+// Trials as worker processes, for real: a head and a node process with logical GPUs,
+// and this test as the client that reserves bundles, ships the trainable
+// (tests/trial_worker.cpp) and starts, stops, kills and watches trials.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "client.hpp"
+#include "harness.hpp"
+
+namespace tune::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string worker_binary() {
+  const char* moved = std::getenv("TRIAL_WORKER");  // a build moved to another machine
+  return moved && *moved ? moved : TRIAL_WORKER;
+}
+
+bool gone(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return true;
+  std::string line;
+  std::getline(stat, line);
+  auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
+}
+
+class TrialTest : public ::testing::Test {
+ protected:
+  cluster_files files;
+  int port = free_port();
+  std::string address = "127.0.0.1:" + std::to_string(port);
+  wire::config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::unique_ptr<cluster_client> client;
+  program_ref program;
+  std::string node_id;
+  int node_pid = 0;
+
+  void SetUp() override {
+    auto h = files.tune({"start", "--head", "--port", std::to_string(port), "--host", "127.0.0.1"});
+    ASSERT_EQ(h.rc, 0) << h.out << h.err;
+    // The node's own environment has a variable no trial may see.
+    auto n = files.tune({"start", "--address", address, "--num-gpus", "4"}, {}, "", {{"TUNE_CANARY", "leaked"}});
+    ASSERT_EQ(n.rc, 0) << n.out << n.err;
+    node_id = node_id_in(n.out);
+    node_pid = pid_in(n.out);
+    sys = std::make_unique<caf::actor_system>(cfg);
+    auto token = files.dir() + "/token";
+    std::ifstream in(token);
+    std::string tok;
+    std::getline(in, tok);
+    auto c = cluster_client::connect(*sys, "127.0.0.1", static_cast<uint16_t>(port), tok);
+    ASSERT_TRUE(c) << c.error().message();
+    client = std::move(c).value();
+    auto p = client->serve_program(worker_binary());
+    ASSERT_TRUE(p) << p.error().message();
+    program = *p;
+  }
+  void TearDown() override {
+    client.reset();
+    files.tune({"stop", "--grace", "3"});
+  }
+
+  std::string group(std::vector<resource_set> bundles) {
+    auto made = client->create_group({"", strategy::pack, std::move(bundles), false});
+    EXPECT_TRUE(made) << made.error().message();
+    auto ready = client->wait_ready(made->id, 5s);
+    EXPECT_TRUE(ready) << ready.error().message();
+    return made->id;
+  }
+
+  expected<nlohmann::json> start(const std::string& id, const std::string& g, nlohmann::json config, uint32_t bundle = 0) {
+    auto r = client->start_trial({id, g, bundle, program, {}, config.dump()});
+    if (!r) return r.error();
+    return nlohmann::json::parse(*r);
+  }
+
+  // Events of one trial until its end (or the time limit).
+  std::vector<trial_event> until_ended(const std::string& id, std::chrono::milliseconds limit = 10s,
+                                       const std::function<void(const trial_event&)>& on = {}) {
+    std::vector<trial_event> seen;
+    auto end = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < end) {
+      auto e = client->next_trial_event(100ms);
+      if (!e || e->trial_id != id) continue;
+      seen.push_back(*e);
+      if (on) on(*e);
+      if (e->kind == "ended") break;
+    }
+    return seen;
+  }
+  static nlohmann::json body(const trial_event& e) { return nlohmann::json::parse(e.json); }
+};
+
+TEST_F(TrialTest, AWorkerSeesExactlyItsCardsAndNothingElse) {
+  auto g = group({*resource_set::make({{"gpu", 2}})});
+  auto where = client->get_group(g);
+  ASSERT_TRUE(where);
+  auto& cards = where->bundles[0].gpus;
+  ASSERT_EQ(cards.size(), 2u);
+  auto started = start("t-env", g, {{"mode", "report"}, {"count", 3}});
+  ASSERT_TRUE(started) << started.error().message();
+  EXPECT_GT((*started)["pid"].get<int>(), 0);
+  EXPECT_EQ((*started)["node"], node_id);
+  auto events = until_ended("t-env");
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.front().kind, "started");
+  int results = 0;
+  nlohmann::json seen;
+  for (auto& e : events) {
+    if (e.kind == "result") ++results;
+    if (e.kind == "done") seen = nlohmann::json::parse(body(e)["message"].get<std::string>());
+  }
+  EXPECT_EQ(results, 3);
+  std::string all_events;
+  for (auto& e : events) all_events += e.kind + " " + e.json + "\n";
+  ASSERT_TRUE(seen.is_object()) << all_events;
+  EXPECT_EQ(seen["CUDA_VISIBLE_DEVICES"], cards[0].uuid + "," + cards[1].uuid) << seen.dump();
+  EXPECT_EQ(seen["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
+  EXPECT_EQ(seen["TUNE_TRIAL_ID"], "t-env");
+  EXPECT_TRUE(seen["TUNE_CANARY"].is_null()) << "the node's environment leaked into the trial";
+  ASSERT_EQ(seen["gpus"].size(), 2u);
+  EXPECT_EQ(seen["gpus"][0]["local"], 0);
+  EXPECT_EQ(seen["gpus"][1]["local"], 1);
+  EXPECT_EQ(seen["gpus"][1]["uuid"], cards[1].uuid);
+  EXPECT_EQ(seen["gpus"][0]["quota"], int64_t{16} << 30);
+  EXPECT_NE(seen["cwd"].get<std::string>().find("/trials/t-env"), std::string::npos);
+  auto end = body(events.back());
+  EXPECT_EQ(events.back().kind, "ended");
+  EXPECT_TRUE(end["ok"]) << end.dump();
+  EXPECT_EQ(end["results"], 3);
+}
+
+TEST_F(TrialTest, StopIsGracefulAndAWorkerIgnoringItIsKilledAfterTheGrace) {
+  auto g = group({*resource_set::make({{"gpu", 0.5}}), *resource_set::make({{"gpu", 0.5}})});
+  ASSERT_TRUE(start("t-polite", g, {{"mode", "until-stop"}}, 0));
+  bool asked = false;
+  nlohmann::json last_result;
+  auto events = until_ended("t-polite", 10s, [&](const trial_event& e) {
+    if (e.kind == "result") last_result = body(e);
+    if (e.kind == "result" && !asked && body(e)["iteration"] >= 3) {
+      client->stop_trial(e.trial, 5000ms);
+      asked = true;
+    }
+  });
+  ASSERT_EQ(events.back().kind, "ended");
+  auto end = body(events.back());
+  EXPECT_TRUE(end["ok"]) << end.dump();
+  EXPECT_TRUE(end["stopped"]);
+  EXPECT_EQ(last_result["metrics"]["stopped"], 1) << "it finished its step and reported";
+
+  ASSERT_TRUE(start("t-stubborn", g, {{"mode", "ignore-stop"}}, 1));
+  std::chrono::steady_clock::time_point asked_at;
+  events = until_ended("t-stubborn", 10s, [&](const trial_event& e) {
+    if (e.kind == "result") {
+      client->stop_trial(e.trial, 300ms);
+      asked_at = std::chrono::steady_clock::now();
+    }
+  });
+  ASSERT_EQ(events.back().kind, "ended");
+  auto took = std::chrono::steady_clock::now() - asked_at;
+  EXPECT_GE(took, 250ms);
+  EXPECT_LT(took, 3s);
+  EXPECT_NE(body(events.back())["exit"].get<std::string>().find("signal 9"), std::string::npos) << events.back().json;
+}
+
+TEST_F(TrialTest, KilledTrialsLeaveNoProcessBehind) {
+  auto g = group({*resource_set::make({{"gpu", 1}})});
+  auto started = start("t-parent", g, {{"mode", "spawn-child"}});
+  ASSERT_TRUE(started) << started.error().message();
+  int worker = (*started)["pid"];
+  int child = 0;
+  auto events = until_ended("t-parent", 10s, [&](const trial_event& e) {
+    if (e.kind == "result") {
+      child = static_cast<int>(body(e)["metrics"]["child"].get<double>());
+      client->kill_trial(e.trial);
+    }
+  });
+  ASSERT_EQ(events.back().kind, "ended");
+  EXPECT_EQ(body(events.back())["error"], "killed on request");
+  ASSERT_GT(child, 0);
+  EXPECT_TRUE(wait_until([&] { return gone(worker) && gone(child); }, 3s)) << "worker or its child outlived the kill";
+}
+
+TEST_F(TrialTest, ANodeThatDiesTakesItsTrialsWithIt) {
+  auto g = group({*resource_set::make({{"gpu", 1}})});
+  auto started = start("t-orphan", g, {{"mode", "spawn-child"}});
+  ASSERT_TRUE(started) << started.error().message();
+  int worker = (*started)["pid"];
+  int child = 0;
+  for (int i = 0; i < 50 && !child; ++i)
+    if (auto e = client->next_trial_event(100ms); e && e->kind == "result")
+      child = static_cast<int>(body(*e)["metrics"]["child"].get<double>());
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(::kill(node_pid, SIGKILL), 0);
+  EXPECT_TRUE(wait_until([&] { return gone(worker); }, 3s)) << "the worker outlived its node";
+  // Not yet: the worker's own children outlive a SIGKILLed node (they are reparented
+  // to init; docs/trials.md, "Known gaps"). Cleaned up here by hand.
+  ::kill(child, SIGKILL);
+}
+
+TEST_F(TrialTest, StoppingTheNodeEndsItsTrials) {
+  auto g = group({*resource_set::make({{"gpu", 1}})});
+  auto started = start("t-busy", g, {{"mode", "ignore-stop"}});
+  ASSERT_TRUE(started) << started.error().message();
+  int worker = (*started)["pid"];
+  auto r = files.tune({"stop", "--grace", "5"});
+  EXPECT_EQ(r.out.find("killed"), std::string::npos) << "the node did not stop cleanly: " << r.out;
+  EXPECT_TRUE(wait_until([&] { return gone(worker); }, 3s));
+}
+
+TEST_F(TrialTest, ACrashIsAnErrorWithItsStderr) {
+  auto g = group({*resource_set::make({{"gpu", 0.25}})});
+  ASSERT_TRUE(start("t-crash", g, {{"mode", "crash"}}));
+  auto events = until_ended("t-crash");
+  ASSERT_EQ(events.back().kind, "ended");
+  auto end = body(events.back());
+  EXPECT_FALSE(end["ok"]);
+  EXPECT_NE(end["error"].get<std::string>().find("signal 6"), std::string::npos) << end.dump();
+  EXPECT_NE(end["stderr_tail"].get<std::string>().find("broke on purpose"), std::string::npos) << end.dump();
+}
+
+TEST_F(TrialTest, BadStartsSayWhy) {
+  auto g = group({*resource_set::make({{"gpu", 1}})});
+  auto r = start("t1", "no-such-group", {});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message().find("no placement group no-such-group"), std::string::npos) << r.error().message();
+  r = start("t1", g, {}, 5);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message().find("has 1 bundles"), std::string::npos) << r.error().message();
+  r = start("../escape", g, {});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message().find("bad trial id"), std::string::npos) << r.error().message();
+  ASSERT_TRUE(start("t-twice", g, {{"mode", "ignore-stop"}}));
+  r = start("t-twice", g, {});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message().find("already runs here"), std::string::npos) << r.error().message();
+  auto bad = client->start_trial({"t-nohash", g, 0, program_ref{"x", "not-a-hash", 1}, {}, "{}"});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message().find("SHA-256"), std::string::npos) << bad.error().message();
+}
+
+TEST_F(TrialTest, TheProgramIsFetchedOnceAndCachedByItsHash) {
+  auto g = group({*resource_set::make({{"gpu", 0.5}}), *resource_set::make({{"gpu", 0.5}})});
+  ASSERT_TRUE(start("t-a", g, {{"count", 1}}, 0));
+  until_ended("t-a");
+  auto second = start("t-b", g, {{"count", 1}}, 1);
+  ASSERT_TRUE(second) << second.error().message();
+  until_ended("t-b");
+  auto cached = files.dir() + "/" + node_id + "/programs/" + program.sha256;
+  EXPECT_TRUE(std::filesystem::exists(cached));
+  std::ifstream log(files.dir() + "/" + node_id + ".log");
+  std::string all((std::istreambuf_iterator<char>(log)), {});
+  size_t fetched = 0;
+  for (size_t p = all.find("fetched"); p != std::string::npos; p = all.find("fetched", p + 1)) ++fetched;
+  EXPECT_EQ(fetched, 1u) << all;
+}
+
+}  // namespace
+}  // namespace tune::test

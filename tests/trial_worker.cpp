@@ -1,0 +1,75 @@
+// A trainable for the trial tests: what it does is the configuration's "mode".
+//   report       `count` results, `sleep_ms` apart, then done with what it saw:
+//                the environment that matters and the cards it holds
+//   until-stop   results every 20 ms until asked to stop, then one last result
+//   ignore-stop  ignores SIGTERM, says ready, sleeps
+//   crash        writes to stderr and aborts
+//   spawn-child  starts a child that sleeps, reports its pid, sleeps
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "tune/trial/context.hpp"
+
+using namespace tune;
+
+int main() {
+  auto ctx = trial_context::from_environment();
+  if (!ctx) {
+    std::cerr << ctx.error().message() << "\n";
+    return 2;
+  }
+  auto mode = ctx->text_or("mode", "report");
+  if (mode == "report") {
+    auto count = ctx->integer_or("count", 3);
+    for (int64_t i = 0; i < count; ++i) {
+      ctx->report({{"step", static_cast<double>(i)}, {"gpus", static_cast<double>(ctx->gpus().size())}});
+      std::this_thread::sleep_for(std::chrono::milliseconds(ctx->integer_or("sleep_ms", 10)));
+    }
+    nlohmann::json seen;
+    for (auto name : {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TUNE_TRIAL_ID", "TUNE_CANARY", "TUNE_GPU_MEMORY_QUOTA"})
+      if (const char* v = std::getenv(name)) seen[name] = v;
+      else seen[name] = nullptr;
+    nlohmann::json gpus = nlohmann::json::array();
+    for (auto& g : ctx->gpus()) gpus.push_back({{"local", g.local}, {"uuid", g.uuid}, {"quota", g.memory_quota}});
+    seen["gpus"] = gpus;
+    char cwd[4096];
+    seen["cwd"] = ::getcwd(cwd, sizeof cwd) ? cwd : "";
+    ctx->done(seen.dump());
+    return 0;
+  }
+  if (mode == "until-stop") {
+    int i = 0;
+    while (!trial_context::should_stop()) {
+      ctx->report({{"step", static_cast<double>(i++)}});
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ctx->report({{"step", static_cast<double>(i)}, {"stopped", 1}});
+    return 0;
+  }
+  if (mode == "ignore-stop") {
+    ::signal(SIGTERM, SIG_IGN);
+    ctx->report({{"ready", 1}});
+    for (;;) ::pause();
+  }
+  if (mode == "crash") {
+    std::cerr << "loading data...\nfatal: the trainable broke on purpose" << std::endl;
+    std::abort();
+  }
+  if (mode == "spawn-child") {
+    pid_t child = ::fork();
+    if (child == 0) {
+      ::execl("/bin/sleep", "sleep", "60", nullptr);
+      ::_exit(127);
+    }
+    ctx->report({{"child", static_cast<double>(child)}});
+    for (;;) ::pause();
+  }
+  std::cerr << "unknown mode " << mode << "\n";
+  return 2;
+}
