@@ -14,6 +14,7 @@ packages=(
   libssl-dev                              # SHA-256 of programs shipped to nodes
   libsqlite3-dev                          # the experiment store
   libopenblas-dev                         # matrix products of the CPU training path
+  zlib1g-dev                              # reading the gzip-compressed IDX files
   dataset-fashion-mnist                   # the training data
   iproute2                                # network namespaces for the multi-host tests
 )

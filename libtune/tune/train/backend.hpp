@@ -1,0 +1,82 @@
+// One interface over the CPU and GPU implementations of a network, so the training
+// loop (trainer.cpp) is shared. Calls are coarse on purpose: a GPU backend keeps the
+// data, the parameters and the per-epoch sums on the device and only synchronises in
+// end_epoch and evaluate.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tune/core/status.hpp"
+#include "tune/train/data.hpp"
+#include "tune/train/model.hpp"
+
+namespace tune::train {
+
+// Where a network runs: the CPU, or CUDA device `index` as the process sees it (a
+// trial process sees only its cards, so this is 0 there).
+struct device_spec {
+  bool cuda = false;
+  int index = 0;
+
+  std::string to_string() const { return cuda ? "cuda:" + std::to_string(index) : "cpu"; }
+};
+
+// "cpu", "cuda" (= cuda:0) or "cuda:N".
+expected<device_spec> parse_device(std::string_view text);
+
+// Number of CUDA devices this process can use; 0 without CUDA or without a device.
+int cuda_device_count();
+
+enum class split_id { train, validation, test };
+
+struct sums {
+  double loss = 0;      // sum over samples of the cross-entropy loss
+  int64_t correct = 0;  // samples whose largest logit is the label
+  int64_t count = 0;
+};
+
+inline sums operator+(const sums& a, const sums& b) { return {a.loss + b.loss, a.correct + b.correct, a.count + b.count}; }
+
+class backend {
+ public:
+  virtual ~backend() = default;
+  virtual std::string name() const = 0;
+
+  // Replaces the parameters (layout of model.hpp) and zeroes the momentum.
+  virtual status set_parameters(std::span<const float> params) = 0;
+  virtual expected<std::vector<float>> parameters() = 0;
+
+  // Makes a split resident (the GPU copies it to the device once).
+  virtual status load(split_id which, const image_set& data) = 0;
+
+  // Starts an epoch over the train split in this order (a permutation of its rows),
+  // with this epoch's learning rate (the trainer's schedule).
+  virtual status begin_epoch(std::span<const int32_t> order, float lr) = 0;
+  // One SGD step on rows order[first, first + count); steps come in order, first = 0,
+  // then first + count of the previous one; count <= batch_size.
+  virtual status step(int64_t first, int count) = 0;
+  // Loss and accuracy sums over the epoch's steps (before each step's update).
+  virtual expected<sums> end_epoch() = 0;
+
+  // Loss and accuracy of the current parameters on a loaded split.
+  virtual expected<sums> evaluate(split_id which) = 0;
+
+  // For tests: mean loss and its gradient (layout of model.hpp) on n given samples
+  // (normalised floats, n <= batch_size), without updating anything; logits optional.
+  virtual expected<float> loss_and_gradient(std::span<const float> x, std::span<const int32_t> y, int n,
+                                            std::vector<float>* grad, std::vector<float>* logits) = 0;
+};
+
+// The backend for this device; errors say why the device cannot be used.
+expected<std::unique_ptr<backend>> make_backend(const hyperparameters& hp, const network& net,
+                                                const device_spec& device);
+
+// The two implementations (the factory picks one).
+expected<std::unique_ptr<backend>> make_cpu_backend(const hyperparameters& hp, const network& net);
+expected<std::unique_ptr<backend>> make_cuda_backend(const hyperparameters& hp, const network& net, int device);
+
+}  // namespace tune::train

@@ -1,0 +1,49 @@
+// The training loop, shared by the CPU and GPU: per-epoch shuffling, SGD steps, a
+// report after each epoch (with validation accuracy, which is what tuning compares),
+// a stop flag checked between steps, and the test accuracy at the end.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "tune/core/status.hpp"
+#include "tune/train/backend.hpp"
+#include "tune/train/data.hpp"
+#include "tune/train/model.hpp"
+
+namespace tune::train {
+
+struct epoch_report {
+  int epoch = 0;  // 1-based
+  double train_loss = 0, train_acc = 0;  // over the epoch's steps, before each update
+  double val_loss = 0, val_acc = 0;      // after the epoch
+  double samples_per_s = 0;              // training steps only (no evaluation)
+  double seconds = 0;                    // the whole epoch, evaluation included
+};
+
+struct train_result {
+  std::string device;  // the backend's name, e.g. "cpu" or "cuda:0 (NVIDIA H200)"
+  int epochs = 0;      // completed
+  bool stopped = false;  // the stop flag or the callback ended training early
+  double val_acc = 0;
+  double test_acc = 0;  // NaN when stopped: a stopped trial is not tested
+  double test_loss = 0;
+  double samples_per_s = 0;  // all training steps together
+  double seconds = 0;        // everything: setup, data upload, training, evaluation
+};
+
+struct train_options {
+  device_spec device;
+  // Called after each epoch; returning false stops training (e.g. an early-stopping
+  // scheduler's decision). May be empty.
+  std::function<bool(const epoch_report&)> on_epoch;
+  // Checked between steps; when it turns true, training stops within one step.
+  const std::atomic<bool>* stop = nullptr;
+};
+
+// Trains hp.model on data.train for hp.epochs; errors name the bad hyperparameter or
+// why the device cannot be used.
+expected<train_result> train(const hyperparameters& hp, const fashion_mnist& data, const train_options& options = {});
+
+}  // namespace tune::train
