@@ -21,6 +21,11 @@ std::string worker_binary() {
   return moved && *moved ? moved : TRIAL_WORKER;
 }
 
+std::string train_worker_binary() {
+  const char* moved = std::getenv("TRAIN_WORKER");
+  return moved && *moved ? moved : TRAIN_WORKER;
+}
+
 bool gone(int pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   if (!stat) return true;
@@ -260,6 +265,47 @@ TEST_F(TrialTest, TheProgramIsFetchedOnceAndCachedByItsHash) {
   size_t fetched = 0;
   for (size_t p = all.find("fetched"); p != std::string::npos; p = all.find("fetched", p + 1)) ++fetched;
   EXPECT_EQ(fetched, 1u) << all;
+}
+
+// libtune's own workload as a trial: Fashion-MNIST on the CPU here (the node's GPUs
+// are logical), one result per epoch, stopped within a step when asked.
+TEST_F(TrialTest, TheTrainingWorkloadRunsAsATrial) {
+  auto trainer = client->serve_program(train_worker_binary());
+  ASSERT_TRUE(trainer) << trainer.error().message();
+  auto g = group({*resource_set::make({{"gpu", 0.5}}), *resource_set::make({{"gpu", 0.5}})});
+  auto r = client->start_trial({"t-mlp", g, 0, *trainer, {}, R"({"model": "mlp", "epochs": 1, "width": 256})"});
+  ASSERT_TRUE(r) << r.error().message();
+  nlohmann::json done;
+  int results = 0;
+  auto events = until_ended("t-mlp", 120s, [&](const trial_event& e) {
+    if (e.kind == "result") {
+      ++results;
+      EXPECT_GT(body(e)["metrics"]["val_acc"].get<double>(), 0.8) << e.json;
+    }
+    if (e.kind == "done") done = nlohmann::json::parse(body(e)["message"].get<std::string>());
+  });
+  ASSERT_EQ(events.back().kind, "ended");
+  EXPECT_TRUE(body(events.back())["ok"]) << events.back().json;
+  EXPECT_EQ(results, 1);
+  EXPECT_EQ(done["device"], "cpu");
+  EXPECT_GT(done["test_acc"].get<double>(), 0.8) << done.dump();
+
+  // A long run, stopped after its first epoch: it ends cleanly, without a test score.
+  r = client->start_trial({"t-long", g, 1, *trainer, {}, R"({"model": "mlp", "epochs": 50, "width": 128})"});
+  ASSERT_TRUE(r) << r.error().message();
+  std::chrono::steady_clock::time_point asked;
+  events = until_ended("t-long", 120s, [&](const trial_event& e) {
+    if (e.kind == "result" && asked == std::chrono::steady_clock::time_point{}) {
+      client->stop_trial(e.trial, 10000ms);
+      asked = std::chrono::steady_clock::now();
+    }
+    if (e.kind == "done") done = nlohmann::json::parse(body(e)["message"].get<std::string>());
+  });
+  ASSERT_EQ(events.back().kind, "ended");
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, 5s) << "stopping took longer than a step or two";
+  EXPECT_TRUE(body(events.back())["ok"]) << events.back().json;
+  EXPECT_TRUE(done["stopped"]) << done.dump();
+  EXPECT_FALSE(done.contains("test_acc"));
 }
 
 }  // namespace
