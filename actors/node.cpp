@@ -29,6 +29,7 @@ struct node_state {
   caf::actor_clock::time_point started;
   std::map<std::string, caf::actor> trials;  // by trial id, while they run
   std::set<caf::actor_addr> trial_links;      // trials linked to this actor
+  uint64_t fetches = 0;                       // names programs being fetched
   static inline const char* name = "tune.node";
 };
 
@@ -166,9 +167,8 @@ caf::response_promise trial_start(node_actor self, const wire::wire_trial_spec& 
   if (!server) return no("program " + spec.program_name + " is not on this node and nobody serves it");
   std::error_code ec;
   std::filesystem::create_directories(st.opt.work_dir + "/programs", ec);
-  static uint64_t fetches = 0;
   std::string tmp = st.opt.work_dir + "/programs/." + spec.program_sha256 + "." + std::to_string(::getpid()) + "." +
-                    std::to_string(++fetches);
+                    std::to_string(++st.fetches);
   std::remove(tmp.c_str());
   fetch_program(self, spec, *hold, server, owner, rp, tmp, 0);
   return rp;

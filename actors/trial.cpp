@@ -54,11 +54,8 @@ nlohmann::json gpus_json(const trial_options& opt) {
 }
 
 // The watching thread: starts the worker, reads it, acts on the controls, reaps it.
-void watch(caf::actor self, trial_options opt, std::map<std::string, std::string> env,
-           std::shared_ptr<control> ctl) {
-  std::vector<std::string> argv{opt.program};
-  argv.insert(argv.end(), opt.spec.args.begin(), opt.spec.args.end());
-  auto p = worker_process::start({argv, env, opt.trial_dir});
+void watch(caf::actor self, process_spec spec, std::shared_ptr<control> ctl) {
+  auto p = worker_process::start(spec);
   if (!p) {
     caf::anon_send(self, started_atom::value, 0, p.error().message());
     return;
@@ -94,8 +91,10 @@ void event(trial_actor self, const std::string& kind, const nlohmann::json& body
 caf::behavior trial(trial_actor self, trial_options opt) {
   auto& st = self->state;
   st.opt = std::move(opt);
-  auto env = trial_environment(st.opt);
-  st.watcher = std::thread(watch, caf::actor_cast<caf::actor>(self), st.opt, env, st.ctl);
+  std::vector<std::string> argv{st.opt.program};
+  argv.insert(argv.end(), st.opt.spec.args.begin(), st.opt.spec.args.end());
+  st.watcher = std::thread(watch, caf::actor_cast<caf::actor>(self),
+                           process_spec{std::move(argv), trial_environment(st.opt), st.opt.trial_dir}, st.ctl);
   auto from_owner = [self] {
     auto& st = self->state;
     return st.opt.owner && self->current_sender() == st.opt.owner.address();
