@@ -1,5 +1,7 @@
 #include "trial.hpp"
 
+#include <signal.h>
+
 #include <atomic>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -118,24 +120,35 @@ caf::behavior trial(trial_actor self, trial_options opt) {
         st.opt.started.deliver(wire::trial_start_atom::value, true, info.dump());
         event(self, "started", info);
       },
+      // A line from the worker: whatever it is, it must not hurt the node (a worker
+      // is the user's code), so anything but a well-formed report is ignored.
       [self](line_atom, const std::string& line) {
         auto j = nlohmann::json::parse(line, nullptr, false);
-        if (j.is_discarded() || !j.is_object() || !j.contains("type")) return;  // not a report
+        if (j.is_discarded() || !j.is_object() || !j.contains("type") || !j["type"].is_string()) return;
         auto type = j["type"].get<std::string>();
-        if (type == "result") {
+        if (type == "result" && j.contains("metrics") && j["metrics"].is_object()) {
           ++self->state.results;
-          event(self, "result", {{"iteration", j.value("iteration", 0)}, {"metrics", j.value("metrics", nlohmann::json::object())}});
+          auto iteration = j.contains("iteration") && j["iteration"].is_number_integer() ? j["iteration"].get<int64_t>()
+                                                                                        : self->state.results;
+          event(self, "result", {{"iteration", iteration}, {"metrics", j["metrics"]}});
         } else if (type == "done") {
-          event(self, "done", {{"message", j.value("message", "")}});
+          event(self, "done", {{"message", j.contains("message") && j["message"].is_string() ? j["message"] : ""}});
         }
       },
       [self](ended_atom, bool exited, int code, const std::string& how, const std::string& stderr_tail) {
         auto& st = self->state;
-        bool ok = exited && code == 0;
+        // After a stop request, ending by SIGTERM's default action is a clean stop too.
+        bool ok = (exited && code == 0) || (st.stopped && !exited && code == SIGTERM);
         std::string error;
-        if (!ok && !st.stopped && !st.killed) error = "the trial's process ended with " + how;
-        if (st.killed) error = "killed on request";
-        nlohmann::json body{{"ok", ok && !st.killed},
+        if (st.killed) {
+          ok = false;
+          error = "killed on request";
+        } else if (st.stopped && !exited && code == SIGKILL) {
+          error = "did not stop within the grace period: killed";
+        } else if (!ok) {
+          error = "the trial's process ended with " + how + (st.stopped ? " after the stop request" : "");
+        }
+        nlohmann::json body{{"ok", ok},
                             {"exit", how},
                             {"error", error},
                             {"stderr_tail", stderr_tail},

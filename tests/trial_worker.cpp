@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -27,6 +28,10 @@ int main() {
   auto mode = ctx->text_or("mode", "report");
   if (mode == "report") {
     auto count = ctx->integer_or("count", 3);
+    // Lines a careless worker might write on the report channel: ignored by the node.
+    for (auto junk : {"not json", "[1,2]", R"({"type": 5})", R"({"type": "result", "metrics": 3})",
+                      R"({"type": "result", "iteration": "x", "metrics": {"a": 1}})", R"({"type": "done", "message": 7})"})
+      if (ctx->integer_or("junk", 0)) (void)!::write(3, (std::string{junk} + "\n").c_str(), std::strlen(junk) + 1);
     for (int64_t i = 0; i < count; ++i) {
       ctx->report({{"step", static_cast<double>(i)}, {"gpus", static_cast<double>(ctx->gpus().size())}});
       std::this_thread::sleep_for(std::chrono::milliseconds(ctx->integer_or("sleep_ms", 10)));
