@@ -231,11 +231,6 @@ expected<std::string> cluster_client::start_trial(const trial_request& req) {
 }
 
 std::optional<trial_event> cluster_client::next_trial_event(ms timeout) {
-  if (!events_.empty()) {
-    auto e = std::move(events_.front());
-    events_.pop_front();
-    return e;
-  }
   std::optional<trial_event> out;
   self_->receive(
       [&](wire::trial_event_atom, std::string& id, std::string& kind, std::string& json) {

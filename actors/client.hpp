@@ -15,7 +15,6 @@
 #include <caf/all.hpp>
 
 #include <chrono>
-#include <deque>
 #include <optional>
 #include <memory>
 #include <string>
@@ -140,7 +139,6 @@ class cluster_client {
   std::string token_;
   ms timeout_;
   caf::actor programs_;  // this client's program server, made on first use
-  std::deque<trial_event> events_;  // events seen while waiting for something else
 };
 
 // A CAF error in words.

@@ -28,7 +28,6 @@ struct node_state {
   std::chrono::milliseconds backoff{250};
   caf::actor_clock::time_point started;
   std::map<std::string, caf::actor> trials;  // by trial id, while they run
-  std::set<caf::actor_addr> trial_links;      // trials linked to this actor
   uint64_t fetches = 0;                       // names programs being fetched
   static inline const char* name = "tune.node";
 };
@@ -103,8 +102,6 @@ void start_trial(node_actor self, const wire::wire_trial_spec& spec, const reser
   t.started = std::move(rp);
   auto a = spawn_trial(self, std::move(t));
   st.trials[spec.trial_id] = a;
-  st.trial_links.insert(a.address());
-  self->monitor(a);
 }
 
 // Fetches a program from the client's server in chunks into the cache, checks its
@@ -208,7 +205,6 @@ caf::behavior node(node_actor self, node_options opt) {
   self->state.started = self->clock().now();
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
-    std::erase_if(st.trials, [&](const auto& t) { return t.second.address() == dm.source; });
     if (!st.head || dm.source != st.head.address()) return;
     log_line("lost the head at " + where(self) + " (" + to_string(dm.reason) + "); reconnecting");
     st.head = nullptr;
@@ -220,7 +216,12 @@ caf::behavior node(node_actor self, node_options opt) {
   // end the node. (An exit message sent to the node itself, e.g. on `tune stop`,
   // does.)
   self->set_exit_handler([self](caf::exit_msg& m) {
-    if (self->state.trial_links.erase(m.source)) return;
+    auto& trials = self->state.trials;
+    auto it = std::find_if(trials.begin(), trials.end(), [&](const auto& t) { return t.second.address() == m.source; });
+    if (it != trials.end()) {
+      trials.erase(it);
+      return;
+    }
     self->quit(m.reason);
   });
   self->send(self, wire::retry_atom::value);

@@ -27,9 +27,8 @@ struct trial_state {
   trial_options opt;
   std::shared_ptr<control> ctl = std::make_shared<control>();
   std::thread watcher;
-  int pid = 0;
   int64_t results = 0;
-  bool stopped = false, killed = false, ended = false;
+  bool stopped = false, killed = false;
   static inline const char* name = "tune.trial";
   ~trial_state() {
     ctl->kill = true;  // the actor is gone: its worker goes too
@@ -110,7 +109,6 @@ caf::behavior trial(trial_actor self, trial_options opt) {
           self->quit();
           return;
         }
-        st.pid = pid;
         nlohmann::json info{{"trial_id", st.opt.spec.trial_id},
                             {"pid", pid},
                             {"node", st.opt.node_id},
@@ -157,7 +155,6 @@ caf::behavior trial(trial_actor self, trial_options opt) {
                             {"killed", st.killed}};
         log_line("trial " + st.opt.spec.trial_id + " ended: " + how);
         event(self, "ended", body);
-        st.ended = true;
         if (st.watcher.joinable()) st.watcher.join();
         self->quit();
       },

@@ -1,5 +1,7 @@
 #include "harness.hpp"
 
+#include <fstream>
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -162,6 +164,15 @@ std::string cluster_files::state_of(const std::string& address, const std::strin
   for (auto& n : s["nodes"])
     if (n["id"] == node) return n["state"];
   return "absent";
+}
+
+bool process_gone(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return true;
+  std::string line;
+  std::getline(stat, line);
+  auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
 }
 
 }  // namespace tune::test

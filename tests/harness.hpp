@@ -31,6 +31,9 @@ std::optional<std::chrono::milliseconds> wait_until(const std::function<bool()>&
 // A free TCP port on 127.0.0.1 right now.
 int free_port();
 
+// Whether a process is gone: no such process, or a zombie nobody reaped yet.
+bool process_gone(int pid);
+
 // The `pid N` in a `tune start` message, and the `node-xxxxxxxx` id.
 int pid_in(const std::string& text);
 std::string node_id_in(const std::string& text);

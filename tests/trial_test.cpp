@@ -26,15 +26,6 @@ std::string train_worker_binary() {
   return moved && *moved ? moved : TRAIN_WORKER;
 }
 
-bool gone(int pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return true;
-  std::string line;
-  std::getline(stat, line);
-  auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
-}
-
 class TrialTest : public ::testing::Test {
  protected:
   cluster_files files;
@@ -194,7 +185,7 @@ TEST_F(TrialTest, KilledTrialsLeaveNoProcessBehind) {
   ASSERT_EQ(events.back().kind, "ended");
   EXPECT_EQ(body(events.back())["error"], "killed on request");
   ASSERT_GT(child, 0);
-  EXPECT_TRUE(wait_until([&] { return gone(worker) && gone(child); }, 3s)) << "worker or its child outlived the kill";
+  EXPECT_TRUE(wait_until([&] { return process_gone(worker) && process_gone(child); }, 3s)) << "worker or its child outlived the kill";
 }
 
 TEST_F(TrialTest, ANodeThatDiesTakesItsTrialsWithIt) {
@@ -208,7 +199,7 @@ TEST_F(TrialTest, ANodeThatDiesTakesItsTrialsWithIt) {
       child = static_cast<int>(body(*e)["metrics"]["child"].get<double>());
   ASSERT_GT(child, 0);
   ASSERT_EQ(::kill(node_pid, SIGKILL), 0);
-  EXPECT_TRUE(wait_until([&] { return gone(worker); }, 3s)) << "the worker outlived its node";
+  EXPECT_TRUE(wait_until([&] { return process_gone(worker); }, 3s)) << "the worker outlived its node";
   // Not yet: the worker's own children outlive a SIGKILLed node (they are reparented
   // to init; docs/trials.md, "Known gaps"). Cleaned up here by hand.
   ::kill(child, SIGKILL);
@@ -221,7 +212,7 @@ TEST_F(TrialTest, StoppingTheNodeEndsItsTrials) {
   int worker = (*started)["pid"];
   auto r = files.tune({"stop", "--grace", "5"});
   EXPECT_EQ(r.out.find("killed"), std::string::npos) << "the node did not stop cleanly: " << r.out;
-  EXPECT_TRUE(wait_until([&] { return gone(worker); }, 3s));
+  EXPECT_TRUE(wait_until([&] { return process_gone(worker); }, 3s));
 }
 
 TEST_F(TrialTest, ACrashIsAnErrorWithItsStderr) {

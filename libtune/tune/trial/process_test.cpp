@@ -1,6 +1,8 @@
 // Worker processes for real, with /bin/sh standing in for a trial.
 #include "tune/trial/process.hpp"
 
+#include "harness.hpp"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -19,25 +21,6 @@ std::unique_ptr<worker_process> sh(const std::string& script, std::map<std::stri
   auto p = worker_process::start({{"/bin/sh", "-c", script}, env, ""});
   EXPECT_TRUE(p) << p.error().message();
   return p ? std::move(p).value() : nullptr;
-}
-
-// Whether a process is gone (or a zombie nobody reaped yet).
-bool gone(int pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return true;
-  std::string line;
-  std::getline(stat, line);
-  auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
-}
-
-bool eventually(const std::function<bool()>& f, std::chrono::milliseconds limit = 3s) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (f()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return f();
 }
 
 TEST(WorkerProcess, SeesExactlyTheEnvironmentItIsGiven) {
@@ -96,7 +79,7 @@ TEST(WorkerProcess, ACrashIsReportedWithItsSignalAndStderr) {
 TEST(WorkerProcess, AWorkerThatIgnoresStopIsKilled) {
   auto p = sh("trap '' TERM; echo ready >&3; sleep 30");
   std::vector<std::string> reports;
-  ASSERT_TRUE(eventually([&] { p->poll(10ms, reports); return !reports.empty(); }));
+  ASSERT_TRUE(test::wait_until([&] { p->poll(10ms, reports); return !reports.empty(); }, 3s));
   p->terminate();
   EXPECT_FALSE(p->wait(300ms, reports)) << "it ignores SIGTERM";
   p->kill();
@@ -108,7 +91,7 @@ TEST(WorkerProcess, AWorkerThatIgnoresStopIsKilled) {
 TEST(WorkerProcess, AStoppedWorkerEndsGracefully) {
   auto p = sh("trap 'echo bye >&3; exit 0' TERM; echo ready >&3; while :; do sleep 0.05; done");
   std::vector<std::string> reports;
-  ASSERT_TRUE(eventually([&] { p->poll(10ms, reports); return !reports.empty(); }));
+  ASSERT_TRUE(test::wait_until([&] { p->poll(10ms, reports); return !reports.empty(); }, 3s));
   p->terminate();
   auto e = p->wait(3s, reports);
   ASSERT_TRUE(e);
@@ -119,25 +102,25 @@ TEST(WorkerProcess, AStoppedWorkerEndsGracefully) {
 TEST(WorkerProcess, NoOrphansWhenKilledOrWhenItExits) {
   auto p = sh("sleep 60 & echo $! >&3; wait");
   std::vector<std::string> reports;
-  ASSERT_TRUE(eventually([&] { p->poll(10ms, reports); return !reports.empty(); }));
+  ASSERT_TRUE(test::wait_until([&] { p->poll(10ms, reports); return !reports.empty(); }, 3s));
   int child = std::stoi(reports[0]);
-  EXPECT_FALSE(gone(child));
+  EXPECT_FALSE(test::process_gone(child));
   p->kill();
   ASSERT_TRUE(p->wait(3s, reports));
-  EXPECT_TRUE(eventually([&] { return gone(child); })) << "the worker's child outlived it";
+  EXPECT_TRUE(test::wait_until([&] { return test::process_gone(child); }, 3s)) << "the worker's child outlived it";
 
   auto q = sh("sleep 60 & echo $! >&3; exit 0");
   reports.clear();
   ASSERT_TRUE(q->wait(3s, reports));
   ASSERT_EQ(reports.size(), 1u);
   int left = std::stoi(reports[0]);
-  EXPECT_TRUE(eventually([&] { return gone(left); })) << "a child left behind by a finished worker lives on";
+  EXPECT_TRUE(test::wait_until([&] { return test::process_gone(left); }, 3s)) << "a child left behind by a finished worker lives on";
 }
 
 TEST(WorkerProcess, PauseAndResume) {
   auto p = sh("while :; do echo tick >&3; sleep 0.02; done");
   std::vector<std::string> reports;
-  ASSERT_TRUE(eventually([&] { p->poll(10ms, reports); return reports.size() >= 2; }));
+  ASSERT_TRUE(test::wait_until([&] { p->poll(10ms, reports); return reports.size() >= 2; }, 3s));
   p->pause();
   std::this_thread::sleep_for(100ms);
   p->poll(0ms, reports);
@@ -146,7 +129,7 @@ TEST(WorkerProcess, PauseAndResume) {
   p->poll(0ms, reports);
   EXPECT_EQ(reports.size(), before) << "a paused worker runs on";
   p->resume();
-  EXPECT_TRUE(eventually([&] { p->poll(10ms, reports); return reports.size() > before + 2; }));
+  EXPECT_TRUE(test::wait_until([&] { p->poll(10ms, reports); return reports.size() > before + 2; }, 3s));
   p->kill();
   EXPECT_TRUE(p->wait(3s, reports));
 }
@@ -171,7 +154,7 @@ TEST(WorkerProcess, DestroyingAWatcherKillsAndReapsTheGroup) {
     auto p = sh("sleep 30");
     pid = p->pid();
   }
-  EXPECT_TRUE(gone(pid));
+  EXPECT_TRUE(test::process_gone(pid));
 }
 
 }  // namespace
