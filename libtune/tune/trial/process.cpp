@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <thread>
+#include <utility>
 
 namespace tune {
 
@@ -38,17 +39,16 @@ void keep_tail(std::string& tail, const char* data, size_t n) {
   ::_exit(127);
 }
 
-// In the child, after fork: only async-signal-safe calls until exec.
-[[noreturn]] void exec_child(const process_spec& spec, char* const* argv, char* const* envp, int out_w, int err_w,
-                             int rep_w, int fail_w, pid_t parent) {
-  ::setpgid(0, 0);
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != parent) ::_exit(127);  // the parent died before the line above
+// In the worker, after the keeper's fork: only async-signal-safe calls until exec.
+[[noreturn]] void exec_worker(const process_spec& spec, char* const* argv, char* const* envp, int out_w, int err_w,
+                              int rep_w, int fail_w, pid_t keeper) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);       // it dies with its keeper
+  if (::getppid() != keeper) ::_exit(127);  // the keeper died before the line above
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);  // a node blocks its stop signals: not the trial
   for (int s = 1; s < NSIG; ++s) ::signal(s, SIG_DFL);
-  // The channel that tells the parent why exec failed: out of the way of 0..3 first.
+  // The channel that tells the node why exec failed: out of the way of 0..3 first.
   int fail = ::fcntl(fail_w, F_DUPFD_CLOEXEC, 64);
   if (fail < 0) ::_exit(127);
   int null = ::open("/dev/null", O_RDONLY);
@@ -65,6 +65,80 @@ void keep_tail(std::string& tail, const char* data, size_t n) {
   fail_with(fail, errno);
 }
 
+// Closes every descriptor but these (async-signal-safe: no allocation).
+void close_all_but(int a, int b, int c, int d, int e) {
+  int keep[5] = {a, b, c, d, e};
+  for (int i = 1; i < 5; ++i)
+    for (int j = i; j > 0 && keep[j - 1] > keep[j]; --j) std::swap(keep[j - 1], keep[j]);
+  unsigned from = 0;
+  for (int k : keep) {
+    if (static_cast<unsigned>(k) > from) ::syscall(SYS_close_range, from, static_cast<unsigned>(k - 1), 0u);
+    from = static_cast<unsigned>(k) + 1;
+  }
+  ::syscall(SYS_close_range, from, ~0u, 0u);
+}
+
+// The keeper's group, for its death-signal handler.
+volatile sig_atomic_t keeper_group = 0;
+
+void keeper_on_node_death(int) { ::kill(-static_cast<pid_t>(keeper_group), SIGKILL); }
+void keeper_ignore(int) {}
+
+bool write_all(int fd, const void* data, size_t n) {
+  auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// The keeper: the first child, leader of the trial's process group, parent of the
+// worker. It exists so that a node killed with SIGKILL still takes everything of its
+// trials with it: the worker dies by its own death signal when the keeper goes, and
+// the keeper, told of the node's death by a catchable signal, kills the whole group
+// (the worker's children included) first. It forwards the worker's pid and, at the
+// end, its wait status on `status_w`, then kills what is left of the group, itself
+// last. Single-threaded copy of the node: only async-signal-safe calls.
+[[noreturn]] void run_keeper(const process_spec& spec, char* const* argv, char* const* envp, int out_w, int err_w,
+                             int rep_w, int fail_w, int status_w, pid_t node) {
+  ::setpgid(0, 0);
+  // It does not exec, so it would keep every descriptor of the node open (other
+  // trials' pipes, sockets): it keeps only its own.
+  close_all_but(out_w, err_w, rep_w, fail_w, status_w);
+  keeper_group = ::getpid();
+  struct sigaction sa {};
+  sa.sa_handler = keeper_on_node_death;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGUSR1, &sa, nullptr);
+  // Group signals meant for the worker (stop, interrupt) must not end the keeper.
+  sa.sa_handler = keeper_ignore;
+  for (int s : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR2, SIGPIPE}) ::sigaction(s, &sa, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::prctl(PR_SET_PDEATHSIG, SIGUSR1);
+  if (::getppid() != node) keeper_on_node_death(0);  // the node died before the line above
+  pid_t keeper = ::getpid();
+  pid_t worker = ::fork();
+  if (worker < 0) fail_with(fail_w, errno);
+  if (worker == 0) exec_worker(spec, argv, envp, out_w, err_w, rep_w, fail_w, keeper);
+  for (int fd : {out_w, err_w, rep_w, fail_w}) ::close(fd);
+  int32_t words[2] = {worker, 0};
+  write_all(status_w, &words[0], sizeof words[0]);
+  int st = 0;
+  while (::waitpid(worker, &st, 0) < 0 && errno == EINTR) {
+  }
+  words[1] = st;
+  write_all(status_w, &words[1], sizeof words[1]);
+  ::close(status_w);
+  ::kill(-keeper, SIGKILL);  // the worker's children, then the keeper itself
+  ::_exit(0);
+}
+
 }  // namespace
 
 expected<std::unique_ptr<worker_process>> worker_process::start(const process_spec& spec) {
@@ -78,46 +152,60 @@ expected<std::unique_ptr<worker_process>> worker_process::start(const process_sp
   for (auto& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
 
-  int out[2], err[2], rep[2], fail[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) return status{errc::insufficient, std::string{"pipe: "} + ::strerror(errno)};
-  if (::pipe2(err, O_CLOEXEC) != 0) {
-    ::close(out[0]), ::close(out[1]);
-    return status{errc::insufficient, std::string{"pipe: "} + ::strerror(errno)};
+  // Pipes: standard output, standard error, the report channel, exec's failure (closed
+  // by exec) and the keeper's news (the worker's pid, then its wait status).
+  int fds[5][2];
+  int made = 0;
+  for (; made < 5; ++made)
+    if (::pipe2(fds[made], O_CLOEXEC) != 0) break;
+  auto close_made = [&] {
+    for (int i = 0; i < made; ++i) ::close(fds[i][0]), ::close(fds[i][1]);
+  };
+  if (made < 5) {
+    int e = errno;
+    close_made();
+    return status{errc::insufficient, std::string{"pipe: "} + ::strerror(e)};
   }
-  if (::pipe2(rep, O_CLOEXEC) != 0) {
-    for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
-    return status{errc::insufficient, std::string{"pipe: "} + ::strerror(errno)};
-  }
-  if (::pipe2(fail, O_CLOEXEC) != 0) {
-    for (int fd : {out[0], out[1], err[0], err[1], rep[0], rep[1]}) ::close(fd);
-    return status{errc::insufficient, std::string{"pipe: "} + ::strerror(errno)};
-  }
+  auto& [out, err, rep, fail, news] = fds;
   pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    for (int fd : {out[0], out[1], err[0], err[1], rep[0], rep[1], fail[0], fail[1]}) ::close(fd);
-    return status{errc::insufficient, std::string{"fork: "} + ::strerror(errno)};
+  pid_t keeper = ::fork();
+  if (keeper < 0) {
+    int e = errno;
+    close_made();
+    return status{errc::insufficient, std::string{"fork: "} + ::strerror(e)};
   }
-  if (pid == 0) exec_child(spec, argv.data(), envp.data(), out[1], err[1], rep[1], fail[1], parent);
-  ::setpgid(pid, pid);  // also here: no window in which a signal to the group misses it
-  for (int fd : {out[1], err[1], rep[1], fail[1]}) ::close(fd);
-  int child_errno = 0;
-  ssize_t n;
-  do n = ::read(fail[0], &child_errno, sizeof child_errno);
-  while (n < 0 && errno == EINTR);
+  if (keeper == 0) {
+    ::close(news[0]);
+    run_keeper(spec, argv.data(), envp.data(), out[1], err[1], rep[1], fail[1], news[1], parent);
+  }
+  ::setpgid(keeper, keeper);  // also here: no window in which a signal to the group misses it
+  for (int fd : {out[1], err[1], rep[1], fail[1], news[1]}) ::close(fd);
+  auto read_word = [](int fd, int32_t& word) {
+    ssize_t n;
+    do n = ::read(fd, &word, sizeof word);
+    while (n < 0 && errno == EINTR);
+    return n == static_cast<ssize_t>(sizeof word);
+  };
+  int32_t child_errno = 0, worker = 0;
+  bool exec_failed = read_word(fail[0], child_errno);  // EOF once the worker runs the program
   ::close(fail[0]);
-  if (n == static_cast<ssize_t>(sizeof child_errno)) {  // exec failed: the child has exited
-    for (int fd : {out[0], err[0], rep[0]}) ::close(fd);
+  bool have_worker = read_word(news[0], worker);
+  if (exec_failed || !have_worker) {  // the keeper or the worker could not start: both end
+    for (int fd : {out[0], err[0], rep[0], news[0]}) ::close(fd);
+    ::kill(-keeper, SIGKILL);
     int st = 0;
-    ::waitpid(pid, &st, 0);
-    return status{errc::invalid_argument,
-                  "cannot start " + spec.argv[0] + ": " + ::strerror(child_errno)};
+    while (::waitpid(keeper, &st, 0) < 0 && errno == EINTR) {
+    }
+    return status{errc::invalid_argument, "cannot start " + spec.argv[0] + ": " +
+                                              (exec_failed ? ::strerror(child_errno) : "its keeper process died")};
   }
   std::unique_ptr<worker_process> p{new worker_process};
-  p->pid_ = pid;
+  p->pid_ = worker;
+  p->keeper_ = keeper;
   p->out_ = out[0];
   p->err_ = err[0];
   p->rep_ = rep[0];
+  p->news_ = news[0];
   for (int fd : {p->out_, p->err_, p->rep_}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   return p;
 }
@@ -126,9 +214,10 @@ worker_process::~worker_process() {
   if (!exit_) {
     signal_group(SIGKILL);
     int st = 0;
-    while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
+    while (::waitpid(keeper_, &st, 0) < 0 && errno == EINTR) {
     }
   }
+  close_fd(news_);
   close_fd(out_);
   close_fd(err_);
   close_fd(rep_);
@@ -178,15 +267,23 @@ std::optional<exit_info> worker_process::try_wait() {
   if (exit_) return exit_;
   int st = 0;
   pid_t r;
-  do r = ::waitpid(pid_, &st, WNOHANG);
+  do r = ::waitpid(keeper_, &st, WNOHANG);
   while (r < 0 && errno == EINTR);
-  if (r != pid_) return std::nullopt;
+  if (r != keeper_) return std::nullopt;
+  // The worker's own status, when the keeper lived to pass it on; else the keeper's
+  // (killed together with the worker, by a group SIGKILL).
+  int32_t worker_status = 0;
+  ssize_t n;
+  do n = ::read(news_, &worker_status, sizeof worker_status);
+  while (n < 0 && errno == EINTR);
+  if (n == static_cast<ssize_t>(sizeof worker_status)) st = worker_status;
+  close_fd(news_);
   exit_info e;
   e.exited = WIFEXITED(st);
   e.code = e.exited ? WEXITSTATUS(st) : WTERMSIG(st);
   exit_ = e;
-  // The worker is gone; children it left in its group go with it.
-  ::kill(-pid_, SIGKILL);
+  // The worker is gone; anything left in its group goes with it.
+  ::kill(-keeper_, SIGKILL);
   return exit_;
 }
 
@@ -205,7 +302,7 @@ std::optional<exit_info> worker_process::wait(std::chrono::milliseconds timeout,
 }
 
 void worker_process::signal_group(int sig) {
-  if (pid_ > 0 && !exit_) ::kill(-pid_, sig);
+  if (keeper_ > 0 && !exit_) ::kill(-keeper_, sig);
 }
 
 void worker_process::terminate() { signal_group(SIGTERM); }

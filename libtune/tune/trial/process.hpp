@@ -3,8 +3,11 @@
 // standard output and error and a report channel (fd 3, TUNE_REPORT_FD) on pipes.
 // It is stopped gracefully (SIGTERM to the group), forced (SIGKILL to the group),
 // paused and resumed (SIGSTOP / SIGCONT to the group). Killing the group takes the
-// worker's own children with it, and the worker dies with the thread that started it
-// (PR_SET_PDEATHSIG): when a node dies, its trials die too, and nothing is orphaned.
+// worker's own children with it. A small keeper process (a fork of the caller, no
+// exec) leads the group and is the worker's parent: when the thread that started it
+// dies (the node killed with SIGKILL), the keeper kills the whole group, the worker's
+// children included, so nothing is orphaned. (A child that leaves the group with
+// setsid/setpgid escapes this; the node's GPU audit still sees it on a card.)
 //
 // Threads: start, poll and wait from one thread, which must outlive the process (the
 // death signal is tied to the thread that forked). Signals may come from any thread.
@@ -43,7 +46,8 @@ class worker_process {
   worker_process(const worker_process&) = delete;
   worker_process& operator=(const worker_process&) = delete;
 
-  int pid() const { return pid_; }
+  int pid() const { return pid_; }           // the worker's
+  int group() const { return keeper_; }      // its process group (the keeper's pid)
 
   // Waits up to `timeout` for output, then reads what is there. Complete report lines
   // are appended to `reports`; output and errors go to their tails. False once every
@@ -70,8 +74,9 @@ class worker_process {
   worker_process() = default;
   void signal_group(int sig);
 
-  int pid_ = -1;
-  int out_ = -1, err_ = -1, rep_ = -1;  // read ends, -1 once closed
+  int pid_ = -1;     // the worker
+  int keeper_ = -1;  // its parent, the group's leader (process.cpp says why)
+  int out_ = -1, err_ = -1, rep_ = -1, news_ = -1;  // read ends, -1 once closed
   std::string out_tail_, err_tail_, rep_partial_;
   std::optional<exit_info> exit_;
 };

@@ -8,6 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -134,18 +137,58 @@ TEST(WorkerProcess, PauseAndResume) {
   EXPECT_TRUE(p->wait(3s, reports));
 }
 
-TEST(WorkerProcess, DiesWithTheThreadThatStartedIt) {
-  int pid = 0;
+// What a node killed with SIGKILL leaves: the thread that started the worker gone,
+// nobody stopping anything. The worker and the children it started must go too.
+TEST(WorkerProcess, DiesWithTheThreadThatStartedItChildrenIncluded) {
+  int pid = 0, child = 0;
   std::thread([&] {
-    auto p = worker_process::start({{"/bin/sleep", "30"}, {}, ""});
+    auto p = sh("sleep 60 & echo $! >&3; wait");
     ASSERT_TRUE(p);
-    pid = (*p)->pid();
-    (void)std::move(p).value().release();  // the watcher goes away without stopping it
+    std::vector<std::string> reports;
+    ASSERT_TRUE(test::wait_until([&] { p->poll(10ms, reports); return !reports.empty(); }, 3s));
+    pid = p->pid();
+    child = std::stoi(reports[0]);
+    (void)p.release();  // the watcher goes away without stopping it
   }).join();
   ASSERT_GT(pid, 0);
-  int st = 0;
-  ASSERT_EQ(::waitpid(pid, &st, 0), pid);
-  EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+  ASSERT_GT(child, 0);
+  EXPECT_TRUE(test::wait_until([&] { return test::process_gone(pid); }, 3s)) << "the worker outlived its node";
+  EXPECT_TRUE(test::wait_until([&] { return test::process_gone(child); }, 3s)) << "the worker's child outlived its node";
+}
+
+TEST(WorkerProcess, SignalsToTheGroupReachTheWorkerNotItsKeeper) {
+  // SIGTERM ends the worker by its default action; the status is the worker's.
+  auto p = sh("sleep 30");
+  std::vector<std::string> reports;
+  EXPECT_NE(p->group(), p->pid());
+  EXPECT_EQ(::getpgid(p->pid()), p->group());
+  p->terminate();
+  auto e = p->wait(3s, reports);
+  ASSERT_TRUE(e);
+  EXPECT_FALSE(e->exited);
+  EXPECT_EQ(e->code, SIGTERM) << e->describe();
+  // An exit code comes through as it is.
+  auto q = sh("exit 7");
+  e = q->wait(3s, reports);
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(e->exited);
+  EXPECT_EQ(e->code, 7);
+  EXPECT_TRUE(test::process_gone(q->group())) << "the keeper outlived its worker";
+}
+
+TEST(WorkerProcess, ItsKeeperHoldsNothingOfTheNodeOpen) {
+  // Keepers do not exec: one that kept the node's descriptors would hold other
+  // trials' pipes (their ends never seen) and the node's sockets open.
+  int mine = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(mine, 0);
+  auto p = sh("sleep 30");
+  std::vector<std::string> held;
+  for (auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(p->group()) + "/fd"))
+    held.push_back(std::filesystem::read_symlink(e.path()).string());
+  ::close(mine);
+  EXPECT_LE(held.size(), 5u) << "its pipes to the worker and the node only";
+  for (auto& h : held) EXPECT_NE(h.find("pipe:"), std::string::npos) << h;
+  p->kill();
 }
 
 TEST(WorkerProcess, DestroyingAWatcherKillsAndReapsTheGroup) {
