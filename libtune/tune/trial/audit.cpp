@@ -1,0 +1,123 @@
+#include "tune/trial/audit.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace tune {
+
+namespace {
+
+// /proc/<pid>/stat: "pid (comm) state ppid pgrp ..."; comm may hold spaces and ')'.
+bool read_stat(int pid, int& ppid, int& pgid, std::string* name) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!in || !std::getline(in, line)) return false;
+  auto open = line.find('('), close = line.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close < open) return false;
+  if (name) *name = line.substr(open + 1, close - open - 1);
+  std::istringstream rest(line.substr(close + 1));
+  char state = 0;
+  return static_cast<bool>(rest >> state >> ppid >> pgid);
+}
+
+}  // namespace
+
+std::optional<process_lineage> read_lineage(int pid) {
+  process_lineage l;
+  int ppid = 0;
+  if (pid <= 0 || !read_stat(pid, ppid, l.pgid, &l.name)) return std::nullopt;
+  for (int hops = 0; ppid > 1 && hops < 64; ++hops) {
+    l.ancestors.push_back(ppid);
+    int pg = 0;
+    if (!read_stat(ppid, ppid, pg, nullptr)) break;
+  }
+  return l;
+}
+
+std::string format_bytes(int64_t bytes) {
+  char buf[64];
+  double b = static_cast<double>(bytes);
+  if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  else std::snprintf(buf, sizeof buf, "%.0f MiB", b / (1024.0 * 1024));
+  return buf;
+}
+
+gpu_audit::gpu_audit(std::set<std::string> cards, std::set<int> self, lineage_fn lineage)
+    : cards_(std::move(cards)), self_(std::move(self)), lineage_(std::move(lineage)) {}
+
+void gpu_audit::add(audited_trial t) {
+  auto id = t.id;
+  trials_[id] = entry{std::move(t)};
+}
+
+void gpu_audit::remove(const std::string& id) { trials_.erase(id); }
+
+const gpu_audit::entry* gpu_audit::owner(int pid, const process_lineage* lineage) const {
+  for (auto& [id, e] : trials_) {
+    if (e.trial.pid == pid) return &e;
+    if (!lineage) continue;
+    if (e.trial.group > 0 && lineage->pgid == e.trial.group) return &e;
+    for (int a : lineage->ancestors)
+      if (a == e.trial.pid) return &e;
+  }
+  return nullptr;
+}
+
+audit_result gpu_audit::check(const std::vector<gpu_card_sample>& cards) {
+  audit_result r;
+  for (auto& [id, e] : trials_) r.trials[id];
+  std::map<std::string, std::string> wrong_card;  // trial -> the first such finding
+  for (auto& card : cards) {
+    for (auto& p : card.processes) {
+      if (self_.count(p.pid)) continue;
+      auto lineage = lineage_(p.pid);
+      const entry* e = owner(p.pid, lineage ? &*lineage : nullptr);
+      if (!e) {
+        if (cards_.count(card.uuid))
+          r.foreign.push_back({card.uuid, card.index, p.pid, p.memory, lineage ? lineage->name : std::string{}});
+        continue;
+      }
+      auto& use = r.trials[e->trial.id];
+      use.pids.push_back(p.pid);
+      if (p.memory > 0) {
+        use.memory[card.uuid] += p.memory;
+        use.total += p.memory;
+      }
+      if (!e->trial.quota.count(card.uuid) && !wrong_card.count(e->trial.id)) {
+        std::string given;
+        for (auto& [uuid, q] : e->trial.quota) given += (given.empty() ? "" : ", ") + uuid;
+        wrong_card[e->trial.id] = "the GPU audit found its process " + std::to_string(p.pid) +
+                                  (lineage ? " (" + lineage->name + ")" : "") + " on GPU " +
+                                  std::to_string(card.index) + " (" + card.uuid + "), a card it was not given (it holds " +
+                                  (given.empty() ? "no card" : given) + "): killed";
+      }
+    }
+  }
+  for (auto& [id, e] : trials_) {
+    auto& use = r.trials[id];
+    e.peak = std::max(e.peak, use.total);
+    use.peak = e.peak;
+    if (e.reported) continue;
+    std::string why;
+    if (auto w = wrong_card.find(id); w != wrong_card.end()) {
+      why = w->second;
+    } else {
+      for (auto& [uuid, bytes] : use.memory) {
+        auto q = e.trial.quota.find(uuid);
+        if (q != e.trial.quota.end() && q->second > 0 && bytes > q->second) {
+          why = "the GPU audit found it using " + format_bytes(bytes) + " on GPU " + uuid + ", over its quota of " +
+                format_bytes(q->second) + ": killed";
+          break;
+        }
+      }
+    }
+    if (!why.empty()) {
+      e.reported = true;
+      r.violations.push_back({id, why});
+    }
+  }
+  return r;
+}
+
+}  // namespace tune

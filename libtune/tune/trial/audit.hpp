@@ -1,0 +1,99 @@
+// The GPU audit's rules, apart from NVML and actors (so they are tested with made-up
+// samples): given what runs on each card now and which trial each process belongs
+// to, it finds trials on cards they were not given and trials over their memory
+// quota, adds up each trial's memory (now and its peak), and lists the processes on
+// the node's cards that belong to no trial ("foreign": someone else's job).
+//
+// A process belongs to a trial when the trial's worker is among its ancestors or it
+// is in the trial's process group (a worker's child that left the group is still found
+// through its parents, as long as they live).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tune/host/nvml.hpp"
+
+namespace tune {
+
+// What /proc says about a process: its group and its ancestors (parent first).
+struct process_lineage {
+  int pgid = 0;
+  std::vector<int> ancestors;
+  std::string name;  // its command name (comm)
+};
+
+// From /proc; nothing when the process is gone (or in another PID namespace).
+std::optional<process_lineage> read_lineage(int pid);
+
+struct audited_trial {
+  std::string id;
+  int pid = 0;    // the worker
+  int group = 0;  // its process group
+  std::map<std::string, int64_t> quota;  // the cards it was given (UUID) and each card's quota in bytes
+};
+
+struct audit_violation {
+  std::string trial;
+  std::string message;  // goes into the trial's record as its error
+};
+
+struct foreign_process {
+  std::string uuid;
+  int card = 0;  // NVML's index
+  int pid = 0;
+  int64_t memory = -1;
+  std::string name;  // empty when not visible here
+};
+
+struct trial_gpu_use {
+  std::map<std::string, int64_t> memory;  // by card UUID, now
+  int64_t total = 0, peak = 0;            // now, and the most ever seen at once
+  std::vector<int> pids;                  // its processes on cards
+};
+
+struct audit_result {
+  std::vector<audit_violation> violations;  // each trial at most once
+  std::vector<foreign_process> foreign;
+  std::map<std::string, trial_gpu_use> trials;  // every audited trial
+};
+
+class gpu_audit {
+ public:
+  using lineage_fn = std::function<std::optional<process_lineage>(int pid)>;
+
+  // `cards`: the UUIDs of this node's cards (foreign processes are looked for there);
+  // `self`: pids never reported (the node's own process).
+  explicit gpu_audit(std::set<std::string> cards, std::set<int> self = {}, lineage_fn lineage = read_lineage);
+
+  void add(audited_trial t);
+  void remove(const std::string& id);
+  size_t size() const { return trials_.size(); }
+
+  // One look at the cards. A trial found breaking a rule is reported once; it stays
+  // audited (its memory still counts) until removed.
+  audit_result check(const std::vector<gpu_card_sample>& cards);
+
+ private:
+  struct entry {
+    audited_trial trial;
+    int64_t peak = 0;
+    bool reported = false;
+  };
+  const entry* owner(int pid, const process_lineage* lineage) const;
+
+  std::set<std::string> cards_;
+  std::set<int> self_;
+  lineage_fn lineage_;
+  std::map<std::string, entry> trials_;
+};
+
+// "1.50 GiB", "512 MiB".
+std::string format_bytes(int64_t bytes);
+
+}  // namespace tune
