@@ -35,14 +35,6 @@ std::optional<process_lineage> read_lineage(int pid) {
   return l;
 }
 
-std::string format_bytes(int64_t bytes) {
-  char buf[64];
-  double b = static_cast<double>(bytes);
-  if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
-  else std::snprintf(buf, sizeof buf, "%.0f MiB", b / (1024.0 * 1024));
-  return buf;
-}
-
 gpu_audit::gpu_audit(std::set<std::string> cards, std::set<int> self, lineage_fn lineage)
     : cards_(std::move(cards)), self_(std::move(self)), lineage_(std::move(lineage)) {}
 

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "tune/core/quantity.hpp"
 #include "tune/host/nvml.hpp"
 
 namespace tune {
@@ -92,8 +93,5 @@ class gpu_audit {
   lineage_fn lineage_;
   std::map<std::string, entry> trials_;
 };
-
-// "1.50 GiB", "512 MiB".
-std::string format_bytes(int64_t bytes);
 
 }  // namespace tune

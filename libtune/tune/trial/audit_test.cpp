@@ -77,7 +77,7 @@ TEST_F(AuditTest, OverQuotaIsAViolationOnceWithTheNumbers) {
   auto r = audit.check({card(0, "GPU-a", {{100, 3 * GiB}, {101, 2 * GiB}, {200, 4 * GiB}})});
   ASSERT_EQ(r.violations.size(), 1u);
   EXPECT_EQ(r.violations[0].trial, "t1");
-  EXPECT_NE(r.violations[0].message.find("using 5.00 GiB on GPU GPU-a, over its quota of 4.00 GiB"), std::string::npos)
+  EXPECT_NE(r.violations[0].message.find("using 5 GiB on GPU GPU-a, over its quota of 4 GiB"), std::string::npos)
       << r.violations[0].message;
   // Reported once: the node kills it; until it is gone it still counts.
   r = audit.check({card(0, "GPU-a", {{100, 6 * GiB}})});
