@@ -200,9 +200,8 @@ TEST_F(TrialTest, ANodeThatDiesTakesItsTrialsWithIt) {
   ASSERT_GT(child, 0);
   ASSERT_EQ(::kill(node_pid, SIGKILL), 0);
   EXPECT_TRUE(wait_until([&] { return process_gone(worker); }, 3s)) << "the worker outlived its node";
-  // Not yet: the worker's own children outlive a SIGKILLed node (they are reparented
-  // to init; docs/trials.md, "Known gaps"). Cleaned up here by hand.
-  ::kill(child, SIGKILL);
+  EXPECT_TRUE(wait_until([&] { return process_gone(child); }, 3s)) << "the worker's child outlived its node";
+  if (!process_gone(child)) ::kill(child, SIGKILL);
 }
 
 TEST_F(TrialTest, StoppingTheNodeEndsItsTrials) {
