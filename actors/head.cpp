@@ -21,6 +21,7 @@ struct head_state {
   std::map<node_id, caf::actor_addr> addr_of;
   std::vector<caf::actor> subscribers;
   caf::actor groups;  // the placement-group actor, linked to this one
+  std::map<node_id, nlohmann::json> audits;  // each alive node's latest GPU audit report
   caf::actor_clock::time_point started;
   static inline const char* name = "tune.head";
 };
@@ -47,6 +48,7 @@ void notify(head_actor self, const node_id& id, std::string_view state, const st
 // says it holds instead of moving every bundle away).
 void node_gone(head_actor self, const node_id& id, bool tell_groups = true) {
   if (tell_groups) self->send(self->state.groups, wire::node_down_atom::value, id);
+  self->state.audits.erase(id);
   auto it = self->state.addr_of.find(id);
   if (it == self->state.addr_of.end()) return;
   self->state.node_of.erase(it->second);
@@ -131,6 +133,14 @@ caf::behavior head(head_actor self, head_options opt) {
           log_line("node " + id + " sent an availability report that does not match its resources");
         self->send(st.groups, wire::holdings_atom::value, id, version, holds);
       },
+      // A node's GPU audit: what really runs on its cards (for status).
+      [self](wire::gpu_audit_atom, const std::string& token, const node_id& id, const std::string& report) {
+        auto& st = self->state;
+        auto it = st.addr_of.find(id);
+        if (!token_equal(token, st.opt.token) || it == st.addr_of.end() || it->second != self->current_sender()) return;
+        auto j = nlohmann::json::parse(report, nullptr, false);
+        if (j.is_object() && j.contains("cards") && j["cards"].is_array()) st.audits[id] = std::move(j["cards"]);
+      },
       [self](wire::leave_atom, const std::string& token, const node_id& id) {
         auto& st = self->state;
         if (!token_equal(token, st.opt.token)) return caf::make_message(wire::leave_atom::value, false);
@@ -150,6 +160,8 @@ caf::behavior head(head_actor self, head_options opt) {
           return caf::make_message(wire::status_atom::value, false, version_mismatch(their_version));
         auto now = self->clock().now();
         auto j = nlohmann::json::parse(st.registry.status_json(now));
+        for (auto& n : j["nodes"])
+          if (auto a = st.audits.find(n.value("id", "")); a != st.audits.end()) n["gpu_audit"] = a->second;
         j["head"] = {{"address", st.opt.address},
                      {"version", version()},
                      {"uptime_s", std::chrono::duration<double>(now - st.started).count()},

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 
+#include "audit.hpp"
 #include "log.hpp"
 #include "trial.hpp"
 #include "tune/cluster/groups.hpp"
@@ -28,6 +29,8 @@ struct node_state {
   std::chrono::milliseconds backoff{250};
   caf::actor_clock::time_point started;
   std::map<std::string, caf::actor> trials;  // by trial id, while they run
+  caf::actor audit;                          // the GPU audit, when there is one
+  std::string audit_report;                  // its latest report, for the head
   uint64_t fetches = 0;                       // names programs being fetched
   static inline const char* name = "tune.node";
 };
@@ -99,6 +102,7 @@ void start_trial(node_actor self, const wire::wire_trial_spec& spec, const reser
   }
   t.base_env = st.opt.trial_env;
   t.owner = std::move(owner);
+  t.audit = st.audit;
   t.started = std::move(rp);
   auto a = spawn_trial(self, std::move(t));
   st.trials[spec.trial_id] = a;
@@ -193,6 +197,8 @@ void send_join(node_actor self) {
             st.ever_joined = true;
             report_first(self, status::ok());
             self->send(self, wire::beat_atom::value, ++st.generation);
+            if (!st.audit_report.empty())
+              self->send(st.head, wire::gpu_audit_atom::value, st.opt.token, st.opt.node_id, st.audit_report);
           },
           [self](caf::error& err) { schedule_retry(self, "join: " + to_string(err)); });
 }
@@ -216,6 +222,11 @@ caf::behavior node(node_actor self, node_options opt) {
   // end the node. (An exit message sent to the node itself, e.g. on `tune stop`,
   // does.)
   self->set_exit_handler([self](caf::exit_msg& m) {
+    if (self->state.audit && m.source == self->state.audit.address()) {
+      log_line("the GPU audit ended (" + to_string(m.reason) + "): trials run without it from now on");
+      self->state.audit = nullptr;
+      return;
+    }
     auto& trials = self->state.trials;
     auto it = std::find_if(trials.begin(), trials.end(), [&](const auto& t) { return t.second.address() == m.source; });
     if (it != trials.end()) {
@@ -224,6 +235,17 @@ caf::behavior node(node_actor self, node_options opt) {
     }
     self->quit(m.reason);
   });
+  if (self->state.opt.gpu_library) {
+    std::set<std::string> cards;
+    for (auto& g : self->state.opt.resources.gpus())
+      if (!g.logical) cards.insert(g.uuid);
+    if (!cards.empty()) {
+      self->state.audit = spawn_gpu_audit(
+          self, {self->state.opt.gpu_library, cards, self->state.opt.audit_interval, caf::actor_cast<caf::actor>(self)});
+      log_line("GPU audit on: " + std::to_string(cards.size()) + " card(s), every " +
+               std::to_string(self->state.opt.audit_interval.count()) + " ms");
+    }
+  }
   self->send(self, wire::retry_atom::value);
   self->delayed_send(self, self->state.opt.prepare_ttl / 4, wire::expire_atom::value);
   return {
@@ -297,6 +319,12 @@ caf::behavior node(node_actor self, node_options opt) {
       [self](wire::trial_start_atom, const wire::wire_trial_spec& spec, const std::string& key, uint32_t bundle,
              const caf::actor& server, const caf::actor& owner) {
         return trial_start(self, spec, key, bundle, server, owner);
+      },
+      [self](audit_report_atom, const std::string& report) {
+        auto& st = self->state;
+        if (!st.audit || self->current_sender() != st.audit.address()) return;
+        st.audit_report = report;
+        if (st.joined) self->send(st.head, wire::gpu_audit_atom::value, st.opt.token, st.opt.node_id, report);
       },
       [self](wire::expire_atom) {
         auto& st = self->state;

@@ -23,6 +23,8 @@
 
 #include <caf/all.hpp>
 
+#include "tune/host/nvml.hpp"
+
 #include <chrono>
 #include <functional>
 #include <map>
@@ -46,6 +48,9 @@ struct node_options {
   std::string work_dir;
   // The environment every trial's worker starts from (PATH, HOME, LD_LIBRARY_PATH).
   std::map<std::string, std::string> trial_env;
+  // NVML, for the GPU audit of this node's real cards (actors/audit.hpp); none: no audit.
+  std::shared_ptr<tune::nvml> gpu_library;
+  std::chrono::milliseconds audit_interval{200};
   // A head in this process (an embedded cluster, benchmarks): joined without a
   // connection. head_host and head_port are then only for messages.
   caf::actor head_actor;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "audit.hpp"
 #include "log.hpp"
 #include "tune/trial/process.hpp"
 
@@ -29,6 +30,8 @@ struct trial_state {
   std::thread watcher;
   int64_t results = 0;
   bool stopped = false, killed = false;
+  std::string violation;  // the GPU audit's finding, when it killed the trial
+  int64_t gpu_memory = 0, gpu_memory_peak = 0;
   static inline const char* name = "tune.trial";
   ~trial_state() {
     ctl->kill = true;  // the actor is gone: its worker goes too
@@ -58,11 +61,11 @@ nlohmann::json gpus_json(const trial_options& opt) {
 void watch(caf::actor self, process_spec spec, std::shared_ptr<control> ctl) {
   auto p = worker_process::start(spec);
   if (!p) {
-    caf::anon_send(self, started_atom::value, 0, p.error().message());
+    caf::anon_send(self, started_atom::value, 0, 0, p.error().message());
     return;
   }
   auto& w = **p;
-  caf::anon_send(self, started_atom::value, w.pid(), std::string{});
+  caf::anon_send(self, started_atom::value, w.pid(), w.group(), std::string{});
   std::optional<std::chrono::steady_clock::time_point> kill_at;
   std::vector<std::string> lines;
   std::optional<exit_info> done;
@@ -101,7 +104,7 @@ caf::behavior trial(trial_actor self, trial_options opt) {
     return st.opt.owner && self->current_sender() == st.opt.owner.address();
   };
   return {
-      [self](started_atom, int pid, const std::string& error) {
+      [self](started_atom, int pid, int group, const std::string& error) {
         auto& st = self->state;
         if (pid == 0) {
           log_line("trial " + st.opt.spec.trial_id + " could not start: " + error);
@@ -117,6 +120,13 @@ caf::behavior trial(trial_actor self, trial_options opt) {
         log_line("trial " + st.opt.spec.trial_id + " started, pid " + std::to_string(pid));
         st.opt.started.deliver(wire::trial_start_atom::value, true, info.dump());
         event(self, "started", info);
+        if (st.opt.audit) {
+          nlohmann::json quota = nlohmann::json::object();
+          for (size_t i = 0; i < st.opt.cards.size(); ++i)
+            if (!st.opt.cards[i].logical) quota[st.opt.cards[i].uuid] = st.opt.grants[i].memory;
+          self->send(st.opt.audit, audit_add_atom::value, st.opt.spec.trial_id, pid, group, quota.dump(),
+                     caf::actor_cast<caf::actor>(self));
+        }
       },
       // A line from the worker: whatever it is, it must not hurt the node (a worker
       // is the user's code), so anything but a well-formed report is ignored.
@@ -128,7 +138,8 @@ caf::behavior trial(trial_actor self, trial_options opt) {
           ++self->state.results;
           auto iteration = j.contains("iteration") && j["iteration"].is_number_integer() ? j["iteration"].get<int64_t>()
                                                                                         : self->state.results;
-          event(self, "result", {{"iteration", iteration}, {"metrics", j["metrics"]}});
+          event(self, "result",
+                {{"iteration", iteration}, {"metrics", j["metrics"]}, {"gpu_memory", self->state.gpu_memory}});
         } else if (type == "done") {
           event(self, "done", {{"message", j.contains("message") && j["message"].is_string() ? j["message"] : ""}});
         }
@@ -138,7 +149,10 @@ caf::behavior trial(trial_actor self, trial_options opt) {
         // After a stop request, ending by SIGTERM's default action is a clean stop too.
         bool ok = (exited && code == 0) || (st.stopped && !exited && code == SIGTERM);
         std::string error;
-        if (st.killed) {
+        if (!st.violation.empty()) {
+          ok = false;
+          error = st.violation;
+        } else if (st.killed) {
           ok = false;
           error = "killed on request";
         } else if (st.stopped && !exited && code == SIGKILL) {
@@ -152,7 +166,9 @@ caf::behavior trial(trial_actor self, trial_options opt) {
                             {"stderr_tail", stderr_tail},
                             {"results", st.results},
                             {"stopped", st.stopped},
-                            {"killed", st.killed}};
+                            {"killed", st.killed},
+                            {"gpu_audited", static_cast<bool>(st.opt.audit)},
+                            {"gpu_memory_peak", st.gpu_memory_peak}};
         log_line("trial " + st.opt.spec.trial_id + " ended: " + how);
         event(self, "ended", body);
         if (st.watcher.joinable()) st.watcher.join();
@@ -164,6 +180,19 @@ caf::behavior trial(trial_actor self, trial_options opt) {
         st.stopped = true;
         auto grace = grace_ms < 0 ? st.opt.default_grace.count() : std::min<int64_t>(grace_ms, 3'600'000);
         st.ctl->stop_after_ms = static_cast<int>(grace);
+      },
+      // The node's GPU audit: what the trial uses, and a rule it broke (it dies at once:
+      // a trial over its quota must not take its neighbours' memory while it stops).
+      [self](audit_usage_atom, int64_t now, int64_t peak) {
+        if (self->current_sender() != self->state.opt.audit.address()) return;
+        self->state.gpu_memory = now;
+        self->state.gpu_memory_peak = std::max(self->state.gpu_memory_peak, peak);
+      },
+      [self](audit_violation_atom, const std::string& why) {
+        auto& st = self->state;
+        if (self->current_sender() != st.opt.audit.address() || !st.violation.empty()) return;
+        st.violation = why;
+        st.ctl->kill = true;
       },
       [self, from_owner](wire::trial_kill_atom) {
         if (!from_owner()) return;

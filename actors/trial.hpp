@@ -8,9 +8,13 @@
 //
 // Events to the owner: (trial_event_atom, trial_id, kind, json):
 //   "started"  {"pid", "node", "gpus": [{"local","index","uuid","pci_bus_id","share","memory_quota"}], "memory_quota"}
-//   "result"   {"iteration", "metrics": {...}}
+//   "result"   {"iteration", "metrics": {...}, "gpu_memory"}
 //   "done"     {"message"}
-//   "ended"    {"ok", "exit", "error", "stderr_tail", "results", "stopped", "killed"}
+//   "ended"    {"ok", "exit", "error", "stderr_tail", "results", "stopped", "killed",
+//               "gpu_audited", "gpu_memory_peak"}
+// GPU memory (bytes, all its processes on its cards) is what the node's GPU audit
+// measured; a trial the audit finds on a card it was not given or over its quota is
+// killed and its error says so.
 #pragma once
 
 #include <caf/all.hpp>
@@ -35,6 +39,7 @@ struct trial_options {
   std::map<std::string, std::string> base_env;  // PATH, HOME, LD_LIBRARY_PATH, ...
   std::chrono::milliseconds default_grace{10000};
   caf::actor owner;
+  caf::actor audit;  // the node's GPU audit (none without NVML or real cards)
   caf::response_promise started;  // answered when the worker runs (or could not start)
 };
 

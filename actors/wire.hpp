@@ -94,6 +94,7 @@ using trial_resume_atom = caf::atom_constant<caf::atom("trialresum")>;
 using trial_event_atom = caf::atom_constant<caf::atom("trialevent")>;
 using program_get_atom = caf::atom_constant<caf::atom("progget")>;
 using program_add_atom = caf::atom_constant<caf::atom("progadd")>;
+using gpu_audit_atom = caf::atom_constant<caf::atom("gpuaudit")>;
 
 // Timing of the liveness protocol.
 constexpr auto heartbeat_period = std::chrono::milliseconds(500);

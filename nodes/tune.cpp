@@ -250,6 +250,9 @@ int start_node(const po::variables_map& vm, const std::string& dir) {
   std::string id = random_node_id();
   auto resources = node_resources_from(vm, host, id);
   if (!resources) return fail("start", resources.error().message(), 2);
+  int audit_ms = vm["gpu-audit-ms"].as<int>();
+  if (audit_ms < 0 || (audit_ms > 0 && audit_ms < 10) || audit_ms > 600'000)
+    return fail("start", "--gpu-audit-ms must be 0 (off) or between 10 and 600000", 2);
   bool block = vm.count("block") > 0;
   std::string log_file = dir + "/" + id + ".log";
   return cli::run_service(block, log_file, 30, [&](cli::readiness& ready) {
@@ -282,6 +285,16 @@ int start_node(const po::variables_map& vm, const std::string& dir) {
     for (auto& g : resources->gpus())
       log_line("  gpu " + std::to_string(g.index) + ": " + g.name + ", " + format_bytes(g.memory_total) + ", " + g.uuid +
                (g.logical ? " (logical)" : ""));
+    bool real_cards = std::any_of(resources->gpus().begin(), resources->gpus().end(), [](auto& g) { return !g.logical; });
+    if (real_cards && audit_ms > 0) {
+      auto lib = nvml::load();
+      if (lib) {
+        opt.gpu_library = *lib;
+        opt.audit_interval = std::chrono::milliseconds(audit_ms);
+      } else {
+        log_line("GPU audit off: " + lib.error().message());
+      }
+    }
     auto node = spawn_node(sys, opt);
     auto joined = first->get_future();
     if (joined.wait_for(std::chrono::seconds(25)) != std::future_status::ready) {
@@ -341,6 +354,8 @@ int cmd_start(const std::vector<std::string>& args) {
       ("gpus", po::value<std::string>(), "node: use these GPUs only, by index (e.g. 0,2)")
       ("num-cpus", po::value<double>(), "node: the CPUs to offer (default: those this process may use)")
       ("resources", po::value<std::string>(), "node: custom resources as JSON, e.g. '{\"tpu\": 2}'")
+      ("gpu-audit-ms", po::value<int>()->default_value(200),
+       "node: how often the GPU audit (NVML) looks at what runs on the cards, in ms; 0 turns it off")
       ("token-file", po::value<std::string>()->default_value(default_token_file()),
        "the cluster token (the head creates it if missing; copy it to every node)")
       ("runtime-dir", po::value<std::string>()->default_value(""),
@@ -353,6 +368,7 @@ int cmd_start(const std::vector<std::string>& args) {
   auto dir = cli::runtime_dir(vm["runtime-dir"].as<std::string>());
   if (!dir) return fail("start", dir.error().message());
   if (head) {
+    if (!vm["gpu-audit-ms"].defaulted()) return fail("start", "--gpu-audit-ms is for a node (--address)", 2);
     for (auto opt : {"num-gpus", "gpus", "num-cpus", "resources"})
       if (vm.count(opt)) return fail("start", std::string{"--"} + opt + " is for a node (--address); the head runs no trials", 2);
     return start_head(vm, *dir);

@@ -116,6 +116,21 @@ expected<std::string> render_status_text(std::string_view text) {
             << bar(a) << " " << pad(number(g["allocated"]), 6)
             << format_bytes(g.value("memory_free", int64_t{0})) << " free of "
             << format_bytes(g.value("memory_total", int64_t{0})) << (g.value("logical", false) ? "  L" : "") << "\n";
+        // What really runs there, from the node's GPU audit (NVML).
+        for (auto& a : n.value("gpu_audit", json::array())) {
+          if (a.value("uuid", "") != uuid) continue;
+          out << "      in use " << format_bytes(a.value("memory_used", int64_t{0})) << " of "
+              << format_bytes(a.value("memory_total", int64_t{0}));
+          for (auto& t : a.value("trials", json::array()))
+            out << "; trial " << t.value("trial", "?") << " " << format_bytes(t.value("memory", int64_t{0}));
+          out << "\n";
+          for (auto& f : a.value("foreign", json::array())) {
+            std::string name = f.value("name", "");
+            int64_t mem = f.value("memory", int64_t{-1});
+            out << "      not libtune's: pid " << f.value("pid", 0) << (name.empty() ? "" : " (" + name + ")")
+                << (mem >= 0 ? " " + format_bytes(mem) : "") << "\n";
+          }
+        }
       }
     }
   }

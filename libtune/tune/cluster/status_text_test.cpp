@@ -65,6 +65,23 @@ TEST(StatusText, ListsPlacementGroups) {
   EXPECT_NE(s.find("old/7#0 on n1"), std::string::npos) << s;
 }
 
+TEST(StatusText, ShowsWhatTheGpuAuditFoundOnACard) {
+  node_registry reg;
+  auto t0 = node_registry::clock::now();
+  std::vector<gpu_instance> cards{{0, "GPU-aaaa", "0000:06:00.0", "NVIDIA H200", int64_t{140} << 30, false}};
+  ASSERT_TRUE(reg.join({"node-1", "box", "10.0.0.2", "0.1.0"}, *node_resources::make(resource_set{}, cards), t0));
+  auto j = nlohmann::json::parse(reg.status_json(t0));
+  j["nodes"][0]["gpu_audit"] = nlohmann::json::parse(R"([{"index": 0, "uuid": "GPU-aaaa",
+      "memory_used": 12884901888, "memory_total": 150323855360,
+      "trials": [{"trial": "t-7", "memory": 2147483648}],
+      "foreign": [{"pid": 4242, "name": "python3", "memory": 9663676416}, {"pid": 17, "name": "", "memory": -1}]}])");
+  auto text = render_status_text(j.dump());
+  ASSERT_TRUE(text) << text.error().message();
+  EXPECT_NE(text->find("in use 12 GiB of 140 GiB; trial t-7 2 GiB"), std::string::npos) << *text;
+  EXPECT_NE(text->find("not libtune's: pid 4242 (python3) 9 GiB"), std::string::npos) << *text;
+  EXPECT_NE(text->find("not libtune's: pid 17\n"), std::string::npos) << *text;
+}
+
 TEST(StatusText, RefusesOtherJson) {
   EXPECT_FALSE(render_status_text("{}"));
   EXPECT_FALSE(render_status_text("not json"));

@@ -1,0 +1,121 @@
+#include "audit.hpp"
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "log.hpp"
+#include "tune/trial/audit.hpp"
+
+namespace tune {
+
+namespace {
+
+struct audit_state {
+  audit_options opt;
+  std::unique_ptr<gpu_audit> rules;
+  std::map<std::string, caf::actor> trials;         // by trial id
+  std::map<std::string, std::pair<int64_t, int64_t>> told;  // what each trial actor last heard: now, peak
+  std::string last_report, last_error;
+  caf::actor_clock::time_point last_sent{};
+  static inline const char* name = "tune.audit";
+};
+
+using audit_actor = caf::stateful_actor<audit_state>*;
+
+nlohmann::json report_json(const std::vector<gpu_card_sample>& cards, const audit_result& r,
+                           const std::set<std::string>& mine) {
+  nlohmann::json out = nlohmann::json::array();
+  for (auto& c : cards) {
+    if (!mine.count(c.uuid)) continue;
+    nlohmann::json trials = nlohmann::json::array(), foreign = nlohmann::json::array();
+    for (auto& [id, use] : r.trials)
+      if (auto m = use.memory.find(c.uuid); m != use.memory.end()) trials.push_back({{"trial", id}, {"memory", m->second}});
+    for (auto& f : r.foreign)
+      if (f.uuid == c.uuid) foreign.push_back({{"pid", f.pid}, {"name", f.name}, {"memory", f.memory}});
+    out.push_back({{"index", c.index},
+                   {"uuid", c.uuid},
+                   {"memory_used", c.used},
+                   {"memory_total", c.total},
+                   {"trials", trials},
+                   {"foreign", foreign}});
+  }
+  return out;
+}
+
+void tick(audit_actor self) {
+  auto& st = self->state;
+  auto cards = st.opt.lib->sample();
+  if (!cards) {
+    if (cards.error().message() != st.last_error) log_line("GPU audit: " + cards.error().message());
+    st.last_error = cards.error().message();
+    return;
+  }
+  st.last_error.clear();
+  auto r = st.rules->check(*cards);
+  for (auto& v : r.violations) {
+    log_line("trial " + v.trial + ": " + v.message);
+    if (auto t = st.trials.find(v.trial); t != st.trials.end())
+      self->send(t->second, audit_violation_atom::value, v.message);
+  }
+  for (auto& [id, use] : r.trials) {
+    auto t = st.trials.find(id);
+    if (t == st.trials.end()) continue;
+    auto now = std::make_pair(use.total, use.peak);
+    if (st.told[id] == now) continue;
+    st.told[id] = now;
+    self->send(t->second, audit_usage_atom::value, use.total, use.peak);
+  }
+  // The report: at most once a second, and only when it changed.
+  auto clock_now = self->clock().now();
+  if (clock_now - st.last_sent < std::chrono::seconds(1)) return;
+  auto text = nlohmann::json{{"cards", report_json(*cards, r, st.opt.cards)}}.dump();
+  if (text == st.last_report) return;
+  st.last_report = text;
+  st.last_sent = clock_now;
+  self->send(st.opt.node, audit_report_atom::value, text);
+}
+
+caf::behavior audit(audit_actor self, audit_options opt) {
+  auto& st = self->state;
+  st.opt = std::move(opt);
+  st.rules = std::make_unique<gpu_audit>(st.opt.cards, std::set<int>{::getpid()});
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    for (auto it = st.trials.begin(); it != st.trials.end(); ++it)
+      if (it->second.address() == dm.source) {
+        st.rules->remove(it->first);
+        st.told.erase(it->first);
+        st.trials.erase(it);
+        return;
+      }
+  });
+  self->send(self, audit_tick_atom::value);
+  return {
+      [self](audit_add_atom, const std::string& id, int pid, int group, const std::string& quota_json,
+             const caf::actor& trial) {
+        auto& st = self->state;
+        audited_trial t{id, pid, group, {}};
+        auto q = nlohmann::json::parse(quota_json, nullptr, false);
+        if (q.is_object())
+          for (auto& [uuid, bytes] : q.items())
+            if (bytes.is_number_integer()) t.quota[uuid] = bytes.get<int64_t>();
+        st.rules->add(std::move(t));
+        st.trials[id] = trial;
+        self->monitor(trial);
+        tick(self);  // a first look right away
+      },
+      [self](audit_tick_atom) {
+        tick(self);
+        self->delayed_send(self, self->state.opt.interval, audit_tick_atom::value);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_gpu_audit(caf::local_actor* parent, audit_options opt) {
+  return parent->spawn<caf::linked + caf::detached>(audit, std::move(opt));
+}
+
+}  // namespace tune

@@ -1,0 +1,41 @@
+// The node's GPU audit actor: every `interval` it asks NVML what runs on the cards,
+// and with the rules of tune/trial/audit.hpp
+//   - kills a trial found on a card it was not given or over its memory quota (the
+//     trial actor is told why, and that becomes the trial's error);
+//   - tells each trial actor its GPU memory now and at its peak (when it changes);
+//   - sends the node a report (cards, trials' memory, foreign processes) about once a
+//     second when something changed; the node passes it to the head for `tune status`.
+// It runs on a thread of its own (NVML calls block) and ends with the node.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "tune/host/nvml.hpp"
+
+namespace tune {
+
+using audit_add_atom = caf::atom_constant<caf::atom("auditadd")>;
+using audit_tick_atom = caf::atom_constant<caf::atom("audittick")>;
+using audit_violation_atom = caf::atom_constant<caf::atom("auditbad")>;
+using audit_usage_atom = caf::atom_constant<caf::atom("auditmem")>;
+using audit_report_atom = caf::atom_constant<caf::atom("auditrep")>;
+
+struct audit_options {
+  std::shared_ptr<nvml> lib;
+  std::set<std::string> cards;  // UUIDs of this node's cards
+  std::chrono::milliseconds interval{200};
+  caf::actor node;  // gets (audit_report_atom, json)
+};
+
+// Messages it takes:
+//   (audit_add_atom, trial_id, worker_pid, group, quota_json {"uuid": bytes, ...}, trial_actor)
+// A trial is audited until its actor ends (monitored).
+caf::actor spawn_gpu_audit(caf::local_actor* parent, audit_options opt);
+
+}  // namespace tune
