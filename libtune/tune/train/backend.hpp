@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tune/core/status.hpp"
@@ -16,16 +17,29 @@
 
 namespace tune::train {
 
-// Where a network runs: the CPU, or CUDA device `index` as the process sees it (a
-// trial process sees only its cards, so this is 0 there).
+// Where a network runs: the CPU, one CUDA device, or several CUDA devices trained
+// data-parallel (each step's batch split across them, see README.md). Device numbers
+// are as the process sees them: a trial process sees only its cards, as 0..k-1.
+// device_spec{true, i} is still one device, cuda:i.
 struct device_spec {
-  bool cuda = false;
-  int index = 0;
+  device_spec() = default;
+  device_spec(bool cuda_device, int device_index = 0) : cuda(cuda_device), index(device_index) {}
 
-  std::string to_string() const { return cuda ? "cuda:" + std::to_string(index) : "cpu"; }
+  bool cuda = false;
+  int index = 0;             // the device when `indices` is empty and `all` is false
+  std::vector<int> indices;  // 2+ distinct devices: data-parallel over them, in this
+                             // order (the first holds the reference replica)
+  bool all = false;          // every CUDA device the process sees (1: as cuda:0)
+
+  // The CUDA devices in use, in order (`all` asks cuda_device_count()); empty for the
+  // CPU, and for `all` where no device is visible.
+  std::vector<int> devices() const;
+  // "cpu", "cuda:N", "cuda:N,M,..." or "cuda:all" (parse_device reads each back).
+  std::string to_string() const;
 };
 
-// "cpu", "cuda" (= cuda:0) or "cuda:N".
+// "cpu"; "cuda" (= cuda:0) or "cuda:N"; "cuda:N,M,..." (distinct, data-parallel over
+// those devices); "cuda:all" (every visible device). "gpu" works in place of "cuda".
 expected<device_spec> parse_device(std::string_view text);
 
 // Number of CUDA devices this process can use; 0 without CUDA or without a device.
@@ -65,6 +79,15 @@ class backend {
   // Loss and accuracy of the current parameters on a loaded split.
   virtual expected<sums> evaluate(split_id which) = 0;
 
+  // How many devices a step runs on: 1, or k for a data-parallel backend.
+  virtual int devices() const { return 1; }
+  // The parameters as replica r holds them (0 <= r < devices()); replica 0's are what
+  // parameters() returns. For tests: data-parallel replicas must stay identical.
+  virtual expected<std::vector<float>> replica_parameters(int r) {
+    if (r != 0) return status{errc::invalid_argument, "replica " + std::to_string(r) + " of a one-device backend"};
+    return parameters();
+  }
+
   // For tests: mean loss and its gradient (layout of model.hpp) on n given samples
   // (normalised floats, n <= batch_size), without updating anything; logits optional.
   virtual expected<float> loss_and_gradient(std::span<const float> x, std::span<const int32_t> y, int n,
@@ -75,8 +98,12 @@ class backend {
 expected<std::unique_ptr<backend>> make_backend(const hyperparameters& hp, const network& net,
                                                 const device_spec& device);
 
-// The two implementations (the factory picks one).
+// The implementations (the factory picks one).
 expected<std::unique_ptr<backend>> make_cpu_backend(const hyperparameters& hp, const network& net);
 expected<std::unique_ptr<backend>> make_cuda_backend(const hyperparameters& hp, const network& net, int device);
+// Data-parallel over 2+ distinct CUDA devices (cuda_backend.cu): hp.batch_size is the
+// whole step's batch, split across them.
+expected<std::unique_ptr<backend>> make_data_parallel_backend(const hyperparameters& hp, const network& net,
+                                                              const std::vector<int>& devices);
 
 }  // namespace tune::train

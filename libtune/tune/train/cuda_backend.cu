@@ -16,6 +16,8 @@
 #include <array>
 #include <cstdlib>
 #include <map>
+#include <memory>
+#include <tuple>
 #include <vector>
 
 #include "tune/train/backend.hpp"
@@ -82,12 +84,13 @@ __device__ __forceinline__ float normalise_dev(uint8_t p) {
 }
 
 // x[r] = normalised pixels of row order[base + r] (or base + r without an order);
-// base is counters.offset for training steps, `first` for evaluation.
+// base is counters.offset + first for training steps (first = 0 on one device, the
+// replica's share's start in a data-parallel step), `first` for evaluation.
 __global__ void gather_kernel(const uint8_t* __restrict__ pixels, const uint8_t* __restrict__ labels,
                               const int32_t* __restrict__ order, const counters* c, int64_t first, int features,
                               float* __restrict__ x, int32_t* __restrict__ y) {
   const int r = blockIdx.x;
-  const int64_t base = c ? c->offset : first;
+  const int64_t base = (c ? c->offset : 0) + first;
   const int64_t src = order ? order[base + r] : base + r;
   const uint8_t* p = pixels + src * features;
   float* out = x + int64_t(r) * features;
@@ -129,9 +132,11 @@ __global__ void relu_bias_grad_kernel(float* __restrict__ d, const float* __rest
 }
 
 // One thread per sample: loss, correctness, and (with dlogits) the gradient of the
-// mean loss; per-block sums go to the counters with one atomic each.
+// loss summed over the n rows and divided by `divisor` (n: the mean; a data-parallel
+// replica divides by the whole step's batch, so the replicas' gradients add up to the
+// full batch's mean); per-block sums go to the counters with one atomic each.
 __global__ void softmax_xent_kernel(const float* __restrict__ logits, const int32_t* __restrict__ labels, int n,
-                                    int classes, float* __restrict__ dlogits, double* loss_sum,
+                                    int classes, int divisor, float* __restrict__ dlogits, double* loss_sum,
                                     unsigned long long* correct_sum) {
   __shared__ double sloss[256];
   __shared__ unsigned int scorrect[256];
@@ -152,7 +157,7 @@ __global__ void softmax_xent_kernel(const float* __restrict__ logits, const int3
     correct = best == label;
     if (dlogits)
       for (int c = 0; c < classes; ++c)
-        dlogits[int64_t(r) * classes + c] = (expf(z[c] - lse) - (c == label ? 1.0f : 0.0f)) / n;
+        dlogits[int64_t(r) * classes + c] = (expf(z[c] - lse) - (c == label ? 1.0f : 0.0f)) / divisor;
   }
   sloss[threadIdx.x] = loss;
   scorrect[threadIdx.x] = correct;
@@ -242,6 +247,27 @@ __global__ void sgd_kernel(float* __restrict__ w, const float* __restrict__ g, f
   if (advance && blockIdx.x == 0 && threadIdx.x == 0) c->offset += advance;
 }
 
+// A data-parallel replica's step ends here instead of in sgd_kernel: its next step
+// reads the rows after the whole step's batch.
+__global__ void advance_kernel(counters* c, int by) { c->offset += by; }
+
+// Data-parallel reduction on the first device: g += the other replicas' gradients, in
+// replica order (deterministic). Sources are peer pointers (read over NVLink/PCIe with
+// peer access) or local copies made by cudaMemcpyPeerAsync.
+constexpr int max_sources = 7;
+struct gradient_sources {
+  const float* p[max_sources];
+  int count;
+};
+
+__global__ void add_gradients_kernel(float* __restrict__ g, gradient_sources src, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    float t = g[i];
+    for (int s = 0; s < src.count; ++s) t += src.p[s][i];
+    g[i] = t;
+  }
+}
+
 int grid_for(int64_t total, int block = 256) {
   return static_cast<int>(std::min<int64_t>((total + block - 1) / block, 4096));
 }
@@ -316,6 +342,8 @@ class cuda_backend final : public backend {
     cudaSetDevice(device_);
     if (stream_) cudaStreamSynchronize(stream_);
     for (auto& [n, p] : plans_) destroy_plan(p);
+    for (auto& [key, g] : share_graphs_)
+      if (g.graph) cudaGraphExecDestroy(g.graph);
     for (auto f : filters_)
       if (f) cudnnDestroyFilterDescriptor(f);
     if (cublas_) cublasDestroy(cublas_);
@@ -380,9 +408,12 @@ class cuda_backend final : public backend {
     if (p.size() != net_.parameter_count)
       return {errc::invalid_argument, "set_parameters: " + std::to_string(p.size()) + " values for a network of " +
                                           std::to_string(net_.parameter_count) + " parameters"};
+    // On the stream, then waited for: a plain cudaMemcpy from pageable memory may return
+    // before its DMA is done, and the non-blocking stream would not wait for it.
     CU(cudaStreamSynchronize(stream_));
-    CU(cudaMemcpy(w_.get(), p.data(), p.size() * sizeof(float), cudaMemcpyHostToDevice));
-    CU(cudaMemset(v_.get(), 0, p.size() * sizeof(float)));
+    CU(cudaMemcpyAsync(w_.get(), p.data(), p.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    CU(cudaMemsetAsync(v_.get(), 0, p.size() * sizeof(float), stream_));
+    CU(cudaStreamSynchronize(stream_));
     return status::ok();
   }
 
@@ -402,8 +433,9 @@ class cuda_backend final : public backend {
     auto& s = data_[static_cast<int>(which)];
     TRY(s.pixels.alloc(d.pixels.size(), "the data set"));
     TRY(s.labels.alloc(d.labels.size(), "the labels"));
-    CU(cudaMemcpy(s.pixels.get(), d.pixels.data(), d.pixels.size(), cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(s.labels.get(), d.labels.data(), d.labels.size(), cudaMemcpyHostToDevice));
+    CU(cudaMemcpyAsync(s.pixels.get(), d.pixels.data(), d.pixels.size(), cudaMemcpyHostToDevice, stream_));
+    CU(cudaMemcpyAsync(s.labels.get(), d.labels.data(), d.labels.size(), cudaMemcpyHostToDevice, stream_));
+    CU(cudaStreamSynchronize(stream_));  // as in set_parameters
     s.count = d.count;
     if (which == split_id::train) {
       TRY(order_.alloc(size_t(d.count), "the epoch order"));
@@ -446,7 +478,7 @@ class cuda_backend final : public backend {
       TRY(train_step(count));
       p.warmed = true;
     } else {
-      TRY(capture(p, count));
+      TRY(capture(&p.graph, [&] { return train_step(count); }));
       CU(cudaGraphLaunch(p.graph, stream_));
     }
     next_first_ += count;
@@ -483,27 +515,104 @@ class cuda_backend final : public backend {
     CU(cudaSetDevice(device_));
     if (n <= 0 || n > max_n_ || x.size() != size_t(n) * net_.input_features || y.size() != size_t(n))
       return status{errc::invalid_argument, "loss_and_gradient: n must be in [1, batch_size] with n rows of input"};
+    if (logits) logits->resize(size_t(n) * net_.classes);
+    auto loss = gradient_of(x.data(), y.data(), n, n, logits ? logits->data() : nullptr);
+    if (!loss) return loss.error();
+    if (grad) TRY(gradient_to_host(*grad));
+    return static_cast<float>(*loss / n);
+  }
+
+  // ---- as one replica of the data-parallel backend (below) ----
+
+  struct share_args {
+    int64_t first;  // the share's first row within the step's batch
+    int batch;      // the whole step's batch: the gradient's divisor and the offset's advance
+  };
+
+  // This replica's part of a data-parallel step over the batch at the epoch offset:
+  // rows [first, first + n) of it. Leaves the gradient of those rows' summed loss,
+  // divided by `batch`, in grad(); adds their loss and accuracy to the epoch sums;
+  // advances the offset by `batch`; does not update. n = 0: only the advance. Each
+  // (n, first, batch) has its own graph, made as in step().
+  status share_step(int64_t first, int n, int batch) {
+    CU(cudaSetDevice(device_));
+    if (n < 0 || n > max_n_ || first < 0 || first + n > batch)
+      return {errc::invalid_argument, "share_step: rows [" + std::to_string(first) + ", " +
+                                          std::to_string(first + n) + ") of a batch of " + std::to_string(batch) +
+                                          " for a replica of at most " + std::to_string(max_n_)};
+    if (n == 0) {
+      advance_kernel<<<1, 1, 0, stream_>>>(counters_.get(), batch);
+      CU(cudaGetLastError());
+      return status::ok();
+    }
+    if (auto plan = plan_for(n); !plan) return plan.error();  // may drop graphs: look them up after
+    const share_args sh{first, batch};
+    share_graph& g = share_graphs_[{n, first, batch}];
+    if (g.graph) {
+      CU(cudaGraphLaunch(g.graph, stream_));
+    } else if (!graphs_ || !g.warmed) {
+      TRY(train_step(n, &sh));
+      g.warmed = true;
+    } else {
+      TRY(capture(&g.graph, [&] { return train_step(n, &sh); }));
+      CU(cudaGraphLaunch(g.graph, stream_));
+    }
+    epoch_count_ += n;
+    return status::ok();
+  }
+
+  // The SGD update with what grad() holds (on replica 0: the reduced gradient). The
+  // offset is not advanced here (share_step did it).
+  status update() {
+    CU(cudaSetDevice(device_));
+    sgd_kernel<<<grid_for(int64_t(net_.parameter_count)), 256, 0, stream_>>>(
+        w_.get(), g_.get(), v_.get(), int64_t(net_.parameter_count), counters_.get(), float(hp_.momentum),
+        float(hp_.weight_decay), 0);
+    CU(cudaGetLastError());
+    return status::ok();
+  }
+
+  // Loss sum of n given rows (normalised floats); their loss gradient divided by
+  // `divisor` is left in grad(); logits (n x classes) copied out when asked. Waits.
+  expected<double> gradient_of(const float* x, const int32_t* y, int n, int divisor, float* logits) {
+    CU(cudaSetDevice(device_));
+    if (n <= 0 || n > max_n_)
+      return status{errc::invalid_argument, "gradient_of: " + std::to_string(n) + " rows for a buffer of " +
+                                                std::to_string(max_n_)};
     auto plan = plan_for(n);
     if (!plan) return plan.error();
     CU(cudaStreamSynchronize(stream_));
-    CU(cudaMemcpy(x_.get(), x.data(), x.size_bytes(), cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(y_.get(), y.data(), y.size_bytes(), cudaMemcpyHostToDevice));
+    CU(cudaMemcpyAsync(x_.get(), x, size_t(n) * net_.input_features * sizeof(float), cudaMemcpyHostToDevice,
+                       stream_));
+    CU(cudaMemcpyAsync(y_.get(), y, size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
     TRY(reset_eval_sums());
     TRY(forward(**plan, n));
-    TRY(xent(n, true, true));
+    TRY(xent(n, true, true, divisor));
     TRY(backward(**plan, n));
     auto s = read_eval_sums(n);
     if (!s) return s.error();
-    if (grad) {
-      grad->resize(net_.parameter_count);
-      CU(cudaMemcpy(grad->data(), g_.get(), grad->size() * sizeof(float), cudaMemcpyDeviceToHost));
-    }
-    if (logits) {
-      logits->resize(size_t(n) * net_.classes);
-      CU(cudaMemcpy(logits->data(), act_.back().get(), logits->size() * sizeof(float), cudaMemcpyDeviceToHost));
-    }
-    return static_cast<float>(s->loss / n);
+    if (logits)
+      CU(cudaMemcpy(logits, act_.back().get(), size_t(n) * net_.classes * sizeof(float), cudaMemcpyDeviceToHost));
+    return s->loss;
   }
+
+  status gradient_to_host(std::vector<float>& out) {
+    CU(cudaSetDevice(device_));
+    CU(cudaStreamSynchronize(stream_));
+    out.resize(net_.parameter_count);
+    CU(cudaMemcpy(out.data(), g_.get(), out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    return status::ok();
+  }
+
+  status synchronize() {
+    CU(cudaSetDevice(device_));
+    CU(cudaStreamSynchronize(stream_));
+    return status::ok();
+  }
+
+  cudaStream_t stream() const { return stream_; }
+  float* params() const { return w_.get(); }
+  float* grad() const { return g_.get(); }
 
  private:
   struct split_data {
@@ -513,25 +622,35 @@ class cuda_backend final : public backend {
 
   // ---- one step, as launches on the stream (run eagerly or under capture) ----
 
-  status train_step(int n) {
+  // One device: the whole step, ending with the update (which advances the offset).
+  // A data-parallel share (sh): its rows of the batch, the gradient divided by the
+  // whole batch, and only the offset's advance at the end.
+  status train_step(int n, const share_args* sh = nullptr) {
     gather_kernel<<<n, 256, 0, stream_>>>(data_[0].pixels.get(), data_[0].labels.get(), order_.get(),
-                                          counters_.get(), 0, int(net_.input_features), x_.get(), y_.get());
+                                          counters_.get(), sh ? sh->first : 0, int(net_.input_features), x_.get(),
+                                          y_.get());
     CU(cudaGetLastError());
     auto plan = plan_for(n);
     if (!plan) return plan.error();
     TRY(forward(**plan, n));
-    TRY(xent(n, true, false));
+    TRY(xent(n, true, false, sh ? sh->batch : n));
     TRY(backward(**plan, n));
-    sgd_kernel<<<grid_for(int64_t(net_.parameter_count)), 256, 0, stream_>>>(
-        w_.get(), g_.get(), v_.get(), int64_t(net_.parameter_count), counters_.get(), float(hp_.momentum),
-        float(hp_.weight_decay), n);
+    if (sh) {
+      advance_kernel<<<1, 1, 0, stream_>>>(counters_.get(), sh->batch);
+    } else {
+      sgd_kernel<<<grid_for(int64_t(net_.parameter_count)), 256, 0, stream_>>>(
+          w_.get(), g_.get(), v_.get(), int64_t(net_.parameter_count), counters_.get(), float(hp_.momentum),
+          float(hp_.weight_decay), n);
+    }
     CU(cudaGetLastError());
     return status::ok();
   }
 
-  status capture(shape_plan& p, int n) {
+  // Captures what launch() enqueues on the stream into *out (instantiated).
+  template <class F>
+  status capture(cudaGraphExec_t* out, F&& launch) {
     CU(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    status s = train_step(n);
+    status s = launch();
     cudaGraph_t graph = nullptr;
     cudaError_t e = cudaStreamEndCapture(stream_, &graph);
     if (!s) {
@@ -539,10 +658,10 @@ class cuda_backend final : public backend {
       return s;
     }
     if (e != cudaSuccess) return cuda_fail("cudaStreamEndCapture (capturing a training step)", e);
-    e = cudaGraphInstantiate(&p.graph, graph, 0);
+    e = cudaGraphInstantiate(out, graph, 0);
     cudaGraphDestroy(graph);
     if (e != cudaSuccess) {
-      p.graph = nullptr;
+      *out = nullptr;
       return cuda_fail("cudaGraphInstantiate (a training step)", e);
     }
     return status::ok();
@@ -582,11 +701,13 @@ class cuda_backend final : public backend {
     return status::ok();
   }
 
-  // Training sums into the epoch counters, evaluation (and tests) into the eval ones.
-  status xent(int n, bool want_grad, bool eval) {
+  // Training sums into the epoch counters, evaluation (and tests) into the eval ones;
+  // the gradient is of the loss summed over the rows, divided by `divisor` (0: n).
+  status xent(int n, bool want_grad, bool eval, int divisor = 0) {
     counters* c = counters_.get();
     softmax_xent_kernel<<<(n + 255) / 256, 256, 0, stream_>>>(
-        act_.back().get(), y_.get(), n, net_.classes, want_grad ? dact_.back().get() : nullptr,
+        act_.back().get(), y_.get(), n, net_.classes, divisor > 0 ? divisor : n,
+        want_grad ? dact_.back().get() : nullptr,
         eval ? &c->eval_loss : &c->loss, eval ? &c->eval_correct : &c->correct);
     CU(cudaGetLastError());
     return status::ok();
@@ -734,6 +855,11 @@ class cuda_backend final : public backend {
           cudaGraphExecDestroy(q.graph);
           q.graph = nullptr;
         }
+      for (auto& [k, q] : share_graphs_)
+        if (q.graph) {
+          cudaGraphExecDestroy(q.graph);
+          q.graph = nullptr;
+        }
       TRY(conv_ws_.alloc(need, "the cuDNN workspace"));
     }
     return status::ok();
@@ -778,10 +904,287 @@ class cuda_backend final : public backend {
   std::vector<cudnnFilterDescriptor_t> filters_;
   std::array<split_data, 3> data_;
   std::map<int, shape_plan> plans_;
+  struct share_graph {
+    cudaGraphExec_t graph = nullptr;
+    bool warmed = false;
+  };
+  std::map<std::tuple<int, int64_t, int>, share_graph> share_graphs_;  // (n, first, batch)
   int32_t* host_order_ = nullptr;
   counters* host_counters_ = nullptr;
   int64_t next_first_ = 0, epoch_count_ = 0;
 };
+
+// ---- data-parallel training over k devices ----------------------------------------
+//
+// One cuda_backend per device (a replica, with buffers for ceil(B / k) rows), each with
+// the train split resident and the same epoch order. A step over B rows gives replica i
+// the rows [start_i, start_i + n_i) of the batch: n_i = B / k, plus one for the first
+// B % k replicas (0 when B < k). Each replica runs its share as one captured graph (per
+// share shape) that divides the loss gradient by B, so the replicas' gradients add up
+// to the full batch's mean gradient, each share weighted by its rows. Replica 0 waits
+// for the others (an event each), adds their gradients -- reading them through peer
+// access, or from copies that cudaMemcpyPeerAsync makes on replica 0's device where
+// peer access is not available (or TUNE_TRAIN_NO_PEER=1) -- applies the SGD update (its
+// momentum is the only one used), and copies the new parameters to every other replica
+// (cudaMemcpyPeerAsync); each replica's next step waits for that copy. All replicas hold
+// the same parameters, bit for bit, after every step. Evaluation runs on replica 0.
+// The host issues the glue between the graphs (about 4 + 3 (k - 1) calls per step).
+class data_parallel_backend final : public backend {
+ public:
+  data_parallel_backend(const hyperparameters& hp, const network& net, std::vector<int> devices)
+      : hp_(hp), net_(net), devices_(std::move(devices)) {}
+
+  ~data_parallel_backend() override {
+    for (auto& r : replicas_) r->synchronize();
+    for (size_t i = 0; i < ready_.size(); ++i)
+      if (ready_[i]) {
+        cudaSetDevice(devices_[i]);
+        cudaEventDestroy(ready_[i]);
+      }
+    cudaSetDevice(devices_[0]);
+    if (params_ready_) cudaEventDestroy(params_ready_);
+    for (auto& b : staging_) b.reset();
+    // replicas_, declared first, goes last: each one cleans up on its own device.
+  }
+
+  status init() {
+    const int k = static_cast<int>(devices_.size());
+    hyperparameters share_hp = hp_;
+    share_hp.batch_size = (hp_.batch_size + k - 1) / k;  // the largest share
+    for (int d : devices_) {
+      auto r = std::make_unique<cuda_backend>(share_hp, net_, d);
+      TRY(r->init());
+      replicas_.push_back(std::move(r));
+    }
+    const char* no_peer = std::getenv("TUNE_TRAIN_NO_PEER");
+    const bool want_peer = !(no_peer && std::string{no_peer} == "1");
+    peer_.assign(k, false);
+    staging_.resize(k);
+    ready_.assign(k, nullptr);
+    int peers = 0;
+    for (int i = 1; i < k; ++i) {
+      int can = 0;
+      CU(cudaDeviceCanAccessPeer(&can, devices_[0], devices_[i]));
+      // Replica 0's kernel reads replica i's gradient in place; the other direction
+      // only helps the parameter copies, so it is best effort.
+      peer_[i] = want_peer && can && enable_peer(devices_[0], devices_[i]);
+      if (peer_[i]) {
+        ++peers;
+        int back = 0;
+        if (cudaDeviceCanAccessPeer(&back, devices_[i], devices_[0]) == cudaSuccess && back)
+          enable_peer(devices_[i], devices_[0]);
+      } else {
+        CU(cudaSetDevice(devices_[0]));
+        TRY(staging_[i].alloc(net_.parameter_count, "a copy of another replica's gradient"));
+      }
+      CU(cudaSetDevice(devices_[i]));
+      CU(cudaEventCreateWithFlags(&ready_[i], cudaEventDisableTiming));
+    }
+    CU(cudaSetDevice(devices_[0]));
+    CU(cudaEventCreateWithFlags(&params_ready_, cudaEventDisableTiming));
+    name_ = "cuda:";
+    for (int i = 0; i < k; ++i) name_ += (i ? "," : "") + std::to_string(devices_[i]);
+    name_ += " data-parallel (";
+    for (int i = 0; i < k; ++i) name_ += (i ? ", " : "") + replicas_[i]->name();
+    name_ += peers == k - 1 ? "; peer access)"
+                            : peers == 0 ? "; gradients copied with cudaMemcpyPeer)"
+                                         : "; peer access to " + std::to_string(peers) + " of " +
+                                               std::to_string(k - 1) + " replicas, copies for the rest)";
+    return status::ok();
+  }
+
+  std::string name() const override { return name_; }
+  int devices() const override { return static_cast<int>(replicas_.size()); }
+
+  status set_parameters(std::span<const float> p) override {
+    // Replica 0 first: it waits for its stream, so no parameter copy to the others is
+    // still under way when they are overwritten.
+    for (auto& r : replicas_) TRY(r->set_parameters(p));
+    return status::ok();
+  }
+
+  expected<std::vector<float>> parameters() override { return replicas_[0]->parameters(); }
+
+  expected<std::vector<float>> replica_parameters(int r) override {
+    if (r < 0 || r >= devices())
+      return status{errc::invalid_argument,
+                    "replica " + std::to_string(r) + " of " + std::to_string(devices()) + " replicas"};
+    TRY(replicas_[0]->synchronize());  // the copy of the parameters to replica r is done
+    return replicas_[r]->parameters();
+  }
+
+  status load(split_id which, const image_set& d) override {
+    if (which == split_id::train) {
+      for (auto& r : replicas_) TRY(r->load(which, d));
+      train_count_ = d.count;
+      return status::ok();
+    }
+    return replicas_[0]->load(which, d);  // evaluation runs there only
+  }
+
+  status begin_epoch(std::span<const int32_t> order, float lr) override {
+    for (auto& r : replicas_) TRY(r->begin_epoch(order, lr));
+    next_first_ = 0;
+    epoch_count_ = 0;
+    return status::ok();
+  }
+
+  status step(int64_t first, int count) override {
+    if (count <= 0 || count > hp_.batch_size || first != next_first_ || first + count > train_count_)
+      return {errc::invalid_argument, "step: rows [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                                          ") are not the next batch of at most " + std::to_string(hp_.batch_size) +
+                                          " after row " + std::to_string(next_first_) + " (call begin_epoch first)"};
+    const int k = devices();
+    for (int i = k - 1; i >= 0; --i) {  // the others first: replica 0 then waits for them
+      const share s = share_of(i, count);
+      if (i > 0) {
+        CU(cudaSetDevice(devices_[i]));
+        CU(cudaStreamWaitEvent(replicas_[i]->stream(), params_ready_, 0));  // the last update's parameters
+      }
+      TRY(replicas_[i]->share_step(s.first, s.n, count));
+    }
+    TRY(reduce(count));
+    TRY(replicas_[0]->update());
+    TRY(broadcast());
+    next_first_ += count;
+    epoch_count_ += count;
+    return status::ok();
+  }
+
+  expected<sums> end_epoch() override {
+    sums total;
+    for (auto& r : replicas_) {
+      auto s = r->end_epoch();
+      if (!s) return s.error();
+      total.loss += s->loss;
+      total.correct += s->correct;
+    }
+    total.count = epoch_count_;
+    return total;
+  }
+
+  expected<sums> evaluate(split_id which) override { return replicas_[0]->evaluate(which); }
+
+  // Split like a step: each replica's share, reduced on replica 0 (no update).
+  expected<float> loss_and_gradient(std::span<const float> x, std::span<const int32_t> y, int n,
+                                    std::vector<float>* grad, std::vector<float>* logits) override {
+    if (n <= 0 || n > hp_.batch_size || x.size() != size_t(n) * net_.input_features || y.size() != size_t(n))
+      return status{errc::invalid_argument, "loss_and_gradient: n must be in [1, batch_size] with n rows of input"};
+    if (logits) logits->resize(size_t(n) * net_.classes);
+    TRY(replicas_[0]->synchronize());  // no parameter copy to another replica is under way
+    double loss = 0;
+    for (int i = 0; i < devices(); ++i) {
+      const share s = share_of(i, n);
+      if (s.n == 0) continue;
+      auto l = replicas_[i]->gradient_of(x.data() + s.first * net_.input_features, y.data() + s.first, s.n, n,
+                                         logits ? logits->data() + s.first * net_.classes : nullptr);
+      if (!l) return l.error();
+      loss += *l;
+    }
+    TRY(reduce(n));
+    if (grad) TRY(replicas_[0]->gradient_to_host(*grad));
+    else TRY(replicas_[0]->synchronize());
+    return static_cast<float>(loss / n);
+  }
+
+ private:
+  struct share {
+    int64_t first;
+    int n;
+  };
+
+  share share_of(int i, int batch) const {
+    const int k = devices(), q = batch / k, rem = batch % k;
+    return {int64_t(i) * q + std::min(i, rem), q + (i < rem ? 1 : 0)};
+  }
+
+  // True when `from` may now access `to`'s memory (enabled here, or already before).
+  static bool enable_peer(int from, int to) {
+    if (cudaSetDevice(from) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    const cudaError_t e = cudaDeviceEnablePeerAccess(to, 0);
+    if (e != cudaSuccess) cudaGetLastError();
+    return e == cudaSuccess || e == cudaErrorPeerAccessAlreadyEnabled;
+  }
+
+  // Replica 0's gradient += those of the replicas that had rows in this batch, once
+  // their work is done (everything is ordered on replica 0's stream).
+  status reduce(int batch) {
+    const int k = devices();
+    cuda_backend& r0 = *replicas_[0];
+    const size_t bytes = net_.parameter_count * sizeof(float);
+    for (int i = 1; i < k; ++i) {
+      CU(cudaSetDevice(devices_[i]));
+      CU(cudaEventRecord(ready_[i], replicas_[i]->stream()));
+    }
+    CU(cudaSetDevice(devices_[0]));
+    gradient_sources src{};
+    auto add = [&]() -> status {
+      add_gradients_kernel<<<grid_for(int64_t(net_.parameter_count)), 256, 0, r0.stream()>>>(
+          r0.grad(), src, int64_t(net_.parameter_count));
+      CU(cudaGetLastError());
+      src.count = 0;
+      return status::ok();
+    };
+    for (int i = 1; i < k; ++i) {
+      // Also for a replica without rows: its parameters are overwritten next.
+      CU(cudaStreamWaitEvent(r0.stream(), ready_[i], 0));
+      if (share_of(i, batch).n == 0) continue;
+      const float* from = replicas_[i]->grad();
+      if (!peer_[i]) {
+        CU(cudaMemcpyPeerAsync(staging_[i].get(), devices_[0], from, devices_[i], bytes, r0.stream()));
+        from = staging_[i].get();
+      }
+      src.p[src.count++] = from;
+      if (src.count == max_sources) TRY(add());
+    }
+    if (src.count > 0) TRY(add());
+    return status::ok();
+  }
+
+  // Replica 0's parameters to every other replica; their next step waits for this.
+  status broadcast() {
+    cuda_backend& r0 = *replicas_[0];
+    CU(cudaSetDevice(devices_[0]));
+    const size_t bytes = net_.parameter_count * sizeof(float);
+    for (int i = 1; i < devices(); ++i)
+      CU(cudaMemcpyPeerAsync(replicas_[i]->params(), devices_[i], r0.params(), devices_[0], bytes, r0.stream()));
+    CU(cudaEventRecord(params_ready_, r0.stream()));
+    return status::ok();
+  }
+
+  std::vector<std::unique_ptr<cuda_backend>> replicas_;  // first: destroyed last
+  hyperparameters hp_;
+  network net_;
+  std::vector<int> devices_;
+  std::string name_;
+  std::vector<bool> peer_;             // replica 0 reads replica i's gradient in place
+  std::vector<dbuf<float>> staging_;   // on devices_[0]: copies of gradients, without peer access
+  std::vector<cudaEvent_t> ready_;     // on devices_[i]: replica i's share of the step is done
+  cudaEvent_t params_ready_ = nullptr;  // on devices_[0]: the parameters were copied out
+  int64_t train_count_ = 0, next_first_ = 0, epoch_count_ = 0;
+};
+
+status no_such_device(int device, int count, const std::string& asked) {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  return {errc::invalid_argument,
+          "device cuda:" + std::to_string(device) + (asked.empty() ? "" : " (of " + asked + ")") +
+              " does not exist: this process sees " + std::to_string(count) + " CUDA device(s)" +
+              (visible ? std::string{" (CUDA_VISIBLE_DEVICES="} + visible + ")" : std::string{})};
+}
+
+expected<int> visible_devices(const std::string& asked) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return status{errc::invalid_argument, "device " + asked + " asked for, but CUDA reports " +
+                                              cudaGetErrorString(e) + ": use --device cpu, or check the driver"};
+  }
+  return count;
+}
 
 }  // namespace
 
@@ -796,21 +1199,33 @@ int cuda_device_count() {
 
 expected<std::unique_ptr<backend>> make_cuda_backend(const hyperparameters& hp, const network& net, int device) {
   if (auto s = hp.check(); !s) return s;
-  int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return status{errc::invalid_argument, "device cuda:" + std::to_string(device) + " asked for, but CUDA reports " +
-                                              cudaGetErrorString(e) + ": use --device cpu, or check the driver"};
-  }
-  if (device < 0 || device >= count) {
-    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-    return status{errc::invalid_argument,
-                  "device cuda:" + std::to_string(device) + " does not exist: this process sees " +
-                      std::to_string(count) + " CUDA device(s)" +
-                      (visible ? std::string{" (CUDA_VISIBLE_DEVICES="} + visible + ")" : std::string{})};
-  }
+  auto count = visible_devices("cuda:" + std::to_string(device));
+  if (!count) return count.error();
+  if (device < 0 || device >= *count) return no_such_device(device, *count, "");
   auto b = std::make_unique<cuda_backend>(hp, net, device);
+  if (auto s = b->init(); !s) return s;
+  return std::unique_ptr<backend>{std::move(b)};
+}
+
+expected<std::unique_ptr<backend>> make_data_parallel_backend(const hyperparameters& hp, const network& net,
+                                                              const std::vector<int>& devices) {
+  if (auto s = hp.check(); !s) return s;
+  device_spec spec{true, devices.empty() ? 0 : devices[0]};
+  spec.indices = devices;
+  const std::string asked = spec.to_string();
+  if (devices.size() < 2)
+    return status{errc::invalid_argument, "data-parallel training needs 2 or more devices, not " + asked +
+                                              ": use cuda:N for one device"};
+  for (size_t i = 0; i < devices.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (devices[i] == devices[j])
+        return status{errc::invalid_argument,
+                      "device cuda:" + std::to_string(devices[i]) + " appears twice in " + asked};
+  auto count = visible_devices(asked);
+  if (!count) return count.error();
+  for (int d : devices)
+    if (d < 0 || d >= *count) return no_such_device(d, *count, asked);
+  auto b = std::make_unique<data_parallel_backend>(hp, net, devices);
   if (auto s = b->init(); !s) return s;
   return std::unique_ptr<backend>{std::move(b)};
 }

@@ -26,6 +26,7 @@ expected<train_result> train(const hyperparameters& hp, const fashion_mnist& dat
 
   train_result result;
   result.device = b.name();
+  result.devices = b.devices();
   double train_seconds = 0;
   int64_t train_samples = 0;
   auto stop_requested = [&] { return options.stop && options.stop->load(std::memory_order_relaxed); };
@@ -52,6 +53,7 @@ expected<train_result> train(const hyperparameters& hp, const fashion_mnist& dat
     if (!val) return val.error();
     epoch_report r;
     r.epoch = epoch;
+    r.devices = result.devices;
     r.train_loss = train_sums->loss / std::max<int64_t>(1, train_sums->count);
     r.train_acc = double(train_sums->correct) / std::max<int64_t>(1, train_sums->count);
     r.val_loss = val->loss / std::max<int64_t>(1, val->count);

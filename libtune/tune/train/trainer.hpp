@@ -20,10 +20,12 @@ struct epoch_report {
   double val_loss = 0, val_acc = 0;      // after the epoch
   double samples_per_s = 0;              // training steps only (no evaluation)
   double seconds = 0;                    // the whole epoch, evaluation included
+  int devices = 1;                       // devices the steps ran on (data-parallel: 2+)
 };
 
 struct train_result {
   std::string device;  // the backend's name, e.g. "cpu" or "cuda:0 (NVIDIA H200)"
+  int devices = 1;     // devices the steps ran on (data-parallel: 2+)
   int epochs = 0;      // completed
   bool stopped = false;  // the stop flag or the callback ended training early
   double val_acc = 0;
@@ -34,6 +36,8 @@ struct train_result {
 };
 
 struct train_options {
+  // cpu, one CUDA device, or several (data-parallel: hp.batch_size is the whole step's
+  // batch, split across them; see backend.hpp and README.md).
   device_spec device;
   // Called after each epoch; returning false stops training (e.g. an early-stopping
   // scheduler's decision). May be empty.
