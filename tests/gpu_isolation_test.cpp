@@ -43,7 +43,9 @@ class GpuIsolationTest : public ::testing::Test {
     lib = *l;
     auto h = files.tune({"start", "--head", "--port", std::to_string(port), "--host", "127.0.0.1"});
     ASSERT_EQ(h.rc, 0) << h.out << h.err;
-    auto n = files.tune({"start", "--address", "127.0.0.1:" + std::to_string(port), "--gpu-audit-ms", "100"});
+    // The harness hides every card from what it starts; this node gets the machine's.
+    auto n = files.tune({"start", "--address", "127.0.0.1:" + std::to_string(port), "--gpu-audit-ms", "100"},
+                        {"env", "-u", "CUDA_VISIBLE_DEVICES"});
     ASSERT_EQ(n.rc, 0) << n.out << n.err;
     node_id = node_id_in(n.out);
     sys = std::make_unique<caf::actor_system>(cfg);
