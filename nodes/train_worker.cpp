@@ -1,12 +1,16 @@
 // tune-train-worker: the trial worker for libtune's own training workload. A node
 // runs it as a trial (it reads everything from its trial context): it trains the
-// Fashion-MNIST MLP or CNN with the trial's configuration on the trial's first card
-// (CUDA device 0 inside the trial), or on the CPU when the trial holds no real card,
-// reports every epoch, and stops within a step when the node asks it to.
+// Fashion-MNIST MLP or CNN with the trial's configuration on the trial's real cards
+// (CUDA devices 0..k-1 inside the trial): one card, or data-parallel over all k when
+// the trial holds 2 or more (batch_size is then the whole step's batch, split across
+// the cards); on the CPU when the trial holds no real card. It reports every epoch
+// (with "devices": how many devices the steps ran on) and stops within a step when the
+// node asks it to.
 //
 // Configuration keys (all optional): model ("mlp" | "cnn"), lr, momentum,
 // weight_decay, batch_size, width, depth, epochs, seed, schedule, tf32 (0 | 1),
-// device ("cpu" to force the CPU).
+// device ("cpu" to force the CPU), data_parallel (true | false, or 1 | 0; default
+// true: false trains on the trial's first card only).
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -18,6 +22,21 @@
 #include "tune/trial/context.hpp"
 
 using namespace tune;
+
+namespace {
+
+// A yes/no configuration key: JSON true/false or a number (0 is false); absent: the
+// fallback. Anything else is an error naming the key.
+expected<bool> flag_or(const trial_context& ctx, const std::string& key, bool fallback) {
+  auto j = nlohmann::json::parse(ctx.config_json(), nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains(key)) return fallback;
+  const auto& v = j[key];
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number()) return v.get<double>() != 0;
+  return status{errc::invalid_argument, "\"" + key + "\" must be true, false, 1 or 0, not " + v.dump()};
+}
+
+}  // namespace
 
 int main() {
   auto ctx = trial_context::from_environment();
@@ -41,10 +60,22 @@ int main() {
     std::cerr << "tune-train-worker: bad configuration: " << ok.message() << "\n";
     return 2;
   }
-  bool real_card = !ctx->gpus().empty() && !ctx->gpus()[0].logical;
+  auto data_parallel = flag_or(*ctx, "data_parallel", true);
+  if (!data_parallel) {
+    std::cerr << "tune-train-worker: bad configuration: " << data_parallel.error().message() << "\n";
+    return 2;
+  }
+  // The trial's real cards, as CUDA numbers them inside the trial (declared, logical
+  // GPUs have no device behind them).
+  std::vector<int> cards;
+  for (const auto& g : ctx->gpus())
+    if (!g.logical) cards.push_back(g.local);
   train::train_options opt;
-  opt.device.cuda = real_card && ctx->text_or("device", "") != "cpu" && train::cuda_device_count() > 0;
-  opt.device.index = 0;  // the trial's first card, whatever its number on the machine
+  opt.device.cuda = !cards.empty() && ctx->text_or("device", "") != "cpu" && train::cuda_device_count() > 0;
+  if (opt.device.cuda) {
+    opt.device.index = cards[0];  // the trial's first card, whatever its number on the machine
+    if (*data_parallel && cards.size() >= 2) opt.device.indices = cards;
+  }
   auto data = train::load_fashion_mnist();
   if (!data) {
     std::cerr << "tune-train-worker: " << data.error().message() << "\n";
@@ -65,7 +96,8 @@ int main() {
                            {"train_acc", r.train_acc},
                            {"val_loss", r.val_loss},
                            {"val_acc", r.val_acc},
-                           {"samples_per_s", r.samples_per_s}});
+                           {"samples_per_s", r.samples_per_s},
+                           {"devices", r.devices}});
     if (!st) std::cerr << "tune-train-worker: " << st.message() << "\n";
     return !stop;
   };
@@ -76,7 +108,7 @@ int main() {
     std::cerr << "tune-train-worker: " << result.error().message() << "\n";
     return 1;
   }
-  nlohmann::json summary{{"device", result->device},  {"epochs", result->epochs},
+  nlohmann::json summary{{"device", result->device},  {"devices", result->devices}, {"epochs", result->epochs},
                          {"stopped", result->stopped}, {"val_acc", result->val_acc},
                          {"samples_per_s", result->samples_per_s}, {"seconds", result->seconds}};
   if (std::isfinite(result->test_acc)) summary["test_acc"] = result->test_acc;

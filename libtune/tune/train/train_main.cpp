@@ -27,7 +27,8 @@ const char* usage =
     "  --width N              MLP hidden / CNN fc width; 0: 512 (mlp), 128 (cnn)\n"
     "  --depth N              MLP hidden layers (2)\n"
     "  --seed N               initialisation and shuffling seed (1)\n"
-    "  --device D             cpu (default), cuda or cuda:N\n"
+    "  --device D             cpu (default), cuda or cuda:N; cuda:N,M,... or cuda:all:\n"
+    "                         data-parallel over those devices (the batch is split)\n"
     "  --tf32                 GPU: TF32 tensor cores for GEMMs and convolutions\n"
     "  --data DIR             the IDX files (default: $TUNE_FASHION_MNIST_DIR, else\n"
     "                         /usr/share/datasets/fashion-mnist)\n"
@@ -116,6 +117,7 @@ int main(int argc, char** argv) {
   }
   nlohmann::json j{{"model", hp.model},
                    {"device", result->device},
+                   {"devices", result->devices},
                    {"epochs", result->epochs},
                    {"batch_size", hp.batch_size},
                    {"tf32", hp.tf32},
