@@ -1,22 +1,26 @@
 // bench_trials: many trials sharing GPUs through libtune, against PyTorch processes
 // sharing one card, in the same run (GPU machine).
 //
-//   bench_trials [--models mlp,cnn] [--epochs 3] [--trials 8] [--share 0.125] [--cards N]
+//   bench_trials [--models mlp,cnn] [--epochs E] [--trials 8] [--share 0.125] [--cards N] [--repeats R]
 //                [--no-torch]
 //
 // For each model: (a) `trials` libtune trials of `share` GPU each, all on one card,
 // through a real head and node process (tune-train-worker, shipped by the client);
 // (b) with --cards N > 1, trials x N trials on N cards; (c) `trials` PyTorch eager
-// processes (bench/torch_baseline.py) on one card at once. Throughput of a process is
-// the median of its per-epoch training samples/s after the first (warm-up) epoch; the
-// aggregate is their sum. A wall-clock aggregate (all samples over the time from the
-// first start to the last end, start-up included) is printed beside it.
+// processes (bench/torch_baseline.py) on one card at once. The aggregate is measured
+// while all of them run: from the moment the last one finished its first (warm-up)
+// epoch to the moment the first one finished its last, the samples of every epoch
+// that ended in that window over its length (epoch ends: when the report reached the
+// client for libtune, the wall-clock time printed by PyTorch). Enough epochs must be
+// asked for that the window spans several epochs of each; too short a window is an
+// error. A wall-clock aggregate (all samples over the time from the first start to
+// the last end, start-up included) is printed beside it.
 //
 // An audit of its own runs through every libtune phase: NVML sampled every 100 ms,
 // each process on a card matched to its trial by pid; a trial on a card it was not
 // given counts as a violation (the node's audit would also have killed it).
 //
-// Last line: one JSON object with `<model>_ours_per_s`, `<model>_torch_per_s`,
+// Last line: one JSON object (medians over --repeats) with `<model>_ours_per_s`, `<model>_torch_per_s`,
 // `<model>_speedup`, `<model>_cards<N>_per_s`, `<model>_cards<N>_speedup`,
 // `audit_samples`, `audit_violations`, `trials_failed`.
 #include <caf/all.hpp>
@@ -77,15 +81,35 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
-// Per-process throughput: the median epoch rate after the first epoch (the only one
-// when there is just one).
-double steady_rate(const std::vector<double>& epochs) {
-  if (epochs.size() <= 1) return epochs.empty() ? 0 : epochs[0];
-  return median({epochs.begin() + 1, epochs.end()});
+double wall_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The aggregate rate while every process runs (see the top of the file); each entry
+// is one process's epoch end times. 0 when the window holds fewer than two epochs of
+// some process.
+double overlap_rate(const std::vector<std::vector<double>>& ends, double samples_per_epoch, double& window_s) {
+  double from = 0, to = 1e300;
+  for (auto& e : ends) {
+    if (e.size() < 3) return 0;
+    from = std::max(from, e.front());
+    to = std::min(to, e.back());
+  }
+  window_s = to - from;
+  if (window_s <= 0) return 0;
+  double samples = 0;
+  for (auto& e : ends) {
+    int inside = 0;
+    for (double t : e) inside += t > from && t <= to;
+    if (inside < 2) return 0;
+    samples += inside * samples_per_epoch;
+  }
+  return samples / window_s;
 }
 
 struct phase_result {
-  double per_s = 0;       // sum of steady rates
+  double per_s = 0;       // while all run
+  double window_s = 0;
   double wall_per_s = 0;  // all samples / wall time
   double wall_s = 0;
   int failed = 0;
@@ -135,7 +159,7 @@ phase_result run_ours(cluster_client& client, const program_ref& program, const 
   phase_result r;
   std::vector<std::string> groups;
   auto t0 = clock_type::now();
-  std::map<std::string, std::vector<double>> rates;
+  std::map<std::string, std::vector<double>> ends;
   std::set<std::string> running;
   for (int i = 0; i < trials; ++i) {
     auto made = client.create_group({"", strategy::pack, {*resource_set::make({{"gpu", share}})}, false});
@@ -162,7 +186,7 @@ phase_result run_ours(cluster_client& client, const program_ref& program, const 
     if (!e) continue;
     auto body = nlohmann::json::parse(e->json);
     if (e->kind == "result") {
-      rates[e->trial_id].push_back(body["metrics"].value("samples_per_s", 0.0));
+      ends[e->trial_id].push_back(wall_now());
     } else if (e->kind == "done") {
       auto m = nlohmann::json::parse(body.value("message", ""), nullptr, false);
       if (m.is_object() && m.contains("test_acc")) r.test_acc.push_back(m["test_acc"].get<double>());
@@ -176,7 +200,9 @@ phase_result run_ours(cluster_client& client, const program_ref& program, const 
     }
   }
   r.wall_s = std::chrono::duration<double>(clock_type::now() - t0).count();
-  for (auto& [id, v] : rates) r.per_s += steady_rate(v);
+  std::vector<std::vector<double>> all;
+  for (auto& [id, v] : ends) all.push_back(v);
+  r.per_s = overlap_rate(all, 55000.0, r.window_s);
   r.wall_per_s = 55000.0 * epochs * trials / r.wall_s;
   for (auto& g : groups) (void)client.remove_group(g);
   return r;
@@ -201,7 +227,8 @@ phase_result run_torch(const std::string& model, int epochs, int procs, const st
     if (!p) die("cannot start python3: " + p.error().message());
     ps.push_back(std::move(p).value());
   }
-  std::regex rate_re(R"(epoch \d+ .* (\d+) samples/s)");
+  std::regex end_re(R"(epoch \d+ .* samples/s\s+at ([0-9.]+))");
+  std::vector<std::vector<double>> all;
   for (auto& p : ps) {
     std::vector<std::string> ignored;
     auto e = p->wait(20min, ignored);
@@ -211,16 +238,17 @@ phase_result run_torch(const std::string& model, int epochs, int procs, const st
                 << p->stderr_tail() << "\n";
       continue;
     }
-    std::vector<double> rates;
+    std::vector<double> ends;
     std::istringstream out(p->stdout_tail());
     for (std::string line; std::getline(out, line);) {
       std::smatch m;
-      if (std::regex_search(line, m, rate_re)) rates.push_back(std::stod(m[1]));
+      if (std::regex_search(line, m, end_re)) ends.push_back(std::stod(m[1]));
       auto j = nlohmann::json::parse(line, nullptr, false);
       if (j.is_object() && j.contains("test_acc")) r.test_acc.push_back(j["test_acc"].get<double>());
     }
-    r.per_s += steady_rate(rates);
+    all.push_back(ends);
   }
+  r.per_s = overlap_rate(all, 55000.0, r.window_s);
   r.wall_s = std::chrono::duration<double>(clock_type::now() - t0).count();
   r.wall_per_s = 55000.0 * epochs * procs / r.wall_s;
   return r;
@@ -237,7 +265,7 @@ std::string fmt(double v) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> models{"mlp", "cnn"};
-  int epochs = 3, trials = 8, cards = 1;
+  int epochs = 0, trials = 8, cards = 1, repeats = 1;  // epochs 0: 20 for the MLP, 8 for the CNN
   double share = 0.125;
   bool torch = true;
   for (int i = 1; i < argc; ++i) {
@@ -257,13 +285,15 @@ int main(int argc, char** argv) {
     else if (a == "--trials") trials = std::stoi(next());
     else if (a == "--share") share = std::stod(next());
     else if (a == "--cards") cards = std::stoi(next());
+    else if (a == "--repeats") repeats = std::stoi(next());
     else if (a == "--no-torch") torch = false;
     else if (a == "-h" || a == "--help") {
-      std::cout << "usage: bench_trials [--models mlp,cnn] [--epochs 3] [--trials 8] [--share 0.125] [--cards N] [--no-torch]\n";
+      std::cout << "usage: bench_trials [--models mlp,cnn] [--epochs 3] [--trials 8] [--share 0.125] [--cards N] [--repeats R] [--no-torch]\n";
       return 0;
     } else die("unknown argument " + a + " (see --help)");
   }
-  if (epochs < 1 || trials < 1 || cards < 1 || share <= 0 || share > 1) die("bad --epochs, --trials, --cards or --share");
+  if (epochs < 0 || trials < 1 || cards < 1 || repeats < 1 || share <= 0 || share > 1)
+    die("bad --epochs, --trials, --cards, --repeats or --share");
 
   auto lib = nvml::load();
   if (!lib) die("this benchmark needs GPUs and NVML: " + lib.error().message());
@@ -298,24 +328,27 @@ int main(int argc, char** argv) {
 
   audit_watch audit;
   audit.lib = *lib;
-  nlohmann::json out;
+  std::map<std::string, std::vector<double>> runs;  // every key's value in every repeat
   int failed = 0;
   std::cout << "bench_trials: " << trials << " trials x " << share << " GPU, " << epochs << " epochs; "
             << (*sample)[0].uuid << std::endl;
+  for (int rep = 0; rep < repeats; ++rep)
   for (auto& m : models) {
+    nlohmann::json out;
+    int e = epochs ? epochs : m == "mlp" ? 20 : 8;
     audit.start();
-    auto ours = run_ours(**client, *program, m, epochs, trials, share, audit, "one");
+    auto ours = run_ours(**client, *program, m, e, trials, share, audit, "one");
     audit.stop();
     failed += ours.failed;
-    std::cout << m << ": libtune, " << trials << " trials on one card: " << fmt(ours.per_s) << " samples/s ("
+    std::cout << m << ": libtune, " << trials << " trials on one card: " << fmt(ours.per_s) << " samples/s over " << ours.window_s << " s ("
               << fmt(ours.wall_per_s) << " over " << ours.wall_s << " s wall)" << std::endl;
     out[m + "_ours_per_s"] = ours.per_s;
     out[m + "_ours_wall_per_s"] = ours.wall_per_s;
     if (!ours.test_acc.empty()) out[m + "_ours_test_acc_median"] = median(ours.test_acc);
     if (torch) {
-      auto t = run_torch(m, epochs, trials, (*sample)[0].uuid);
+      auto t = run_torch(m, e, trials, (*sample)[0].uuid);
       failed += t.failed;
-      std::cout << m << ": PyTorch, " << trials << " processes on one card: " << fmt(t.per_s) << " samples/s ("
+      std::cout << m << ": PyTorch, " << trials << " processes on one card: " << fmt(t.per_s) << " samples/s over " << t.window_s << " s ("
                 << fmt(t.wall_per_s) << " over " << t.wall_s << " s wall)" << std::endl;
       out[m + "_torch_per_s"] = t.per_s;
       out[m + "_torch_wall_per_s"] = t.wall_per_s;
@@ -325,25 +358,37 @@ int main(int argc, char** argv) {
     }
     if (cards > 1) {
       audit.start();
-      auto many = run_ours(**client, *program, m, epochs, trials * cards, share, audit, "many");
+      auto many = run_ours(**client, *program, m, e, trials * cards, share, audit, "many");
       audit.stop();
       failed += many.failed;
       std::string key = m + "_cards" + std::to_string(cards);
       std::cout << m << ": libtune, " << trials * cards << " trials on " << cards << " cards: " << fmt(many.per_s)
-                << " samples/s (" << fmt(many.wall_per_s) << " over " << many.wall_s << " s wall)" << std::endl;
+                << " samples/s over " << many.window_s << " s (" << fmt(many.wall_per_s) << " over " << many.wall_s << " s wall)" << std::endl;
       out[key + "_per_s"] = many.per_s;
       out[key + "_wall_per_s"] = many.wall_per_s;
       if (out.contains(m + "_torch_per_s")) out[key + "_speedup"] = many.per_s / out[m + "_torch_per_s"].get<double>();
     }
+    for (auto& [k, v] : out.items()) runs[k].push_back(v.get<double>());
+    out["model"] = m;
+    out["epochs"] = e;
+    std::cout << "run " << rep + 1 << ": " << out.dump() << std::endl;
   }
+  nlohmann::json out;
+  for (auto& [k, v] : runs) out[k] = median(v);
+  for (auto& [k, v] : runs)
+    for (double x : v)
+      if (x == 0 && k.find("_per_s") != std::string::npos && k.find("wall") == std::string::npos)
+        die(k + ": the window in which all ran was too short to measure; ask for more --epochs");
   out["audit_samples"] = audit.samples.load();
   out["audit_process_sightings"] = audit.seen.load();
   out["audit_violations"] = audit.violations.load();
   out["trials_failed"] = failed;
   out["trials"] = trials;
   out["share"] = share;
-  out["epochs"] = epochs;
+  out["epochs_mlp"] = epochs ? epochs : 20;
+  out["epochs_cnn"] = epochs ? epochs : 8;
   out["cards"] = cards;
+  out["repeats"] = repeats;
   std::cout << out.dump() << std::endl;
   return failed ? 1 : 0;
 }

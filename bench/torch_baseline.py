@@ -159,7 +159,7 @@ def main():
         train_seconds += dt
         val_acc = accuracy(model, xva, yva)
         print(f"epoch {epoch + 1}  train_loss {loss_sum.item() / n:.4f}  val_acc {val_acc:.4f}  "
-              f"{n / dt:.0f} samples/s", flush=True)
+              f"{n / dt:.0f} samples/s  at {time.time():.3f}", flush=True)
     test_acc = accuracy(model, xte, yte)
     print(json.dumps({"model": a.model, "device": str(dev), "test_acc": test_acc, "val_acc": val_acc,
                       "samples_per_s": n * a.epochs / train_seconds,
