@@ -13,47 +13,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// hosts[0] is the head at 10.213.0.1, hosts[i] is at 10.213.0.(i+1).
-class netns_lab {
- public:
-  explicit netns_lab(int hosts) {
-    prefix_ = "lt" + std::to_string(::getpid() % 100000) + "x" + std::to_string(counter_++);
-    sw_ = prefix_ + "sw";
-    ok_ = ip({"netns", "add", sw_}) && ip({"-n", sw_, "link", "add", "br0", "type", "bridge"}) &&
-          ip({"-n", sw_, "link", "set", "br0", "up"});
-    for (int i = 0; i < hosts && ok_; ++i) {
-      std::string h = prefix_ + "h" + std::to_string(i), port = "p" + std::to_string(i);
-      names_.push_back(h);
-      ok_ = ip({"netns", "add", h}) &&
-            ip({"link", "add", "eth0", "netns", h, "type", "veth", "peer", "name", port, "netns", sw_}) &&
-            ip({"-n", sw_, "link", "set", port, "master", "br0"}) && ip({"-n", sw_, "link", "set", port, "up"}) &&
-            ip({"-n", h, "addr", "add", address(i) + "/24", "dev", "eth0"}) && ip({"-n", h, "link", "set", "eth0", "up"}) &&
-            ip({"-n", h, "link", "set", "lo", "up"});
-    }
-  }
-  ~netns_lab() {
-    for (auto& n : names_) {
-      run({"sh", "-c", "ip netns pids " + n + " | xargs -r kill -9"});
-      ip({"netns", "del", n});
-    }
-    ip({"netns", "del", sw_});
-  }
-  bool ok() const { return ok_; }
-  static std::string address(int host) { return "10.213.0." + std::to_string(host + 1); }
-  std::vector<std::string> on(int host) const { return {"ip", "netns", "exec", names_[static_cast<size_t>(host)]}; }
-  bool link(int host, bool up) { return ip({"-n", names_[static_cast<size_t>(host)], "link", "set", "eth0", up ? "up" : "down"}); }
-
- private:
-  static bool ip(std::vector<std::string> args) {
-    args.insert(args.begin(), "ip");
-    return run(args, {}, 10s).rc == 0;
-  }
-  static inline int counter_ = 0;
-  std::string prefix_, sw_;
-  std::vector<std::string> names_;
-  bool ok_ = false;
-};
-
 class NetnsTest : public ::testing::Test {
  protected:
   cluster_files files;
@@ -64,12 +23,12 @@ class NetnsTest : public ::testing::Test {
     if (::geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
     if (run({"ip", "netns", "list"}).rc != 0) GTEST_SKIP() << "no `ip netns` here";
     lab = std::make_unique<netns_lab>(3);
-    ASSERT_TRUE(lab->ok()) << "could not build the namespaces";
+    ASSERT_TRUE(lab->ok()) << "could not build the namespaces: " << lab->why();
     auto r = files.tune({"start", "--head", "--host", netns_lab::address(0)}, lab->on(0), runtime(0));
     ASSERT_EQ(r.rc, 0) << r.out << r.err;
   }
   void TearDown() override {
-    if (!lab) return;
+    if (!lab || !lab->ok()) return;  // nothing was started
     for (int h = 0; h < 3; ++h) files.tune({"stop", "--grace", "3"}, lab->on(h), runtime(h));
     lab.reset();
   }

@@ -175,4 +175,43 @@ bool process_gone(int pid) {
   return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
 }
 
+netns_lab::netns_lab(int hosts) {
+  prefix_ = "lt" + std::to_string(::getpid() % 100000) + "x" + std::to_string(counter_++);
+  sw_ = prefix_ + "sw";
+  ok_ = ip({"netns", "add", sw_}) && ip({"-n", sw_, "link", "add", "br0", "type", "bridge"}) &&
+        ip({"-n", sw_, "link", "set", "br0", "up"});
+  for (int i = 0; i < hosts && ok_; ++i) {
+    std::string h = prefix_ + "h" + std::to_string(i), port = "p" + std::to_string(i);
+    names_.push_back(h);
+    ok_ = ip({"netns", "add", h}) &&
+          ip({"link", "add", "eth0", "netns", h, "type", "veth", "peer", "name", port, "netns", sw_}) &&
+          ip({"-n", sw_, "link", "set", port, "master", "br0"}) && ip({"-n", sw_, "link", "set", port, "up"}) &&
+          ip({"-n", h, "addr", "add", address(i) + "/24", "dev", "eth0"}) && ip({"-n", h, "link", "set", "eth0", "up"}) &&
+          ip({"-n", h, "link", "set", "lo", "up"});
+  }
+}
+
+netns_lab::~netns_lab() {
+  for (auto& n : names_) {
+    run({"sh", "-c", "ip netns pids " + n + " | xargs -r kill -9"});
+    ip({"netns", "del", n});
+  }
+  ip({"netns", "del", sw_});
+}
+
+bool netns_lab::link(int host, bool up) {
+  return ip({"-n", name(host), "link", "set", "eth0", up ? "up" : "down"});
+}
+
+bool netns_lab::ip(std::vector<std::string> args) {
+  args.insert(args.begin(), "ip");
+  auto r = run(args, {}, std::chrono::seconds(10));
+  if (r.rc != 0 && why_.empty()) {
+    why_ = "`";
+    for (auto& a : args) why_ += (why_.size() > 1 ? " " : "") + a;
+    why_ += "` failed: " + (r.err.empty() ? "exit " + std::to_string(r.rc) : r.err);
+  }
+  return r.rc == 0;
+}
+
 }  // namespace tune::test

@@ -64,4 +64,32 @@ class cluster_files {
   std::string dir_;
 };
 
+// Separate hosts on one machine: network namespaces wired to a bridge in a switch
+// namespace (veth pairs). Host i is at 10.213.0.(i+1)/24; hosts[0] is where tests put
+// the head. Needs root and iproute2: ok() is false (and why() says why) otherwise.
+// Removing the lab kills every process left in its namespaces.
+class netns_lab {
+ public:
+  explicit netns_lab(int hosts);
+  ~netns_lab();
+  netns_lab(const netns_lab&) = delete;
+  netns_lab& operator=(const netns_lab&) = delete;
+
+  bool ok() const { return ok_; }
+  const std::string& why() const { return why_; }
+  static std::string address(int host) { return "10.213.0." + std::to_string(host + 1); }
+  const std::string& name(int host) const { return names_[static_cast<size_t>(host)]; }
+  // The prefix that runs a command on `host`: ip netns exec NAME.
+  std::vector<std::string> on(int host) const { return {"ip", "netns", "exec", name(host)}; }
+  // Cuts or restores the host's link to the bridge.
+  bool link(int host, bool up);
+
+ private:
+  bool ip(std::vector<std::string> args);
+  static inline int counter_ = 0;
+  std::string prefix_, sw_, why_;
+  std::vector<std::string> names_;
+  bool ok_ = false;
+};
+
 }  // namespace tune::test
