@@ -125,7 +125,20 @@ void fetch_program(node_actor self, wire::wire_trial_spec spec, reservation_tabl
     ::chmod(tmp.c_str(), 0755);
     if (std::rename(tmp.c_str(), path.c_str()) != 0) return fail("cannot move it into the cache");
     log_line("program " + spec.program_name + " (" + spec.program_sha256.substr(0, 12) + ") fetched");
-    start_trial(self, spec, hold, path, std::move(owner), std::move(rp));
+    // The fetch took a while: the bundle may be gone (its group removed, its owner lost)
+    // or a trial of this id started meanwhile. Checked again, as trial_start did.
+    auto* now = st.table.find(hold.key);
+    std::string why = !now || now->state != hold_state::committed
+                          ? "bundle " + std::to_string(hold.key.bundle) + " of group " + spec.group +
+                                " was released while its program was fetched"
+                      : st.trials.count(spec.trial_id) ? "trial " + spec.trial_id + " already runs here"
+                                                       : "";
+    if (!why.empty()) {
+      log_line("trial " + spec.trial_id + " not started: " + why);
+      rp.deliver(wire::trial_start_atom::value, false, "node " + st.opt.node_id + ": " + why);
+      return;
+    }
+    start_trial(self, spec, *now, path, std::move(owner), std::move(rp));
     return;
   }
   auto length = static_cast<uint32_t>(std::min<uint64_t>(program_chunk, spec.program_size - offset));
