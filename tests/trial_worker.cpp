@@ -1,6 +1,7 @@
 // A trainable for the trial tests: what it does is the configuration's "mode".
 //   report       `count` results, `sleep_ms` apart, then done with what it saw:
-//                the environment that matters and the cards it holds
+//                the environment that matters, the cards it holds, its folder and
+//                network namespace
 //   until-stop   results every 20 ms until asked to stop, then one last result
 //   ignore-stop  ignores SIGTERM, says ready, sleeps
 //   crash        writes to stderr and aborts
@@ -45,6 +46,9 @@ int main() {
     seen["gpus"] = gpus;
     char cwd[4096];
     seen["cwd"] = ::getcwd(cwd, sizeof cwd) ? cwd : "";
+    char netns[256];  // "net:[inode]": the host it runs on, for the network-namespace tests
+    ssize_t n = ::readlink("/proc/self/ns/net", netns, sizeof netns);
+    seen["netns"] = n > 0 ? std::string(netns, static_cast<size_t>(n)) : "";
     ctx->done(seen.dump());
     return 0;
   }
