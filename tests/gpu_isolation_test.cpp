@@ -19,6 +19,11 @@ namespace {
 
 using namespace std::chrono_literals;
 
+std::string train_worker() {
+  const char* moved = std::getenv("TRAIN_WORKER");
+  return moved && *moved ? moved : TRAIN_WORKER;
+}
+
 std::string gpu_worker() {
   const char* moved = std::getenv("GPU_WORKER");
   return moved && *moved ? moved : GPU_WORKER;
@@ -205,6 +210,37 @@ TEST_F(GpuIsolationTest, AStoppedTrialLeavesNothingOnTheCard) {
   EXPECT_TRUE(end["ok"]) << end.dump();
   EXPECT_GE(end["gpu_memory_peak"].get<int64_t>(), int64_t{2} << 30);
   EXPECT_TRUE(wait_until([&] { return !on_any_card(pid); }, 3s)) << "the stopped trial's memory is still on the card";
+}
+
+TEST_F(GpuIsolationTest, ATrialWithTwoCardsSeesTwoAndTrainsDataParallel) {
+  if (detect_gpus().gpus.size() < 2) GTEST_SKIP() << "needs two cards";
+  auto g = group({*resource_set::make({{"gpu", 2}})});
+  ASSERT_TRUE(start("probe2", g, {{"mode", "probe"}}));
+  nlohmann::json metrics;
+  events_until([&](const trial_event& e) {
+    if (e.kind == "result") metrics = body(e)["metrics"];
+    return e.kind == "ended";
+  });
+  ASSERT_TRUE(metrics.is_object());
+  EXPECT_EQ(metrics["devices"], 2);
+  EXPECT_EQ(metrics["uuid_matches"], 1);
+  EXPECT_EQ(metrics["set_device_1_ok"], 1);
+  auto train = client->serve_program(train_worker());
+  ASSERT_TRUE(train) << train.error().message();
+  auto r = client->start_trial({"dp", g, 0, *train, {}, R"({"model": "mlp", "epochs": 2})"});
+  ASSERT_TRUE(r) << r.error().message();
+  nlohmann::json last, end;
+  events_until([&](const trial_event& e) {
+    if (e.trial_id == "dp" && e.kind == "result") last = body(e);
+    if (e.trial_id == "dp" && e.kind == "ended") end = body(e);
+    return end.is_object();
+  }, 120s);
+  ASSERT_TRUE(end.is_object());
+  EXPECT_TRUE(end["ok"]) << end.dump();
+  ASSERT_TRUE(last.is_object()) << end.dump();
+  EXPECT_EQ(last["metrics"]["devices"], 2) << last.dump();
+  EXPECT_GT(last["metrics"]["val_acc"].get<double>(), 0.8) << last.dump();
+  EXPECT_GT(end["gpu_memory_peak"].get<int64_t>(), 0);
 }
 
 TEST_F(GpuIsolationTest, SomeoneElsesProcessShowsInStatus) {
