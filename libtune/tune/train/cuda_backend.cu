@@ -928,7 +928,7 @@ class cuda_backend final : public backend {
 // momentum is the only one used), and copies the new parameters to every other replica
 // (cudaMemcpyPeerAsync); each replica's next step waits for that copy. All replicas hold
 // the same parameters, bit for bit, after every step. Evaluation runs on replica 0.
-// The host issues the glue between the graphs (about 4 + 3 (k - 1) calls per step).
+// The host issues the glue between the graphs (4 + 5 (k - 1) calls per step).
 class data_parallel_backend final : public backend {
  public:
   data_parallel_backend(const hyperparameters& hp, const network& net, std::vector<int> devices)
