@@ -2,7 +2,7 @@
 //
 //   tune start --head [--port 6380] [--host ADDR] [--token-file F] [--block]
 //   tune start --address HOST:PORT [--num-gpus N | --gpus 0,2] [--num-cpus N]
-//              [--resources '{"tpu":2}'] [--token-file F] [--block]
+//              [--resources '{"tpu":2}'] [--gpu-audit-ms N] [--token-file F] [--block]
 //   tune status --address HOST:PORT [--json] [--token-file F]
 //   tune group create --bundles JSON [--strategy S] [--wait S] | get ID | remove ID
 //   tune stop
