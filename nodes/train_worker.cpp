@@ -8,7 +8,7 @@
 // node asks it to.
 //
 // Configuration keys (all optional): model ("mlp" | "cnn"), lr, momentum,
-// weight_decay, batch_size, width, depth, epochs, seed, schedule, tf32 (0 | 1),
+// weight_decay, batch_size, width, depth, epochs, seed, schedule, tf32 (true | false, or 1 | 0),
 // device ("cpu" to force the CPU), data_parallel (true | false, or 1 | 0; default
 // true: false trains on the trial's first card only).
 #include <atomic>
@@ -23,46 +23,44 @@
 
 using namespace tune;
 
-namespace {
-
-// A yes/no configuration key: JSON true/false or a number (0 is false); absent: the
-// fallback. Anything else is an error naming the key.
-expected<bool> flag_or(const trial_context& ctx, const std::string& key, bool fallback) {
-  auto j = nlohmann::json::parse(ctx.config_json(), nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains(key)) return fallback;
-  const auto& v = j[key];
-  if (v.is_boolean()) return v.get<bool>();
-  if (v.is_number()) return v.get<double>() != 0;
-  return status{errc::invalid_argument, "\"" + key + "\" must be true, false, 1 or 0, not " + v.dump()};
-}
-
-}  // namespace
-
 int main() {
   auto ctx = trial_context::from_environment();
   if (!ctx) {
     std::cerr << "tune-train-worker: " << ctx.error().message() << "\n";
     return 2;
   }
+  // Every key is optional; one of the wrong type (e.g. "lr": "0.1") is an error that
+  // names it, never silently the default.
   train::hyperparameters hp;
-  hp.model = ctx->text_or("model", hp.model);
-  hp.lr = ctx->number_or("lr", hp.lr);
-  hp.momentum = ctx->number_or("momentum", hp.momentum);
-  hp.weight_decay = ctx->number_or("weight_decay", hp.weight_decay);
-  hp.batch_size = static_cast<int>(ctx->integer_or("batch_size", hp.batch_size));
-  hp.width = static_cast<int>(ctx->integer_or("width", hp.width));
-  hp.depth = static_cast<int>(ctx->integer_or("depth", hp.depth));
-  hp.epochs = static_cast<int>(ctx->integer_or("epochs", hp.epochs));
-  hp.seed = static_cast<uint64_t>(ctx->integer_or("seed", static_cast<int64_t>(hp.seed)));
-  hp.schedule = ctx->text_or("schedule", hp.schedule);
-  hp.tf32 = ctx->integer_or("tf32", 0) != 0;
-  if (auto ok = hp.check(); !ok) {
-    std::cerr << "tune-train-worker: bad configuration: " << ok.message() << "\n";
+  std::string bad;
+  auto take = [&](auto got, auto& into) {
+    if (!got) {
+      if (bad.empty()) bad = got.error().message();
+      return;
+    }
+    into = static_cast<std::remove_reference_t<decltype(into)>>(*got);
+  };
+  take(ctx->text_or("model", hp.model), hp.model);
+  take(ctx->number_or("lr", hp.lr), hp.lr);
+  take(ctx->number_or("momentum", hp.momentum), hp.momentum);
+  take(ctx->number_or("weight_decay", hp.weight_decay), hp.weight_decay);
+  take(ctx->integer_or("batch_size", hp.batch_size), hp.batch_size);
+  take(ctx->integer_or("width", hp.width), hp.width);
+  take(ctx->integer_or("depth", hp.depth), hp.depth);
+  take(ctx->integer_or("epochs", hp.epochs), hp.epochs);
+  take(ctx->integer_or("seed", static_cast<int64_t>(hp.seed)), hp.seed);
+  take(ctx->text_or("schedule", hp.schedule), hp.schedule);
+  take(ctx->flag_or("tf32", false), hp.tf32);
+  bool data_parallel = true;
+  take(ctx->flag_or("data_parallel", true), data_parallel);
+  std::string device;
+  take(ctx->text_or("device", ""), device);
+  if (!bad.empty()) {
+    std::cerr << "tune-train-worker: bad configuration: " << bad << "\n";
     return 2;
   }
-  auto data_parallel = flag_or(*ctx, "data_parallel", true);
-  if (!data_parallel) {
-    std::cerr << "tune-train-worker: bad configuration: " << data_parallel.error().message() << "\n";
+  if (auto ok = hp.check(); !ok) {
+    std::cerr << "tune-train-worker: bad configuration: " << ok.message() << "\n";
     return 2;
   }
   // The trial's real cards, as CUDA numbers them inside the trial (declared, logical
@@ -71,10 +69,10 @@ int main() {
   for (const auto& g : ctx->gpus())
     if (!g.logical) cards.push_back(g.local);
   train::train_options opt;
-  opt.device.cuda = !cards.empty() && ctx->text_or("device", "") != "cpu" && train::cuda_device_count() > 0;
+  opt.device.cuda = !cards.empty() && device != "cpu" && train::cuda_device_count() > 0;
   if (opt.device.cuda) {
     opt.device.index = cards[0];  // the trial's first card, whatever its number on the machine
-    if (*data_parallel && cards.size() >= 2) opt.device.indices = cards;
+    if (data_parallel && cards.size() >= 2) opt.device.indices = cards;
   }
   auto data = train::load_fashion_mnist();
   if (!data) {

@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
     std::cerr << "gpu_worker: " << ctx.error().message() << "\n";
     return 2;
   }
-  auto mode = ctx->text_or("mode", "probe");
+  auto mode = ctx->text_or("mode", "probe").value_or("?");
   if (mode == "probe") {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) n = -1;
@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
     return st ? 0 : 1;
   }
   if (mode == "hold") {
-    int64_t mib = ctx->integer_or("mib", 1024);
+    int64_t mib = ctx->integer_or("mib", 1024).value_or(1024);
     std::vector<void*> blocks;
     std::string error;
     if (!allocate(mib, blocks, error)) {
@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
   if (mode == "escape") {
     pid_t child = ::fork();
     if (child == 0) {
-      std::string card = std::to_string(ctx->integer_or("card", 0));
+      std::string card = std::to_string(ctx->integer_or("card", 0).value_or(0));
       ::unsetenv("CUDA_VISIBLE_DEVICES");
       ::execl("/proc/self/exe", argv[0], "--child", card.c_str(), static_cast<char*>(nullptr));
       ::_exit(127);

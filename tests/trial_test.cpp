@@ -300,6 +300,16 @@ TEST_F(TrialTest, TheTrainingWorkloadRunsAsATrial) {
   EXPECT_TRUE(body(events.back())["ok"]) << events.back().json;
   EXPECT_TRUE(done["stopped"]) << done.dump();
   EXPECT_FALSE(done.contains("test_acc"));
+
+  // A value of the wrong type is an error naming the key, not the default.
+  r = client->start_trial({"t-typo", g, 1, *trainer, {}, R"({"model": "mlp", "lr": "0.1"})"});
+  ASSERT_TRUE(r) << r.error().message();
+  events = until_ended("t-typo", 30s);
+  ASSERT_EQ(events.back().kind, "ended");
+  auto end = body(events.back());
+  EXPECT_FALSE(end["ok"]);
+  EXPECT_EQ(end["exit"], "exit code 2");
+  EXPECT_NE(end["stderr_tail"].get<std::string>().find("\"lr\" is not a number"), std::string::npos) << end.dump();
 }
 
 }  // namespace

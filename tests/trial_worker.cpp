@@ -26,16 +26,16 @@ int main() {
     std::cerr << ctx.error().message() << "\n";
     return 2;
   }
-  auto mode = ctx->text_or("mode", "report");
+  auto mode = ctx->text_or("mode", "report").value_or("?");
   if (mode == "report") {
-    auto count = ctx->integer_or("count", 3);
+    auto count = ctx->integer_or("count", 3).value_or(3);
     // Lines a careless worker might write on the report channel: ignored by the node.
     for (auto junk : {"not json", "[1,2]", R"({"type": 5})", R"({"type": "result", "metrics": 3})",
                       R"({"type": "result", "iteration": "x", "metrics": {"a": 1}})", R"({"type": "done", "message": 7})"})
-      if (ctx->integer_or("junk", 0)) (void)!::write(3, (std::string{junk} + "\n").c_str(), std::strlen(junk) + 1);
+      if (ctx->integer_or("junk", 0).value_or(0)) (void)!::write(3, (std::string{junk} + "\n").c_str(), std::strlen(junk) + 1);
     for (int64_t i = 0; i < count; ++i) {
       ctx->report({{"step", static_cast<double>(i)}, {"gpus", static_cast<double>(ctx->gpus().size())}});
-      std::this_thread::sleep_for(std::chrono::milliseconds(ctx->integer_or("sleep_ms", 10)));
+      std::this_thread::sleep_for(std::chrono::milliseconds(ctx->integer_or("sleep_ms", 10).value_or(10)));
     }
     nlohmann::json seen;
     for (auto name : {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TUNE_TRIAL_ID", "TUNE_CANARY", "TUNE_GPU_MEMORY_QUOTA"})

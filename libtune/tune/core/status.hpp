@@ -58,6 +58,12 @@ class expected {
 
   const status& error() const { assert(!has_value()); return std::get<1>(v_); }
 
+  // The value, or `fallback` when there is none.
+  template <class U>
+  T value_or(U&& fallback) const& {
+    return has_value() ? std::get<0>(v_) : static_cast<T>(std::forward<U>(fallback));
+  }
+
  private:
   std::variant<T, status> v_;
 };

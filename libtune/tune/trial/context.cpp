@@ -113,19 +113,31 @@ expected<std::string> trial_context::text(const std::string& key) const {
   return j[key].get<std::string>();
 }
 
-double trial_context::number_or(const std::string& key, double fallback) const {
+expected<double> trial_context::number_or(const std::string& key, double fallback) const {
   auto n = number(key);
-  return n ? *n : fallback;
+  if (!n && n.error().code() == errc::not_found) return fallback;
+  return n;
 }
 
-int64_t trial_context::integer_or(const std::string& key, int64_t fallback) const {
+expected<int64_t> trial_context::integer_or(const std::string& key, int64_t fallback) const {
   auto n = integer(key);
-  return n ? *n : fallback;
+  if (!n && n.error().code() == errc::not_found) return fallback;
+  return n;
 }
 
-std::string trial_context::text_or(const std::string& key, const std::string& fallback) const {
+expected<std::string> trial_context::text_or(const std::string& key, const std::string& fallback) const {
   auto t = text(key);
-  return t ? *t : fallback;
+  if (!t && t.error().code() == errc::not_found) return fallback;
+  return t;
+}
+
+expected<bool> trial_context::flag_or(const std::string& key, bool fallback) const {
+  auto j = parse_config(config_json_);
+  if (!j.contains(key)) return fallback;
+  const auto& v = j[key];
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number() && (v.get<double>() == 0 || v.get<double>() == 1)) return v.get<double>() != 0;
+  return status{errc::invalid_argument, "\"" + key + "\" must be true, false, 1 or 0, not " + v.dump()};
 }
 
 status trial_context::write_line(const std::string& line) {

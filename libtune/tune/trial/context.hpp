@@ -47,10 +47,13 @@ class trial_context {
   expected<double> number(const std::string& key) const;
   expected<int64_t> integer(const std::string& key) const;
   expected<std::string> text(const std::string& key) const;
-  // With a default when the key is absent (a wrong type is still an error).
-  double number_or(const std::string& key, double fallback) const;
-  int64_t integer_or(const std::string& key, int64_t fallback) const;
-  std::string text_or(const std::string& key, const std::string& fallback) const;
+  // With a default when the key is absent; a value of the wrong type is still an
+  // error naming the key (never silently replaced by the default).
+  expected<double> number_or(const std::string& key, double fallback) const;
+  expected<int64_t> integer_or(const std::string& key, int64_t fallback) const;
+  expected<std::string> text_or(const std::string& key, const std::string& fallback) const;
+  // true, false, 1 or 0.
+  expected<bool> flag_or(const std::string& key, bool fallback) const;
 
   // The cards this trial holds, in CUDA's numbering inside the trial.
   const std::vector<trial_gpu>& gpus() const { return gpus_; }

@@ -20,7 +20,21 @@ TEST(TrialContext, ConfigValuesAndClearErrors) {
   EXPECT_NE(c->number("momentum").error().message().find("no \"momentum\""), std::string::npos);
   EXPECT_NE(c->integer("lr").error().message().find("not a whole number"), std::string::npos);
   EXPECT_NE(c->number("model").error().message().find("not a number"), std::string::npos);
-  EXPECT_DOUBLE_EQ(c->number_or("momentum", 0.9), 0.9);
+  EXPECT_DOUBLE_EQ(*c->number_or("momentum", 0.9), 0.9);
+  EXPECT_DOUBLE_EQ(*c->number_or("lr", 0.9), 0.01);
+  // A value of the wrong type is an error, not the default in disguise.
+  ASSERT_FALSE(c->number_or("model", 0.9));
+  EXPECT_NE(c->number_or("model", 0.9).error().message().find("\"model\" is not a number"), std::string::npos);
+  EXPECT_FALSE(c->integer_or("lr", 1));
+  EXPECT_FALSE(c->text_or("batch", "x"));
+  EXPECT_EQ(*c->text_or("optimizer", "sgd"), "sgd");
+  auto f = trial_context::make("t", R"({"a": true, "b": 0, "c": "yes", "d": 2})", "[]");
+  ASSERT_TRUE(f);
+  EXPECT_TRUE(*f->flag_or("a", false));
+  EXPECT_FALSE(*f->flag_or("b", true));
+  EXPECT_TRUE(*f->flag_or("missing", true));
+  EXPECT_FALSE(f->flag_or("c", true));
+  EXPECT_FALSE(f->flag_or("d", true));
   EXPECT_FALSE(trial_context::make("t", "[1,2]", "[]"));
   EXPECT_FALSE(trial_context::make("t", "{}", R"([{"no-uuid": 1}])"));
 }
