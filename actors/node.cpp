@@ -115,7 +115,9 @@ void fetch_program(node_actor self, wire::wire_trial_spec spec, reservation_tabl
   auto& st = self->state;
   auto fail = [=](const std::string& why) mutable {
     std::remove(tmp.c_str());
-    rp.deliver(wire::trial_start_atom::value, false, "cannot fetch program " + spec.program_name + ": " + why);
+    std::string text = "cannot fetch program " + spec.program_name + ": " + why;
+    log_line("trial " + spec.trial_id + " not started: " + text);
+    rp.deliver(wire::trial_start_atom::value, false, "node " + self->state.opt.node_id + ": " + text);
   };
   if (offset >= spec.program_size) {
     auto got = sha256_file(tmp);
