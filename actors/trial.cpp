@@ -8,6 +8,7 @@
 
 #include "audit.hpp"
 #include "log.hpp"
+#include "tune/trial/mps.hpp"
 #include "tune/trial/process.hpp"
 
 namespace tune {
@@ -223,6 +224,12 @@ std::map<std::string, std::string> trial_environment(const trial_options& opt) {
   env["TUNE_TRIAL_GPUS"] = gpus_json(opt).dump();
   env["TUNE_REPORT_FD"] = std::to_string(worker_process::report_fd);
   if (!opt.grants.empty()) env["TUNE_GPU_MEMORY_QUOTA"] = std::to_string(opt.grants[0].memory);
+  // Under the node's MPS daemon the driver enforces each card's quota at allocation.
+  if (env.count("CUDA_MPS_PIPE_DIRECTORY") && !opt.cards.empty() && !opt.cards[0].logical) {
+    std::vector<int64_t> quotas;
+    for (auto& g : opt.grants) quotas.push_back(g.memory);
+    env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = mps_daemon::memory_limits(quotas);
+  }
   return env;
 }
 

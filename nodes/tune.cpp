@@ -2,7 +2,7 @@
 //
 //   tune start --head [--port 6380] [--host ADDR] [--token-file F] [--block]
 //   tune start --address HOST:PORT [--num-gpus N | --gpus 0,2] [--num-cpus N]
-//              [--resources '{"tpu":2}'] [--gpu-audit-ms N] [--token-file F] [--block]
+//              [--resources '{"tpu":2}'] [--mps] [--gpu-audit-ms N] [--token-file F] [--block]
 //   tune status --address HOST:PORT [--json] [--token-file F]
 //   tune group create --bundles JSON [--strategy S] [--wait S] | get ID | remove ID
 //   tune stop
@@ -35,6 +35,7 @@
 #include "tune/cluster/token.hpp"
 #include "tune/cluster/version.hpp"
 #include "tune/host/detect.hpp"
+#include "tune/trial/mps.hpp"
 #include "wire.hpp"
 
 namespace po = boost::program_options;
@@ -286,6 +287,24 @@ int start_node(const po::variables_map& vm, const std::string& dir) {
       log_line("  gpu " + std::to_string(g.index) + ": " + g.name + ", " + format_bytes(g.memory_total) + ", " + g.uuid +
                (g.logical ? " (logical)" : ""));
     bool real_cards = std::any_of(resources->gpus().begin(), resources->gpus().end(), [](auto& g) { return !g.logical; });
+    std::unique_ptr<mps_daemon> mps;
+    if (vm.count("mps")) {
+      if (!real_cards) {
+        ready.failed("tune start: --mps needs real GPUs (this node has " +
+                     std::string{resources->gpus().empty() ? "none" : "logical ones only"} + ")");
+        return 2;
+      }
+      std::vector<std::string> uuids;
+      for (auto& g : resources->gpus()) uuids.push_back(g.uuid);
+      auto m = mps_daemon::start(opt.work_dir + "/mps", uuids, opt.trial_env);
+      if (!m) {
+        ready.failed("tune start: cannot start CUDA MPS: " + m.error().message());
+        return 1;
+      }
+      mps = std::move(m).value();
+      for (auto& [k, v] : mps->client_env()) opt.trial_env[k] = v;
+      log_line("CUDA MPS on (daemon pid " + std::to_string(mps->pid()) + ")");
+    }
     if (real_cards && audit_ms > 0) {
       auto lib = nvml::load();
       if (lib) {
@@ -354,6 +373,8 @@ int cmd_start(const std::vector<std::string>& args) {
       ("gpus", po::value<std::string>(), "node: use these GPUs only, by index (e.g. 0,2)")
       ("num-cpus", po::value<double>(), "node: the CPUs to offer (default: those this process may use)")
       ("resources", po::value<std::string>(), "node: custom resources as JSON, e.g. '{\"tpu\": 2}'")
+      ("mps", "node: run trials sharing a card under CUDA MPS (a daemon of this node's own): their kernels run "
+              "side by side instead of time-sliced, and each trial's memory quota is enforced when it allocates")
       ("gpu-audit-ms", po::value<int>()->default_value(200),
        "node: how often the GPU audit (NVML) looks at what runs on the cards, in ms; 0 turns it off")
       ("token-file", po::value<std::string>()->default_value(default_token_file()),
@@ -369,6 +390,7 @@ int cmd_start(const std::vector<std::string>& args) {
   if (!dir) return fail("start", dir.error().message());
   if (head) {
     if (!vm["gpu-audit-ms"].defaulted()) return fail("start", "--gpu-audit-ms is for a node (--address)", 2);
+    if (vm.count("mps")) return fail("start", "--mps is for a node (--address)", 2);
     for (auto opt : {"num-gpus", "gpus", "num-cpus", "resources"})
       if (vm.count(opt)) return fail("start", std::string{"--"} + opt + " is for a node (--address); the head runs no trials", 2);
     return start_head(vm, *dir);

@@ -1,5 +1,6 @@
 #include "tune/trial/audit.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -66,7 +67,10 @@ audit_result gpu_audit::check(const std::vector<gpu_card_sample>& cards) {
       auto lineage = lineage_(p.pid);
       const entry* e = owner(p.pid, lineage ? &*lineage : nullptr);
       if (!e) {
-        if (cards_.count(card.uuid))
+        // The node's own helpers (its MPS daemon's server) are not someone else's.
+        bool ours = lineage && std::any_of(lineage->ancestors.begin(), lineage->ancestors.end(),
+                                           [&](int a) { return self_.count(a) > 0; });
+        if (!ours && cards_.count(card.uuid))
           r.foreign.push_back({card.uuid, card.index, p.pid, p.memory, lineage ? lineage->name : std::string{}});
         continue;
       }

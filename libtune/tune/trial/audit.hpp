@@ -69,7 +69,8 @@ class gpu_audit {
   using lineage_fn = std::function<std::optional<process_lineage>(int pid)>;
 
   // `cards`: the UUIDs of this node's cards (foreign processes are looked for there);
-  // `self`: pids never reported (the node's own process).
+  // `self`: the node's own process: it and what it started that is no trial (its MPS
+  // daemon's server) are never foreign.
   explicit gpu_audit(std::set<std::string> cards, std::set<int> self = {}, lineage_fn lineage = read_lineage);
 
   void add(audited_trial t);

@@ -99,6 +99,11 @@ TEST_F(AuditTest, ForeignProcessesOnTheNodesCardsAreListed) {
   EXPECT_EQ(r.foreign[1].pid, 4242);  // not visible in /proc here: no name
   EXPECT_EQ(r.foreign[1].name, "");
   EXPECT_TRUE(r.violations.empty());
+  // What the node itself started (its MPS server) is not foreign either.
+  procs[500] = {500, {499, 999}, "nvidia-cuda-mps-server"};
+  r = audit.check({card(0, "GPU-a", {{500, GiB}})});
+  EXPECT_TRUE(r.foreign.empty());
+
 }
 
 TEST_F(AuditTest, ARemovedTrialsLeftoversAreForeign) {
