@@ -2,11 +2,12 @@
 // sharing one card, in the same run (GPU machine).
 //
 //   bench_trials [--models mlp,cnn] [--epochs E] [--trials 8] [--share 0.125] [--cards N] [--repeats R]
-//                [--no-torch]
+//                [--no-torch] [--mps]
 //
 // For each model: (a) `trials` libtune trials of `share` GPU each, all on one card,
 // through a real head and node process (tune-train-worker, shipped by the client);
-// (b) with --cards N > 1, trials x N trials on N cards; (c) `trials` PyTorch eager
+// (b) with --cards N > 1, trials x N trials on N cards; with --mps the node runs its
+// trials under CUDA MPS (`tune start --mps`; PyTorch's processes stay without it); (c) `trials` PyTorch eager
 // processes (bench/torch_baseline.py) on one card at once. The aggregate is measured
 // while all of them run: from the moment the last one finished its first (warm-up)
 // epoch to the moment the first one finished its last, the samples of every epoch
@@ -161,15 +162,19 @@ phase_result run_ours(cluster_client& client, const program_ref& program, const 
   auto t0 = clock_type::now();
   std::map<std::string, std::vector<double>> ends;
   std::set<std::string> running;
+  // Every group first, then every trial: the trials start as close together as they can.
   for (int i = 0; i < trials; ++i) {
     auto made = client.create_group({"", strategy::pack, {*resource_set::make({{"gpu", share}})}, false});
     if (!made) die("create group: " + made.error().message());
-    auto ready = client.wait_ready(made->id, 30s);
-    if (!ready) die("group not ready: " + ready.error().message());
     groups.push_back(made->id);
+  }
+  for (auto& g : groups)
+    if (auto ready = client.wait_ready(g, 30s); !ready) die("group not ready: " + ready.error().message());
+  t0 = clock_type::now();
+  for (int i = 0; i < trials; ++i) {
     std::string id = tag + "-" + model + "-" + std::to_string(i);
     nlohmann::json config{{"model", model}, {"epochs", epochs}, {"seed", i + 1}};
-    auto started = client.start_trial({id, made->id, 0, program, {}, config.dump()});
+    auto started = client.start_trial({id, groups[static_cast<size_t>(i)], 0, program, {}, config.dump()});
     if (!started) die("start " + id + ": " + started.error().message());
     auto info = nlohmann::json::parse(*started);
     std::set<std::string> cards;
@@ -267,7 +272,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> models{"mlp", "cnn"};
   int epochs = 0, trials = 8, cards = 1, repeats = 1;  // epochs 0: 20 for the MLP, 8 for the CNN
   double share = 0.125;
-  bool torch = true;
+  bool torch = true, mps = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -287,8 +292,9 @@ int main(int argc, char** argv) {
     else if (a == "--cards") cards = std::stoi(next());
     else if (a == "--repeats") repeats = std::stoi(next());
     else if (a == "--no-torch") torch = false;
+    else if (a == "--mps") mps = true;
     else if (a == "-h" || a == "--help") {
-      std::cout << "usage: bench_trials [--models mlp,cnn] [--epochs 3] [--trials 8] [--share 0.125] [--cards N] [--repeats R] [--no-torch]\n";
+      std::cout << "usage: bench_trials [--models mlp,cnn] [--epochs 3] [--trials 8] [--share 0.125] [--cards N] [--repeats R] [--no-torch] [--mps]\n";
       return 0;
     } else die("unknown argument " + a + " (see --help)");
   }
@@ -313,7 +319,8 @@ int main(int argc, char** argv) {
   if (started.find("head started at") == std::string::npos) die("cannot start a head: " + started);
   std::string gpus;
   for (int i = 0; i < cards; ++i) gpus += (i ? "," : "") + std::to_string(i);
-  auto node = sh("env -u CUDA_VISIBLE_DEVICES " + bench::tune_binary() + " start --address " + address + " --gpus " + gpus);
+  auto node = sh("env -u CUDA_VISIBLE_DEVICES " + bench::tune_binary() + " start --address " + address + " --gpus " + gpus +
+                 (mps ? " --mps" : ""));
   if (node.find("node started") == std::string::npos && node.find("joined") == std::string::npos)
     die("cannot start a node: " + node);
 
@@ -389,6 +396,7 @@ int main(int argc, char** argv) {
   out["epochs_cnn"] = epochs ? epochs : 8;
   out["cards"] = cards;
   out["repeats"] = repeats;
+  out["mps"] = mps;
   std::cout << out.dump() << std::endl;
   return failed ? 1 : 0;
 }
