@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -32,6 +33,7 @@ struct trial_state {
   int64_t results = 0;
   bool stopped = false, killed = false;
   std::string violation;  // the GPU audit's finding, when it killed the trial
+  nlohmann::json last_checkpoint;  // the latest one reported, or null
   int64_t gpu_memory = 0, gpu_memory_peak = 0;
   static inline const char* name = "tune.trial";
   ~trial_state() {
@@ -93,6 +95,34 @@ void event(trial_actor self, const std::string& kind, const nlohmann::json& body
   if (st.opt.owner) self->send(st.opt.owner, wire::trial_event_atom::value, st.opt.spec.trial_id, kind, body.dump());
 }
 
+// A checkpoint the worker reports: a folder of its own trial folder (no absolute path,
+// no "..", no symbolic link out of it). Relayed with its size; anything else is
+// logged and ignored (the worker is the user's code).
+void checkpoint(trial_actor self, const nlohmann::json& j) {
+  auto& st = self->state;
+  namespace fs = std::filesystem;
+  if (!j.contains("iteration") || !j["iteration"].is_number_integer() || !j.contains("dir") || !j["dir"].is_string())
+    return;
+  auto rel = fs::path(j["dir"].get<std::string>());
+  std::error_code ec;
+  auto root = fs::canonical(st.opt.trial_dir, ec);
+  auto dir = ec ? fs::path{} : fs::canonical(fs::path(st.opt.trial_dir) / rel, ec);
+  auto inside = !ec && !rel.is_absolute() && fs::is_directory(dir) &&
+                std::mismatch(root.begin(), root.end(), dir.begin(), dir.end()).first == root.end() && dir != root;
+  if (!inside) {
+    log_line("trial " + st.opt.spec.trial_id + ": ignored a checkpoint outside its folder: " + rel.string());
+    return;
+  }
+  int64_t bytes = 0, files = 0;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+    if (it->is_regular_file(ec)) {
+      bytes += static_cast<int64_t>(it->file_size(ec));
+      ++files;
+    }
+  st.last_checkpoint = {{"iteration", j["iteration"]}, {"path", dir.string()}, {"bytes", bytes}, {"files", files}};
+  event(self, "checkpoint", st.last_checkpoint);
+}
+
 caf::behavior trial(trial_actor self, trial_options opt) {
   auto& st = self->state;
   st.opt = std::move(opt);
@@ -141,6 +171,8 @@ caf::behavior trial(trial_actor self, trial_options opt) {
                                                                                         : self->state.results;
           event(self, "result",
                 {{"iteration", iteration}, {"metrics", j["metrics"]}, {"gpu_memory", self->state.gpu_memory}});
+        } else if (type == "checkpoint") {
+          checkpoint(self, j);
         } else if (type == "done") {
           event(self, "done", {{"message", j.contains("message") && j["message"].is_string() ? j["message"] : ""}});
         }
@@ -169,6 +201,7 @@ caf::behavior trial(trial_actor self, trial_options opt) {
                             {"stopped", st.stopped},
                             {"killed", st.killed},
                             {"gpu_audited", static_cast<bool>(st.opt.audit)},
+                            {"checkpoint", st.last_checkpoint},
                             {"gpu_memory_peak", st.gpu_memory_peak}};
         log_line("trial " + st.opt.spec.trial_id + " ended: " + how);
         event(self, "ended", body);

@@ -9,9 +9,10 @@
 // Events to the owner: (trial_event_atom, trial_id, kind, json):
 //   "started"  {"pid", "node", "gpus": [{"local","index","uuid","pci_bus_id","share","memory_quota"}], "memory_quota"}
 //   "result"   {"iteration", "metrics": {...}, "gpu_memory"}
+//   "checkpoint" {"iteration", "path", "bytes", "files"} (a folder of its trial folder)
 //   "done"     {"message"}
 //   "ended"    {"ok", "exit", "error", "stderr_tail", "results", "stopped", "killed",
-//               "gpu_audited", "gpu_memory_peak"}
+//               "gpu_audited", "gpu_memory_peak", "checkpoint" (the latest, or null)}
 // GPU memory (bytes, all its processes on its cards) is what the node's GPU audit
 // measured; a trial the audit finds on a card it was not given or over its quota is
 // killed and its error says so.

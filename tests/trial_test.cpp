@@ -136,6 +136,31 @@ TEST_F(TrialTest, AWorkerSeesExactlyItsCardsAndNothingElse) {
   EXPECT_EQ(end["results"], 4);
 }
 
+TEST_F(TrialTest, CheckpointsAreRelayedWithTheirSizeAndOnlyFromTheTrialsFolder) {
+  auto g = group({*resource_set::make({{"gpu", 0.5}})});
+  ASSERT_TRUE(start("t-ckpt", g, {{"mode", "checkpoint"}}));
+  auto events = until_ended("t-ckpt");
+  std::vector<nlohmann::json> ckpts;
+  std::string done;
+  for (auto& e : events) {
+    if (e.kind == "checkpoint") ckpts.push_back(body(e));
+    if (e.kind == "done") done = body(e)["message"];
+  }
+  ASSERT_EQ(ckpts.size(), 2u) << "the one outside its folder must be ignored";
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(ckpts[static_cast<size_t>(i)]["iteration"], i + 1);
+    EXPECT_EQ(ckpts[static_cast<size_t>(i)]["files"], 2);
+    EXPECT_EQ(ckpts[static_cast<size_t>(i)]["bytes"], 1000 * (i + 1) + 2);
+    auto path = ckpts[static_cast<size_t>(i)]["path"].get<std::string>();
+    EXPECT_NE(path.find("/trials/t-ckpt/checkpoints/" + std::to_string(i + 1)), std::string::npos) << path;
+    EXPECT_TRUE(std::filesystem::exists(path + "/model.bin"));
+  }
+  EXPECT_EQ(done, "refused") << "reporting a checkpoint that was never written must fail in the trial";
+  auto end = body(events.back());
+  EXPECT_TRUE(end["ok"]) << end.dump();
+  EXPECT_EQ(end["checkpoint"]["iteration"], 2) << end.dump();
+}
+
 TEST_F(TrialTest, StopIsGracefulAndAWorkerIgnoringItIsKilledAfterTheGrace) {
   auto g = group({*resource_set::make({{"gpu", 0.5}}), *resource_set::make({{"gpu", 0.5}})});
   ASSERT_TRUE(start("t-polite", g, {{"mode", "until-stop"}}, 0));

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <fstream>
 #include <thread>
 
 #include "tune/trial/context.hpp"
@@ -50,6 +51,21 @@ int main() {
     ssize_t n = ::readlink("/proc/self/ns/net", netns, sizeof netns);
     seen["netns"] = n > 0 ? std::string(netns, static_cast<size_t>(n)) : "";
     ctx->done(seen.dump());
+    return 0;
+  }
+  if (mode == "checkpoint") {  // two good checkpoints, then one that points outside its folder
+    for (int64_t it : {1, 2}) {
+      auto dir = ctx->checkpoint_dir(it);
+      if (!dir) return 3;
+      std::ofstream(*dir + "/model.bin") << std::string(static_cast<size_t>(1000 * it), 'x');
+      std::ofstream(*dir + "/state.json") << "{}";
+      ctx->report({{"step", static_cast<double>(it)}});
+      if (auto st = ctx->report_checkpoint(it); !st) return 4;
+    }
+    std::string escape = R"({"type": "checkpoint", "iteration": 3, "dir": "../.."})";
+    (void)!::write(3, (escape + "\n").c_str(), escape.size() + 1);
+    bool refused = !ctx->report_checkpoint(9);  // never written
+    ctx->done(refused ? "refused" : "accepted");
     return 0;
   }
   if (mode == "until-stop") {

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 namespace tune {
@@ -160,6 +161,24 @@ status trial_context::report(const std::map<std::string, double>& metrics) {
     m[k] = v;
   }
   return write_line(nlohmann::json{{"type", "result"}, {"iteration", ++iteration_}, {"metrics", m}}.dump());
+}
+
+expected<std::string> trial_context::checkpoint_dir(int64_t iteration) const {
+  if (trial_dir_.empty()) return status{errc::invalid_argument, "this trial has no folder (not started by a node)"};
+  if (iteration < 0) return status{errc::invalid_argument, "a checkpoint's iteration must not be negative"};
+  auto dir = trial_dir_ + "/checkpoints/" + std::to_string(iteration);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return status{errc::invalid_argument, "cannot create " + dir + ": " + ec.message()};
+  return dir;
+}
+
+status trial_context::report_checkpoint(int64_t iteration) {
+  if (iteration < 0) return status{errc::invalid_argument, "a checkpoint's iteration must not be negative"};
+  auto rel = "checkpoints/" + std::to_string(iteration);
+  if (!trial_dir_.empty() && !std::filesystem::is_directory(trial_dir_ + "/" + rel))
+    return status{errc::not_found, "no checkpoint folder " + rel + ": write it with checkpoint_dir() first"};
+  return write_line(nlohmann::json{{"type", "checkpoint"}, {"iteration", iteration}, {"dir", rel}}.dump());
 }
 
 status trial_context::done(const std::string& message) {

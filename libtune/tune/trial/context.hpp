@@ -65,6 +65,12 @@ class trial_context {
   // Says the trial is done with its work, with an optional final message.
   status done(const std::string& message = {});
 
+  // Checkpoints: the folder for the checkpoint of `iteration` (created,
+  // <trial dir>/checkpoints/<iteration>); write its files there, then report it.
+  // The node tells the trial's owner where it is, its size and its file count.
+  expected<std::string> checkpoint_dir(int64_t iteration) const;
+  status report_checkpoint(int64_t iteration);
+
   // True once the node asked the trial to stop (SIGTERM): finish the step, return.
   static bool should_stop();
   // Installs the SIGTERM handler behind should_stop() (from_environment does it).
