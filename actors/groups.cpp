@@ -416,9 +416,14 @@ caf::behavior groups(groups_actor self, groups_options opt) {
                     std::string{to_string(g->state)} + "): wait until the group is ready");
         auto n = st.nodes.find(site->node);
         if (n == st.nodes.end()) return no("the node of bundle " + std::to_string(spec.bundle) + " is gone");
+        // A group a client created is that client's: only it starts trials there (a
+        // detached group, made with `tune group create`, is any token holder's).
+        auto owner = caf::actor_cast<caf::actor>(self->current_sender());
+        if (auto o = st.owner_of.find(spec.group); o != st.owner_of.end() && o->second != owner)
+          return no("placement group " + spec.group +
+                    " belongs to another client: only the client that created it starts trials in it");
         // Asked from here (nodes take trials only from the head's process), for the client,
         // who owns the trial. Fetching a large program can take a while.
-        auto owner = caf::actor_cast<caf::actor>(self->current_sender());
         auto rp = self->make_response_promise<caf::message>();
         self->request(n->second, std::chrono::minutes(10), wire::trial_start_atom::value, spec,
                       node_key(spec.group, spec.bundle, site->attempt).group, spec.bundle, server, owner)

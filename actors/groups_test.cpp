@@ -376,6 +376,28 @@ TEST_F(GroupsActorTest, TheOwnerGoingAwayRemovesItsGroups) {
   EXPECT_EQ(nodes.at("a").second->table.holdings().size(), 1u);
 }
 
+TEST_F(GroupsActorTest, OnlyTheOwnerStartsTrialsInItsGroup) {
+  add_node("a", 2);
+  auto [ok, id, st, reason] = create({gpu(1)}, strategy::pack);
+  ASSERT_TRUE(ok) << reason;
+  EXPECT_TRUE(std::get<0>(wait_ready(id, 1000ms)));
+  caf::scoped_actor other{sys};
+  wire::wire_trial_spec spec;
+  spec.trial_id = "t1";
+  spec.group = id;
+  auto h = other->request(head, caf::infinite, wire::trial_start_atom::value, token, spec, caf::actor{});
+  sched.run();
+  bool answered = false;
+  h.receive(
+      [&](wire::trial_start_atom, bool started, std::string& why) {
+        answered = true;
+        EXPECT_FALSE(started);
+        EXPECT_NE(why.find("belongs to another client"), std::string::npos) << why;
+      },
+      [](caf::error& e) { ADD_FAILURE() << to_string(e); });
+  EXPECT_TRUE(answered);
+}
+
 TEST_F(GroupsActorTest, ANodeJoiningAgainOverANewConnectionKeepsItsBundles) {
   auto a = add_node("a", 1);
   auto [ok, id, s, r] = create({gpu(1)}, strategy::pack);
