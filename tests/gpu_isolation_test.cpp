@@ -8,8 +8,7 @@
 #include <fstream>
 #include <thread>
 
-#include "client.hpp"
-#include "harness.hpp"
+#include "trial_cluster.hpp"
 #include "tune/host/detect.hpp"
 #include "tune/host/nvml.hpp"
 #include "tune/trial/process.hpp"
@@ -29,16 +28,9 @@ std::string gpu_worker() {
   return moved && *moved ? moved : GPU_WORKER;
 }
 
-class GpuIsolationTest : public ::testing::Test {
+class GpuIsolationTest : public trial_cluster_test {
  protected:
-  cluster_files files;
-  int port = free_port();
-  wire::config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  std::unique_ptr<cluster_client> client;
   std::shared_ptr<nvml> lib;
-  program_ref program;
-  std::string node_id;
   bool mps = std::getenv("TUNE_TEST_MPS") && std::string{std::getenv("TUNE_TEST_MPS")} == "1";
 
   void SetUp() override {
@@ -47,59 +39,16 @@ class GpuIsolationTest : public ::testing::Test {
     auto l = nvml::load();
     if (!l) GTEST_SKIP() << l.error().message();
     lib = *l;
-    auto h = files.tune({"start", "--head", "--port", std::to_string(port), "--host", "127.0.0.1"});
-    ASSERT_EQ(h.rc, 0) << h.out << h.err;
     // The harness hides every card from what it starts; this node gets the machine's.
     // TUNE_TEST_MPS=1: the same tests with the node's trials under CUDA MPS.
-    std::vector<std::string> args{"start", "--address", "127.0.0.1:" + std::to_string(port), "--gpu-audit-ms", "100"};
+    std::vector<std::string> args{"--gpu-audit-ms", "100"};
     if (mps) args.push_back("--mps");
-    auto n = files.tune(args, {"env", "-u", "CUDA_VISIBLE_DEVICES"});
-    ASSERT_EQ(n.rc, 0) << n.out << n.err;
-    node_id = node_id_in(n.out);
-    sys = std::make_unique<caf::actor_system>(cfg);
-    std::ifstream in(files.dir() + "/token");
-    std::string tok;
-    std::getline(in, tok);
-    auto c = cluster_client::connect(*sys, "127.0.0.1", static_cast<uint16_t>(port), tok);
-    ASSERT_TRUE(c) << c.error().message();
-    client = std::move(c).value();
-    auto p = client->serve_program(gpu_worker());
-    ASSERT_TRUE(p) << p.error().message();
-    program = *p;
+    start_cluster(args, gpu_worker(), {"env", "-u", "CUDA_VISIBLE_DEVICES"});
   }
   void TearDown() override {
-    client.reset();
-    files.tune({"stop", "--grace", "3"});
+    if (client) trial_cluster_test::TearDown();
   }
 
-  std::string group(std::vector<resource_set> bundles) {
-    auto made = client->create_group({"", strategy::pack, std::move(bundles), false});
-    EXPECT_TRUE(made) << made.error().message();
-    if (!made) return "";
-    auto ready = client->wait_ready(made->id, 10s);
-    EXPECT_TRUE(ready) << ready.error().message();
-    return made->id;
-  }
-  expected<nlohmann::json> start(const std::string& id, const std::string& g, nlohmann::json config, uint32_t bundle = 0) {
-    auto r = client->start_trial({id, g, bundle, program, {}, config.dump()});
-    if (!r) return r.error();
-    return nlohmann::json::parse(*r);
-  }
-  static nlohmann::json body(const trial_event& e) { return nlohmann::json::parse(e.json); }
-
-  // Events of the given trials until `done` says so (or the limit).
-  std::vector<trial_event> events_until(const std::function<bool(const trial_event&)>& done,
-                                        std::chrono::milliseconds limit = 30s) {
-    std::vector<trial_event> seen;
-    auto end = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < end) {
-      auto e = client->next_trial_event(100ms);
-      if (!e) continue;
-      seen.push_back(*e);
-      if (done(*e)) break;
-    }
-    return seen;
-  }
   bool on_any_card(int pid) {
     auto cards = lib->sample();
     if (!cards) return true;

@@ -8,8 +8,7 @@
 #include <fstream>
 #include <thread>
 
-#include "client.hpp"
-#include "harness.hpp"
+#include "trial_cluster.hpp"
 
 namespace tune::test {
 namespace {
@@ -26,72 +25,12 @@ std::string train_worker_binary() {
   return moved && *moved ? moved : TRAIN_WORKER;
 }
 
-class TrialTest : public ::testing::Test {
+class TrialTest : public trial_cluster_test {
  protected:
-  cluster_files files;
-  int port = free_port();
-  std::string address = "127.0.0.1:" + std::to_string(port);
-  wire::config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  std::unique_ptr<cluster_client> client;
-  program_ref program;
-  std::string node_id;
-  int node_pid = 0;
-
   void SetUp() override {
-    auto h = files.tune({"start", "--head", "--port", std::to_string(port), "--host", "127.0.0.1"});
-    ASSERT_EQ(h.rc, 0) << h.out << h.err;
     // The node's own environment has a variable no trial may see.
-    auto n = files.tune({"start", "--address", address, "--num-gpus", "4"}, {}, "", {{"TUNE_CANARY", "leaked"}});
-    ASSERT_EQ(n.rc, 0) << n.out << n.err;
-    node_id = node_id_in(n.out);
-    node_pid = pid_in(n.out);
-    sys = std::make_unique<caf::actor_system>(cfg);
-    auto token = files.dir() + "/token";
-    std::ifstream in(token);
-    std::string tok;
-    std::getline(in, tok);
-    auto c = cluster_client::connect(*sys, "127.0.0.1", static_cast<uint16_t>(port), tok);
-    ASSERT_TRUE(c) << c.error().message();
-    client = std::move(c).value();
-    auto p = client->serve_program(worker_binary());
-    ASSERT_TRUE(p) << p.error().message();
-    program = *p;
+    start_cluster({"--num-gpus", "4"}, worker_binary(), {}, {{"TUNE_CANARY", "leaked"}});
   }
-  void TearDown() override {
-    client.reset();
-    files.tune({"stop", "--grace", "3"});
-  }
-
-  std::string group(std::vector<resource_set> bundles) {
-    auto made = client->create_group({"", strategy::pack, std::move(bundles), false});
-    EXPECT_TRUE(made) << made.error().message();
-    auto ready = client->wait_ready(made->id, 5s);
-    EXPECT_TRUE(ready) << ready.error().message();
-    return made->id;
-  }
-
-  expected<nlohmann::json> start(const std::string& id, const std::string& g, nlohmann::json config, uint32_t bundle = 0) {
-    auto r = client->start_trial({id, g, bundle, program, {}, config.dump()});
-    if (!r) return r.error();
-    return nlohmann::json::parse(*r);
-  }
-
-  // Events of one trial until its end (or the time limit).
-  std::vector<trial_event> until_ended(const std::string& id, std::chrono::milliseconds limit = 10s,
-                                       const std::function<void(const trial_event&)>& on = {}) {
-    std::vector<trial_event> seen;
-    auto end = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < end) {
-      auto e = client->next_trial_event(100ms);
-      if (!e || e->trial_id != id) continue;
-      seen.push_back(*e);
-      if (on) on(*e);
-      if (e->kind == "ended") break;
-    }
-    return seen;
-  }
-  static nlohmann::json body(const trial_event& e) { return nlohmann::json::parse(e.json); }
 };
 
 TEST_F(TrialTest, AWorkerSeesExactlyItsCardsAndNothingElse) {
