@@ -35,9 +35,9 @@ using clock_type = std::chrono::steady_clock;
 namespace {
 
 
-std::string dir, token_path;
+using bench::median;
 
-std::string sh(const std::string& cmd) { return bench::sh(dir, token_path, cmd); }
+std::string sh(const std::string& cmd) { return bench::run(cmd); }
 
 int pid_in(const std::string& s) {
   std::smatch m;
@@ -49,16 +49,6 @@ std::string id_in(const std::string& s) {
   return std::regex_search(s, m, std::regex{R"(node-[0-9a-f]{8})"}) ? std::string{m[0]} : std::string{};
 }
 
-// Stops what this run started and removes its files.
-void cleanup() {
-  sh(bench::tune_binary() + " stop --grace 5");
-  std::system(("rm -rf " + dir).c_str());
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
 
 // Waits for the head's event that `id` reached `state`; the time it arrived.
 std::optional<clock_type::time_point> await_event(caf::scoped_actor& self, const std::string& id,
@@ -101,7 +91,7 @@ caf::behavior fake_node(caf::event_based_actor* self, caf::actor head, std::stri
       },
       [=](wire::rejoin_atom) {
         std::cerr << "bench_cluster: the head does not take " << id << "'s heartbeats\n";
-        cleanup();
+        bench::cleanup_scratch();
         std::_Exit(1);
       },
       [=](wire::beat_atom, uint64_t count) {
@@ -167,12 +157,9 @@ int main(int argc, char** argv) {
     std::cout << "usage: bench_cluster [--quick]\n";
     return std::string{argv[1]} == "--help" ? 0 : 2;
   }
-  char tmpl[] = "/tmp/bench-cluster-XXXXXX";
-  dir = ::mkdtemp(tmpl);
-  token_path = dir + "/token";
   // Whatever happens, the head and nodes this run started are stopped and its files go.
-  std::atexit(cleanup);
-  auto token = ensure_token(token_path);
+  bench::make_scratch("bench_cluster");
+  auto token = ensure_token(bench::scratch::token_path);
   if (!token) {
     std::cerr << token.error().message() << "\n";
     return 1;

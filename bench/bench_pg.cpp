@@ -37,21 +37,10 @@ using clock_type = std::chrono::steady_clock;
 namespace {
 
 
-std::string dir, token_path;
 constexpr int node_count = 4, gpus_per_node = 8;
+using bench::die;
 
-std::string sh(const std::string& cmd) { return bench::sh(dir, token_path, cmd); }
-
-void cleanup() {
-  if (dir.empty() || std::getenv("BENCH_KEEP")) return;
-  sh(bench::tune_binary() + " stop --grace 5");
-  std::system(("rm -rf " + dir).c_str());
-}
-
-[[noreturn]] void die(const std::string& why) {
-  std::cerr << "bench_pg: " << why << "\n";
-  std::exit(1);  // runs the clean-up
-}
+std::string sh(const std::string& cmd) { return bench::run(cmd); }
 
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -181,11 +170,8 @@ int main(int argc, char** argv) {
       return a == "--help" ? 0 : 2;
     }
   }
-  char tmpl[] = "/tmp/bench-pg-XXXXXX";
-  dir = ::mkdtemp(tmpl);
-  token_path = dir + "/token";
-  std::atexit(cleanup);
-  auto token = ensure_token(token_path);
+  bench::make_scratch("bench_pg");
+  auto token = ensure_token(bench::scratch::token_path);
   if (!token) die(token.error().message());
   const int clients = 32;
   const int inproc_pairs = quick ? 4000 : 40000, loop_pairs = quick ? 2000 : 20000, latency_pairs = quick ? 300 : 2000;

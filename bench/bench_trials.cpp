@@ -56,31 +56,16 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-std::string dir, token_path;
+using bench::die;
+using bench::median;
 
-std::string sh(const std::string& cmd) { return bench::sh(dir, token_path, cmd); }
-
-void cleanup() {
-  if (dir.empty() || std::getenv("BENCH_KEEP")) return;
-  sh(bench::tune_binary() + " stop --grace 5");
-  std::system(("rm -rf " + dir).c_str());
-}
-
-[[noreturn]] void die(const std::string& why) {
-  std::cerr << "bench_trials: " << why << "\n";
-  std::exit(1);  // runs the clean-up
-}
+std::string sh(const std::string& cmd) { return bench::run(cmd); }
 
 std::string env_or(const char* name, const std::string& fallback) {
   const char* e = std::getenv(name);
   return e && *e ? e : fallback;
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
 
 double wall_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -269,6 +254,7 @@ std::string fmt(double v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  bench::scratch::name = "bench_trials";  // for errors before the scratch folder exists
   std::vector<std::string> models{"mlp", "cnn"};
   int epochs = 0, trials = 8, cards = 1, repeats = 1;  // epochs 0: per model, below
   int epochs_mlp = 20, epochs_cnn = 8;
@@ -313,11 +299,7 @@ int main(int argc, char** argv) {
   if (static_cast<int>(sample->size()) < cards)
     die("--cards " + std::to_string(cards) + " but this machine has " + std::to_string(sample->size()));
 
-  char tmpl[] = "/tmp/bench-trials-XXXXXX";
-  if (!::mkdtemp(tmpl)) die("mkdtemp failed");
-  dir = tmpl;
-  token_path = dir + "/token";
-  std::atexit(cleanup);
+  bench::make_scratch("bench_trials");
   int port = 20000 + static_cast<int>(::getpid() % 20000);
   std::string address = "127.0.0.1:" + std::to_string(port);
   auto started = sh(bench::tune_binary() + " start --head --host 127.0.0.1 --port " + std::to_string(port));
@@ -331,7 +313,7 @@ int main(int argc, char** argv) {
 
   wire::config cfg;
   caf::actor_system sys{cfg};
-  auto token = read_token(token_path);
+  auto token = read_token(bench::scratch::token_path);
   if (!token) die(token.error().message());
   auto client = cluster_client::connect(sys, "127.0.0.1", static_cast<uint16_t>(port), token->token);
   if (!client) die(client.error().message());

@@ -2,9 +2,14 @@
 // command against one cluster's runtime directory and token file.
 #pragma once
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <string>
+#include <vector>
 
 namespace tune::bench {
 
@@ -24,6 +29,43 @@ inline std::string sh(const std::string& dir, const std::string& token_path, con
   while (p && std::fgets(buf, sizeof buf, p)) out += buf;
   if (p) ::pclose(p);
   return out;
+}
+
+// The benchmark's own runtime folder and token file (one per process), made by
+// make_scratch(); what runs from it is stopped and the folder removed at exit
+// (BENCH_KEEP=1 keeps both, for a look afterwards).
+struct scratch {
+  static inline std::string dir, token_path, name;
+};
+
+// Runs `cmd` against the scratch cluster.
+inline std::string run(const std::string& cmd) { return sh(scratch::dir, scratch::token_path, cmd); }
+
+inline void cleanup_scratch() {
+  if (scratch::dir.empty() || std::getenv("BENCH_KEEP")) return;
+  run(tune_binary() + " stop --grace 5");
+  std::system(("rm -rf " + scratch::dir).c_str());
+}
+
+// Ends the benchmark with the reason (the scratch cluster is cleaned up).
+[[noreturn]] inline void die(const std::string& why) {
+  std::cerr << scratch::name << ": " << why << "\n";
+  std::exit(1);
+}
+
+inline void make_scratch(const std::string& bench_name) {
+  scratch::name = bench_name;
+  std::string tmpl = "/tmp/" + bench_name + "-XXXXXX";
+  if (!::mkdtemp(tmpl.data())) die("cannot make a scratch folder in /tmp");
+  scratch::dir = tmpl;
+  scratch::token_path = scratch::dir + "/token";
+  std::atexit(cleanup_scratch);
+}
+
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
 }  // namespace tune::bench
