@@ -17,6 +17,7 @@
 
 #include "tune/train/backend.hpp"
 #include "tune/train/rng.hpp"
+#include "tune/train/test_util.hpp"
 #include "tune/train/trainer.hpp"
 
 namespace tune::train {
@@ -118,15 +119,6 @@ const char* visible_devices() {
   if (cuda_device_count() < 2)                                                                           \
   GTEST_SKIP() << "data-parallel tests need 2 CUDA devices; this process sees " << cuda_device_count() \
                << " (CUDA_VISIBLE_DEVICES=" << visible_devices() << ")"
-
-double rel_err(const float* a, const float* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
 // The device lists to compare with one device: {0, 1}, and every device when there are
 // more than two.

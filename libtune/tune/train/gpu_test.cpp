@@ -8,18 +8,10 @@
 
 #include "tune/train/backend.hpp"
 #include "tune/train/rng.hpp"
+#include "tune/train/test_util.hpp"
 
 namespace tune::train {
 namespace {
-
-double rel_err(const float* a, const float* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
 #define SKIP_WITHOUT_GPU() \
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device here"
