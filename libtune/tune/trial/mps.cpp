@@ -75,7 +75,8 @@ expected<std::unique_ptr<mps_daemon>> mps_daemon::start(const std::string& dir, 
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     bool told = false;
     for (;;) {
-      (*p)->poll(std::chrono::milliseconds(50), ignored);
+      // poll() returns at once when the daemon has closed its output: sleep instead.
+      if (!(*p)->poll(std::chrono::milliseconds(50), ignored)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
       ignored.clear();
       if (auto e = (*p)->try_wait()) {
         if (!told)

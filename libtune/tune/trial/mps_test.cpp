@@ -4,10 +4,12 @@
 #include "tune/trial/mps.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "harness.hpp"
 
@@ -42,7 +44,7 @@ TEST(Mps, StartsListensAndEndsWithItsOwner) {
   {
     std::ofstream f(script);
     f << "#!/bin/sh\n[ \"$1\" = -f ] || exit 3\necho \"$CUDA_VISIBLE_DEVICES\" > \"$CUDA_MPS_LOG_DIRECTORY/seen\"\n"
-         "touch \"$CUDA_MPS_PIPE_DIRECTORY/control\"\nexec sleep 60\n";
+         "touch \"$CUDA_MPS_PIPE_DIRECTORY/control\"\nexec sleep 60 >&- 2>&- 3>&-\n";  // closes its output, as daemons do
   }
   std::filesystem::permissions(script, std::filesystem::perms::owner_all);
   int pid = 0;
@@ -57,6 +59,15 @@ TEST(Mps, StartsListensAndEndsWithItsOwner) {
     std::string cards;
     std::getline(seen, cards);
     EXPECT_EQ(cards, "GPU-a,GPU-b") << "the daemon must see exactly the node's cards";
+    // Watching a daemon that closed its output costs nothing (no busy loop).
+    auto cpu = [] {
+      rusage r{};
+      ::getrusage(RUSAGE_SELF, &r);
+      return r.ru_utime.tv_sec * 1e3 + r.ru_utime.tv_usec / 1e3 + r.ru_stime.tv_sec * 1e3 + r.ru_stime.tv_usec / 1e3;
+    };
+    double before = cpu();
+    std::this_thread::sleep_for(500ms);
+    EXPECT_LT(cpu() - before, 100.0) << "ms of CPU in 500 ms";
   }
   EXPECT_TRUE(test::wait_until([&] { return test::process_gone(pid); }, 3s));
   std::filesystem::remove_all(dir);
