@@ -73,7 +73,9 @@ void watch(caf::actor self, process_spec spec, std::shared_ptr<control> ctl) {
   std::vector<std::string> lines;
   std::optional<exit_info> done;
   while (!done) {
-    w.poll(std::chrono::milliseconds(50), lines);
+    // poll() returns at once when the worker has closed its output and report channel
+    // (it may still run): then this thread sleeps instead of spinning.
+    if (!w.poll(std::chrono::milliseconds(50), lines)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     for (auto& l : lines) caf::anon_send(self, line_atom::value, std::move(l));
     lines.clear();
     if (int grace = ctl->stop_after_ms.exchange(-1); grace >= 0) {

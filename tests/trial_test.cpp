@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "trial_cluster.hpp"
@@ -98,6 +99,35 @@ TEST_F(TrialTest, CheckpointsAreRelayedWithTheirSizeAndOnlyFromTheTrialsFolder) 
   auto end = body(events.back());
   EXPECT_TRUE(end["ok"]) << end.dump();
   EXPECT_EQ(end["checkpoint"]["iteration"], 2) << end.dump();
+}
+
+// CPU time (ms) a process has used, from /proc.
+double cpu_ms(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(in, line);
+  std::istringstream rest(line.substr(line.rfind(')') + 2));
+  std::string field;
+  double utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stod(field);
+    if (i == 15) stime = std::stod(field);
+  }
+  return (utime + stime) * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+TEST_F(TrialTest, AWorkerThatClosesItsChannelsCostsTheNodeNothing) {
+  auto g = group({*resource_set::make({{"gpu", 0.5}})});
+  ASSERT_TRUE(start("t-silent", g, {{"mode", "silent"}}));
+  events_until([&](const trial_event& e) { return e.kind == "result"; }, 5s);
+  std::this_thread::sleep_for(200ms);
+  double before = cpu_ms(node_pid);
+  std::this_thread::sleep_for(1s);
+  EXPECT_LT(cpu_ms(node_pid) - before, 200.0) << "ms of the node's CPU in one second of a silent trial";
+  auto events = until_ended("t-silent", 10s);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().kind, "ended");
+  EXPECT_TRUE(body(events.back())["ok"]) << events.back().json;
 }
 
 TEST_F(TrialTest, StopIsGracefulAndAWorkerIgnoringItIsKilledAfterTheGrace) {

@@ -68,6 +68,12 @@ int main() {
     ctx->done(refused ? "refused" : "accepted");
     return 0;
   }
+  if (mode == "silent") {  // closes its output and report channel, then works on
+    ctx->report({{"ready", 1}});
+    for (int fd : {1, 2, 3}) ::close(fd);
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    return 0;
+  }
   if (mode == "until-stop") {
     int i = 0;
     while (!trial_context::should_stop()) {
