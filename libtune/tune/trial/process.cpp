@@ -104,7 +104,7 @@ bool write_all(int fd, const void* data, size_t n) {
 // end, its wait status on `status_w`, then kills what is left of the group, itself
 // last. Single-threaded copy of the node: only async-signal-safe calls.
 [[noreturn]] void run_keeper(const process_spec& spec, char* const* argv, char* const* envp, int out_w, int err_w,
-                             int rep_w, int fail_w, int status_w, pid_t node) {
+                             int rep_w, int fail_w, int status_w, pid_t node, int death_signal) {
   ::setpgid(0, 0);
   // It does not exec, so it would keep every descriptor of the node open (other
   // trials' pipes, sockets): it keeps only its own.
@@ -113,14 +113,14 @@ bool write_all(int fd, const void* data, size_t n) {
   struct sigaction sa {};
   sa.sa_handler = keeper_on_node_death;
   sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGUSR1, &sa, nullptr);
+  ::sigaction(death_signal, &sa, nullptr);
   // Group signals meant for the worker (stop, interrupt) must not end the keeper.
   sa.sa_handler = keeper_ignore;
-  for (int s : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR2, SIGPIPE}) ::sigaction(s, &sa, nullptr);
+  for (int s : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) ::sigaction(s, &sa, nullptr);
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  ::prctl(PR_SET_PDEATHSIG, SIGUSR1);
+  ::prctl(PR_SET_PDEATHSIG, death_signal);
   if (::getppid() != node) keeper_on_node_death(0);  // the node died before the line above
   pid_t keeper = ::getpid();
   pid_t worker = ::fork();
@@ -168,6 +168,9 @@ expected<std::unique_ptr<worker_process>> worker_process::start(const process_sp
   }
   auto& [out, err, rep, fail, news] = fds;
   pid_t parent = ::getpid();
+  // The keeper's news of the node's death: a real-time signal nobody sends by habit (a
+  // trial signalling its own process group with SIGUSR1 must not end itself).
+  int death_signal = SIGRTMIN + 7;
   pid_t keeper = ::fork();
   if (keeper < 0) {
     int e = errno;
@@ -176,7 +179,7 @@ expected<std::unique_ptr<worker_process>> worker_process::start(const process_sp
   }
   if (keeper == 0) {
     ::close(news[0]);
-    run_keeper(spec, argv.data(), envp.data(), out[1], err[1], rep[1], fail[1], news[1], parent);
+    run_keeper(spec, argv.data(), envp.data(), out[1], err[1], rep[1], fail[1], news[1], parent, death_signal);
   }
   ::setpgid(keeper, keeper);  // also here: no window in which a signal to the group misses it
   for (int fd : {out[1], err[1], rep[1], fail[1], news[1]}) ::close(fd);

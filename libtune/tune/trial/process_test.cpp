@@ -176,6 +176,18 @@ TEST(WorkerProcess, SignalsToTheGroupReachTheWorkerNotItsKeeper) {
   EXPECT_TRUE(test::process_gone(q->group())) << "the keeper outlived its worker";
 }
 
+TEST(WorkerProcess, UserSignalsToItsOwnGroupDoNotEndIt) {
+  // A trainable may signal its own process group; only the worker acts on it.
+  auto p = sh("trap 'echo usr1 >&3' USR1; kill -USR1 0; sleep 0.2; kill -USR2 0; echo alive >&3");
+  std::vector<std::string> reports;
+  auto e = p->wait(3s, reports);
+  ASSERT_TRUE(e);
+  EXPECT_FALSE(e->exited) << "SIGUSR2's default action ends the shell: " << e->describe();
+  EXPECT_EQ(e->code, SIGUSR2);
+  ASSERT_FALSE(reports.empty());
+  EXPECT_EQ(reports[0], "usr1");
+}
+
 TEST(WorkerProcess, ItsKeeperHoldsNothingOfTheNodeOpen) {
   // Keepers do not exec: one that kept the node's descriptors would hold other
   // trials' pipes (their ends never seen) and the node's sockets open.
@@ -197,7 +209,8 @@ TEST(WorkerProcess, DestroyingAWatcherKillsAndReapsTheGroup) {
     auto p = sh("sleep 30");
     pid = p->pid();
   }
-  EXPECT_TRUE(test::process_gone(pid));
+  // The keeper is reaped at once; the worker, killed with it, is gone a moment later.
+  EXPECT_TRUE(test::wait_until([&] { return test::process_gone(pid); }, 3s));
 }
 
 }  // namespace
