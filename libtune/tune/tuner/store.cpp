@@ -1,0 +1,278 @@
+#include "tune/tuner/store.hpp"
+
+#include <sqlite3.h>
+
+#include <chrono>
+#include <filesystem>
+
+namespace tune {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// A prepared statement, finalized on scope exit.
+class statement {
+ public:
+  statement(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  ~statement() { sqlite3_finalize(s_); }
+  statement(const statement&) = delete;
+  statement& operator=(const statement&) = delete;
+  bool ok() const { return rc_ == SQLITE_OK; }
+  statement& text(int i, const std::string& v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  statement& integer(int i, int64_t v) {
+    sqlite3_bind_int64(s_, i, v);
+    return *this;
+  }
+  statement& real(int i, double v) {
+    sqlite3_bind_double(s_, i, v);
+    return *this;
+  }
+  int step() { return sqlite3_step(s_); }
+  void reset() {
+    sqlite3_reset(s_);
+    sqlite3_clear_bindings(s_);
+  }
+  std::string column_text(int i) const {
+    auto* p = sqlite3_column_text(s_, i);
+    return p ? std::string{reinterpret_cast<const char*>(p), static_cast<size_t>(sqlite3_column_bytes(s_, i))} : "";
+  }
+  int64_t column_int(int i) const { return sqlite3_column_int64(s_, i); }
+  double column_real(int i) const { return sqlite3_column_double(s_, i); }
+
+ private:
+  sqlite3_stmt* s_ = nullptr;
+  int rc_ = SQLITE_ERROR;
+};
+
+nlohmann::json parse_or_null(const std::string& text) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  return j.is_discarded() ? nlohmann::json(nullptr) : j;
+}
+
+constexpr const char* schema = R"sql(
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS trials(
+  id TEXT PRIMARY KEY, config TEXT NOT NULL, state TEXT NOT NULL, error TEXT NOT NULL DEFAULT '',
+  info TEXT NOT NULL DEFAULT '{}', created REAL NOT NULL, updated REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS results(
+  trial TEXT NOT NULL REFERENCES trials(id), iteration INTEGER NOT NULL, time REAL NOT NULL,
+  metrics TEXT NOT NULL, PRIMARY KEY(trial, iteration));
+CREATE TABLE IF NOT EXISTS events(
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, trial TEXT NOT NULL, kind TEXT NOT NULL,
+  body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS events_by_trial ON events(trial, seq);
+)sql";
+
+}  // namespace
+
+bool experiment_store::valid_state(const std::string& s) {
+  return s == "pending" || s == "running" || s == "paused" || s == "terminated" || s == "error";
+}
+
+status experiment_store::fail(const std::string& what) const {
+  return status{errc::inconsistent, what + ": " + (db_ ? sqlite3_errmsg(db_) : "no database") + " (" + database_path() + ")"};
+}
+
+status experiment_store::exec(const std::string& sql) const {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string why = err ? err : "?";
+    sqlite3_free(err);
+    return status{errc::inconsistent, why + " (" + database_path() + ")"};
+  }
+  return status::ok();
+}
+
+expected<std::unique_ptr<experiment_store>> experiment_store::open(const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (dir.empty()) return status{errc::invalid_argument, "no experiment directory given"};
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    return status{errc::invalid_argument, dir + " exists and is not a directory: give another experiment directory"};
+  fs::create_directories(dir, ec);
+  if (ec) return status{errc::invalid_argument, "cannot create the experiment directory " + dir + ": " + ec.message()};
+  std::unique_ptr<experiment_store> s{new experiment_store};
+  s->dir_ = dir;
+  auto path = s->database_path();
+  if (sqlite3_open_v2(path.c_str(), &s->db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                      nullptr) != SQLITE_OK)
+    return s->fail("cannot open the experiment database");
+  sqlite3_busy_timeout(s->db_, 5000);
+  // A file that is not a database (or a damaged one) fails here, with what to do.
+  auto not_ours = [&](const status& why) {
+    return status{errc::invalid_argument, path + " is not a usable libtune experiment database (" + why.message() +
+                                              "): move it away or choose another experiment directory"};
+  };
+  for (auto sql : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL", "PRAGMA foreign_keys=ON"})
+    if (auto st = s->exec(sql); !st) return not_ours(st);
+  if (auto st = s->exec(std::string{"BEGIN IMMEDIATE;"} + schema + "COMMIT;"); !st) {
+    (void)s->exec("ROLLBACK");
+    return not_ours(st);
+  }
+  auto version = s->meta("schema_version");
+  if (!version) return not_ours(version.error());
+  if (version->is_null()) {
+    if (auto st = s->set_meta("schema_version", schema_version); !st) return st;
+  } else if (!version->is_number_integer() || version->get<int>() != schema_version) {
+    return status{errc::invalid_argument, path + " was written by a libtune with experiment schema " + version->dump() +
+                                              "; this one reads schema " + std::to_string(schema_version) +
+                                              ": use the same libtune version"};
+  }
+  return s;
+}
+
+experiment_store::~experiment_store() {
+  if (db_) sqlite3_close_v2(db_);
+}
+
+std::string experiment_store::checkpoint_dir(const std::string& trial) const { return dir_ + "/checkpoints/" + trial; }
+
+status experiment_store::set_meta(const std::string& key, const nlohmann::json& value) {
+  statement st{db_, "INSERT INTO meta(key, value) VALUES(?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value"};
+  if (!st.ok() || st.text(1, key).text(2, value.dump()).step() != SQLITE_DONE) return fail("cannot store " + key);
+  return status::ok();
+}
+
+expected<nlohmann::json> experiment_store::meta(const std::string& key) const {
+  statement st{db_, "SELECT value FROM meta WHERE key = ?1"};
+  if (!st.ok()) return fail("cannot read the experiment's settings");
+  st.text(1, key);
+  int rc = st.step();
+  if (rc == SQLITE_DONE) return nlohmann::json(nullptr);
+  if (rc != SQLITE_ROW) return fail("cannot read " + key);
+  return parse_or_null(st.column_text(0));
+}
+
+status experiment_store::add_trial(const std::string& id, const nlohmann::json& config, const std::string& state) {
+  if (id.empty()) return status{errc::invalid_argument, "a trial needs an id"};
+  if (!valid_state(state)) return status{errc::invalid_argument, "unknown trial state \"" + state + "\""};
+  statement st{db_, "INSERT INTO trials(id, config, state, created, updated) VALUES(?1, ?2, ?3, ?4, ?4)"};
+  if (!st.ok()) return fail("cannot add trial " + id);
+  double t = now_s();
+  int rc = st.text(1, id).text(2, config.dump()).text(3, state).real(4, t).step();
+  if (rc == SQLITE_CONSTRAINT) return status{errc::already_exists, "trial " + id + " is already in the experiment"};
+  if (rc != SQLITE_DONE) return fail("cannot add trial " + id);
+  return status::ok();
+}
+
+status experiment_store::update_trial(const std::string& id, const std::string& state, const std::string& error,
+                                      const nlohmann::json& info) {
+  if (!valid_state(state)) return status{errc::invalid_argument, "unknown trial state \"" + state + "\""};
+  if (!info.is_object()) return status{errc::invalid_argument, "a trial's info must be a JSON object"};
+  auto current = trial(id);
+  if (!current) return current.error();
+  auto merged = current->info;
+  merged.update(info);
+  statement st{db_, "UPDATE trials SET state = ?2, error = ?3, info = ?4, updated = ?5 WHERE id = ?1"};
+  if (!st.ok() || st.text(1, id).text(2, state).text(3, error).text(4, merged.dump()).real(5, now_s()).step() != SQLITE_DONE)
+    return fail("cannot update trial " + id);
+  return status::ok();
+}
+
+expected<size_t> experiment_store::add_results(const std::vector<result_row>& rows) {
+  if (rows.empty()) return size_t{0};
+  if (auto st = exec("BEGIN IMMEDIATE"); !st) return st;
+  statement ins{db_, "INSERT INTO results(trial, iteration, time, metrics) VALUES(?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING"};
+  if (!ins.ok()) {
+    (void)exec("ROLLBACK");
+    return fail("cannot store results");
+  }
+  size_t added = 0;
+  for (auto& r : rows) {
+    int rc = ins.text(1, r.trial).integer(2, r.iteration).real(3, r.time).text(4, r.metrics.dump()).step();
+    if (rc != SQLITE_DONE) {
+      auto why = rc == SQLITE_CONSTRAINT ? status{errc::not_found, "a result of trial " + r.trial +
+                                                                       ", which is not in the experiment: nothing stored"}
+                                         : fail("cannot store a result of trial " + r.trial);
+      (void)exec("ROLLBACK");
+      return why;
+    }
+    added += static_cast<size_t>(sqlite3_changes(db_));
+    ins.reset();
+  }
+  if (auto st = exec("COMMIT"); !st) {
+    (void)exec("ROLLBACK");
+    return st;
+  }
+  return added;
+}
+
+status experiment_store::add_event(const std::string& trial, const std::string& kind, const nlohmann::json& body) {
+  statement st{db_, "INSERT INTO events(time, trial, kind, body) VALUES(?1, ?2, ?3, ?4)"};
+  if (!st.ok() || st.real(1, now_s()).text(2, trial).text(3, kind).text(4, body.dump()).step() != SQLITE_DONE)
+    return fail("cannot store an event");
+  return status::ok();
+}
+
+namespace {
+trial_row read_trial(const statement& st) {
+  return {st.column_text(0),
+          parse_or_null(st.column_text(1)),
+          st.column_text(2),
+          st.column_text(3),
+          parse_or_null(st.column_text(4)),
+          st.column_real(5),
+          st.column_real(6)};
+}
+}  // namespace
+
+expected<std::vector<trial_row>> experiment_store::trials() const {
+  statement st{db_, "SELECT id, config, state, error, info, created, updated FROM trials ORDER BY created, id"};
+  if (!st.ok()) return fail("cannot read trials");
+  std::vector<trial_row> out;
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) out.push_back(read_trial(st));
+  if (rc != SQLITE_DONE) return fail("cannot read trials");
+  return out;
+}
+
+expected<trial_row> experiment_store::trial(const std::string& id) const {
+  statement st{db_, "SELECT id, config, state, error, info, created, updated FROM trials WHERE id = ?1"};
+  if (!st.ok()) return fail("cannot read trial " + id);
+  st.text(1, id);
+  int rc = st.step();
+  if (rc == SQLITE_DONE) return status{errc::not_found, "no trial " + id + " in the experiment"};
+  if (rc != SQLITE_ROW) return fail("cannot read trial " + id);
+  return read_trial(st);
+}
+
+expected<std::vector<result_row>> experiment_store::results(const std::string& trial) const {
+  statement st{db_, trial.empty() ? "SELECT trial, iteration, time, metrics FROM results ORDER BY trial, iteration"
+                                  : "SELECT trial, iteration, time, metrics FROM results WHERE trial = ?1 ORDER BY iteration"};
+  if (!st.ok()) return fail("cannot read results");
+  if (!trial.empty()) st.text(1, trial);
+  std::vector<result_row> out;
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW)
+    out.push_back({st.column_text(0), st.column_int(1), st.column_real(2), parse_or_null(st.column_text(3))});
+  if (rc != SQLITE_DONE) return fail("cannot read results");
+  return out;
+}
+
+expected<std::vector<event_row>> experiment_store::events(const std::string& trial) const {
+  statement st{db_, trial.empty() ? "SELECT seq, time, trial, kind, body FROM events ORDER BY seq"
+                                  : "SELECT seq, time, trial, kind, body FROM events WHERE trial = ?1 ORDER BY seq"};
+  if (!st.ok()) return fail("cannot read events");
+  if (!trial.empty()) st.text(1, trial);
+  std::vector<event_row> out;
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW)
+    out.push_back({st.column_int(0), st.column_real(1), st.column_text(2), st.column_text(3),
+                   parse_or_null(st.column_text(4))});
+  if (rc != SQLITE_DONE) return fail("cannot read events");
+  return out;
+}
+
+expected<int64_t> experiment_store::result_count() const {
+  statement st{db_, "SELECT count(*) FROM results"};
+  if (!st.ok() || st.step() != SQLITE_ROW) return fail("cannot count results");
+  return st.column_int(0);
+}
+
+}  // namespace tune
