@@ -1,0 +1,112 @@
+#include "tune/tuner/export.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace tune {
+
+namespace {
+
+void flatten(const nlohmann::json& j, const std::string& prefix, std::map<std::string, std::string>& out) {
+  if (j.is_object()) {
+    for (auto& [k, v] : j.items()) flatten(v, prefix.empty() ? k : prefix + "/" + k, out);
+    return;
+  }
+  // Numbers as JSON writes them: the shortest text that reads back the same double.
+  out[prefix] = j.is_string() ? j.get<std::string>() : j.dump();
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string{"\"\""} : std::string(1, c);
+  return q + "\"";
+}
+
+}  // namespace
+
+expected<std::optional<best_trial>> find_best(const experiment_store& store, const std::string& metric, mode m,
+                                             scope s) {
+  auto trials = store.trials();
+  if (!trials) return trials.error();
+  std::optional<best_trial> best;
+  for (auto& t : *trials) {
+    auto history = store.results(t.id);
+    if (!history) return history.error();
+    std::optional<std::pair<double, int64_t>> mine;
+    for (auto& r : *history) {
+      if (!r.metrics.is_object() || !r.metrics.contains(metric) || !r.metrics[metric].is_number()) continue;
+      double v = r.metrics[metric].get<double>();
+      if (!std::isfinite(v)) continue;
+      if (s == scope::last || !mine || better(m, v, mine->first)) mine = {v, r.iteration};
+    }
+    if (mine && (!best || better(m, mine->first, best->value))) best = best_trial{t.id, mine->first, mine->second, t.config};
+  }
+  return best;
+}
+
+expected<std::string> results_csv(const experiment_store& store) {
+  auto trials = store.trials();
+  if (!trials) return trials.error();
+  auto results = store.results();
+  if (!results) return results.error();
+  std::map<std::string, const trial_row*> by_id;
+  std::map<std::string, std::map<std::string, std::string>> configs;
+  std::set<std::string> config_columns, metric_columns;
+  for (auto& t : *trials) {
+    by_id[t.id] = &t;
+    flatten(t.config, "", configs[t.id]);
+    for (auto& [k, v] : configs[t.id]) config_columns.insert(k);
+  }
+  for (auto& r : *results)
+    if (r.metrics.is_object())
+      for (auto& [k, v] : r.metrics.items()) metric_columns.insert(k);
+  std::ostringstream out;
+  out << "trial,iteration,time,state,error";
+  for (auto& c : config_columns) out << "," << csv_field("config/" + c);
+  for (auto& c : metric_columns) out << "," << csv_field(c);
+  out << "\r\n";
+  for (auto& r : *results) {
+    auto* t = by_id.count(r.trial) ? by_id[r.trial] : nullptr;
+    char time[40];
+    std::snprintf(time, sizeof time, "%.6f", r.time);
+    out << csv_field(r.trial) << "," << r.iteration << "," << time << "," << (t ? t->state : "") << ","
+        << csv_field(t ? t->error : "");
+    auto& conf = configs[r.trial];
+    for (auto& c : config_columns) out << "," << (conf.count(c) ? csv_field(conf[c]) : "");
+    std::map<std::string, std::string> metrics;
+    flatten(r.metrics, "", metrics);
+    for (auto& c : metric_columns) out << "," << (metrics.count(c) ? csv_field(metrics[c]) : "");
+    out << "\r\n";
+  }
+  return out.str();
+}
+
+expected<nlohmann::json> experiment_json(const experiment_store& store) {
+  nlohmann::json out{{"settings", nlohmann::json::object()}, {"trials", nlohmann::json::array()}};
+  for (auto key : {"name", "metric", "mode", "search_space", "scheduler", "search", "num_samples"}) {
+    auto v = store.meta(key);
+    if (!v) return v.error();
+    if (!v->is_null()) out["settings"][key] = *v;
+  }
+  auto trials = store.trials();
+  if (!trials) return trials.error();
+  for (auto& t : *trials) {
+    auto history = store.results(t.id);
+    if (!history) return history.error();
+    nlohmann::json h = nlohmann::json::array();
+    for (auto& r : *history) h.push_back({{"iteration", r.iteration}, {"time", r.time}, {"metrics", r.metrics}});
+    out["trials"].push_back({{"id", t.id},
+                             {"config", t.config},
+                             {"state", t.state},
+                             {"error", t.error},
+                             {"info", t.info},
+                             {"history", h}});
+  }
+  return out;
+}
+
+}  // namespace tune

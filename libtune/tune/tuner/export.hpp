@@ -1,0 +1,40 @@
+// What an experiment produced, from its store: the best trial, and every trial's
+// configuration, history and final state as CSV or JSON.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tune/tuner/common.hpp"
+#include "tune/tuner/store.hpp"
+
+namespace tune {
+
+// How a trial's value is taken from its history: its last result (Ray's default) or
+// its best one.
+enum class scope { last, best };
+
+struct best_trial {
+  std::string id;
+  double value = 0;
+  int64_t iteration = 0;
+  nlohmann::json config;
+};
+
+// The best trial by `metric` (trials without that metric are left out; errored trials
+// count with the results they reported). Nothing when no trial reported the metric.
+expected<std::optional<best_trial>> find_best(const experiment_store& store, const std::string& metric, mode m,
+                                             scope s = scope::last);
+
+// One row per result: trial, iteration, time, state, error, then the configuration
+// flattened ("config/optimizer/lr") and every metric, each a column (the union over
+// all results, sorted); RFC 4180 quoting.
+expected<std::string> results_csv(const experiment_store& store);
+
+// {"settings": {...}, "trials": [{"id", "config", "state", "error", "info",
+//   "history": [{"iteration", "time", "metrics"}]}]}
+expected<nlohmann::json> experiment_json(const experiment_store& store);
+
+}  // namespace tune
