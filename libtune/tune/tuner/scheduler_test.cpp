@@ -12,6 +12,13 @@
 namespace tune {
 namespace {
 
+// "t<i>" (appending, not operator+: GCC 12's -Wrestrict false positive, bug 105329).
+std::string tid(uint64_t i) {
+  std::string s = "t";
+  s += std::to_string(i);
+  return s;
+}
+
 std::unique_ptr<trial_scheduler> make(const scheduler_spec& spec, mode m = mode::max) {
   auto s = make_scheduler(spec, "acc", m);
   EXPECT_TRUE(s) << s.error().message();
@@ -119,8 +126,8 @@ std::vector<decision> at_rung(const asha& o, mode m, const std::vector<double>& 
   auto s = make(o, m);
   std::vector<decision> out;
   for (size_t i = 0; i < values.size(); ++i) {
-    add(*s, "t" + std::to_string(i));
-    out.push_back(res(*s, "t" + std::to_string(i), 1, values[i]));
+    add(*s, tid(i));
+    out.push_back(res(*s, tid(i), 1, values[i]));
   }
   return out;
 }
@@ -279,10 +286,10 @@ std::vector<std::string> sorted(std::vector<std::string> v) {
 TEST(HyperBand, SuccessiveHalvingWithPauseAndResume) {
   // max_t 9, eta 3, one bracket (s = 2): 9 trials to 1, best 3 to 3, best 1 to 9.
   auto s = make(hyperband{.max_t = 9, .reduction_factor = 3, .brackets = 1});
-  for (int i = 0; i < 9; ++i) add(*s, "t" + std::to_string(i));
+  for (int i = 0; i < 9; ++i) add(*s, tid(i));
   // values: t0 .1, t1 .9, t2 .3, t3 .8, t4 .5, t5 .7, t6 .2, t7 .4, t8 .6 (max)
   const double v[9] = {.1, .9, .3, .8, .5, .7, .2, .4, .6};
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(res(*s, "t" + std::to_string(i), 1, v[i]), pause) << i;
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(res(*s, tid(i), 1, v[i]), pause) << i;
   EXPECT_FALSE(s->choose_trial_to_resume());
   EXPECT_EQ(res(*s, "t8", 1, v[8]), stop);  // the last to report: 4th best
   EXPECT_EQ(sorted(s->take_paused_to_stop()), (std::vector<std::string>{"t0", "t2", "t4", "t6", "t7"}));
@@ -305,8 +312,8 @@ TEST(HyperBand, SuccessiveHalvingWithPauseAndResume) {
 
 TEST(HyperBand, TrialErroringMidRung) {
   auto s = make(hyperband{.max_t = 9, .reduction_factor = 3, .brackets = 1}, mode::min);
-  for (int i = 0; i < 9; ++i) add(*s, "t" + std::to_string(i));
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(res(*s, "t" + std::to_string(i), 1, 10.0 - i), pause);
+  for (int i = 0; i < 9; ++i) add(*s, tid(i));
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(res(*s, tid(i), 1, 10.0 - i), pause);
   EXPECT_TRUE(s->take_paused_to_stop().empty());
   EXPECT_TRUE(s->on_trial_error("t8"));  // the rung had waited for t8; 8 reached it: keep 2
   EXPECT_EQ(sorted(s->take_paused_to_stop()), (std::vector<std::string>{"t0", "t1", "t2", "t3", "t4", "t5"}));
@@ -318,8 +325,8 @@ TEST(HyperBand, TrialErroringMidRung) {
 
 TEST(HyperBand, BracketNotFullWaitsUntilNoMoreTrials) {
   auto s = make(hyperband{.max_t = 9, .reduction_factor = 3, .brackets = 1});
-  for (int i = 0; i < 4; ++i) add(*s, "t" + std::to_string(i));
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(res(*s, "t" + std::to_string(i), 1, i), pause);
+  for (int i = 0; i < 4; ++i) add(*s, tid(i));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(res(*s, tid(i), 1, i), pause);
   // A paused trial's result in flight is answered pause and not recorded.
   EXPECT_EQ(res(*s, "t0", 2, 100), pause);
   EXPECT_FALSE(s->choose_trial_to_resume());
@@ -342,12 +349,12 @@ TEST(Pbt, ExploitAndExploreWithAFixedSeed) {
   auto s = make(o);
   // 8 trials: q = ceil(8 * 0.25) = 2; bottom 2 exploit one of the top 2.
   for (int i = 0; i < 8; ++i)
-    add(*s, "t" + std::to_string(i), {{"lr", 0.001 * (i + 1)}, {"opt", {{"batch", batches[i % 4]}}}});
+    add(*s, tid(i), {{"lr", 0.001 * (i + 1)}, {"opt", {{"batch", batches[i % 4]}}}});
   EXPECT_EQ(s->on_trial_add("x", {{"lr", 0.1}}).code(), errc::invalid_argument);  // no /opt/batch
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(res(*s, "t" + std::to_string(i), 1, 0.0), go);  // < interval
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(res(*s, tid(i), 1, 0.0), go);  // < interval
   // At iteration 2, in order t0..t7 with value i/10: when t_i reports, the trials with a
   // score are t0..t_i; t_i is the best of them, never in the bottom quantile.
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(res(*s, "t" + std::to_string(i), 2, i / 10.0), go);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(res(*s, tid(i), 2, i / 10.0), go);
   EXPECT_EQ(res(*s, "t3", 3, 0.0), go);  // 3 - 2 < interval: nothing recorded
   // t2 at 4 with 0.05: ranks t0 .0, t2 .05, t1 .1, ... -> bottom 2 = {t0, t2}: exploit.
   auto r = s->on_result("t2", 4, 0.05);
@@ -452,7 +459,7 @@ outcome simulate(trial_scheduler& s, const std::vector<curve>& cs, int64_t max_t
       if (auto id = s.choose_trial_to_resume()) {
         running.push_back(*id);
       } else if (next < cs.size()) {
-        std::string id = "t" + std::to_string(next++);
+        std::string id = tid(next++);
         EXPECT_TRUE(s.on_trial_add(id, {}));
         iter[id] = 0;
         running.push_back(id);
@@ -548,7 +555,7 @@ TEST(SchedulerQuality, HyperBandAndMedianRunToTheEnd) {
     EXPECT_GE(o.reached_max, 1);
     EXPECT_GE(o.best_final, best * 0.98);
     for (int i = 0; i < n; ++i) {
-      auto st = s->state_of("t" + std::to_string(i));
+      auto st = s->state_of(tid(i));
       ASSERT_TRUE(st);
       EXPECT_EQ(*st, trial_scheduler::trial_state::ended) << s->name() << " t" << i;
     }
