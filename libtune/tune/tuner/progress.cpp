@@ -63,7 +63,7 @@ std::string render_progress(const progress_snapshot& now, int width, int max_row
   width = std::max(width, 40);
   std::string out;
   const auto w = static_cast<size_t>(width);
-  out += fit("== " + now.experiment + " == running for " + clock_text(now.elapsed_s) + ", metric " + now.metric + " (" +
+  out += fit(std::string{"== "} + now.experiment + " == running for " + clock_text(now.elapsed_s) + ", metric " + now.metric + " (" +
                  (now.direction == mode::max ? "max" : "min") + ")",
              w) + "\n";
   std::map<std::string, int> by_state;
@@ -71,9 +71,9 @@ std::string render_progress(const progress_snapshot& now, int width, int max_row
   std::string counts;
   for (auto state : {"running", "pending", "paused", "terminated", "error"})
     if (by_state.count(state)) counts += (counts.empty() ? "" : ", ") + std::to_string(by_state[state]) + " " + state;
-  out += fit("Trials: " + std::to_string(now.trials.size()) + (counts.empty() ? "" : " (" + counts + ")"), w) + "\n";
+  out += fit(std::string{"Trials: "} + std::to_string(now.trials.size()) + (counts.empty() ? "" : " (" + counts + ")"), w) + "\n";
   if (auto* b = best_of(now))
-    out += fit("Best so far: " + b->id + " " + now.metric + "=" + number(*b->value) + " (" + config_text(b->config) + ")",
+    out += fit(std::string{"Best so far: "} + b->id + " " + now.metric + "=" + number(*b->value) + " (" + config_text(b->config) + ")",
                static_cast<size_t>(width)) + "\n";
   if (now.trials.empty()) return out;
 
@@ -102,7 +102,10 @@ std::string render_progress(const progress_snapshot& now, int width, int max_row
   }
   std::string header = fit("trial", id_w) + " " + fit("state", state_w) + " " + fit("iter", iter_w) + " " +
                        fit(now.metric, metric_w);
-  for (size_t i = 0; i < shown; ++i) header += " " + fit(keys[i], col_w);
+  for (size_t i = 0; i < shown; ++i) {
+    header += ' ';
+    header += fit(keys[i], col_w);
+  }
   out += header + "\n";
 
   // Running first, then paused, pending, errored, terminated; in their given order.
@@ -120,16 +123,19 @@ std::string render_progress(const progress_snapshot& now, int width, int max_row
     std::map<std::string, std::string> conf(kv.begin(), kv.end());
     std::string line = fit(t->id, id_w) + " " + fit(t->state, state_w) + " " + fit(std::to_string(t->iteration), iter_w) +
                        " " + fit(t->value ? number(*t->value) : "-", metric_w);
-    for (size_t i = 0; i < shown; ++i) line += " " + fit(conf.count(keys[i]) ? conf[keys[i]] : "", col_w);
+    for (size_t i = 0; i < shown; ++i) {
+      line += ' ';
+      line += fit(conf.count(keys[i]) ? conf[keys[i]] : "", col_w);
+    }
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out += line + "\n";
     ++printed;
   }
   if (rows.size() > static_cast<size_t>(printed))
-    out += "... and " + std::to_string(rows.size() - static_cast<size_t>(printed)) + " more\n";
+    out += std::string{"... and "} + std::to_string(rows.size() - static_cast<size_t>(printed)) + " more\n";
   for (auto* t : rows)
     if (t->state == "error" && !t->error.empty())
-      out += fit("error " + t->id + ": " + t->error, static_cast<size_t>(width)) + "\n";
+      out += fit(std::string{"error "} + t->id + ": " + t->error, static_cast<size_t>(width)) + "\n";
   // No trailing spaces on any line.
   std::string clean;
   size_t start = 0;
@@ -147,7 +153,9 @@ std::vector<std::string> progress_changes(const progress_snapshot& before, const
   std::vector<std::string> lines;
   std::map<std::string, const progress_trial*> old;
   for (auto& t : before.trials) old[t.id] = &t;
-  auto at = "[" + clock_text(now.elapsed_s) + "] ";
+  std::string at = "[";
+  at += clock_text(now.elapsed_s);
+  at += "] ";
   for (auto& t : now.trials) {
     auto it = old.find(t.id);
     if (it != old.end() && it->second->state == t.state) continue;
