@@ -71,6 +71,9 @@ struct trial_request {
   program_ref program;
   std::vector<std::string> args;
   std::string config_json = "{}";
+  // A checkpoint the trial starts from: a folder of a trial's checkpoints on the node
+  // of this bundle (the `path` of a checkpoint event); empty: start afresh.
+  std::string restore_dir = {};
 };
 
 struct trial_event {

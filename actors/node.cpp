@@ -175,6 +175,18 @@ caf::response_promise trial_start(node_actor self, const wire::wire_trial_spec& 
   if (!hold || hold->state != hold_state::committed)
     return no("it holds no committed bundle " + std::to_string(bundle) + " of group " + spec.group);
   if (!valid_sha(spec.program_sha256)) return no("the program's SHA-256 is not 64 hex digits");
+  if (!spec.restore_dir.empty()) {
+    // Only a checkpoint folder of a trial of this node: nothing else of its disk.
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    auto trials_root = fs::canonical(st.opt.work_dir + "/trials", ec);
+    auto dir = ec ? fs::path{} : fs::canonical(spec.restore_dir, ec);
+    auto rel = ec ? fs::path{} : dir.lexically_relative(trials_root);
+    bool inside = !ec && fs::is_directory(dir) && !rel.empty() && *rel.begin() != ".." &&
+                  rel.string().find("/checkpoints/") != std::string::npos;
+    if (!inside)
+      return no("restore folder " + spec.restore_dir + " is not a trial's checkpoint on this node");
+  }
   std::string cached = st.opt.work_dir + "/programs/" + spec.program_sha256;
   if (::access(cached.c_str(), X_OK) == 0) {
     start_trial(self, spec, *hold, cached, owner, rp);

@@ -258,6 +258,7 @@ std::map<std::string, std::string> trial_environment(const trial_options& opt) {
   env["TUNE_TRIAL_CONFIG"] = opt.spec.config_json.empty() ? "{}" : opt.spec.config_json;
   env["TUNE_TRIAL_GPUS"] = gpus_json(opt).dump();
   env["TUNE_REPORT_FD"] = std::to_string(worker_process::report_fd);
+  if (!opt.spec.restore_dir.empty()) env["TUNE_RESTORE_DIR"] = opt.spec.restore_dir;
   if (!opt.grants.empty()) env["TUNE_GPU_MEMORY_QUOTA"] = std::to_string(opt.grants[0].memory);
   // Under the node's MPS daemon the driver enforces each card's quota at allocation.
   if (env.count("CUDA_MPS_PIPE_DIRECTORY") && !opt.cards.empty() && !opt.cards[0].logical) {

@@ -208,12 +208,13 @@ struct wire_trial_spec {
   uint64_t program_size = 0;
   std::vector<std::string> args;
   std::string config_json;
+  std::string restore_dir;  // a checkpoint folder on the node to start from; empty: none
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_trial_spec& x) {
   return f(caf::meta::type_name("wire_trial_spec"), x.trial_id, x.group, x.bundle, x.program_name, x.program_sha256,
-           x.program_size, x.args, x.config_json);
+           x.program_size, x.args, x.config_json, x.restore_dir);
 }
 
 // A node's advertisement on join: who it is, what it has, what is free, what it holds.

@@ -101,6 +101,28 @@ TEST_F(TrialTest, CheckpointsAreRelayedWithTheirSizeAndOnlyFromTheTrialsFolder) 
   EXPECT_EQ(end["checkpoint"]["iteration"], 2) << end.dump();
 }
 
+TEST_F(TrialTest, ATrialStartsFromACheckpointOfThisNodeAndNothingElse) {
+  auto g = group({*resource_set::make({{"gpu", 0.5}}), *resource_set::make({{"gpu", 0.5}})});
+  ASSERT_TRUE(start("t-first", g, {{"mode", "checkpoint"}}));
+  std::string path;
+  for (auto& e : until_ended("t-first"))
+    if (e.kind == "checkpoint") path = body(e)["path"];
+  ASSERT_FALSE(path.empty());
+  auto r = client->start_trial({"t-second", g, 1, program, {}, R"({"mode": "restore"})", path});
+  ASSERT_TRUE(r) << r.error().message();
+  nlohmann::json metrics;
+  for (auto& e : until_ended("t-second"))
+    if (e.kind == "result") metrics = body(e)["metrics"];
+  EXPECT_EQ(metrics["restored_bytes"], 2000) << "the second checkpoint's model.bin";
+  // Not a checkpoint, or not on this node: refused before anything runs.
+  for (std::string bad : {std::string{"/etc"}, path + "/../../..", files.dir(), path + "-missing"}) {
+    auto no = client->start_trial({"t-bad", g, 1, program, {}, R"({"mode": "restore"})", bad});
+    ASSERT_FALSE(no) << bad;
+    EXPECT_NE(no.error().message().find("is not a trial's checkpoint on this node"), std::string::npos)
+        << no.error().message();
+  }
+}
+
 // CPU time (ms) a process has used, from /proc.
 double cpu_ms(int pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");

@@ -68,6 +68,12 @@ int main() {
     ctx->done(refused ? "refused" : "accepted");
     return 0;
   }
+  if (mode == "restore") {  // reports the size of the model.bin it starts from
+    if (ctx->restore_dir().empty()) return 6;
+    std::ifstream in(ctx->restore_dir() + "/model.bin", std::ios::binary | std::ios::ate);
+    ctx->report({{"restored_bytes", in ? static_cast<double>(in.tellg()) : -1.0}});
+    return 0;
+  }
   if (mode == "silent") {  // closes its output and report channel, then works on
     ctx->report({{"ready", 1}});
     for (int fd : {1, 2, 3}) ::close(fd);

@@ -73,6 +73,7 @@ expected<trial_context> trial_context::from_environment() {
   if (!c) return c;
   c->node_id_ = env_or("TUNE_NODE_ID");
   c->trial_dir_ = env_or("TUNE_TRIAL_DIR");
+  c->restore_dir_ = env_or("TUNE_RESTORE_DIR");
   watch_stop_signal();
   return c;
 }

@@ -70,6 +70,9 @@ class trial_context {
   // The node tells the trial's owner where it is, its size and its file count.
   expected<std::string> checkpoint_dir(int64_t iteration) const;
   status report_checkpoint(int64_t iteration);
+  // The checkpoint folder this trial starts from (resumed after a pause, or given
+  // another trial's state by PBT); empty when it starts afresh.
+  const std::string& restore_dir() const { return restore_dir_; }
 
   // True once the node asked the trial to stop (SIGTERM): finish the step, return.
   static bool should_stop();
@@ -79,7 +82,7 @@ class trial_context {
  private:
   status write_line(const std::string& line);
 
-  std::string trial_id_, node_id_, trial_dir_, config_json_;
+  std::string trial_id_, node_id_, trial_dir_, config_json_, restore_dir_;
   std::vector<trial_gpu> gpus_;
   int report_fd_ = -1;
   int64_t iteration_ = 0;
