@@ -1,0 +1,222 @@
+#include "tune/tuner/engine.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+namespace tune {
+
+expected<std::unique_ptr<experiment_engine>> experiment_engine::make(search_algorithm& search,
+                                                                     trial_scheduler& scheduler,
+                                                                     engine_options options) {
+  if (options.metric.empty()) return status{errc::invalid_argument, "no metric: say which reported metric to tune"};
+  if (options.max_concurrent < 1)
+    return status{errc::invalid_argument,
+                  "max_concurrent must be at least 1, not " + std::to_string(options.max_concurrent)};
+  // (A model-based search's mode is its own option: the tuner builds it from the same
+  // settings. Random and grid search have none that matters.)
+  if (scheduler.metric() != options.metric || scheduler.metric_mode() != options.direction)
+    return status{errc::invalid_argument, "the scheduler must tune the same metric and mode as the experiment (" +
+                                              options.metric + ")"};
+  (void)search;
+  if (options.time_budget_s && !(*options.time_budget_s > 0))
+    return status{errc::invalid_argument, "the time budget must be a positive number of seconds"};
+  if (options.stop.max_iterations && *options.stop.max_iterations < 1)
+    return status{errc::invalid_argument, "the stop criterion max_iterations must be at least 1"};
+  return std::unique_ptr<experiment_engine>{new experiment_engine(search, scheduler, std::move(options))};
+}
+
+std::string experiment_engine::next_id() {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "-%05d", ++counter_);
+  return opt_.trial_prefix + buf;
+}
+
+int experiment_engine::running() const {
+  int n = 0;
+  for (auto& [id, t] : trials_) n += t.state == "running";
+  return n;
+}
+
+bool experiment_engine::finished() const {
+  if (!search_done_ && !over_budget_) return false;
+  for (auto& [id, t] : trials_)
+    if (t.state == "running" || t.state == "pending") return false;
+  return done_;
+}
+
+void experiment_engine::sweep_paused_to_stop() {
+  for (auto& id : scheduler_.take_paused_to_stop()) {
+    auto it = trials_.find(id);
+    if (it == trials_.end()) continue;
+    if (it->second.state == "paused") {
+      it->second.state = "terminated";
+      (void)search_.on_complete(id);
+    } else {
+      stop_after_pause_.insert(id);  // still pausing: ends when its process does
+    }
+  }
+}
+
+engine_action experiment_engine::start_action(engine_trial& t) {
+  engine_action a{engine_action::kind::start, t.id, t.cfg, "", -1, ""};
+  if (auto x = exploits_.find(t.id); x != exploits_.end()) {
+    auto& donor = trials_[x->second.second];
+    a.restore_from = donor.id;
+    a.restore_iteration = donor.checkpoint;
+    exploits_.erase(x);
+  } else if (t.starts > 0 && t.checkpoint >= 0) {
+    a.restore_from = t.id;
+    a.restore_iteration = t.checkpoint;
+  }
+  t.state = "running";
+  ++t.starts;
+  return a;
+}
+
+expected<std::vector<engine_action>> experiment_engine::step(double now_s) {
+  std::vector<engine_action> out;
+  if (opt_.time_budget_s && now_s > *opt_.time_budget_s && !over_budget_) {
+    over_budget_ = true;
+    char why[96];
+    std::snprintf(why, sizeof why, "the experiment's time budget of %g s is spent", *opt_.time_budget_s);
+    for (auto& [id, t] : trials_)
+      if (t.state == "running" && !asked_.count(id)) {
+        asked_[id] = engine_action::kind::stop;
+        out.push_back({engine_action::kind::stop, id, {}, "", -1, why});
+      }
+  }
+  if (over_budget_) {
+    done_ = out.empty() && running() == 0;
+    return out;
+  }
+  for (bool progress = true; progress && running() < opt_.max_concurrent;) {
+    progress = false;
+    if (auto id = scheduler_.choose_trial_to_resume()) {
+      auto it = trials_.find(*id);
+      if (it == trials_.end()) return status{errc::inconsistent, "the scheduler resumed unknown trial " + *id};
+      if (it->second.state == "paused") {
+        out.push_back(start_action(it->second));
+      } else {
+        resume_after_pause_.insert(*id);  // its process is still ending: started when it has
+      }
+      progress = true;
+      continue;
+    }
+    if (search_done_) break;
+    auto id = next_id();
+    auto cfg = search_.suggest(id);
+    if (!cfg) return cfg.error();
+    if (!*cfg) {
+      --counter_;  // the id was not used
+      if (search_.finished()) {
+        search_done_ = true;
+        scheduler_.on_no_more_trials();
+        sweep_paused_to_stop();
+        progress = true;  // HyperBand may now resume what it waited with
+      }
+      continue;
+    }
+    if (auto st = scheduler_.on_trial_add(id, **cfg); !st) return st;
+    auto& t = trials_[id];
+    t.id = id;
+    t.cfg = **cfg;
+    out.push_back(start_action(t));
+    progress = true;
+  }
+  sweep_paused_to_stop();
+  done_ = out.empty() && running() == 0 && search_done_;
+  return out;
+}
+
+expected<std::vector<engine_action>> experiment_engine::on_result(const std::string& id, int64_t iteration,
+                                                                  const nlohmann::json& metrics) {
+  auto it = trials_.find(id);
+  if (it == trials_.end()) return status{errc::not_found, "a result of unknown trial " + id};
+  auto& t = it->second;
+  t.iteration = std::max(t.iteration, iteration);
+  if (t.state != "running" || asked_.count(id)) return std::vector<engine_action>{};  // late: recorded only
+  if (!metrics.is_object() || !metrics.contains(opt_.metric)) return std::vector<engine_action>{};
+  std::vector<engine_action> out;
+  const auto& m = metrics[opt_.metric];
+  if (!m.is_number() || !std::isfinite(m.get<double>())) {
+    t.error = "it reported " + opt_.metric + " = " + m.dump() + ", not a finite number";
+    asked_[id] = engine_action::kind::stop;
+    out.push_back({engine_action::kind::stop, id, {}, "", -1, t.error});
+    return out;
+  }
+  double v = m.get<double>();
+  t.value = v;
+  if (auto st = search_.on_result(id, iteration, v); !st) return st;
+  auto verdict = scheduler_.on_result(id, iteration, v);
+  if (!verdict) return verdict.error();
+  auto action = verdict->action;
+  std::string reason = std::string{"stopped early by "} + scheduler_.name();
+  if (action == decision::go_on) {
+    if (opt_.stop.max_iterations && iteration >= *opt_.stop.max_iterations) {
+      action = decision::stop;
+      reason = "reached " + std::to_string(*opt_.stop.max_iterations) + " iterations";
+    } else if (opt_.stop.metric_threshold && !better(opt_.direction, *opt_.stop.metric_threshold, v)) {
+      action = decision::stop;
+      reason = "reached " + opt_.metric + " " + m.dump();
+    }
+  }
+  if (action == decision::stop) {
+    asked_[id] = engine_action::kind::stop;
+    out.push_back({engine_action::kind::stop, id, {}, "", -1, reason});
+  } else if (action == decision::pause) {
+    asked_[id] = engine_action::kind::pause;
+    if (verdict->exploit) exploits_[id] = {verdict->exploit->new_config, verdict->exploit->donor};
+    out.push_back({engine_action::kind::pause, id, {}, "", -1,
+                   verdict->exploit ? "exploits " + verdict->exploit->donor : std::string{"paused by "} + scheduler_.name()});
+  }
+  sweep_paused_to_stop();
+  return out;
+}
+
+void experiment_engine::on_checkpoint(const std::string& id, int64_t iteration) {
+  if (auto it = trials_.find(id); it != trials_.end()) it->second.checkpoint = std::max(it->second.checkpoint, iteration);
+}
+
+expected<std::vector<engine_action>> experiment_engine::on_ended(const std::string& id, bool ok, const std::string& error) {
+  auto it = trials_.find(id);
+  if (it == trials_.end()) return status{errc::not_found, "the end of unknown trial " + id};
+  auto& t = it->second;
+  if (t.state != "running") return std::vector<engine_action>{};  // told twice: nothing more
+  std::optional<engine_action::kind> asked;
+  if (auto a = asked_.find(id); a != asked_.end()) {
+    asked = a->second;
+    asked_.erase(a);
+  }
+  std::vector<engine_action> out;
+  if (asked == engine_action::kind::pause) {
+    t.state = "paused";
+    if (auto x = exploits_.find(id); x != exploits_.end()) t.cfg = x->second.first;
+    if (stop_after_pause_.erase(id)) {
+      t.state = "terminated";
+      (void)search_.on_complete(id);
+    } else if (resume_after_pause_.erase(id)) {
+      out.push_back(start_action(t));
+    }
+    return out;
+  }
+  if (asked == engine_action::kind::stop) {
+    t.state = t.error.empty() ? "terminated" : "error";
+    if (t.error.empty()) (void)scheduler_.on_trial_complete(id);
+    else (void)scheduler_.on_trial_error(id);
+    (void)search_.on_complete(id);
+  } else if (ok) {
+    t.state = "terminated";
+    (void)scheduler_.on_trial_complete(id);
+    (void)search_.on_complete(id);
+  } else {
+    t.state = "error";
+    t.error = error.empty() ? "its process failed" : error;
+    (void)scheduler_.on_trial_error(id);
+    (void)search_.on_complete(id);
+  }
+  sweep_paused_to_stop();
+  return out;
+}
+
+}  // namespace tune

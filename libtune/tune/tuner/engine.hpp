@@ -1,0 +1,104 @@
+// The experiment engine: the controller's decisions, apart from actors and processes
+// (so they are tested step by step). It holds one experiment's trials and asks the
+// search algorithm for configurations and the trial scheduler for verdicts; it answers
+// every event with the actions the controller must take:
+//
+//   start    run trial `trial` with `cfg` (new, or resumed: then from the latest
+//            checkpoint of trial `restore_from`, itself or PBT's donor)
+//   stop     end the trial (early stopping, a stop criterion, the time budget); its
+//            results so far count
+//   pause    end the trial's process but keep it: it will be started again
+//
+// The controller reports back: on_result for each result, on_checkpoint for each
+// checkpoint, on_ended when the trial's process ended (for whatever reason). Pausing
+// is done by ending the process (its GPU memory is freed) and starting again from a
+// checkpoint, never by SIGSTOP.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tune/tuner/common.hpp"
+#include "tune/tuner/scheduler.hpp"
+#include "tune/tuner/search.hpp"
+
+namespace tune {
+
+struct stop_criteria {
+  std::optional<int64_t> max_iterations;   // a trial that reports this iteration is done
+  std::optional<double> metric_threshold;  // a trial that reaches it (>= max, <= min) is done
+};
+
+struct engine_options {
+  std::string metric;
+  mode direction = mode::max;
+  int max_concurrent = 1;                // trials running at once (>= 1)
+  stop_criteria stop;
+  std::optional<double> time_budget_s;   // the whole experiment; then every trial stops
+  std::string trial_prefix = "trial";    // ids: trial-00001, ...
+};
+
+struct engine_action {
+  enum class kind { start, stop, pause };
+  kind what = kind::start;
+  std::string trial;
+  config cfg;                // start: the configuration
+  std::string restore_from;  // start: whose latest checkpoint to start from; empty: afresh
+  int64_t restore_iteration = -1;  // that checkpoint's iteration (-1: none)
+  std::string reason;        // stop: why (early stopping, criterion, budget)
+};
+
+struct engine_trial {
+  std::string id;
+  config cfg;
+  std::string state = "pending";  // pending, running, paused, terminated, error
+  int64_t iteration = 0;          // the latest reported
+  std::optional<double> value;    // the latest value of the metric
+  std::string error;
+  int64_t checkpoint = -1;        // the latest checkpoint's iteration
+  int starts = 0;                 // how often its process was started
+};
+
+class experiment_engine {
+ public:
+  // The search algorithm and scheduler outlive the engine.
+  static expected<std::unique_ptr<experiment_engine>> make(search_algorithm& search, trial_scheduler& scheduler,
+                                                           engine_options options);
+
+  // What to start (or stop, past the time budget) now; `now_s` counts from the start.
+  expected<std::vector<engine_action>> step(double now_s);
+  expected<std::vector<engine_action>> on_result(const std::string& id, int64_t iteration,
+                                                 const nlohmann::json& metrics);
+  void on_checkpoint(const std::string& id, int64_t iteration);
+  // The trial's process ended: ok (exit 0, or ended on our stop/pause) or not (its error).
+  expected<std::vector<engine_action>> on_ended(const std::string& id, bool ok, const std::string& error = {});
+
+  // Nothing runs and nothing more will start.
+  bool finished() const;
+  const std::map<std::string, engine_trial>& trials() const { return trials_; }
+  int running() const;
+
+ private:
+  experiment_engine(search_algorithm& s, trial_scheduler& t, engine_options o)
+      : search_(s), scheduler_(t), opt_(std::move(o)) {}
+  void sweep_paused_to_stop();
+  std::string next_id();
+  engine_action start_action(engine_trial& t);
+
+  search_algorithm& search_;
+  trial_scheduler& scheduler_;
+  engine_options opt_;
+  std::map<std::string, engine_trial> trials_;
+  std::map<std::string, engine_action::kind> asked_;  // trials we asked to stop or pause
+  std::map<std::string, std::pair<config, std::string>> exploits_;  // new config, donor
+  std::set<std::string> resume_after_pause_, stop_after_pause_;  // decided while still pausing
+  int counter_ = 0;
+  bool search_done_ = false, over_budget_ = false, done_ = false;
+};
+
+}  // namespace tune

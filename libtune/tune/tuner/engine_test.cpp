@@ -1,0 +1,235 @@
+// The experiment engine driven step by step, with the real search algorithms and
+// schedulers: what it starts, stops, pauses and resumes, and the trials' states.
+#include "tune/tuner/engine.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace tune {
+namespace {
+
+using kind = engine_action::kind;
+
+template <class T>
+T ok(expected<T> e) {
+  EXPECT_TRUE(e) << (e ? "" : e.error().message());
+  return std::move(e).value();
+}
+
+struct rig {
+  std::unique_ptr<search_algorithm> search;
+  std::unique_ptr<trial_scheduler> scheduler;
+  std::unique_ptr<experiment_engine> engine;
+  rig(scheduler_spec spec, int samples, engine_options opt, search_space space = {{"x", uniform(0, 1)}}) {
+    search = ok(make_random_search(space, {.num_samples = samples, .seed = 3}));
+    scheduler = ok(make_scheduler(spec, opt.metric, opt.direction));
+    auto e = experiment_engine::make(*search, *scheduler, std::move(opt));
+    EXPECT_TRUE(e) << e.error().message();
+    engine = std::move(e).value();
+  }
+  std::vector<engine_action> step(double t = 0) { return ok(engine->step(t)); }
+  std::vector<engine_action> result(const std::string& id, int64_t it, double v) {
+    return ok(engine->on_result(id, it, {{"acc", v}}));
+  }
+  std::vector<engine_action> ended(const std::string& id, bool good = true, std::string why = {}) {
+    return ok(engine->on_ended(id, good, why));
+  }
+  std::string state(const std::string& id) { return engine->trials().at(id).state; }
+};
+
+engine_options opts(int concurrent) {
+  engine_options o;
+  o.metric = "acc";
+  o.direction = mode::max;
+  o.max_concurrent = concurrent;
+  return o;
+}
+
+TEST(Engine, FifoRunsEverySampleWithinTheConcurrencyLimit) {
+  rig r{fifo{}, 5, opts(2)};
+  auto a = r.step();
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].what, kind::start);
+  EXPECT_EQ(a[0].trial, "trial-00001");
+  EXPECT_TRUE(a[0].cfg.contains("x"));
+  EXPECT_TRUE(a[0].restore_from.empty());
+  EXPECT_TRUE(r.step().empty()) << "no room for a third";
+  int started = 2, done = 0;
+  std::vector<std::string> live{a[0].trial, a[1].trial};
+  while (!live.empty()) {
+    auto id = live.front();
+    live.erase(live.begin());
+    EXPECT_TRUE(r.result(id, 1, 0.5).empty());
+    EXPECT_TRUE(r.ended(id).empty());
+    ++done;
+    for (auto& n : r.step()) {
+      EXPECT_EQ(n.what, kind::start);
+      live.push_back(n.trial);
+      ++started;
+    }
+    EXPECT_LE(r.engine->running(), 2);
+  }
+  EXPECT_EQ(started, 5);
+  EXPECT_EQ(done, 5);
+  EXPECT_TRUE(r.step().empty());
+  EXPECT_TRUE(r.engine->finished());
+  for (auto& [id, t] : r.engine->trials()) EXPECT_EQ(t.state, "terminated") << id;
+}
+
+TEST(Engine, AshaStopsTheWorstAtARungAndStopCriteriaEndTrials) {
+  auto o = opts(3);
+  o.stop.max_iterations = 4;
+  rig r{asha{.max_t = 100, .grace_period = 1, .reduction_factor = 3, .brackets = 1}, 3, o};
+  auto a = r.step();
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_TRUE(r.result(a[0].trial, 1, 0.9).empty()) << "the first at a rung goes on";
+  EXPECT_TRUE(r.result(a[1].trial, 1, 0.95).empty()) << "2 values, k = 1: the best goes on";
+  auto s = r.result(a[2].trial, 1, 0.1);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].what, kind::stop);
+  EXPECT_NE(s[0].reason.find("stopped early by"), std::string::npos) << s[0].reason;
+  EXPECT_TRUE(r.result(a[2].trial, 2, 0.2).empty()) << "a late result after the stop is only recorded";
+  EXPECT_TRUE(r.ended(a[2].trial).empty());
+  EXPECT_EQ(r.state(a[2].trial), "terminated");
+  // The criterion: 4 iterations.
+  EXPECT_TRUE(r.result(a[0].trial, 3, 0.95).empty());
+  auto c = r.result(a[0].trial, 4, 0.96);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].what, kind::stop);
+  EXPECT_EQ(c[0].reason, "reached 4 iterations");
+}
+
+TEST(Engine, AMetricThresholdAndANonFiniteValue) {
+  auto o = opts(2);
+  o.stop.metric_threshold = 0.9;
+  rig r{fifo{}, 2, o};
+  auto a = r.step();
+  EXPECT_TRUE(r.result(a[0].trial, 1, 0.5).empty());
+  auto t = r.result(a[0].trial, 2, 0.91);
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].reason, "reached acc 0.91");
+  auto bad = ok(r.engine->on_result(a[1].trial, 1, {{"acc", nullptr}}));
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_EQ(bad[0].what, kind::stop);
+  r.ended(a[1].trial);
+  EXPECT_EQ(r.state(a[1].trial), "error");
+  EXPECT_NE(r.engine->trials().at(a[1].trial).error.find("not a finite number"), std::string::npos);
+  // Results without the metric are recorded, not judged.
+  EXPECT_TRUE(ok(r.engine->on_result(a[0].trial, 3, {{"loss", 1}})).empty());
+}
+
+TEST(Engine, AFailedTrialKeepsItsErrorAndTheNextStarts) {
+  rig r{fifo{}, 2, opts(1)};
+  auto a = r.step();
+  ASSERT_EQ(a.size(), 1u);
+  r.ended(a[0].trial, false, "the trial's process ended with exit code 3");
+  EXPECT_EQ(r.state(a[0].trial), "error");
+  EXPECT_EQ(r.engine->trials().at(a[0].trial).error, "the trial's process ended with exit code 3");
+  auto b = r.step();
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0].trial, "trial-00002");
+  auto unknown = r.engine->on_result("nobody", 1, {{"acc", 1}});
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.error().code(), errc::not_found);
+}
+
+TEST(Engine, HyperBandPausesThenResumesFromTheTrialsOwnCheckpoint) {
+  // One bracket of 3 trials, rungs at 1 then 3 (max_t 3, eta 3, s = 1); the best one
+  // reports first, so it waits paused for the rung to fill and is then resumed.
+  rig r{hyperband{.max_t = 3, .reduction_factor = 3, .brackets = 1}, 3, opts(3)};
+  auto a = r.step();
+  ASSERT_EQ(a.size(), 3u);
+  std::vector<engine_action> acts;
+  for (int i = 0; i < 3; ++i) {
+    r.engine->on_checkpoint(a[i].trial, 1);
+    auto v = r.result(a[i].trial, 1, 0.9 - 0.3 * i);
+    acts.insert(acts.end(), v.begin(), v.end());
+  }
+  ASSERT_EQ(acts.size(), 3u);
+  EXPECT_EQ(acts[0].what, kind::pause);
+  EXPECT_EQ(acts[1].what, kind::pause);
+  EXPECT_EQ(acts[2].what, kind::stop) << "the worst completes the rung and loses";
+  for (auto& p : acts) r.ended(p.trial);
+  EXPECT_EQ(r.state(a[0].trial), "paused");
+  EXPECT_EQ(r.state(a[1].trial), "terminated") << "lost at the rung";
+  EXPECT_EQ(r.state(a[2].trial), "terminated");
+  auto resumed = r.step();
+  ASSERT_EQ(resumed.size(), 1u);
+  EXPECT_EQ(resumed[0].what, kind::start);
+  EXPECT_EQ(resumed[0].trial, a[0].trial);
+  EXPECT_EQ(resumed[0].restore_from, a[0].trial);
+  EXPECT_EQ(resumed[0].restore_iteration, 1);
+  EXPECT_EQ(resumed[0].cfg, a[0].cfg);
+  EXPECT_EQ(r.engine->trials().at(a[0].trial).starts, 2);
+  auto last = r.result(a[0].trial, 3, 0.95);
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_EQ(last[0].what, kind::stop) << "max_t";
+  r.ended(a[0].trial);
+  EXPECT_TRUE(r.step().empty());
+  EXPECT_TRUE(r.engine->finished());
+}
+
+TEST(Engine, PbtRestartsTheLoserFromTheDonorsCheckpointWithANewConfig) {
+  pbt p;
+  p.perturbation_interval = 2;
+  p.quantile_fraction = 0.5;
+  p.resample_probability = 0;
+  p.hyperparameter_mutations = {mutation{"x", {}, 0.0, 1.0}};
+  p.seed = 5;
+  rig r{p, 2, opts(2)};
+  auto a = r.step();
+  ASSERT_EQ(a.size(), 2u);
+  for (auto& t : a) r.engine->on_checkpoint(t.trial, 2);
+  EXPECT_TRUE(r.result(a[0].trial, 2, 0.9).empty());
+  auto x = r.result(a[1].trial, 2, 0.1);
+  ASSERT_EQ(x.size(), 1u);
+  EXPECT_EQ(x[0].what, kind::pause);
+  EXPECT_EQ(x[0].reason, "exploits " + a[0].trial);
+  EXPECT_TRUE(r.ended(a[1].trial).empty());
+  auto again = r.step();
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].trial, a[1].trial);
+  EXPECT_EQ(again[0].restore_from, a[0].trial) << "the donor's checkpoint";
+  EXPECT_EQ(again[0].restore_iteration, 2);
+  double x0 = a[0].cfg["x"].get<double>(), x1 = again[0].cfg["x"].get<double>();
+  EXPECT_TRUE(std::abs(x1 - x0 * 1.2) < 1e-9 || std::abs(x1 - x0 * 0.8) < 1e-9 || x1 == 0.0 || x1 == 1.0)
+      << "the donor's x perturbed: " << x0 << " -> " << x1;
+  EXPECT_EQ(r.engine->trials().at(a[1].trial).cfg["x"], again[0].cfg["x"]);
+}
+
+TEST(Engine, BadOptionsAreRefused) {
+  auto search = ok(make_random_search({{"x", uniform(0, 1)}}, {.num_samples = 1}));
+  auto sched = ok(make_scheduler(fifo{}, "acc", mode::max));
+  auto o = opts(0);
+  EXPECT_FALSE(experiment_engine::make(*search, *sched, o));
+  o = opts(1);
+  o.metric = "loss";
+  auto e = experiment_engine::make(*search, *sched, o);
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().message().find("same metric and mode"), std::string::npos);
+  o = opts(1);
+  o.time_budget_s = -1;
+  EXPECT_FALSE(experiment_engine::make(*search, *sched, o));
+}
+
+TEST(Engine, TheTimeBudgetStopsEveryTrialAndStartsNoMore) {
+  auto o = opts(2);
+  o.time_budget_s = 10;
+  rig r{fifo{}, 10, o};
+  auto a = r.step(0);
+  ASSERT_EQ(a.size(), 2u);
+  auto s = r.step(10.5);
+  ASSERT_EQ(s.size(), 2u);
+  for (auto& x : s) {
+    EXPECT_EQ(x.what, kind::stop);
+    EXPECT_NE(x.reason.find("time budget of 10 s"), std::string::npos);
+    r.ended(x.trial);
+  }
+  EXPECT_TRUE(r.step(11).empty());
+  EXPECT_TRUE(r.engine->finished());
+  EXPECT_EQ(r.engine->trials().size(), 2u);
+}
+
+}  // namespace
+}  // namespace tune
