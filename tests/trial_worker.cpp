@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -72,6 +73,20 @@ int main() {
     if (ctx->restore_dir().empty()) return 6;
     std::ifstream in(ctx->restore_dir() + "/model.bin", std::ios::binary | std::ios::ate);
     ctx->report({{"restored_bytes", in ? static_cast<double>(in.tellg()) : -1.0}});
+    return 0;
+  }
+  if (mode == "curve") {  // acc = x * (1 - exp(-t / 3)), a checkpoint every iteration; resumes
+    double x = ctx->number_or("x", 0.5).value_or(0.5);
+    int64_t iters = ctx->integer_or("iterations", 9).value_or(9), t = 0;
+    if (!ctx->restore_dir().empty()) std::ifstream(ctx->restore_dir() + "/t") >> t;
+    while (++t <= iters && !trial_context::should_stop()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ctx->integer_or("sleep_ms", 30).value_or(30)));
+      auto dir = ctx->checkpoint_dir(t);
+      if (!dir) return 3;
+      std::ofstream(*dir + "/t") << t;
+      ctx->report_checkpoint(t);
+      ctx->report({{"acc", x * (1 - std::exp(-static_cast<double>(t) / 3))}, {"t", static_cast<double>(t)}}, t);
+    }
     return 0;
   }
   if (mode == "silent") {  // closes its output and report channel, then works on

@@ -155,6 +155,12 @@ status trial_context::write_line(const std::string& line) {
   return status::ok();
 }
 
+status trial_context::report(const std::map<std::string, double>& metrics, int64_t iteration) {
+  if (iteration < 1) return status{errc::invalid_argument, "a result's iteration counts from 1"};
+  iteration_ = iteration - 1;
+  return report(metrics);
+}
+
 status trial_context::report(const std::map<std::string, double>& metrics) {
   nlohmann::json m = nlohmann::json::object();
   for (auto& [k, v] : metrics) {

@@ -62,6 +62,9 @@ class trial_context {
 
   // Reports metrics (one result); numbers only. Sends them to the node at once.
   status report(const std::map<std::string, double>& metrics);
+  // With the iteration it is (a trial resumed from a checkpoint goes on counting from
+  // there); the next plain report() counts on from it.
+  status report(const std::map<std::string, double>& metrics, int64_t iteration);
   // Says the trial is done with its work, with an optional final message.
   status done(const std::string& message = {});
 

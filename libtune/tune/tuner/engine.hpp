@@ -81,6 +81,7 @@ class experiment_engine {
   // Nothing runs and nothing more will start.
   bool finished() const;
   const std::map<std::string, engine_trial>& trials() const { return trials_; }
+  const engine_options& options() const { return opt_; }
   int running() const;
 
  private:

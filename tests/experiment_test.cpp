@@ -1,0 +1,107 @@
+// Experiments end to end on a cluster of processes (a head and a node with logical
+// GPUs): the engine's decisions carried out, the store matching what happened.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "experiment.hpp"
+#include "trial_cluster.hpp"
+#include "tune/tuner/export.hpp"
+
+namespace tune::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string worker_binary() {
+  const char* moved = std::getenv("TRIAL_WORKER");
+  return moved && *moved ? moved : TRIAL_WORKER;
+}
+
+class ExperimentTest : public trial_cluster_test {
+ protected:
+  std::unique_ptr<experiment_store> store;
+  void SetUp() override {
+    start_cluster({"--num-gpus", "2"}, worker_binary());
+    auto s = experiment_store::open(files.dir() + "/experiment");
+    ASSERT_TRUE(s) << s.error().message();
+    store = std::move(s).value();
+  }
+  experiment_summary run(scheduler_spec spec, int samples, int concurrent, int64_t iterations) {
+    search_space space{{"mode", "curve"}, {"x", uniform(0.1, 1.0)}, {"iterations", iterations}, {"sleep_ms", 20}};
+    auto search = make_random_search(space, {.num_samples = samples, .seed = 11});
+    EXPECT_TRUE(search);
+    auto sched = make_scheduler(spec, "acc", mode::max);
+    EXPECT_TRUE(sched) << sched.error().message();
+    engine_options eo;
+    eo.metric = "acc";
+    eo.max_concurrent = concurrent;
+    auto engine = experiment_engine::make(**search, **sched, eo);
+    EXPECT_TRUE(engine) << engine.error().message();
+    experiment_run_options ro;
+    ro.name = "test";
+    ro.program = program;
+    ro.bundles = {*resource_set::make({{"gpu", 0.5}})};
+    ro.stop_grace = 3000ms;
+    ro.on_progress = [&](const progress_snapshot& s) {
+      snapshots.push_back(s);
+      if (std::getenv("EXP_DEBUG")) std::cerr << render_progress(s);  // to watch it run
+    };
+    auto sum = run_experiment(*client, **engine, *store, ro);
+    EXPECT_TRUE(sum) << sum.error().message();
+    engine_trials = (*engine)->trials();
+    return sum ? *sum : experiment_summary{};
+  }
+  std::vector<progress_snapshot> snapshots;
+  std::map<std::string, engine_trial> engine_trials;
+};
+
+TEST_F(ExperimentTest, AshaStopsSomeTrialsAndTheStoreHoldsEveryResult) {
+  auto sum = run(asha{.max_t = 9, .grace_period = 1, .reduction_factor = 3, .brackets = 1}, 6, 2, 9);
+  EXPECT_EQ(sum.trials, 6);
+  EXPECT_EQ(sum.terminated, 6);
+  EXPECT_EQ(sum.errored, 0);
+  auto trials = store->trials();
+  ASSERT_TRUE(trials);
+  ASSERT_EQ(trials->size(), 6u);
+  int64_t iterations = 0;
+  for (auto& t : *trials) {
+    EXPECT_EQ(t.state, "terminated") << t.id;
+    auto results = store->results(t.id);
+    ASSERT_TRUE(results);
+    EXPECT_EQ(static_cast<int64_t>(results->size()), engine_trials.at(t.id).iteration)
+        << t.id << ": every result the trial reported is stored, once";
+    iterations += static_cast<int64_t>(results->size());
+    EXPECT_TRUE(t.info.contains("pid") && t.info.contains("node")) << t.info.dump();
+  }
+  EXPECT_EQ(sum.results, iterations);
+  EXPECT_LT(iterations, 6 * 9) << "ASHA stopped nobody";
+  auto best = find_best(*store, "acc", mode::max);
+  ASSERT_TRUE(best && *best);
+  double top_x = 0;
+  for (auto& t : *trials) top_x = std::max(top_x, t.config["x"].get<double>());
+  EXPECT_DOUBLE_EQ((*best)->config["x"].get<double>(), top_x) << "the best x runs to the end";
+  EXPECT_FALSE(snapshots.empty());
+}
+
+TEST_F(ExperimentTest, HyperBandPausesAndResumesTrialsFromTheirCheckpoints) {
+  auto sum = run(hyperband{.max_t = 9, .reduction_factor = 3, .brackets = 1}, 9, 3, 9);
+  EXPECT_EQ(sum.errored, 0);
+  int resumed = 0;
+  for (auto& [id, t] : engine_trials) {
+    EXPECT_TRUE(t.state == "terminated") << id << " " << t.state;
+    if (t.starts > 1) {
+      ++resumed;
+      // Resumed from its checkpoint: its iterations go on, none repeated.
+      auto results = store->results(id);
+      ASSERT_TRUE(results);
+      for (size_t i = 0; i < results->size(); ++i) EXPECT_EQ((*results)[i].iteration, static_cast<int64_t>(i) + 1) << id;
+      auto tr = store->trial(id);
+      EXPECT_TRUE(tr->info.contains("restored_from")) << tr->info.dump();
+    }
+  }
+  EXPECT_GT(resumed, 0) << "nobody was paused and resumed";
+}
+
+}  // namespace
+}  // namespace tune::test
