@@ -28,9 +28,15 @@ expected<experiment_summary> run_experiment(cluster_client& client, experiment_e
   std::map<std::string, live_trial> live;
   std::vector<result_row> pending_results;
   experiment_summary sum;
+  // A trial that could not start: its group goes back, it ends with the reason.
   auto fail_trial = [&](const std::string& id, const std::string& why) -> status {
+    auto& lt = live[id];
+    if (!lt.group.empty()) {
+      (void)client.remove_group(lt.group);
+      lt.group.clear();
+    }
     (void)store.update_trial(id, "error", why);
-    auto more = engine.on_ended(id, false, why);
+    auto more = engine.on_ended(id, false, why);  // a trial that never ran: nothing to resume
     return more ? status::ok() : more.error();
   };
 

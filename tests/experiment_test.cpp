@@ -27,7 +27,8 @@ class ExperimentTest : public trial_cluster_test {
     ASSERT_TRUE(s) << s.error().message();
     store = std::move(s).value();
   }
-  experiment_summary run(scheduler_spec spec, int samples, int concurrent, int64_t iterations) {
+  experiment_summary run(scheduler_spec spec, int samples, int concurrent, int64_t iterations,
+                         resource_set bundle = *resource_set::make({{"gpu", 0.5}}), program_ref* trainable = nullptr) {
     search_space space{{"mode", "curve"}, {"x", uniform(0.1, 1.0)}, {"iterations", iterations}, {"sleep_ms", 20}};
     auto search = make_random_search(space, {.num_samples = samples, .seed = 11});
     EXPECT_TRUE(search);
@@ -40,8 +41,9 @@ class ExperimentTest : public trial_cluster_test {
     EXPECT_TRUE(engine) << engine.error().message();
     experiment_run_options ro;
     ro.name = "test";
-    ro.program = program;
-    ro.bundles = {*resource_set::make({{"gpu", 0.5}})};
+    ro.program = trainable ? *trainable : program;
+    ro.group_timeout = 5000ms;
+    ro.bundles = {bundle};
     ro.stop_grace = 3000ms;
     ro.on_progress = [&](const progress_snapshot& s) {
       snapshots.push_back(s);
@@ -101,6 +103,33 @@ TEST_F(ExperimentTest, HyperBandPausesAndResumesTrialsFromTheirCheckpoints) {
     }
   }
   EXPECT_GT(resumed, 0) << "nobody was paused and resumed";
+}
+
+TEST_F(ExperimentTest, TrialsThatCannotBePlacedFailWithTheReasonAndHoldNothing) {
+  auto sum = run(fifo{}, 2, 2, 3, *resource_set::make({{"gpu", 4}}));
+  EXPECT_EQ(sum.trials, 2);
+  EXPECT_EQ(sum.errored, 2);
+  auto trials = store->trials();
+  ASSERT_TRUE(trials);
+  for (auto& t : *trials) {
+    EXPECT_EQ(t.state, "error");
+    EXPECT_NE(t.error.find("infeasible"), std::string::npos) << t.error;
+  }
+  auto text = client->status_json();
+  ASSERT_TRUE(text);
+  auto status = nlohmann::json::parse(*text);
+  for (auto& g : status["placement_groups"]) EXPECT_EQ(g["state"], "removed") << g.dump();
+}
+
+TEST_F(ExperimentTest, ATrialThatCannotStartGivesItsCardsBackAtOnce) {
+  // Each trial needs the whole node; the program cannot be fetched. The second trial
+  // must get the node (and fail for the same reason), not wait for a held group.
+  program_ref bogus{"missing", std::string(64, 'a'), 10};
+  auto sum = run(fifo{}, 2, 1, 3, *resource_set::make({{"gpu", 2}}), &bogus);
+  EXPECT_EQ(sum.errored, 2);
+  auto trials = store->trials();  // kept: a loop over a temporary's value dangles
+  ASSERT_TRUE(trials);
+  for (auto& t : *trials) EXPECT_NE(t.error.find("cannot fetch program missing"), std::string::npos) << t.error;
 }
 
 }  // namespace
