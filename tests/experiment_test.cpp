@@ -13,10 +13,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string worker_binary() {
-  const char* moved = std::getenv("TRIAL_WORKER");
-  return moved && *moved ? moved : TRIAL_WORKER;
-}
+std::string worker_binary() { return built_or_moved("TRIAL_WORKER", TRIAL_WORKER); }
 
 class ExperimentTest : public trial_cluster_test {
  protected:

@@ -18,15 +18,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string train_worker() {
-  const char* moved = std::getenv("TRAIN_WORKER");
-  return moved && *moved ? moved : TRAIN_WORKER;
-}
+std::string train_worker() { return built_or_moved("TRAIN_WORKER", TRAIN_WORKER); }
 
-std::string gpu_worker() {
-  const char* moved = std::getenv("GPU_WORKER");
-  return moved && *moved ? moved : GPU_WORKER;
-}
+std::string gpu_worker() { return built_or_moved("GPU_WORKER", GPU_WORKER); }
 
 class GpuIsolationTest : public trial_cluster_test {
  protected:

@@ -8,6 +8,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,13 @@ std::optional<std::chrono::milliseconds> wait_until(const std::function<bool()>&
                                                     std::chrono::milliseconds every = std::chrono::milliseconds(20));
 
 // A free TCP port on 127.0.0.1 right now.
+// A binary the tests run: $<env> when set (a build moved to another machine, e.g. the
+// GPU machine), else the one built here.
+inline std::string built_or_moved(const char* env, const char* built) {
+  const char* moved = std::getenv(env);
+  return moved && *moved ? moved : built;
+}
+
 int free_port();
 
 // Whether a process is gone: no such process, or a zombie nobody reaped yet.

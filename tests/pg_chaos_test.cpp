@@ -89,8 +89,7 @@ TEST_F(PgChaosTest, NothingOverCommittedAndNothingLeaks) {
   const double client_seconds = 12;
   std::vector<std::future<run_result>> clients;
   for (int c = 0; c < 4; ++c) {
-    const char* moved = std::getenv("PG_CLIENT");  // a build moved to another machine
-    std::vector<std::string> argv{moved && *moved ? moved : PG_CLIENT, "--address", address, "--token-file", files.token_file(), "--seconds",
+    std::vector<std::string> argv{built_or_moved("PG_CLIENT", PG_CLIENT), "--address", address, "--token-file", files.token_file(), "--seconds",
                                   std::to_string(client_seconds), "--seed", std::to_string(100 + c)};
     if (c >= 2) argv.push_back("--crash");
     clients.push_back(std::async(std::launch::async, [argv, env = files.env()] { return run(argv, env, 60s); }));

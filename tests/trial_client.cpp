@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "client.hpp"
+#include "client_connect.hpp"
 #include "tune/cluster/token.hpp"
 
 namespace po = boost::program_options;
@@ -76,18 +77,14 @@ int main(int argc, char** argv) {
     std::cerr << "trial_client: " << e.what() << "\n" << desc;
     return 2;
   }
-  auto address = vm["address"].as<std::string>();
-  auto colon = address.rfind(':');
-  auto token = read_token(vm["token-file"].as<std::string>());
   auto scenario = vm["scenario"].as<std::string>();
-  if (!token || colon == std::string::npos || (scenario != "ship" && scenario != "fail")) {
-    std::cerr << "trial_client: bad --address, --scenario or token file\n";
+  if (scenario != "ship" && scenario != "fail") {
+    std::cerr << "trial_client: --scenario is ship or fail, not " << scenario << "\n";
     return 2;
   }
   wire::config cfg;
   caf::actor_system sys{cfg};
-  auto c = cluster_client::connect(sys, address.substr(0, colon),
-                                   static_cast<uint16_t>(std::stoi(address.substr(colon + 1))), token->token);
+  auto c = test::connect_client(sys, vm["address"].as<std::string>(), vm["token-file"].as<std::string>());
   if (!c) {
     std::cerr << "trial_client: " << c.error().message() << "\n";
     return 1;

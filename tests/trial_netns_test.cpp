@@ -22,15 +22,9 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-std::string worker_binary() {
-  const char* moved = std::getenv("TRIAL_WORKER");  // a build moved to another machine
-  return moved && *moved ? moved : TRIAL_WORKER;
-}
+std::string worker_binary() { return built_or_moved("TRIAL_WORKER", TRIAL_WORKER); }
 
-std::string client_binary() {
-  const char* moved = std::getenv("TRIAL_CLIENT");
-  return moved && *moved ? moved : TRIAL_CLIENT;
-}
+std::string client_binary() { return built_or_moved("TRIAL_CLIENT", TRIAL_CLIENT); }
 
 // By another implementation than the product's.
 std::string sha256_of(const std::string& path) {

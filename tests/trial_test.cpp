@@ -16,15 +16,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string worker_binary() {
-  const char* moved = std::getenv("TRIAL_WORKER");  // a build moved to another machine
-  return moved && *moved ? moved : TRIAL_WORKER;
-}
+std::string worker_binary() { return built_or_moved("TRIAL_WORKER", TRIAL_WORKER); }
 
-std::string train_worker_binary() {
-  const char* moved = std::getenv("TRAIN_WORKER");
-  return moved && *moved ? moved : TRAIN_WORKER;
-}
+std::string train_worker_binary() { return built_or_moved("TRAIN_WORKER", TRAIN_WORKER); }
 
 class TrialTest : public trial_cluster_test {
  protected:
