@@ -134,6 +134,11 @@ class cluster_client {
   void resume_trial(const caf::actor& trial);
 
   const caf::actor& head() const { return head_; }
+  const std::string& token() const { return token_; }
+  ms request_timeout() const { return timeout_; }
+  caf::actor_system& system() const { return sys_; }
+  // This client's program server (none until serve_program was called).
+  const caf::actor& program_server() const { return programs_; }
 
  private:
   caf::actor_system& sys_;

@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "experiment.hpp"
+#include "controller.hpp"
 #include "trial_cluster.hpp"
 #include "tune/tuner/export.hpp"
 
@@ -65,7 +65,7 @@ TEST_F(ExperimentTest, AshaStopsSomeTrialsAndTheStoreHoldsEveryResult) {
   ASSERT_EQ(trials->size(), 6u);
   int64_t iterations = 0;
   for (auto& t : *trials) {
-    EXPECT_EQ(t.state, "terminated") << t.id;
+    EXPECT_EQ(t.state, "terminated") << t.id << ": " << t.error;
     auto results = store->results(t.id);
     ASSERT_TRUE(results);
     EXPECT_EQ(static_cast<int64_t>(results->size()), engine_trials.at(t.id).iteration)
@@ -100,6 +100,19 @@ TEST_F(ExperimentTest, HyperBandPausesAndResumesTrialsFromTheirCheckpoints) {
     }
   }
   EXPECT_GT(resumed, 0) << "nobody was paused and resumed";
+}
+
+TEST_F(ExperimentTest, TrialsWaitingForRoomDoNotHoldUpTheOthers) {
+  // Three trials at once, room for two: the third one's group waits until a running
+  // trial's end is handled and its card given back. A controller that blocked on the
+  // waiting group would never handle that end (every trial would time out but two).
+  auto sum = run(fifo{}, 6, 3, 8, *resource_set::make({{"gpu", 1}}));
+  EXPECT_EQ(sum.trials, 6);
+  EXPECT_EQ(sum.terminated, 6);
+  EXPECT_EQ(sum.results, 6 * 8);
+  auto trials = store->trials();
+  ASSERT_TRUE(trials);
+  for (auto& t : *trials) EXPECT_EQ(t.state, "terminated") << t.id << ": " << t.error;
 }
 
 TEST_F(ExperimentTest, TrialsThatCannotBePlacedFailWithTheReasonAndHoldNothing) {

@@ -1,0 +1,74 @@
+// The controller: the actor that runs one experiment. It carries out what the
+// experiment engine (tune/tuner/engine.hpp) decides, asynchronously — for every start
+// a placement group (created, waited for) and then the trial in it, many trials in
+// flight at once, so a trial whose group waits for room never delays decisions on the
+// others — feeds the engine every trial event the moment it arrives, writes results,
+// checkpoints and events to the experiment store (results in batches, at least every
+// `flush_every` and always before the trial's end is recorded), and reports progress.
+//
+// Stop and pause both end the trial's process and give its group back; a paused trial
+// gets a new group when it resumes, from its checkpoint (on the checkpoint's node only
+// until checkpoints move between nodes, issue 7).
+//
+// It talks to the head itself (its requests carry the cluster token) and owns the
+// groups and trials it starts: trial events come to it, and the head removes its
+// groups if it dies. It runs on its own thread (the store's writes block).
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "client.hpp"
+#include "tune/tuner/engine.hpp"
+#include "tune/tuner/progress.hpp"
+#include "tune/tuner/store.hpp"
+
+namespace tune {
+
+struct experiment_run_options {
+  std::string name = "experiment";
+  program_ref program;                 // the trainable, served by the program server
+  std::vector<std::string> args;       // the program's command-line arguments
+  std::vector<resource_set> bundles;   // what each trial needs (its placement group)
+  strategy strat = strategy::pack;
+  std::chrono::milliseconds stop_grace{10000};
+  std::chrono::milliseconds group_timeout{60000};  // for a trial's group to be placed
+  // Called with a snapshot whenever something changed (at most every `progress_every`),
+  // on the controller's thread.
+  std::function<void(const progress_snapshot&)> on_progress;
+  std::chrono::milliseconds progress_every{500};
+  std::chrono::milliseconds flush_every{50};  // results wait at most this long to be stored
+};
+
+struct experiment_summary {
+  double wall_s = 0;
+  int trials = 0, terminated = 0, errored = 0;
+  int64_t results = 0;    // stored
+  int64_t ingested = 0;   // result events the controller handled
+};
+
+struct controller_setup {
+  caf::actor head;
+  std::string token;
+  caf::actor programs;                         // serves opt.program to nodes
+  std::chrono::milliseconds request_timeout{10000};
+  experiment_engine* engine = nullptr;         // both outlive the controller
+  experiment_store* store = nullptr;
+  experiment_run_options options;
+  // Called once, from the controller's thread, when the experiment is over (or failed).
+  std::function<void(expected<experiment_summary>)> on_done;
+};
+
+// Starts the controller; it begins at once and quits when done. Sending it an exit
+// message (or it failing) stops the trials it runs.
+caf::actor spawn_controller(caf::actor_system& sys, controller_setup setup);
+
+// Runs one experiment to its end through `client`'s head (a controller, waited for).
+expected<experiment_summary> run_experiment(cluster_client& client, experiment_engine& engine,
+                                            experiment_store& store, const experiment_run_options& opt);
+
+}  // namespace tune
