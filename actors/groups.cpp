@@ -34,6 +34,7 @@ struct groups_state {
   std::map<node_id, caf::actor> nodes;
   std::map<node_id, std::string> hostname;
   std::map<std::string, caf::actor> owner_of;                 // groups that are not detached
+  std::set<std::string> detached;                             // made detached (`tune group create`)
   std::map<caf::actor_addr, std::set<std::string>> groups_of;  // by owner
   std::map<std::string, std::vector<waiter>> waiters;
   std::map<bundle_key, orphan> orphans;
@@ -278,7 +279,7 @@ nlohmann::json group_json(groups_actor self, const group_table::group& g, time_p
           {"state", to_string(g.state)},
           {"strategy", to_string(g.spec.strat)},
           {"reason", g.reason},
-          {"detached", !st.owner_of.count(g.spec.id)},
+          {"detached", st.detached.count(g.spec.id) > 0},
           {"age_s", secs(g.created)},
           {"in_state_s", secs(g.since)},
           {"bundles", std::move(bundles)}};
@@ -319,6 +320,7 @@ caf::message create(groups_actor self, const wire::wire_group_spec& w) {
     if (!made) return no(made.error().message());
   }
   auto owner = caf::actor_cast<caf::actor>(self->current_sender());
+  if (w.detached || !owner) st.detached.insert(id);
   if (!w.detached && owner) {
     auto& mine = st.groups_of[owner.address()];
     if (mine.empty()) self->monitor(owner);

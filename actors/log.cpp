@@ -1,10 +1,28 @@
 #include "log.hpp"
 
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
+#include <mutex>
 
 namespace tune {
+
+namespace {
+std::mutex log_mutex;
+std::FILE* log_file = nullptr;  // null: stderr
+}  // namespace
+
+status set_log_file(const std::string& path) {
+  std::lock_guard lock{log_mutex};
+  if (log_file) std::fclose(log_file);
+  log_file = nullptr;
+  if (path.empty()) return status::ok();
+  log_file = std::fopen(path.c_str(), "a");
+  if (!log_file) return status{errc::invalid_argument, "cannot open the log " + path + ": " + std::strerror(errno)};
+  return status::ok();
+}
 
 void log_line(const std::string& line) {
   auto now = std::chrono::system_clock::now();
@@ -14,8 +32,10 @@ void log_line(const std::string& line) {
   gmtime_r(&t, &tm);
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
-  std::fprintf(stderr, "%s.%03dZ %s\n", stamp, static_cast<int>(ms), line.c_str());
-  std::fflush(stderr);
+  std::lock_guard lock{log_mutex};
+  auto* out = log_file ? log_file : stderr;
+  std::fprintf(out, "%s.%03dZ %s\n", stamp, static_cast<int>(ms), line.c_str());
+  std::fflush(out);
 }
 
 }  // namespace tune

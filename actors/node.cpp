@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -101,6 +102,7 @@ void start_trial(node_actor self, const wire::wire_trial_spec& spec, const reser
     t.grants.push_back(g);
   }
   t.base_env = st.opt.trial_env;
+  t.cpu_threads = std::max(1, static_cast<int>(std::ceil(hold.request.cpu().to_double() - 1e-9)));
   t.owner = std::move(owner);
   t.audit = st.audit;
   t.started = std::move(rp);
@@ -392,6 +394,14 @@ caf::behavior node(node_actor self, node_options opt) {
 
 caf::actor spawn_node(caf::actor_system& sys, node_options opt) {
   return sys.spawn(node, std::move(opt));
+}
+
+std::map<std::string, std::string> inherited_trial_env() {
+  std::map<std::string, std::string> env;
+  for (auto name : {"PATH", "HOME", "LD_LIBRARY_PATH", "TMPDIR", "LANG", "TUNE_FASHION_MNIST_DIR"})
+    if (const char* v = std::getenv(name)) env[name] = v;
+  if (!env.count("PATH")) env["PATH"] = "/usr/local/bin:/usr/bin:/bin";
+  return env;
 }
 
 }  // namespace tune

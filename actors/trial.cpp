@@ -259,6 +259,11 @@ std::map<std::string, std::string> trial_environment(const trial_options& opt) {
   env["TUNE_TRIAL_GPUS"] = gpus_json(opt).dump();
   env["TUNE_REPORT_FD"] = std::to_string(worker_process::report_fd);
   if (!opt.spec.restore_dir.empty()) env["TUNE_RESTORE_DIR"] = opt.spec.restore_dir;
+  // Thread pools (OpenMP, OpenBLAS, MKL) sized to the CPUs the trial holds, not to the
+  // machine's, unless the node's own environment says otherwise.
+  if (opt.cpu_threads > 0)
+    for (auto name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"})
+      if (!env.count(name)) env[name] = std::to_string(opt.cpu_threads);
   if (!opt.grants.empty()) env["TUNE_GPU_MEMORY_QUOTA"] = std::to_string(opt.grants[0].memory);
   // Under the node's MPS daemon the driver enforces each card's quota at allocation.
   if (env.count("CUDA_MPS_PIPE_DIRECTORY") && !opt.cards.empty() && !opt.cards[0].logical) {

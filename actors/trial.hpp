@@ -38,6 +38,7 @@ struct trial_options {
   std::vector<gpu_instance> cards;  // the bundle's cards, in order
   std::vector<gpu_grant> grants;    // their shares and memory
   std::map<std::string, std::string> base_env;  // PATH, HOME, LD_LIBRARY_PATH, ...
+  int cpu_threads = 0;  // the bundle's CPUs, rounded up: the worker's thread pools (0: not set)
   std::chrono::milliseconds default_grace{10000};
   caf::actor owner;
   caf::actor audit;  // the node's GPU audit (none without NVML or real cards)

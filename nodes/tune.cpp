@@ -44,7 +44,6 @@ using namespace tune;
 namespace {
 
 constexpr uint16_t default_port = 6380;
-constexpr int64_t logical_gpu_memory = int64_t{16} << 30;
 
 const char* usage =
     "usage: tune <command> [options]\n"
@@ -271,11 +270,7 @@ int start_node(const po::variables_map& vm, const std::string& dir) {
     opt.address = cli::local_address_towards(head->host, head->port);
     opt.resources = *resources;
     opt.work_dir = dir + "/" + id;  // programs/ and trials/ of this node
-    // What trials start from: enough to find programs and libraries; nothing else of
-    // this process's environment (CUDA_VISIBLE_DEVICES above all) reaches them.
-    for (auto name : {"PATH", "HOME", "LD_LIBRARY_PATH", "TMPDIR", "LANG", "TUNE_FASHION_MNIST_DIR"})
-      if (const char* v = std::getenv(name)) opt.trial_env[name] = v;
-    if (!opt.trial_env.count("PATH")) opt.trial_env["PATH"] = "/usr/local/bin:/usr/bin:/bin";
+    opt.trial_env = inherited_trial_env();  // never CUDA_VISIBLE_DEVICES
     opt.on_first_join = [first](const status& st) { first->set_value(st); };
     opt.on_fatal = [fatal_message](const status& st) {
       *fatal_message = st.message();

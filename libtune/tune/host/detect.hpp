@@ -36,6 +36,8 @@ host_info detect_host();
 // UUIDs "LOGICAL-<owner>-<i>" (owner: a node id, unique in a cluster), marked logical,
 // each with `memory` bytes.
 std::vector<gpu_instance> logical_gpus(const std::string& owner, int count, int64_t memory);
+// The memory a logical GPU declares (16 GiB), for quotas of shares.
+inline constexpr int64_t logical_gpu_memory = int64_t{16} << 30;
 
 // This machine as a node: its CPUs, memory and GPUs.
 expected<node_resources> local_node_resources(const host_info& host);

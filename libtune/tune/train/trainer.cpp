@@ -66,17 +66,16 @@ expected<train_result> train(const hyperparameters& hp, const fashion_mnist& dat
       return status{errc::invalid_argument, "training diverged (loss " + std::to_string(r.train_loss) +
                                                 " in epoch " + std::to_string(epoch) + "): lower lr (" +
                                                 std::to_string(hp.lr) + ")"};
+    if (epoch == hp.epochs) {  // the last epoch: tested before it is reported
+      auto test = b.evaluate(split_id::test);
+      if (!test) return test.error();
+      r.test_acc = result.test_acc = double(test->correct) / std::max<int64_t>(1, test->count);
+      r.test_loss = result.test_loss = test->loss / std::max<int64_t>(1, test->count);
+    }
     if (options.on_epoch && !options.on_epoch(r)) result.stopped = true;
   }
   result.samples_per_s = train_samples / std::max(train_seconds, 1e-9);
-  if (result.stopped) {
-    result.test_acc = result.test_loss = std::nan("");
-  } else {
-    auto test = b.evaluate(split_id::test);
-    if (!test) return test.error();
-    result.test_acc = double(test->correct) / std::max<int64_t>(1, test->count);
-    result.test_loss = test->loss / std::max<int64_t>(1, test->count);
-  }
+  if (result.epochs < hp.epochs) result.test_acc = result.test_loss = std::nan("");  // stopped: not tested
   result.seconds = seconds_since(start);
   return result;
 }

@@ -3,6 +3,7 @@
 // a stop flag checked between steps, and the test accuracy at the end.
 #pragma once
 
+#include <cmath>
 #include <atomic>
 #include <functional>
 #include <string>
@@ -21,6 +22,9 @@ struct epoch_report {
   double samples_per_s = 0;              // training steps only (no evaluation)
   double seconds = 0;                    // the whole epoch, evaluation included
   int devices = 1;                       // devices the steps ran on (data-parallel: 2+)
+  // The last epoch only (hp.epochs): the test split, evaluated before this report;
+  // NaN in the others.
+  double test_loss = std::nan(""), test_acc = std::nan("");
 };
 
 struct train_result {

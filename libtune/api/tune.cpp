@@ -1,0 +1,546 @@
+// The public API (tune/tune.hpp) over the actors: the embedded cluster, the
+// connection to a head, the trainables' worker mode and the tuner.
+#include "tune/tune.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <future>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <random>
+
+#include "address.hpp"
+#include "client.hpp"
+#include "controller.hpp"
+#include "head.hpp"
+#include "log.hpp"
+#include "node.hpp"
+#include "tune/cluster/token.hpp"
+#include "tune/host/detect.hpp"
+#include "tune/host/nvml.hpp"
+#include "tune/tuner/progress.hpp"
+
+namespace tune {
+
+// --- trainables -------------------------------------------------------------------
+
+namespace {
+
+struct trainable_registry {
+  std::map<std::string, trainable_fn> fns;
+  std::vector<std::string> duplicates;
+};
+
+trainable_registry& registry() {
+  static trainable_registry r;
+  return r;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out.empty() ? "none" : out;
+}
+
+// A trial's worker: runs the trainable with the trial's context; never returns.
+[[noreturn]] void run_worker(const std::string& name) {
+  auto& r = registry();
+  auto it = r.fns.find(name);
+  if (it == r.fns.end()) {
+    std::cerr << "libtune worker: this program has no trainable '" << name << "' (it has: " << joined(trainable_names())
+              << "); was it built from the same source as the program that started the experiment?\n";
+    std::exit(2);
+  }
+  auto ctx = trial_context::from_environment();
+  if (!ctx) {
+    std::cerr << "libtune worker: " << ctx.error().message() << "\n";
+    std::exit(2);
+  }
+  try {
+    it->second(*ctx);
+  } catch (const std::exception& e) {
+    std::cerr << "trainable " << name << " failed: " << e.what() << "\n";
+    std::exit(1);
+  } catch (...) {
+    std::cerr << "trainable " << name << " failed with an exception that is not a std::exception\n";
+    std::exit(1);
+  }
+  std::cout.flush();
+  std::exit(0);
+}
+
+}  // namespace
+
+bool register_trainable(const std::string& name, trainable_fn fn) {
+  auto& r = registry();
+  if (!r.fns.emplace(name, std::move(fn)).second) r.duplicates.push_back(name);
+  return true;
+}
+
+std::vector<std::string> trainable_names() {
+  std::vector<std::string> out;
+  for (auto& [name, fn] : registry().fns) out.push_back(name);
+  return out;
+}
+
+// --- the cluster ------------------------------------------------------------------
+
+struct cluster::impl {
+  std::unique_ptr<wire::config> cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::unique_ptr<cluster_client> client;
+  caf::actor head, node;  // embedded only
+  std::string address;    // empty: embedded
+  std::string work_dir;
+  bool own_work_dir = false;
+  std::string node_summary;
+  std::mutex client_mutex;  // one caller of the client at a time
+
+  ~impl() {
+    client.reset();  // its program server ends
+    if (node) caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
+    if (head) caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
+    node = nullptr;
+    head = nullptr;
+    sys.reset();  // waits for every actor (the node ends its trials first)
+    (void)set_log_file("");
+    if (own_work_dir) {
+      std::error_code ec;
+      std::filesystem::remove_all(work_dir, ec);
+    }
+  }
+};
+
+namespace {
+
+std::string random_hex(int bytes) {
+  std::random_device rd;
+  std::string out;
+  char buf[3];
+  for (int i = 0; i < bytes; ++i) {
+    std::snprintf(buf, sizeof buf, "%02x", rd() & 0xff);
+    out += buf;
+  }
+  return out;
+}
+
+expected<node_resources> embedded_resources(const cluster_options& opt, const host_info& host, const std::string& id) {
+  resource_set r;
+  quantity cpus = host.cpus;
+  if (opt.num_cpus) {
+    auto n = quantity::from_double(*opt.num_cpus, "num_cpus");
+    if (!n) return n.error();
+    if (!(*n > quantity{})) return status{errc::invalid_argument, "num_cpus must be more than 0"};
+    cpus = *n;
+  }
+  r.set_cpu(cpus).set_memory(host.memory);
+  auto gpus = host.gpu.gpus;
+  if (opt.num_gpus) {
+    int n = *opt.num_gpus;
+    if (n < 0 || n > 1024) return status{errc::invalid_argument, "num_gpus must be between 0 and 1024"};
+    if (!gpus.empty()) {
+      if (n > static_cast<int>(gpus.size()))
+        return status{errc::invalid_argument, "num_gpus " + std::to_string(n) + ": this machine has only " +
+                                                  std::to_string(gpus.size()) + " GPUs"};
+      gpus.resize(static_cast<size_t>(n));
+    } else {
+      gpus = logical_gpus(id, n, logical_gpu_memory);
+    }
+  }
+  return node_resources::make(r, gpus);
+}
+
+expected<std::shared_ptr<cluster::impl>> start_embedded(const cluster_options& opt) {
+  auto st = std::make_shared<cluster::impl>();
+  auto host = detect_host();
+  std::string id = "embedded-" + random_hex(4);
+  auto res = embedded_resources(opt, host, id);
+  if (!res) return res.error();
+  if (opt.gpu_audit_ms < 0 || (opt.gpu_audit_ms > 0 && opt.gpu_audit_ms < 10))
+    return status{errc::invalid_argument, "gpu_audit_ms must be 0 (off) or at least 10"};
+  st->work_dir = opt.work_dir;
+  if (st->work_dir.empty()) {
+    auto base = std::filesystem::temp_directory_path() / ("libtune-embedded-" + std::to_string(::getpid()) + "-" + random_hex(3));
+    st->work_dir = base.string();
+    st->own_work_dir = !opt.keep_work_dir;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(st->work_dir, ec);
+  if (ec) return status{errc::invalid_argument, "cannot create the work folder " + st->work_dir + ": " + ec.message()};
+  // The head's and node's log lines (trials started, ended, ...) go to a file, not
+  // over the program's output.
+  if (auto s = set_log_file(st->work_dir + "/cluster.log"); !s) return s;
+  st->cfg = std::make_unique<wire::config>(false);
+  st->sys = std::make_unique<caf::actor_system>(*st->cfg);
+  auto token = random_hex(16);
+  st->head = spawn_head(*st->sys, {token, "embedded", wire::heartbeat_timeout, {}});
+  auto joined = std::make_shared<std::promise<status>>();
+  auto joined_future = joined->get_future();
+  node_options no;
+  no.head_host = "embedded";
+  no.token = token;
+  no.node_id = id;
+  no.hostname = host.hostname;
+  no.address = "127.0.0.1";
+  no.resources = *res;
+  no.work_dir = st->work_dir;
+  no.trial_env = inherited_trial_env();
+  no.head_actor = st->head;
+  no.on_first_join = [joined](const status& s) { joined->set_value(s); };
+  bool real = false;
+  for (auto& g : res->gpus()) real = real || !g.logical;
+  if (real && opt.gpu_audit_ms > 0) {
+    if (auto lib = nvml::load()) {
+      no.gpu_library = *lib;
+      no.audit_interval = std::chrono::milliseconds(opt.gpu_audit_ms);
+    }
+  }
+  st->node = spawn_node(*st->sys, no);
+  if (joined_future.wait_for(std::chrono::seconds(15)) != std::future_status::ready)
+    return status{errc::insufficient, "the embedded node did not join its head in 15 s"};
+  if (auto s = joined_future.get(); !s) return status{s.code(), "the embedded node: " + s.message()};
+  st->client = std::make_unique<cluster_client>(*st->sys, st->head, token);
+  auto gpus = res->gpus();
+  st->node_summary = std::string{"1 node: "} + res->total().cpu().to_string() + " CPUs, " +
+                     (gpus.empty() ? std::string{"no GPU"}
+                                   : std::to_string(gpus.size()) + (real ? " GPUs" : " logical GPUs"));
+  return st;
+}
+
+expected<std::shared_ptr<cluster::impl>> connect_to(const cluster_options& opt) {
+  auto where = cli::parse_host_port(opt.address, "--address");
+  if (!where) return where.error();
+  auto token = read_token(opt.token_file.empty() ? default_token_file() : opt.token_file);
+  if (!token) return token.error();
+  auto st = std::make_shared<cluster::impl>();
+  st->cfg = std::make_unique<wire::config>(true);
+  st->sys = std::make_unique<caf::actor_system>(*st->cfg);
+  auto c = cluster_client::connect(*st->sys, where->host, where->port, token->token);
+  if (!c) return c.error();
+  st->client = std::move(c).value();
+  st->address = where->to_string();
+  if (auto s = st->client->status_json(); !s) return s.error();  // the token is checked here
+  return st;
+}
+
+}  // namespace
+
+expected<cluster> cluster::start(cluster_options opt) {
+  auto st = opt.address.empty() ? start_embedded(opt) : connect_to(opt);
+  if (!st) return st.error();
+  cluster c;
+  c.impl_ = *st;
+  return c;
+}
+
+bool cluster::embedded() const { return impl_ && impl_->address.empty(); }
+
+std::string cluster::description() const {
+  if (!impl_) return "no cluster";
+  if (!embedded()) return "the cluster at " + impl_->address;
+  return "an embedded cluster (" + impl_->node_summary + (impl_->own_work_dir ? "" : "; log: " + impl_->work_dir + "/cluster.log") + ")";
+}
+
+expected<std::string> cluster::status_json() const {
+  if (!impl_) return status{errc::invalid_argument, "no cluster (use tune::init or cluster::start)"};
+  std::lock_guard lock{impl_->client_mutex};
+  return impl_->client->status_json();
+}
+
+expected<cluster_capacity> cluster::capacity() const {
+  auto text = status_json();
+  if (!text) return text.error();
+  auto j = nlohmann::json::parse(*text, nullptr, false);
+  if (!j.is_object() || !j.contains("nodes")) return status{errc::inconsistent, "the head's status is not readable"};
+  cluster_capacity c;
+  for (auto& n : j["nodes"]) {
+    if (!n.value("alive", false)) continue;
+    ++c.nodes;
+    auto& total = n["resources"]["total"];
+    c.cpus += total.value("cpu", 0.0);
+    c.gpus += total.value("gpu", 0.0);
+    for (auto& g : n.value("gpus", nlohmann::json::array())) c.real_gpus = c.real_gpus || !g.value("logical", false);
+  }
+  return c;
+}
+
+// --- init ---------------------------------------------------------------------------
+
+const char* init_help() {
+  return "libtune options:\n"
+         "  --address HOST:PORT  run the trials on the cluster whose head is there\n"
+         "                       (default: an embedded cluster in this process)\n"
+         "  --token-file F       that cluster's token (default: ~/.tune/token)\n"
+         "  --num-cpus N         the embedded cluster's CPUs (default: this machine's)\n"
+         "  --num-gpus N         the embedded cluster's GPUs (default: this machine's;\n"
+         "                       without cards: N logical GPUs, trials on the CPU)\n";
+}
+
+expected<cluster> init(int& argc, char** argv) {
+  if (argc >= 3 && std::string{argv[1]} == "--tune-worker") run_worker(argv[2]);
+  if (!registry().duplicates.empty())
+    return status{errc::invalid_argument, "trainable names used twice: " + joined(registry().duplicates) +
+                                              " (each TUNE_TRAINABLE needs its own name)"};
+  cluster_options opt;
+  std::vector<char*> rest{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i], value;
+    bool ours = arg == "--address" || arg == "--token-file" || arg == "--num-cpus" || arg == "--num-gpus";
+    bool inline_value = false;
+    for (auto name : {"--address=", "--token-file=", "--num-cpus=", "--num-gpus="})
+      if (arg.rfind(name, 0) == 0) {
+        value = arg.substr(std::string{name}.size());
+        arg = arg.substr(0, std::string{name}.size() - 1);
+        ours = inline_value = true;
+      }
+    if (!ours) {
+      rest.push_back(argv[i]);
+      continue;
+    }
+    if (!inline_value) {
+      if (i + 1 >= argc) return status{errc::invalid_argument, arg + " needs a value"};
+      value = argv[++i];
+    }
+    auto number = [&](double& out) -> status {
+      char* end = nullptr;
+      out = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end || !std::isfinite(out))
+        return status{errc::invalid_argument, arg + " " + value + ": not a number"};
+      return status::ok();
+    };
+    if (arg == "--address") {
+      opt.address = value;
+    } else if (arg == "--token-file") {
+      opt.token_file = value;
+    } else {
+      double n = 0;
+      if (auto s = number(n); !s) return s;
+      if (arg == "--num-cpus") {
+        opt.num_cpus = n;
+      } else {
+        if (n != std::floor(n)) return status{errc::invalid_argument, "--num-gpus " + value + ": give a whole number"};
+        opt.num_gpus = static_cast<int>(n);
+      }
+    }
+  }
+  if (!opt.address.empty() && (opt.num_cpus || opt.num_gpus))
+    return status{errc::invalid_argument,
+                  "--num-cpus and --num-gpus are for the embedded cluster; a cluster at --address has its own nodes"};
+  for (size_t i = 0; i < rest.size(); ++i) argv[i] = rest[i];
+  argc = static_cast<int>(rest.size());
+  argv[argc] = nullptr;
+  return cluster::start(opt);
+}
+
+// --- results -----------------------------------------------------------------------
+
+resources::resources(std::initializer_list<std::pair<std::string_view, double>> values) {
+  auto r = resource_set::make(values);
+  if (r) set = *r;
+  else error = r.error().message();
+}
+
+expected<result_grid> result_grid::open(const std::string& dir, std::string metric, tune::mode mode) {
+  auto s = experiment_store::open(dir);
+  if (!s) return s.error();
+  result_grid g;
+  g.store_ = std::shared_ptr<experiment_store>(std::move(s).value());
+  g.metric_ = std::move(metric);
+  g.mode_ = mode;
+  auto n = g.store_->result_count();
+  g.results = n ? *n : 0;
+  return g;
+}
+
+const std::string& result_grid::dir() const { return store_->dir(); }
+expected<std::optional<best_trial>> result_grid::best(scope s) const { return find_best(*store_, metric_, mode_, s); }
+expected<std::vector<trial_row>> result_grid::trials() const { return store_->trials(); }
+expected<std::vector<result_row>> result_grid::history(const std::string& trial) const {
+  if (auto t = store_->trial(trial); !t) return t.error();
+  return store_->results(trial);
+}
+expected<std::string> result_grid::csv() const { return results_csv(*store_); }
+expected<nlohmann::json> result_grid::json() const { return experiment_json(*store_); }
+int result_grid::errors() const {
+  auto t = store_->trials();
+  if (!t) return 0;
+  int n = 0;
+  for (auto& row : *t) n += row.state == "error";
+  return n;
+}
+
+// --- the tuner ---------------------------------------------------------------------
+
+namespace {
+
+// How many trials fit at once: per node, the fewest of any resource the bundle asks.
+int trials_that_fit(const nlohmann::json& status, const std::vector<resource_set>& bundles) {
+  double per_node_total = 0;
+  for (auto& n : status["nodes"]) {
+    if (!n.value("alive", false)) continue;
+    auto& total = n["resources"]["total"];
+    for (auto& b : bundles) {
+      auto want = nlohmann::json::parse(b.to_json());
+      double fit = 1e9;
+      for (auto& [name, amount] : want.items()) {
+        if (!amount.is_number() || amount.get<double>() <= 0) continue;
+        double have = total.contains(name) && total[name].is_number() ? total[name].get<double>() : 0;
+        fit = std::min(fit, std::floor(have / amount.get<double>() + 1e-9));
+      }
+      per_node_total += fit >= 1e9 ? 1 : fit;
+    }
+  }
+  return static_cast<int>(per_node_total / static_cast<double>(bundles.size()));
+}
+
+std::string utc_stamp() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+  return buf;
+}
+
+// The progress display: the table redrawn in place on a terminal, else the changes
+// as plain lines. On stderr, so that a program's own output stays clean.
+struct progress_printer {
+  progress_style style;
+  progress_snapshot last;
+  int drawn_lines = 0;
+  void operator()(const progress_snapshot& s) {
+    if (style == progress_style::table) {
+      int width = 100;
+      if (const char* c = std::getenv("COLUMNS")) width = std::max(40, std::atoi(c));
+      auto text = render_progress(s, width, 20);
+      std::string out;
+      if (drawn_lines > 0) out += "\x1b[" + std::to_string(drawn_lines) + "F\x1b[J";
+      out += text;
+      drawn_lines = static_cast<int>(std::count(text.begin(), text.end(), '\n'));
+      std::cerr << out << std::flush;
+    } else if (style == progress_style::lines) {
+      for (auto& line : progress_changes(last, s)) std::cerr << line << "\n";
+      std::cerr << std::flush;
+    }
+    last = s;
+  }
+};
+
+}  // namespace
+
+tuner::tuner(cluster c, std::string trainable, search_space space, tune_config cfg)
+    : cluster_(std::move(c)), trainable_(std::move(trainable)), space_(std::move(space)), cfg_(std::move(cfg)) {}
+
+expected<result_grid> tuner::fit() {
+  auto st = cluster_.state();
+  if (!st) return status{errc::invalid_argument, "the tuner has no cluster (use tune::init or cluster::start)"};
+  if (!registry().fns.count(trainable_))
+    return status{errc::not_found, "no trainable '" + trainable_ + "' in this program (it has: " +
+                                       joined(trainable_names()) + "); register it with TUNE_TRAINABLE"};
+  auto& c = cfg_;
+  if (c.num_samples < 1) return status{errc::invalid_argument, "num_samples must be at least 1"};
+  if (c.max_concurrent_trials < 0) return status{errc::invalid_argument, "max_concurrent_trials must be 0 (as many as fit) or more"};
+  if (!(c.group_timeout_s > 0) || !(c.stop_grace_s >= 0))
+    return status{errc::invalid_argument, "group_timeout_s must be positive and stop_grace_s not negative"};
+  std::vector<resource_set> bundles;
+  auto take = [&](const resources& r, const std::string& what) -> status {
+    if (!r.error.empty()) return status{errc::invalid_argument, what + ": " + r.error};
+    if (!r.set || r.set->empty()) return status{errc::invalid_argument, what + " is empty: ask for at least one CPU or GPU"};
+    bundles.push_back(*r.set);
+    return status::ok();
+  };
+  if (c.bundles.empty()) {
+    if (auto s = take(c.resources_per_trial, "resources_per_trial"); !s) return s;
+  } else {
+    for (size_t i = 0; i < c.bundles.size(); ++i)
+      if (auto s = take(c.bundles[i], "bundle " + std::to_string(i)); !s) return s;
+  }
+  // The search algorithm and the scheduler.
+  std::unique_ptr<search_algorithm> search;
+  if (std::holds_alternative<random_search_alg>(c.search)) {
+    auto s = make_random_search(space_, {.num_samples = c.num_samples, .seed = c.seed});
+    if (!s) return s.error();
+    search = std::move(s).value();
+  } else if (std::holds_alternative<grid_search_alg>(c.search)) {
+    auto s = make_grid_search(space_, {.num_samples = c.num_samples});
+    if (!s) return s.error();
+    search = std::move(s).value();
+  } else {
+    auto o = std::get<tpe_search>(c.search);
+    o.metric_mode = c.mode;
+    o.num_samples = c.num_samples;
+    o.seed = c.seed;
+    auto s = make_tpe(space_, o);
+    if (!s) return s.error();
+    search = std::move(s).value();
+  }
+  auto sched_spec = c.scheduler;
+  if (auto* p = std::get_if<pbt>(&sched_spec); p && p->seed == 0) p->seed = c.seed;
+  auto scheduler = make_scheduler(sched_spec, c.metric, c.mode);
+  if (!scheduler) return scheduler.error();
+  int concurrent = c.max_concurrent_trials;
+  if (concurrent == 0) {
+    auto text = cluster_.status_json();
+    if (!text) return text.error();
+    concurrent = std::max(1, trials_that_fit(nlohmann::json::parse(*text), bundles));
+  }
+  engine_options eo;
+  eo.metric = c.metric;
+  eo.direction = c.mode;
+  eo.max_concurrent = concurrent;
+  eo.stop = c.stop;
+  eo.time_budget_s = c.time_budget_s;
+  auto engine = experiment_engine::make(*search, **scheduler, eo);
+  if (!engine) return engine.error();
+  // The experiment directory and its settings.
+  std::string dir = c.experiment_dir.empty() ? "tune_results/" + c.name + "-" + utc_stamp() : c.experiment_dir;
+  auto store = experiment_store::open(dir);
+  if (!store) return store.error();
+  if (auto n = (*store)->result_count(); n && *n > 0)
+    return status{errc::already_exists, "the experiment directory " + dir +
+                                            " holds a finished or running experiment; give a new one"};
+  nlohmann::json resources_json = nlohmann::json::array();
+  for (auto& b : bundles) resources_json.push_back(nlohmann::json::parse(b.to_json()));
+  for (auto& [k, v] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"name", c.name}, {"metric", c.metric}, {"mode", c.mode == mode::max ? "max" : "min"},
+           {"num_samples", c.num_samples}, {"max_concurrent_trials", concurrent}, {"bundles", resources_json},
+           {"search", search->name()}, {"scheduler", (*scheduler)->name()}, {"seed", c.seed},
+           {"trainable", trainable_}, {"cluster", cluster_.description()}})
+    if (auto s = (*store)->set_meta(k, v); !s) return s;
+  // This program is the trainable: nodes start it in worker mode.
+  std::error_code ec;
+  auto self_path = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return status{errc::not_found, "cannot find this program's file (/proc/self/exe): " + ec.message()};
+  experiment_run_options ro;
+  ro.name = c.name;
+  ro.args = {"--tune-worker", trainable_};
+  ro.bundles = bundles;
+  ro.strat = c.strategy;
+  ro.group_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.group_timeout_s * 1000));
+  ro.stop_grace = std::chrono::milliseconds(static_cast<int64_t>(c.stop_grace_s * 1000));
+  auto style = c.progress;
+  if (style == progress_style::automatic) style = ::isatty(2) ? progress_style::table : progress_style::lines;
+  if (style != progress_style::none) ro.on_progress = progress_printer{style, {}, 0};
+  expected<experiment_summary> sum = status{errc::inconsistent, "not run"};
+  {
+    std::lock_guard lock{st->client_mutex};
+    auto program = st->client->serve_program(self_path.string());
+    if (!program) return status{program.error().code(), "serving this program to the nodes: " + program.error().message()};
+    ro.program = *program;
+    sum = run_experiment(*st->client, **engine, **store, ro);
+  }
+  if (!sum) return sum.error();
+  auto grid = result_grid::open(dir, c.metric, c.mode);
+  if (!grid) return grid.error();
+  grid->wall_s = sum->wall_s;
+  return grid;
+}
+
+}  // namespace tune

@@ -1,0 +1,273 @@
+// The public API end to end: tune::init's flags, trainables in this very program run
+// as trial processes, experiments on an embedded cluster and on a cluster of processes
+// (head and node daemons with logical GPUs), the store matching what was returned.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "harness.hpp"
+#include "tune/tune.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// A learning curve: value = x * (1 - 0.5^iteration); `fail_at` > 0 throws there.
+void curve(tune::trial_context& ctx) {
+  double x = ctx.number("x").value();
+  int64_t n = ctx.integer_or("iterations", 6).value();
+  int64_t fail_at = ctx.integer_or("fail_at", 0).value();
+  int64_t sleep_ms = ctx.integer_or("sleep_ms", 10).value();
+  const char* threads = std::getenv("OMP_NUM_THREADS");
+  for (int64_t i = 1; i <= n; ++i) {
+    if (i == fail_at) throw std::runtime_error("the curve broke at " + std::to_string(i));
+    std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+    if (!ctx.report({{"score", x * (1 - std::pow(0.5, static_cast<double>(i)))},
+                     {"threads", threads ? std::atof(threads) : -1}}) ||
+        tune::trial_context::should_stop())
+      return;
+  }
+}
+TUNE_TRAINABLE(curve);
+
+std::vector<char*> argv_of(std::vector<std::string>& args) {
+  std::vector<char*> out;
+  for (auto& a : args) out.push_back(a.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+TEST(TuneInit, TakesItsOwnFlagsAndLeavesTheRest) {
+  std::vector<std::string> args{"prog", "--epochs", "3", "--num-cpus=2", "--num-gpus", "2", "--model", "cnn"};
+  auto argv = argv_of(args);
+  int argc = static_cast<int>(args.size());
+  auto c = tune::init(argc, argv.data());
+  ASSERT_TRUE(c) << c.error().message();
+  ASSERT_EQ(argc, 5);
+  EXPECT_STREQ(argv[1], "--epochs");
+  EXPECT_STREQ(argv[2], "3");
+  EXPECT_STREQ(argv[3], "--model");
+  EXPECT_STREQ(argv[4], "cnn");
+  EXPECT_EQ(argv[5], nullptr);
+  EXPECT_TRUE(c->embedded());
+  auto cap = c->capacity();
+  ASSERT_TRUE(cap) << cap.error().message();
+  EXPECT_EQ(cap->nodes, 1);
+  EXPECT_EQ(cap->cpus, 2);
+  EXPECT_EQ(cap->gpus, 2);
+}
+
+TEST(TuneInit, BadFlagsAreErrorsThatSayWhatIsWrong) {
+  auto error_of = [](std::vector<std::string> args) {
+    auto argv = argv_of(args);
+    int argc = static_cast<int>(args.size());
+    auto c = tune::init(argc, argv.data());
+    return c ? std::string{} : c.error().message();
+  };
+  EXPECT_NE(error_of({"p", "--address"}).find("--address needs a value"), std::string::npos);
+  EXPECT_NE(error_of({"p", "--num-cpus", "many"}).find("not a number"), std::string::npos);
+  EXPECT_NE(error_of({"p", "--num-gpus", "1.5"}).find("whole number"), std::string::npos);
+  EXPECT_NE(error_of({"p", "--address", "127.0.0.1:1", "--num-gpus", "2"}).find("embedded"), std::string::npos);
+  EXPECT_NE(error_of({"p", "--address", "nocolon"}).find("--address"), std::string::npos);
+  auto missing = error_of({"p", "--address", "127.0.0.1:1", "--token-file", "/nonexistent/token"});
+  EXPECT_NE(missing.find("/nonexistent/token"), std::string::npos) << missing;
+}
+
+class TuneEmbedded : public ::testing::Test {
+ protected:
+  tune::test::cluster_files files;  // a scratch folder
+  tune::cluster_options options(double cpus) {
+    tune::cluster_options o;
+    o.num_cpus = cpus;
+    o.work_dir = files.dir() + "/work";
+    return o;
+  }
+  tune::tune_config config(int samples) {
+    tune::tune_config cfg;
+    cfg.metric = "score";
+    cfg.num_samples = samples;
+    cfg.seed = 3;
+    cfg.progress = tune::progress_style::none;
+    cfg.experiment_dir = files.dir() + "/exp";
+    return cfg;
+  }
+};
+
+TEST_F(TuneEmbedded, AshaRunsTrialsAsProcessesAndTheStoreHoldsWhatWasReported) {
+  auto c = tune::cluster::start(options(4));
+  ASSERT_TRUE(c) << c.error().message();
+  auto cfg = config(9);
+  cfg.resources_per_trial = tune::resources{{"cpu", 2}};
+  cfg.scheduler = tune::asha{.max_t = 6, .grace_period = 1, .reduction_factor = 3};
+  tune::search_space space{{"x", tune::uniform(0.1, 1.0)}, {"iterations", 6}};
+  tune::tuner t{*c, "curve", space, cfg};
+  auto r = t.fit();
+  ASSERT_TRUE(r) << r.error().message();
+  auto trials = r->trials();
+  ASSERT_TRUE(trials);
+  ASSERT_EQ(trials->size(), 9u);
+  int64_t reported = 0, stopped_early = 0;
+  for (auto& tr : *trials) {
+    EXPECT_EQ(tr.state, "terminated") << tr.id << ": " << tr.error;
+    auto h = r->history(tr.id);
+    ASSERT_TRUE(h);
+    ASSERT_FALSE(h->empty()) << tr.id;
+    for (size_t i = 0; i < h->size(); ++i) {
+      EXPECT_EQ((*h)[i].iteration, static_cast<int64_t>(i) + 1);  // each once, in order
+      EXPECT_EQ((*h)[i].metrics["threads"], 2) << "a trial's thread pools are its CPUs";
+    }
+    reported += static_cast<int64_t>(h->size());
+    stopped_early += h->back().iteration < 6;
+    EXPECT_TRUE(tr.info.contains("pid")) << tr.info.dump();
+  }
+  EXPECT_EQ(reported, r->results);
+  EXPECT_GT(stopped_early, 0) << "ASHA stopped nobody";
+  EXPECT_LT(stopped_early, 9);
+  // The best trial is the one with the largest x among those that ran all 6.
+  auto best = r->best();
+  ASSERT_TRUE(best && *best);
+  double best_x = 0;
+  for (auto& tr : *trials)
+    if (auto h = r->history(tr.id); h->back().iteration == 6) best_x = std::max(best_x, tr.config["x"].get<double>());
+  EXPECT_EQ((*best)->config["x"].get<double>(), best_x);
+  EXPECT_EQ((*best)->iteration, 6);
+  // The same numbers from the directory alone, after the run.
+  auto again = tune::result_grid::open(r->dir(), "score", tune::mode::max);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->results, r->results);
+  auto csv = again->csv();
+  ASSERT_TRUE(csv);
+  EXPECT_EQ(std::count(csv->begin(), csv->end(), '\n'), r->results + 1);
+}
+
+TEST_F(TuneEmbedded, AFailingTrialKeepsItsErrorAndTheOthersRunOn) {
+  auto c = tune::cluster::start(options(2));
+  ASSERT_TRUE(c) << c.error().message();
+  tune::search_space space{{"x", tune::grid_search({0.5, 0.9})}, {"fail_at", tune::grid_search({0, 3})}};
+  tune::tuner t{*c, "curve", space, config(1)};
+  auto r = t.fit();
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->errors(), 2);
+  auto trials = r->trials();
+  ASSERT_TRUE(trials);
+  ASSERT_EQ(trials->size(), 4u);
+  for (auto& tr : *trials) {
+    if (tr.config["fail_at"] == 3) {
+      EXPECT_EQ(tr.state, "error");
+      EXPECT_NE(tr.info.dump().find("the curve broke at 3"), std::string::npos) << tr.info.dump();
+      EXPECT_EQ(r->history(tr.id)->size(), 2u);  // what it reported before is kept
+    } else {
+      EXPECT_EQ(tr.state, "terminated") << tr.error;
+      EXPECT_EQ(r->history(tr.id)->size(), 6u);
+    }
+  }
+}
+
+TEST_F(TuneEmbedded, BadExperimentsAreRefusedBeforeAnythingRuns) {
+  auto c = tune::cluster::start(options(2));
+  ASSERT_TRUE(c) << c.error().message();
+  tune::search_space space{{"x", tune::uniform(0.1, 1.0)}};
+  auto error_of = [&](std::string trainable, tune::tune_config cfg) {
+    tune::tuner t{*c, std::move(trainable), space, std::move(cfg)};
+    auto r = t.fit();
+    return r ? std::string{} : r.error().message();
+  };
+  auto unknown = error_of("nope", config(1));
+  EXPECT_NE(unknown.find("no trainable 'nope'"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("curve"), std::string::npos) << unknown;  // the ones it has
+  auto cfg = config(1);
+  cfg.resources_per_trial = tune::resources{{"GPU", 1}};
+  auto res = error_of("curve", cfg);
+  EXPECT_NE(res.find("GPU"), std::string::npos) << res;
+  cfg = config(1);
+  cfg.metric = "";
+  EXPECT_NE(error_of("curve", cfg).find("metric"), std::string::npos);
+  cfg = config(0);
+  EXPECT_NE(error_of("curve", cfg).find("num_samples"), std::string::npos);
+  cfg = config(1);
+  cfg.scheduler = tune::asha{.reduction_factor = 1};
+  EXPECT_NE(error_of("curve", cfg).find("reduction_factor"), std::string::npos);
+  cfg = config(1);
+  cfg.search = tune::grid_search_alg{};
+  EXPECT_NE(error_of("curve", cfg).find("x"), std::string::npos);  // random domain in a grid
+}
+
+TEST_F(TuneEmbedded, ATrialThatCannotEverFitFailsWithTheReason) {
+  auto c = tune::cluster::start(options(2));
+  ASSERT_TRUE(c) << c.error().message();
+  auto cfg = config(2);
+  cfg.resources_per_trial = tune::resources{{"cpu", 1}, {"gpu", 1}};
+  cfg.max_concurrent_trials = 2;
+  tune::tuner t{*c, "curve", tune::search_space{{"x", 0.5}}, cfg};
+  auto r = t.fit();
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->errors(), 2);
+  auto trials = r->trials();  // kept: a loop over a temporary's value dangles
+  ASSERT_TRUE(trials);
+  for (auto& tr : *trials) EXPECT_NE(tr.error.find("infeasible"), std::string::npos) << tr.error;
+}
+
+// A cluster of processes: a head and a node daemon with 4 logical GPUs; the tuning
+// program connects with --address, as a user's would.
+TEST(TuneConnected, TrialsRunOnTheNodesOfAClusterAtAnAddress) {
+  tune::test::cluster_files files;
+  int port = tune::test::free_port();
+  std::string address = "127.0.0.1:" + std::to_string(port);
+  auto h = files.tune({"start", "--head", "--port", std::to_string(port), "--host", "127.0.0.1"});
+  ASSERT_EQ(h.rc, 0) << h.out << h.err;
+  auto n = files.tune({"start", "--address", address, "--num-gpus", "4", "--num-cpus", "4"});
+  ASSERT_EQ(n.rc, 0) << n.out << n.err;
+  {
+    std::vector<std::string> args{"prog", "--address", address, "--token-file", files.token_file()};
+    auto argv = argv_of(args);
+    int argc = static_cast<int>(args.size());
+    auto c = tune::init(argc, argv.data());
+    ASSERT_TRUE(c) << c.error().message();
+    EXPECT_FALSE(c->embedded());
+    tune::tune_config cfg;
+    cfg.metric = "score";
+    cfg.num_samples = 8;
+    cfg.seed = 5;
+    cfg.progress = tune::progress_style::none;
+    cfg.experiment_dir = files.dir() + "/exp";
+    cfg.resources_per_trial = tune::resources{{"cpu", 0.5}, {"gpu", 0.5}};
+    cfg.scheduler = tune::asha{.max_t = 4, .grace_period = 1, .reduction_factor = 2};
+    tune::tuner t{*c, "curve", tune::search_space{{"x", tune::uniform(0.1, 1.0)}, {"iterations", 4}}, cfg};
+    auto r = t.fit();
+    ASSERT_TRUE(r) << r.error().message();
+    auto trials = r->trials();
+    ASSERT_TRUE(trials);
+    EXPECT_EQ(trials->size(), 8u);
+    int64_t reported = 0;
+    for (auto& tr : *trials) {
+      EXPECT_EQ(tr.state, "terminated") << tr.error;
+      EXPECT_EQ(tr.info["gpus"].size(), 1u) << tr.info.dump();  // its logical card
+      reported += static_cast<int64_t>(r->history(tr.id)->size());
+    }
+    EXPECT_EQ(reported, r->results);
+    // Nothing is left held on the cluster (the node says so with its next heartbeat).
+    nlohmann::json status;
+    for (int i = 0; i < 40; ++i) {
+      status = nlohmann::json::parse(*c->status_json());
+      if (status["resources"]["available"]["gpu"] == 4) break;
+      std::this_thread::sleep_for(100ms);
+    }
+    EXPECT_EQ(status["resources"]["available"]["gpu"], 4) << status.dump();
+    for (auto& g : status["placement_groups"]) {
+      EXPECT_EQ(g["state"], "removed") << g.dump();
+      EXPECT_EQ(g["detached"], false) << "the tuner's groups are its own";
+    }
+  }
+  files.tune({"stop", "--grace", "3"});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Run as a trial's worker by a node: the trainable runs, and the process ends there.
+  if (argc >= 3 && std::string{argv[1]} == "--tune-worker") (void)tune::init(argc, argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,188 @@
+// libtune's public API: everything a tuning script needs.
+//
+//   #include <tune/tune.hpp>
+//
+//   void train(tune::trial_context& ctx) {            // runs in its own worker process
+//     double lr = ctx.number("lr").value();
+//     for (int epoch = 1; epoch <= 20; ++epoch)
+//       if (!ctx.report({{"acc", one_epoch(lr)}}) || tune::trial_context::should_stop()) return;
+//   }
+//   TUNE_TRAINABLE(train);
+//
+//   int main(int argc, char** argv) {
+//     auto cluster = tune::init(argc, argv);           // --address HOST:PORT, or embedded
+//     if (!cluster) { std::cerr << cluster.error().message() << "\n"; return 2; }
+//     tune::search_space space{{"lr", tune::loguniform(1e-4, 1e-1)},
+//                              {"width", tune::choice({128, 256, 512})}};
+//     tune::tuner t{*cluster, "train", space,
+//                   {.metric = "acc", .mode = tune::mode::max, .num_samples = 64,
+//                    .resources_per_trial = tune::resources({{"gpu", 0.25}}),
+//                    .scheduler = tune::asha{.max_t = 20}}};
+//     auto results = t.fit();
+//     if (results) std::cout << results->best()->config << "\n";
+//   }
+//
+// Trials run the same program: the tuner serves this executable to the nodes and they
+// start it as the trial's worker (`init` notices and runs the trainable instead of
+// main's work). So `init` must come first in main, before anything with side effects.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "tune/core/placement.hpp"
+#include "tune/core/resource_set.hpp"
+#include "tune/trial/context.hpp"
+#include "tune/tuner/engine.hpp"
+#include "tune/tuner/export.hpp"
+#include "tune/tuner/scheduler.hpp"
+#include "tune/tuner/search.hpp"
+#include "tune/tuner/space.hpp"
+#include "tune/tuner/store.hpp"
+
+namespace tune {
+
+// --- trainables -------------------------------------------------------------------
+
+// A trainable: runs one trial in its worker process. Returning ends the trial well;
+// an exception ends it in error (its message is the trial's error).
+using trainable_fn = std::function<void(trial_context&)>;
+
+// Registers `fn` under `name` (TUNE_TRAINABLE does it before main). A name used twice
+// is an error at start: the program prints it and exits.
+bool register_trainable(const std::string& name, trainable_fn fn);
+std::vector<std::string> trainable_names();
+
+#define TUNE_TRAINABLE(fn) [[maybe_unused]] static const bool tune_trainable_registered_##fn = ::tune::register_trainable(#fn, fn)
+
+// --- the cluster ------------------------------------------------------------------
+
+struct cluster_options {
+  std::string address;     // HOST:PORT of a head; empty: an embedded cluster in this process
+  std::string token_file;  // the cluster token for `address` (default: ~/.tune/token)
+  // An embedded cluster's node (ignored with an address):
+  std::optional<double> num_cpus;  // default: this machine's CPUs
+  std::optional<int> num_gpus;     // default: this machine's GPUs; on a machine without
+                                   // any, N logical GPUs (placement only: trials run on the CPU)
+  std::string work_dir;            // programs, trial folders and the cluster's log (cluster.log);
+                                   // default: a fresh folder in /tmp, removed at the end
+  bool keep_work_dir = false;      // keep that default folder (its path is in description())
+  int gpu_audit_ms = 200;          // the node's GPU audit (0: off); real cards only
+};
+
+struct cluster_capacity {
+  int nodes = 0;
+  double cpus = 0, gpus = 0;
+  bool real_gpus = false;  // at least one node has real cards (not logical ones)
+};
+
+// A connection to a cluster, or an embedded one (a head and a node in this process,
+// on this machine's GPUs, or its CPUs when it has none). Copies share it; the last one
+// ends an embedded cluster (and every trial it still runs).
+class cluster {
+ public:
+  static expected<cluster> start(cluster_options opt = {});
+  bool embedded() const;
+  std::string description() const;  // "embedded (1 node: 2 CPUs, no GPU)" or "head at HOST:PORT"
+  expected<cluster_capacity> capacity() const;
+  expected<std::string> status_json() const;  // as `tune status --json`
+
+  struct impl;
+  std::shared_ptr<impl> state() const { return impl_; }
+
+ private:
+  std::shared_ptr<impl> impl_;
+};
+
+// Takes libtune's own flags out of argv (the rest stay, in order, for the program):
+//   --address HOST:PORT   connect to a cluster (else: an embedded one)
+//   --token-file F        its token (default ~/.tune/token)
+//   --num-cpus N, --num-gpus N   the embedded node's resources
+// In a trial's worker process (started by a node) it runs the trainable and exits
+// with its outcome: it never returns there.
+expected<cluster> init(int& argc, char** argv);
+// The lines above, for a program's --help.
+const char* init_help();
+
+// --- experiments --------------------------------------------------------------------
+
+struct random_search_alg {};  // random search (grid_search domains expanded, Ray's default)
+struct grid_search_alg {};    // every grid point, num_samples times; random domains are an error
+using tpe_search = tpe_options;  // TPE (metric_mode, num_samples and seed are the experiment's)
+using search_spec = std::variant<random_search_alg, grid_search_alg, tpe_search>;
+
+enum class progress_style { automatic, table, lines, none };  // automatic: table on a terminal
+
+// A resource set from {"gpu": 0.25, "cpu": 1}; a bad one is an error at fit().
+struct resources {
+  resources() = default;
+  resources(std::initializer_list<std::pair<std::string_view, double>> values);
+  resources(resource_set r) : set(std::move(r)) {}
+  std::optional<resource_set> set;
+  std::string error;
+};
+
+struct tune_config {
+  std::string metric;                     // the reported metric to tune
+  tune::mode mode = tune::mode::max;
+  int num_samples = 1;                    // trials (× grid points for random search)
+  int max_concurrent_trials = 0;          // 0: as many as the cluster holds at once
+  resources resources_per_trial = {{"cpu", 1}};
+  std::vector<resources> bundles;         // several bundles per trial (then not resources_per_trial)
+  tune::strategy strategy = tune::strategy::pack;  // for several bundles
+  stop_criteria stop;                     // max_iterations, metric_threshold
+  std::optional<double> time_budget_s;    // the whole experiment
+  scheduler_spec scheduler = fifo{};
+  search_spec search = random_search_alg{};
+  uint64_t seed = 0;
+  std::string name = "experiment";
+  std::string experiment_dir;             // default: ./tune_results/<name>-<UTC time>
+  progress_style progress = progress_style::automatic;
+  double group_timeout_s = 600;           // a trial whose group is not placed by then fails
+  double stop_grace_s = 10;               // a stopped trial's time to end before it is killed
+};
+
+// What an experiment produced: read from its store (the experiment directory), so it
+// is the same after the program ended (`result_grid::open`).
+class result_grid {
+ public:
+  static expected<result_grid> open(const std::string& experiment_dir, std::string metric, tune::mode mode);
+  const std::string& dir() const;
+  // The best trial by the experiment's metric (its last result, or its best with
+  // scope::best); nothing when no trial reported it.
+  expected<std::optional<best_trial>> best(scope s = scope::last) const;
+  expected<std::vector<trial_row>> trials() const;
+  expected<std::vector<result_row>> history(const std::string& trial) const;
+  expected<std::string> csv() const;
+  expected<nlohmann::json> json() const;
+  int errors() const;     // trials that ended in error
+  double wall_s = 0;      // how long fit() ran
+  int64_t results = 0;    // results stored
+  const experiment_store& store() const { return *store_; }
+
+ private:
+  std::shared_ptr<experiment_store> store_;
+  std::string metric_;
+  tune::mode mode_ = tune::mode::max;
+};
+
+class tuner {
+ public:
+  tuner(cluster c, std::string trainable, search_space space, tune_config cfg);
+  // Runs the experiment to its end. Errors: a bad configuration (named), an unknown
+  // trainable, a cluster that cannot run a trial at all; trials that fail do not fail
+  // fit() (see result_grid::errors()).
+  expected<result_grid> fit();
+
+ private:
+  cluster cluster_;
+  std::string trainable_;
+  search_space space_;
+  tune_config cfg_;
+};
+
+}  // namespace tune
