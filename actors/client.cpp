@@ -231,13 +231,23 @@ expected<std::string> cluster_client::start_trial(const trial_request& req) {
 }
 
 std::optional<trial_event> cluster_client::next_trial_event(ms timeout) {
-  std::optional<trial_event> out;
-  self_->receive(
-      [&](wire::trial_event_atom, std::string& id, std::string& kind, std::string& json) {
-        out = trial_event{std::move(id), std::move(kind), std::move(json),
-                          caf::actor_cast<caf::actor>(self_->current_sender())};
-      },
-      caf::after(timeout) >> [] {});
+  if (unpacked_.empty()) {
+    self_->receive(
+        [&](wire::trial_event_atom, std::string& id, std::string& kind, std::string& json) {
+          auto from = caf::actor_cast<caf::actor>(self_->current_sender());
+          if (kind != "results") {
+            unpacked_.push_back({std::move(id), std::move(kind), std::move(json), from});
+            return;
+          }
+          auto body = nlohmann::json::parse(json, nullptr, false);
+          if (body.is_object() && body.contains("results") && body["results"].is_array())
+            for (auto& r : body["results"]) unpacked_.push_back({id, "result", r.dump(), from});
+        },
+        caf::after(timeout) >> [] {});
+  }
+  if (unpacked_.empty()) return std::nullopt;
+  auto out = std::move(unpacked_.front());
+  unpacked_.pop_front();
   return out;
 }
 

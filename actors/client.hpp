@@ -15,6 +15,7 @@
 #include <caf/all.hpp>
 
 #include <chrono>
+#include <deque>
 #include <optional>
 #include <memory>
 #include <string>
@@ -77,7 +78,10 @@ struct trial_request {
 };
 
 struct trial_event {
-  std::string trial_id, kind, json;  // kind: started, result, done, ended (trial.hpp)
+  // kind: started, result, checkpoint, done, ended (trial.hpp). Nodes send results
+  // that came together as one "results" event ({"results": [result, ...]});
+  // next_trial_event hands them out one "result" at a time.
+  std::string trial_id, kind, json;
   caf::actor trial;                  // the trial actor, for stop / kill / pause / resume
 };
 
@@ -147,6 +151,7 @@ class cluster_client {
   std::string token_;
   ms timeout_;
   caf::actor programs_;  // this client's program server, made on first use
+  std::deque<trial_event> unpacked_;  // results of a "results" event not yet handed out
 };
 
 // A CAF error in words.

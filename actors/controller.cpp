@@ -1,5 +1,7 @@
 #include "controller.hpp"
 
+#include <time.h>
+
 #include <future>
 #include <map>
 
@@ -11,6 +13,13 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 using flush_atom = caf::atom_constant<caf::atom("ctlflush")>;
+using lost_atom = caf::atom_constant<caf::atom("ctllost")>;
+
+double thread_cpu_now() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
 
 double wall_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -30,6 +39,7 @@ struct controller_state {
   std::map<caf::actor_addr, std::string> by_actor;  // trial actors, monitored
   std::vector<result_row> pending;                  // results not yet stored
   int64_t ingested = 0;
+  double cpu0 = 0;  // the thread's CPU time when the controller started
   clock_type::time_point last_progress = clock_type::now() - std::chrono::hours(1);
   bool over = false;
   static inline const char* name = "tune.controller";
@@ -97,6 +107,7 @@ void advance(controller_actor self) {
   experiment_summary sum;
   sum.wall_s = elapsed(self);
   sum.ingested = st.ingested;
+  sum.controller_cpu_s = thread_cpu_now() - st.cpu0;  // a detached actor: its thread is its own
   for (auto& [id, t] : st.setup.engine->trials()) {
     ++sum.trials;
     sum.terminated += t.state == "terminated";
@@ -232,15 +243,29 @@ void on_event(controller_actor self, const std::string& id, const std::string& k
     self->send(lt.actor, wire::trial_stop_atom::value, int64_t{st.setup.options.stop_grace.count()});
   }
   auto& engine = *st.setup.engine;
-  if (kind == "result") {
-    auto body = nlohmann::json::parse(json, nullptr, false);
-    if (!body.is_object()) return;
+  // One result: to the engine (scheduler, search), then to the store with the next flush.
+  auto ingest = [&](nlohmann::json& body, double now) {
+    if (!body.is_object()) return true;
     int64_t it = body.value("iteration", int64_t{0});
     ++st.ingested;
     auto more = engine.on_result(id, it, body["metrics"]);
-    st.pending.push_back({id, it, wall_now(), std::move(body["metrics"])});
-    if (!more) return finish(self, more.error());
+    st.pending.push_back({id, it, now, std::move(body["metrics"])});
+    if (!more) {
+      finish(self, more.error());
+      return false;
+    }
     act(self, std::move(*more));
+    return !st.over;
+  };
+  if (kind == "result" || kind == "results") {
+    auto body = nlohmann::json::parse(json, nullptr, false);
+    double now = wall_now();
+    if (kind == "result") {
+      if (!ingest(body, now)) return;
+    } else if (body.is_object() && body.contains("results") && body["results"].is_array()) {
+      for (auto& r : body["results"])
+        if (!ingest(r, now)) return;
+    }
     if (st.pending.size() >= 8192) flush(self);
   } else if (kind == "checkpoint") {
     auto body = nlohmann::json::parse(json, nullptr, false);
@@ -279,16 +304,16 @@ void on_event(controller_actor self, const std::string& id, const std::string& k
 
 caf::behavior controller(controller_actor self, controller_setup setup) {
   self->state.setup = std::move(setup);
+  self->state.cpu0 = thread_cpu_now();
   // A trial whose actor is gone without an "ended" (its node died): it ended in error.
+  // Its last events may still be on their way (they can come by another route than the
+  // down message), so it is declared lost only if nothing ended it a while later.
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
     auto it = st.by_actor.find(dm.source);
     if (it == st.by_actor.end()) return;
-    auto id = it->second;
-    st.by_actor.erase(it);
-    nlohmann::json body{{"ok", false}, {"error", "its node was lost (" + self->system().render(dm.reason) + ")"}};
-    st.live[id].actor = nullptr;
-    on_event(self, id, "ended", body.dump());
+    self->delayed_send(self, std::chrono::seconds(2), lost_atom::value, it->second, dm.source,
+                       self->system().render(dm.reason));
   });
   self->set_exit_handler([self](caf::exit_msg& em) {
     finish(self, status{errc::inconsistent, "the experiment was ended (" + self->system().render(em.reason) + ")"});
@@ -299,6 +324,17 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
         on_event(self, id, kind, json);
       },
       [](wire::pg_remove_atom, bool, const std::string&) {},  // groups given back
+      [self](lost_atom, const std::string& id, const caf::actor_addr& who, const std::string& why) {
+        auto& st = self->state;
+        auto it = st.by_actor.find(who);
+        if (it == st.by_actor.end()) return;  // it ended after all
+        st.by_actor.erase(it);
+        auto lit = st.live.find(id);
+        if (lit == st.live.end() || !lit->second.actor || lit->second.actor.address() != who) return;
+        lit->second.actor = nullptr;
+        nlohmann::json body{{"ok", false}, {"error", "its node was lost (" + why + ")"}};
+        on_event(self, id, "ended", body.dump());
+      },
       [self](flush_atom) {
         if (self->state.over) return;
         if (!flush(self)) return;

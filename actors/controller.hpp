@@ -49,6 +49,7 @@ struct experiment_summary {
   int trials = 0, terminated = 0, errored = 0;
   int64_t results = 0;    // stored
   int64_t ingested = 0;   // result events the controller handled
+  double controller_cpu_s = 0;  // CPU time of the controller's own thread
 };
 
 struct controller_setup {

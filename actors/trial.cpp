@@ -76,7 +76,7 @@ void watch(caf::actor self, process_spec spec, std::shared_ptr<control> ctl) {
     // poll() returns at once when the worker has closed its output and report channel
     // (it may still run): then this thread sleeps instead of spinning.
     if (!w.poll(std::chrono::milliseconds(50), lines)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    for (auto& l : lines) caf::anon_send(self, line_atom::value, std::move(l));
+    if (!lines.empty()) caf::anon_send(self, line_atom::value, std::move(lines));  // one message per read
     lines.clear();
     if (int grace = ctl->stop_after_ms.exchange(-1); grace >= 0) {
       w.terminate();
@@ -88,7 +88,7 @@ void watch(caf::actor self, process_spec spec, std::shared_ptr<control> ctl) {
     done = w.try_wait();
   }
   w.poll(std::chrono::milliseconds(0), lines);  // the last words
-  for (auto& l : lines) caf::anon_send(self, line_atom::value, std::move(l));
+  if (!lines.empty()) caf::anon_send(self, line_atom::value, std::move(lines));
   caf::anon_send(self, ended_atom::value, done->exited, done->code, done->describe(), w.stderr_tail());
 }
 
@@ -161,23 +161,37 @@ caf::behavior trial(trial_actor self, trial_options opt) {
                      caf::actor_cast<caf::actor>(self));
         }
       },
-      // A line from the worker: whatever it is, it must not hurt the node (a worker
-      // is the user's code), so anything but a well-formed report is ignored.
-      [self](line_atom, const std::string& line) {
-        auto j = nlohmann::json::parse(line, nullptr, false);
-        if (j.is_discarded() || !j.is_object() || !j.contains("type") || !j["type"].is_string()) return;
-        auto type = j["type"].get<std::string>();
-        if (type == "result" && j.contains("metrics") && j["metrics"].is_object()) {
-          ++self->state.results;
-          auto iteration = j.contains("iteration") && j["iteration"].is_number_integer() ? j["iteration"].get<int64_t>()
-                                                                                        : self->state.results;
-          event(self, "result",
-                {{"iteration", iteration}, {"metrics", j["metrics"]}, {"gpu_memory", self->state.gpu_memory}});
-        } else if (type == "checkpoint") {
-          checkpoint(self, j);
-        } else if (type == "done") {
-          event(self, "done", {{"message", j.contains("message") && j["message"].is_string() ? j["message"] : ""}});
+      // Lines from the worker (all that one read gave): whatever they are, they must
+      // not hurt the node (a worker is the user's code), so anything but a well-formed
+      // report is ignored. Results that arrive together go to the owner together (one
+      // "results" event; a single one as "result"), in order with the other events.
+      [self](line_atom, const std::vector<std::string>& lines) {
+        auto batch = nlohmann::json::array();
+        auto flush = [&] {
+          if (batch.size() == 1) event(self, "result", batch[0]);
+          else if (batch.size() > 1) event(self, "results", {{"results", std::move(batch)}});
+          batch = nlohmann::json::array();
+        };
+        for (auto& line : lines) {
+          auto j = nlohmann::json::parse(line, nullptr, false);
+          if (j.is_discarded() || !j.is_object() || !j.contains("type") || !j["type"].is_string()) continue;
+          auto type = j["type"].get<std::string>();
+          if (type == "result" && j.contains("metrics") && j["metrics"].is_object()) {
+            ++self->state.results;
+            auto iteration = j.contains("iteration") && j["iteration"].is_number_integer()
+                                 ? j["iteration"].get<int64_t>()
+                                 : self->state.results;
+            batch.push_back({{"iteration", iteration}, {"metrics", std::move(j["metrics"])},
+                             {"gpu_memory", self->state.gpu_memory}});
+          } else if (type == "checkpoint") {
+            flush();
+            checkpoint(self, j);
+          } else if (type == "done") {
+            flush();
+            event(self, "done", {{"message", j.contains("message") && j["message"].is_string() ? j["message"] : ""}});
+          }
         }
+        flush();
       },
       [self](ended_atom, bool exited, int code, const std::string& how, const std::string& stderr_tail) {
         auto& st = self->state;

@@ -39,7 +39,8 @@
 //   client -> head (trial_start_atom, token, wire_trial_spec, program_server)
 //                  -> (trial_start_atom, bool, json-or-error)   once the worker runs
 //   node -> program_server (program_get_atom, sha256, offset, length) -> (program_get_atom, bytes)
-//   trial -> client (trial_event_atom, trial_id, kind, json)   started, result, done, ended
+//   trial -> client (trial_event_atom, trial_id, kind, json)   started, result, results (several
+//                  at once: {"results": [...]}), checkpoint, done, ended
 //   client -> trial (trial_stop_atom, grace_ms) | (trial_kill_atom) | (trial_pause_atom) | (trial_resume_atom)
 // Nodes put what they hold (wire_hold) in their advertisement and every heartbeat.
 //

@@ -540,6 +540,8 @@ expected<result_grid> tuner::fit() {
   auto grid = result_grid::open(dir, c.metric, c.mode);
   if (!grid) return grid.error();
   grid->wall_s = sum->wall_s;
+  grid->ingested = sum->ingested;
+  grid->controller_cpu_s = sum->controller_cpu_s;
   return grid;
 }
 

@@ -162,6 +162,8 @@ class result_grid {
   int errors() const;     // trials that ended in error
   double wall_s = 0;      // how long fit() ran
   int64_t results = 0;    // results stored
+  int64_t ingested = 0;   // results the controller handled in fit()
+  double controller_cpu_s = 0;  // the controller's CPU time in fit()
   const experiment_store& store() const { return *store_; }
 
  private:

@@ -1,0 +1,152 @@
+// bench_results: how many results per second the controller ingests — each one parsed,
+// given to the scheduler and the search, and stored in the experiment's SQLite
+// database — from real trials (processes that report as fast as they can):
+//   inproc         the node in the controller's process (an embedded cluster)
+//   cross_process  the node a daemon of its own (`tune start`), the results crossing
+//                  a TCP connection on loopback
+// The rate is the results stored over the time between the first and the last one
+// the controller received (the store's ingestion times), median of --repeats runs.
+// Last line: {"inproc_per_s": ..., "cross_process_per_s": ..., ...}.
+#include <chrono>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "procs.hpp"
+#include "tune/tune.hpp"
+
+namespace {
+
+// Reports `results` results as fast as the pipe to the node takes them.
+void flood(tune::trial_context& ctx) {
+  int64_t n = ctx.integer("results").value();
+  double x = ctx.number("x").value();
+  for (int64_t i = 1; i <= n; ++i)
+    if (!ctx.report({{"score", x + static_cast<double>(i) * 1e-9}, {"loss", 1.0 / static_cast<double>(i)}})) return;
+}
+TUNE_TRAINABLE(flood);
+
+struct run_result {
+  double per_s = 0;
+  double controller_per_cpu_s = 0;  // results per second of the controller's own CPU time
+  int64_t results = 0;
+  double wall_s = 0;
+};
+
+run_result measure(tune::cluster& c, int trials, int64_t per_trial, const std::string& dir) {
+  tune::tune_config cfg;
+  cfg.name = "bench_results";
+  cfg.metric = "score";
+  cfg.num_samples = trials;
+  cfg.max_concurrent_trials = trials;
+  cfg.resources_per_trial = tune::resources{{"cpu", 1}};
+  cfg.progress = tune::progress_style::none;
+  cfg.experiment_dir = dir;
+  tune::tuner t{c, "flood", tune::search_space{{"x", tune::uniform(0, 1)}, {"results", per_trial}}, cfg};
+  auto r = t.fit();
+  if (!r) tune::bench::die(r.error().message());
+  auto rows = r->store().results();
+  if (!rows || rows->empty()) tune::bench::die("no results stored");
+  double first = rows->front().time, last = first;
+  for (auto& row : *rows) {
+    first = std::min(first, row.time);
+    last = std::max(last, row.time);
+  }
+  if (r->results != trials * per_trial || r->errors() > 0)
+    tune::bench::die("stored " + std::to_string(r->results) + " results of " + std::to_string(trials * per_trial) +
+                     " (" + std::to_string(r->errors()) + " trials failed; see " + dir + ")");
+  return {static_cast<double>(r->results) / std::max(last - first, 1e-9),
+          static_cast<double>(r->ingested) / std::max(r->controller_cpu_s, 1e-9), r->results, r->wall_s};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto embedded = tune::init(argc, argv);  // first: trials run this program
+  int trials = 4, repeats = 3;
+  std::string only;  // inproc or cross_process: that one alone
+  int64_t per_trial = 50000;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) tune::bench::die(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--trials") trials = std::stoi(next());
+    else if (a == "--results-per-trial") per_trial = std::stoll(next());
+    else if (a == "--repeats") repeats = std::stoi(next());
+    else if (a == "--only") only = next();
+    else if (a == "--help" || a == "-h") {
+      std::cout << "usage: bench_results [--trials N (4)] [--results-per-trial N (50000)] [--repeats N (3)]\n"
+                   "                     [--only inproc|cross_process]\n";
+      return 0;
+    } else {
+      tune::bench::die("unknown option " + a + " (see --help)");
+    }
+  }
+  if (trials < 1 || per_trial < 1 || repeats < 1) tune::bench::die("every count must be at least 1");
+  tune::bench::make_scratch("bench_results");
+  auto& dir = tune::bench::scratch::dir;
+  std::vector<double> inproc, cross, inproc_cpu, cross_cpu;
+  nlohmann::json runs = nlohmann::json::array();
+  if (!only.empty() && only != "inproc" && only != "cross_process")
+    tune::bench::die("--only takes inproc or cross_process");
+  if (only != "cross_process") {
+    tune::cluster_options o;
+    o.num_cpus = trials;
+    o.work_dir = dir + "/embedded";
+    auto c = tune::cluster::start(o);
+    if (!c) tune::bench::die(c.error().message());
+    for (int k = 0; k < repeats; ++k) {
+      auto r = measure(*c, trials, per_trial, dir + "/inproc-" + std::to_string(k));
+      std::cerr << "inproc run " << k + 1 << ": " << r.results << " results, " << static_cast<int64_t>(r.per_s)
+                << " per s\n";
+      inproc.push_back(r.per_s);
+      inproc_cpu.push_back(r.controller_per_cpu_s);
+      runs.push_back({{"mode", "inproc"}, {"per_s", r.per_s}, {"controller_per_cpu_s", r.controller_per_cpu_s},
+                      {"results", r.results}, {"wall_s", r.wall_s}});
+    }
+  }
+  (void)embedded;
+  if (only == "inproc") {
+    std::cout << nlohmann::json{{"inproc_per_s", tune::bench::median(inproc)},
+                                {"inproc_controller_per_cpu_s", tune::bench::median(inproc_cpu)},
+                                {"runs", runs}}.dump()
+              << std::endl;
+    return 0;
+  }
+  int port = 20000 + static_cast<int>(::getpid() % 20000);
+  auto out = tune::bench::run(tune::bench::tune_binary() + " start --head --host 127.0.0.1 --port " + std::to_string(port));
+  if (out.find("head") == std::string::npos) tune::bench::die("the head did not start: " + out);
+  std::string address = "127.0.0.1:" + std::to_string(port);
+  out = tune::bench::run(tune::bench::tune_binary() + " start --address " + address + " --num-cpus " +
+                         std::to_string(trials));
+  if (out.find("joined") == std::string::npos) tune::bench::die("the node did not start: " + out);
+  {
+    tune::cluster_options o;
+    o.address = address;
+    o.token_file = tune::bench::scratch::token_path;
+    auto c = tune::cluster::start(o);
+    if (!c) tune::bench::die(c.error().message());
+    for (int k = 0; k < repeats; ++k) {
+      auto r = measure(*c, trials, per_trial, dir + "/cross-" + std::to_string(k));
+      std::cerr << "cross-process run " << k + 1 << ": " << r.results << " results, " << static_cast<int64_t>(r.per_s)
+                << " per s\n";
+      cross.push_back(r.per_s);
+      cross_cpu.push_back(r.controller_per_cpu_s);
+      runs.push_back({{"mode", "cross_process"}, {"per_s", r.per_s}, {"controller_per_cpu_s", r.controller_per_cpu_s},
+                      {"results", r.results}, {"wall_s", r.wall_s}});
+    }
+  }
+  nlohmann::json j{{"inproc_per_s", tune::bench::median(inproc)},
+                   {"cross_process_per_s", tune::bench::median(cross)},
+                   {"inproc_controller_per_cpu_s", tune::bench::median(inproc_cpu)},
+                   {"cross_process_controller_per_cpu_s", tune::bench::median(cross_cpu)},
+                   {"trials", trials},
+                   {"results_per_trial", per_trial},
+                   {"repeats", repeats},
+                   {"cpus", std::thread::hardware_concurrency()},
+                   {"runs", runs}};
+  std::cout << j.dump() << std::endl;
+  return 0;
+}
