@@ -27,6 +27,7 @@ double wall_now() {
 
 struct live_trial {
   std::string group;
+  std::string node;  // where it runs (from the start's answer)
   caf::actor actor;
   bool stop_pending = false;  // asked to stop or pause before its first event came
   std::map<int64_t, std::string> checkpoints;  // iteration -> path on its node
@@ -165,6 +166,7 @@ void start_in_group(controller_actor self, const engine_action& a) {
             if (info.is_object())
               for (auto key : {"pid", "node", "gpus", "trial_dir"})
                 if (info.contains(key)) keep[key] = info[key];
+            if (keep.contains("node") && keep["node"].is_string()) st.live[id].node = keep["node"];
             if (!restore.empty()) keep["restored_from"] = restore;
             if (exploit) (void)st.setup.store->add_event(id, "exploit", exploit_info);  // PBT: a donor's state
             // The trial may have ended already (its events can overtake this answer):
@@ -319,11 +321,22 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
     finish(self, status{errc::inconsistent, "the experiment was ended (" + self->system().render(em.reason) + ")"});
   });
   self->send(self, flush_atom::value);
+  self->send(self->state.setup.head, wire::subscribe_atom::value, self->state.setup.token);  // node deaths
   return {
       [self](wire::trial_event_atom, const std::string& id, const std::string& kind, const std::string& json) {
         on_event(self, id, kind, json);
       },
       [](wire::pg_remove_atom, bool, const std::string&) {},  // groups given back
+      [](wire::subscribe_atom, bool, const std::string&) {},
+      // A node the head declared dead: its trials' actors may never say goodbye (a
+      // down message for an actor reached through the head does not always come).
+      [self](wire::node_event_atom, const std::string& node, const std::string& state, const std::string& reason) {
+        if (state != "dead") return;
+        for (auto& [id, lt] : self->state.live)
+          if (lt.node == node && lt.actor)
+            self->delayed_send(self, std::chrono::seconds(1), lost_atom::value, id, lt.actor.address(),
+                               "node " + node + " is dead: " + reason);
+      },
       [self](lost_atom, const std::string& id, const caf::actor_addr& who, const std::string& why) {
         auto& st = self->state;
         auto it = st.by_actor.find(who);
@@ -331,6 +344,7 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
         st.by_actor.erase(it);
         auto lit = st.live.find(id);
         if (lit == st.live.end() || !lit->second.actor || lit->second.actor.address() != who) return;
+        self->demonitor(lit->second.actor);
         lit->second.actor = nullptr;
         nlohmann::json body{{"ok", false}, {"error", "its node was lost (" + why + ")"}};
         on_event(self, id, "ended", body.dump());

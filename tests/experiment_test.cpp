@@ -2,7 +2,9 @@
 // GPUs): the engine's decisions carried out, the store matching what happened.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <filesystem>
+#include <thread>
 
 #include "controller.hpp"
 #include "trial_cluster.hpp"
@@ -113,6 +115,29 @@ TEST_F(ExperimentTest, TrialsWaitingForRoomDoNotHoldUpTheOthers) {
   auto trials = store->trials();
   ASSERT_TRUE(trials);
   for (auto& t : *trials) EXPECT_EQ(t.state, "terminated") << t.id << ": " << t.error;
+}
+
+TEST_F(ExperimentTest, TrialsOfANodeThatDiesEndInErrorAndTheExperimentEnds) {
+  // SIGKILL the node while its trials run: no "ended" will ever come; the controller
+  // notices their actors are gone and, once no late event has ended them, records
+  // them as lost (moving them to other nodes is issue 7).
+  std::thread killer([&] {
+    std::this_thread::sleep_for(1500ms);
+    ::kill(node_pid, SIGKILL);
+  });
+  auto sum = run(fifo{}, 2, 2, 400);
+  killer.join();
+  EXPECT_EQ(sum.trials, 2);
+  EXPECT_EQ(sum.errored, 2);
+  auto trials = store->trials();
+  ASSERT_TRUE(trials);
+  for (auto& t : *trials) {
+    EXPECT_EQ(t.state, "error");
+    EXPECT_NE(t.error.find("its node was lost"), std::string::npos) << t.error;
+    auto results = store->results(t.id);
+    ASSERT_TRUE(results);
+    EXPECT_GT(results->size(), 0u) << "what it reported before is kept";
+  }
 }
 
 TEST_F(ExperimentTest, TrialsThatCannotBePlacedFailWithTheReasonAndHoldNothing) {
