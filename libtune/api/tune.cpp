@@ -100,6 +100,7 @@ struct cluster::impl {
   std::string address;    // empty: embedded
   std::string work_dir;
   bool own_work_dir = false;
+  bool owns_log = false;  // the process's log lines go to this cluster's file
   std::string node_summary;
   std::mutex client_mutex;  // one caller of the client at a time
 
@@ -110,7 +111,7 @@ struct cluster::impl {
     node = nullptr;
     head = nullptr;
     sys.reset();  // waits for every actor (the node ends its trials first)
-    (void)set_log_file("");
+    if (owns_log) (void)set_log_file("");  // after the last line of the embedded head and node
     if (own_work_dir) {
       std::error_code ec;
       std::filesystem::remove_all(work_dir, ec);
@@ -177,6 +178,7 @@ expected<std::shared_ptr<cluster::impl>> start_embedded(const cluster_options& o
   // The head's and node's log lines (trials started, ended, ...) go to a file, not
   // over the program's output.
   if (auto s = set_log_file(st->work_dir + "/cluster.log"); !s) return s;
+  st->owns_log = true;
   st->cfg = std::make_unique<wire::config>(false);
   st->sys = std::make_unique<caf::actor_system>(*st->cfg);
   auto token = random_hex(16);

@@ -21,6 +21,8 @@ expected<std::unique_ptr<experiment_engine>> experiment_engine::make(search_algo
   (void)search;
   if (options.time_budget_s && !(*options.time_budget_s > 0))
     return status{errc::invalid_argument, "the time budget must be a positive number of seconds"};
+  if (options.stop.max_time_s && !(*options.stop.max_time_s > 0))
+    return status{errc::invalid_argument, "the stop criterion max_time_s must be a positive number of seconds"};
   if (options.stop.max_iterations && *options.stop.max_iterations < 1)
     return status{errc::invalid_argument, "the stop criterion max_iterations must be at least 1"};
   return std::unique_ptr<experiment_engine>{new experiment_engine(search, scheduler, std::move(options))};
@@ -70,11 +72,13 @@ engine_action experiment_engine::start_action(engine_trial& t) {
     a.restore_iteration = t.checkpoint;
   }
   t.state = "running";
+  t.started_at = now_;
   ++t.starts;
   return a;
 }
 
 expected<std::vector<engine_action>> experiment_engine::step(double now_s) {
+  now_ = std::max(now_, now_s);
   std::vector<engine_action> out;
   if (opt_.time_budget_s && now_s > *opt_.time_budget_s && !over_budget_) {
     over_budget_ = true;
@@ -159,6 +163,11 @@ expected<std::vector<engine_action>> experiment_engine::on_result(const std::str
     } else if (opt_.stop.metric_threshold && !better(opt_.direction, *opt_.stop.metric_threshold, v)) {
       action = decision::stop;
       reason = "reached " + opt_.metric + " " + m.dump();
+    } else if (opt_.stop.max_time_s && t.started_at >= 0 && t.run_s + (now_ - t.started_at) >= *opt_.stop.max_time_s) {
+      action = decision::stop;
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "ran for its %g s", *opt_.stop.max_time_s);
+      reason = buf;
     }
   }
   if (action == decision::stop) {
@@ -183,6 +192,8 @@ expected<std::vector<engine_action>> experiment_engine::on_ended(const std::stri
   if (it == trials_.end()) return status{errc::not_found, "the end of unknown trial " + id};
   auto& t = it->second;
   if (t.state != "running") return std::vector<engine_action>{};  // told twice: nothing more
+  if (t.started_at >= 0) t.run_s += std::max(0.0, now_ - t.started_at);
+  t.started_at = -1;
   std::optional<engine_action::kind> asked;
   if (auto a = asked_.find(id); a != asked_.end()) {
     asked = a->second;

@@ -32,6 +32,8 @@ namespace tune {
 struct stop_criteria {
   std::optional<int64_t> max_iterations;   // a trial that reports this iteration is done
   std::optional<double> metric_threshold;  // a trial that reaches it (>= max, <= min) is done
+  std::optional<double> max_time_s;        // a trial that has run this long (paused time not
+                                           // counted) is done at its next result
 };
 
 struct engine_options {
@@ -62,6 +64,8 @@ struct engine_trial {
   std::string error;
   int64_t checkpoint = -1;        // the latest checkpoint's iteration
   int starts = 0;                 // how often its process was started
+  double run_s = 0;               // time it ran in earlier starts (before pauses)
+  double started_at = -1;         // when the current start began (-1: not running)
 };
 
 class experiment_engine {
@@ -70,7 +74,8 @@ class experiment_engine {
   static expected<std::unique_ptr<experiment_engine>> make(search_algorithm& search, trial_scheduler& scheduler,
                                                            engine_options options);
 
-  // What to start (or stop, past the time budget) now; `now_s` counts from the start.
+  // What to start (or stop, past the time budget) now; `now_s` counts from the start
+  // of the experiment (and is the engine's clock until the next step).
   expected<std::vector<engine_action>> step(double now_s);
   expected<std::vector<engine_action>> on_result(const std::string& id, int64_t iteration,
                                                  const nlohmann::json& metrics);
@@ -99,6 +104,7 @@ class experiment_engine {
   std::map<std::string, std::pair<config, std::string>> exploits_;  // new config, donor
   std::set<std::string> resume_after_pause_, stop_after_pause_;  // decided while still pausing
   int counter_ = 0;
+  double now_ = 0;  // the latest step's time
   bool search_done_ = false, over_budget_ = false, done_ = false;
 };
 

@@ -211,6 +211,36 @@ TEST(Engine, BadOptionsAreRefused) {
   o = opts(1);
   o.time_budget_s = -1;
   EXPECT_FALSE(experiment_engine::make(*search, *sched, o));
+  o = opts(1);
+  o.stop.max_time_s = 0;
+  auto t = experiment_engine::make(*search, *sched, o);
+  ASSERT_FALSE(t);
+  EXPECT_NE(t.error().message().find("max_time_s"), std::string::npos);
+}
+
+TEST(Engine, ATrialsTimeLimitCountsOnlyTheTimeItRan) {
+  // Each trial's clock starts when it is started (time before that, and time paused,
+  // does not count); the limit is checked at its results.
+  auto o = opts(1);
+  o.stop.max_time_s = 10;
+  rig r{fifo{}, 2, o};
+  auto a = r.step(0);
+  ASSERT_EQ(a.size(), 1u);
+  auto id = a[0].trial;
+  r.step(6);
+  EXPECT_TRUE(r.result(id, 1, 0.5).empty());  // 6 s in
+  r.step(10.5);
+  auto stop = r.result(id, 2, 0.6);  // 10.5 s in
+  ASSERT_EQ(stop.size(), 1u);
+  EXPECT_EQ(stop[0].what, kind::stop);
+  EXPECT_EQ(stop[0].reason, "ran for its 10 s");
+  r.ended(id);
+  EXPECT_EQ(r.state(id), "terminated");
+  // The next trial starts at 11 s: its clock starts there.
+  auto b = r.step(11);
+  ASSERT_EQ(b.size(), 1u);
+  r.step(19);
+  EXPECT_TRUE(r.result(b[0].trial, 1, 0.5).empty());  // 8 s of its own
 }
 
 TEST(Engine, TheTimeBudgetStopsEveryTrialAndStartsNoMore) {
