@@ -496,11 +496,15 @@ outcome simulate(trial_scheduler& s, const std::vector<curve>& cs, int64_t max_t
 }
 
 // The objective: 10 seeded sets of 81 configs, max_t 81, 8 workers. FIFO runs everything
-// to max_t (81 * 81 trial-iterations) and finds the best. ASHA (grace 3, eta 3) must use
-// <= 1/3 of that on every set and end within 1% of the best on at least 8 of 10 (within
-// 2% on all). Measured when written: 8/10 within 1% (worst miss 1.08%), 0.13-0.19 of
-// FIFO's iterations. Control: running the first configs to max_t on ASHA's budget must
-// do clearly worse, so the bar discriminates.
+// to max_t (81 * 81 trial-iterations) and finds the best. ASHA must use <= 1/3 of that
+// on every set and end within 1% of the best on every set. Slow learners with a high
+// ceiling (tau up to 16) look poor early, so one bracket cut at the first rung misses
+// some (grace 3, 1 bracket: 8/10 within 1%, worst 1.07% off, 0.19 of FIFO); three
+// brackets hedge against that as Li et al. intend: grace 2, eta 3, brackets 3 measured
+// 10/10 within 1% (worst 0.99%) with at most 0.321 of FIFO's iterations. (Other
+// settings measured: grace 9, 1 bracket: 9/10, 0.34; grace 3, 3 brackets: 10/10, 0.37.)
+// Control: running the first configs to max_t on ASHA's budget must do clearly worse,
+// so the bar discriminates.
 TEST(SchedulerQuality, AshaFindsNearBestWithAThirdOfFifosIterations) {
   constexpr int n = 81;
   constexpr int64_t max_t = 81;
@@ -513,7 +517,7 @@ TEST(SchedulerQuality, AshaFindsNearBestWithAThirdOfFifosIterations) {
     auto fo = simulate(*f, cs, max_t, 8, seed);
     EXPECT_EQ(fo.iterations, n * max_t);
     EXPECT_DOUBLE_EQ(fo.best_final, best);
-    auto a = make(asha{.max_t = max_t, .grace_period = 3, .reduction_factor = 3});
+    auto a = make(asha{.max_t = max_t, .grace_period = 2, .reduction_factor = 3, .brackets = 3});
     auto ao = simulate(*a, cs, max_t, 8, seed);
     const bool ok = ao.best_final >= best * 0.99;
     within += ok;
@@ -530,7 +534,7 @@ TEST(SchedulerQuality, AshaFindsNearBestWithAThirdOfFifosIterations) {
                 static_cast<double>(ao.iterations) / static_cast<double>(fo.iterations),
                 static_cast<long long>(ao.reached_max), control);
   }
-  EXPECT_GE(within, 8) << "ASHA must be within 1% of the best on at least 8 of 10 objectives";
+  EXPECT_EQ(within, 10) << "ASHA must be within 1% of the best on every objective";
   EXPECT_LE(control_within, 5) << "the control should not pass the same bar";
 }
 
