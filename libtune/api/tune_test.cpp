@@ -124,6 +124,23 @@ TEST_F(TuneEmbedded, AshaRunsTrialsAsProcessesAndTheStoreHoldsWhatWasReported) {
   }
   EXPECT_EQ(reported, r->results);
   EXPECT_GT(stopped_early, 0) << "ASHA stopped nobody";
+  // What the scheduler decided is in the store: each stop with the iteration it was
+  // decided at (results already on their way after it are kept too).
+  auto events = r->store().events();
+  ASSERT_TRUE(events);
+  int64_t early = 0;
+  for (auto& e : *events) {
+    if (e.kind != "stop") continue;
+    auto why = e.body.value("reason", "");
+    auto at = why.find("stopped by asha at iteration ");
+    ASSERT_NE(at, std::string::npos) << why;
+    int64_t it = std::stoll(why.substr(at + 29));
+    EXPECT_LE(it, r->history(e.trial)->back().iteration) << why;
+    early += it < 6;
+  }
+  EXPECT_GT(early, 0) << "ASHA stopped nobody early";
+  EXPECT_LT(early, 9);
+  EXPECT_GE(early, stopped_early);
   EXPECT_LT(stopped_early, 9);
   // The best trial is the one with the largest x among those that ran all 6.
   auto best = r->best();

@@ -155,7 +155,8 @@ expected<std::vector<engine_action>> experiment_engine::on_result(const std::str
   auto verdict = scheduler_.on_result(id, iteration, v);
   if (!verdict) return verdict.error();
   auto action = verdict->action;
-  std::string reason = std::string{"stopped early by "} + scheduler_.name();
+  // (A scheduler also stops a trial that reached its max_t: not early then.)
+  std::string reason = std::string{"stopped by "} + scheduler_.name() + " at iteration " + std::to_string(iteration);
   if (action == decision::go_on) {
     if (opt_.stop.max_iterations && iteration >= *opt_.stop.max_iterations) {
       action = decision::stop;

@@ -88,7 +88,7 @@ TEST(Engine, AshaStopsTheWorstAtARungAndStopCriteriaEndTrials) {
   auto s = r.result(a[2].trial, 1, 0.1);
   ASSERT_EQ(s.size(), 1u);
   EXPECT_EQ(s[0].what, kind::stop);
-  EXPECT_NE(s[0].reason.find("stopped early by"), std::string::npos) << s[0].reason;
+  EXPECT_NE(s[0].reason.find("stopped by asha at iteration"), std::string::npos) << s[0].reason;
   EXPECT_TRUE(r.result(a[2].trial, 2, 0.2).empty()) << "a late result after the stop is only recorded";
   EXPECT_TRUE(r.ended(a[2].trial).empty());
   EXPECT_EQ(r.state(a[2].trial), "terminated");
