@@ -72,10 +72,16 @@ void watch(caf::actor self, process_spec spec, std::shared_ptr<control> ctl) {
   std::optional<std::chrono::steady_clock::time_point> kill_at;
   std::vector<std::string> lines;
   std::optional<exit_info> done;
+  int idle_ms = 1;
   while (!done) {
     // poll() returns at once when the worker has closed its output and report channel
-    // (it may still run): then this thread sleeps instead of spinning.
-    if (!w.poll(std::chrono::milliseconds(50), lines)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // (it may still run): then this thread sleeps instead of spinning, 1 ms first (a
+    // worker that closed them is usually ending: its slot is free again at once), then
+    // twice as long each time up to 50 ms.
+    if (!w.poll(std::chrono::milliseconds(50), lines)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(idle_ms));
+      idle_ms = std::min(idle_ms * 2, 50);
+    }
     if (!lines.empty()) caf::anon_send(self, line_atom::value, std::move(lines));  // one message per read
     lines.clear();
     if (int grace = ctl->stop_after_ms.exchange(-1); grace >= 0) {
