@@ -2,6 +2,7 @@
 // connection to a head, the trainables' worker mode and the tuner.
 #include "tune/tune.hpp"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -419,8 +420,10 @@ struct progress_printer {
   int drawn_lines = 0;
   void operator()(const progress_snapshot& s) {
     if (style == progress_style::table) {
-      int width = 100;
-      if (const char* c = std::getenv("COLUMNS")) width = std::max(40, std::atoi(c));
+      int width = 100;  // the terminal's width, else $COLUMNS, else 100
+      winsize ws{};
+      if (::ioctl(2, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) width = std::max(40, static_cast<int>(ws.ws_col));
+      else if (const char* c = std::getenv("COLUMNS")) width = std::max(40, std::atoi(c));
       auto text = render_progress(s, width, 20);
       std::string out;
       if (drawn_lines > 0) out += "\x1b[" + std::to_string(drawn_lines) + "F\x1b[J";
