@@ -55,15 +55,8 @@ int main(int argc, char** argv) {
     tune::bench::die("every count must be at least 1");
   tune::bench::make_scratch("bench_overhead");
   auto& dir = tune::bench::scratch::dir;
-  int port = 20000 + static_cast<int>(::getpid() % 20000);
-  std::string address = "127.0.0.1:" + std::to_string(port);
-  auto out = tune::bench::run(tune::bench::tune_binary() + " start --head --host 127.0.0.1 --port " + std::to_string(port));
-  if (out.find("head") == std::string::npos) tune::bench::die("the head did not start: " + out);
-  for (int n = 0; n < nodes; ++n) {
-    out = tune::bench::run(tune::bench::tune_binary() + " start --address " + address + " --num-gpus " +
-                           std::to_string(gpus_per_node) + " --num-cpus " + std::to_string(gpus_per_node));
-    if (out.find("joined") == std::string::npos) tune::bench::die("node " + std::to_string(n) + " did not start: " + out);
-  }
+  auto address = tune::bench::start_loopback_cluster(nodes, "--num-gpus " + std::to_string(gpus_per_node) +
+                                                                  " --num-cpus " + std::to_string(gpus_per_node));
   tune::cluster_options o;
   o.address = address;
   o.token_file = tune::bench::scratch::token_path;

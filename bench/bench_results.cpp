@@ -91,21 +91,26 @@ int main(int argc, char** argv) {
   nlohmann::json runs = nlohmann::json::array();
   if (!only.empty() && only != "inproc" && only != "cross_process")
     tune::bench::die("--only takes inproc or cross_process");
+  // --repeats runs of one mode on cluster `o`.
+  auto runs_of = [&](const std::string& mode, const tune::cluster_options& o, std::vector<double>& rates,
+                     std::vector<double>& capacity) {
+    auto c = tune::cluster::start(o);
+    if (!c) tune::bench::die(c.error().message());
+    for (int k = 0; k < repeats; ++k) {
+      auto r = measure(*c, trials, per_trial, dir + "/" + mode + "-" + std::to_string(k));
+      std::cerr << mode << " run " << k + 1 << ": " << r.results << " results, " << static_cast<int64_t>(r.per_s)
+                << " per s\n";
+      rates.push_back(r.per_s);
+      capacity.push_back(r.controller_per_cpu_s);
+      runs.push_back({{"mode", mode}, {"per_s", r.per_s}, {"controller_per_cpu_s", r.controller_per_cpu_s},
+                      {"results", r.results}, {"wall_s", r.wall_s}});
+    }
+  };
   if (only != "cross_process") {
     tune::cluster_options o;
     o.num_cpus = trials;
     o.work_dir = dir + "/embedded";
-    auto c = tune::cluster::start(o);
-    if (!c) tune::bench::die(c.error().message());
-    for (int k = 0; k < repeats; ++k) {
-      auto r = measure(*c, trials, per_trial, dir + "/inproc-" + std::to_string(k));
-      std::cerr << "inproc run " << k + 1 << ": " << r.results << " results, " << static_cast<int64_t>(r.per_s)
-                << " per s\n";
-      inproc.push_back(r.per_s);
-      inproc_cpu.push_back(r.controller_per_cpu_s);
-      runs.push_back({{"mode", "inproc"}, {"per_s", r.per_s}, {"controller_per_cpu_s", r.controller_per_cpu_s},
-                      {"results", r.results}, {"wall_s", r.wall_s}});
-    }
+    runs_of("inproc", o, inproc, inproc_cpu);
   }
   (void)embedded;
   if (only == "inproc") {
@@ -115,29 +120,10 @@ int main(int argc, char** argv) {
               << std::endl;
     return 0;
   }
-  int port = 20000 + static_cast<int>(::getpid() % 20000);
-  auto out = tune::bench::run(tune::bench::tune_binary() + " start --head --host 127.0.0.1 --port " + std::to_string(port));
-  if (out.find("head") == std::string::npos) tune::bench::die("the head did not start: " + out);
-  std::string address = "127.0.0.1:" + std::to_string(port);
-  out = tune::bench::run(tune::bench::tune_binary() + " start --address " + address + " --num-cpus " +
-                         std::to_string(trials));
-  if (out.find("joined") == std::string::npos) tune::bench::die("the node did not start: " + out);
-  {
-    tune::cluster_options o;
-    o.address = address;
-    o.token_file = tune::bench::scratch::token_path;
-    auto c = tune::cluster::start(o);
-    if (!c) tune::bench::die(c.error().message());
-    for (int k = 0; k < repeats; ++k) {
-      auto r = measure(*c, trials, per_trial, dir + "/cross-" + std::to_string(k));
-      std::cerr << "cross-process run " << k + 1 << ": " << r.results << " results, " << static_cast<int64_t>(r.per_s)
-                << " per s\n";
-      cross.push_back(r.per_s);
-      cross_cpu.push_back(r.controller_per_cpu_s);
-      runs.push_back({{"mode", "cross_process"}, {"per_s", r.per_s}, {"controller_per_cpu_s", r.controller_per_cpu_s},
-                      {"results", r.results}, {"wall_s", r.wall_s}});
-    }
-  }
+  tune::cluster_options o;
+  o.address = tune::bench::start_loopback_cluster(1, "--num-cpus " + std::to_string(trials));
+  o.token_file = tune::bench::scratch::token_path;
+  runs_of("cross_process", o, cross, cross_cpu);
   nlohmann::json j{{"inproc_per_s", tune::bench::median(inproc)},
                    {"cross_process_per_s", tune::bench::median(cross)},
                    {"inproc_controller_per_cpu_s", tune::bench::median(inproc_cpu)},

@@ -62,6 +62,21 @@ inline void make_scratch(const std::string& bench_name) {
   std::atexit(cleanup_scratch);
 }
 
+// Starts a head on loopback and `nodes` node daemons with these arguments (e.g.
+// "--num-gpus 16"), all on the scratch cluster; its address. Ends the benchmark if one
+// does not start.
+inline std::string start_loopback_cluster(int nodes, const std::string& node_args) {
+  int port = 20000 + static_cast<int>(::getpid() % 20000);
+  auto out = run(tune_binary() + " start --head --host 127.0.0.1 --port " + std::to_string(port));
+  if (out.find("head") == std::string::npos) die("the head did not start: " + out);
+  std::string address = "127.0.0.1:" + std::to_string(port);
+  for (int n = 0; n < nodes; ++n) {
+    out = run(tune_binary() + " start --address " + address + " " + node_args);
+    if (out.find("joined") == std::string::npos) die("node " + std::to_string(n) + " did not start: " + out);
+  }
+  return address;
+}
+
 inline double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());

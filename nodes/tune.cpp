@@ -222,16 +222,9 @@ expected<node_resources> node_resources_from(const po::variables_map& vm, const 
     }
     gpus = chosen;
   } else if (vm.count("num-gpus")) {
-    int n = vm["num-gpus"].as<int>();
-    if (n < 0 || n > 1024) return status{errc::invalid_argument, "--num-gpus must be between 0 and 1024"};
-    if (!gpus.empty()) {
-      if (n > static_cast<int>(gpus.size()))
-        return status{errc::invalid_argument, "--num-gpus " + std::to_string(n) + ": this machine has only " +
-                                                  std::to_string(gpus.size()) + " GPUs"};
-      gpus.resize(static_cast<size_t>(n));
-    } else {
-      gpus = logical_gpus(node_id, n, logical_gpu_memory);
-    }
+    auto chosen = first_gpus(gpus, vm["num-gpus"].as<int>(), node_id, "--num-gpus");
+    if (!chosen) return chosen.error();
+    gpus = std::move(chosen).value();
   }
   return node_resources::make(r, gpus);
 }

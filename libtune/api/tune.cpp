@@ -145,16 +145,9 @@ expected<node_resources> embedded_resources(const cluster_options& opt, const ho
   r.set_cpu(cpus).set_memory(host.memory);
   auto gpus = host.gpu.gpus;
   if (opt.num_gpus) {
-    int n = *opt.num_gpus;
-    if (n < 0 || n > 1024) return status{errc::invalid_argument, "num_gpus must be between 0 and 1024"};
-    if (!gpus.empty()) {
-      if (n > static_cast<int>(gpus.size()))
-        return status{errc::invalid_argument, "num_gpus " + std::to_string(n) + ": this machine has only " +
-                                                  std::to_string(gpus.size()) + " GPUs"};
-      gpus.resize(static_cast<size_t>(n));
-    } else {
-      gpus = logical_gpus(id, n, logical_gpu_memory);
-    }
+    auto chosen = first_gpus(gpus, *opt.num_gpus, id, "num_gpus");
+    if (!chosen) return chosen.error();
+    gpus = std::move(chosen).value();
   }
   return node_resources::make(r, gpus);
 }

@@ -114,6 +114,16 @@ std::vector<gpu_instance> logical_gpus(const std::string& owner, int count, int6
   return out;
 }
 
+expected<std::vector<gpu_instance>> first_gpus(const std::vector<gpu_instance>& cards, int count,
+                                               const std::string& owner, const std::string& option) {
+  if (count < 0 || count > 1024) return status{errc::invalid_argument, option + " must be between 0 and 1024"};
+  if (cards.empty()) return logical_gpus(owner, count, logical_gpu_memory);
+  if (count > static_cast<int>(cards.size()))
+    return status{errc::invalid_argument, option + " " + std::to_string(count) + ": this machine has only " +
+                                              std::to_string(cards.size()) + " GPUs"};
+  return std::vector<gpu_instance>(cards.begin(), cards.begin() + count);
+}
+
 expected<node_resources> local_node_resources(const host_info& host) {
   resource_set r;
   r.set_cpu(host.cpus).set_memory(host.memory);

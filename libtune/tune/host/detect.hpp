@@ -39,6 +39,12 @@ std::vector<gpu_instance> logical_gpus(const std::string& owner, int count, int6
 // The memory a logical GPU declares (16 GiB), for quotas of shares.
 inline constexpr int64_t logical_gpu_memory = int64_t{16} << 30;
 
+// `count` GPUs for a node: the first `count` of this machine's cards, or, on a machine
+// without any, `count` logical ones (owner as for logical_gpus). `option` names the
+// setting in errors ("--num-gpus 3: this machine has only 2 GPUs").
+expected<std::vector<gpu_instance>> first_gpus(const std::vector<gpu_instance>& cards, int count,
+                                               const std::string& owner, const std::string& option);
+
 // This machine as a node: its CPUs, memory and GPUs.
 expected<node_resources> local_node_resources(const host_info& host);
 
