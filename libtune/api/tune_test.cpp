@@ -230,8 +230,13 @@ TEST_F(TuneEmbedded, ATrialThatCannotEverFitFailsWithTheReason) {
 
 // A cluster of processes: a head and a node daemon with 4 logical GPUs; the tuning
 // program connects with --address, as a user's would.
-TEST(TuneConnected, TrialsRunOnTheNodesOfAClusterAtAnAddress) {
+class TuneConnected : public ::testing::Test {
+ protected:
   tune::test::cluster_files files;
+  void TearDown() override { files.tune({"stop", "--grace", "3"}); }  // also after a failed assertion
+};
+
+TEST_F(TuneConnected, TrialsRunOnTheNodesOfAClusterAtAnAddress) {
   int port = tune::test::free_port();
   std::string address = "127.0.0.1:" + std::to_string(port);
   auto h = files.tune({"start", "--head", "--port", std::to_string(port), "--host", "127.0.0.1"});
@@ -279,7 +284,6 @@ TEST(TuneConnected, TrialsRunOnTheNodesOfAClusterAtAnAddress) {
       EXPECT_EQ(g["detached"], false) << "the tuner's groups are its own";
     }
   }
-  files.tune({"stop", "--grace", "3"});
 }
 
 }  // namespace
