@@ -501,9 +501,9 @@ expected<result_grid> tuner::fit() {
   std::string dir = c.experiment_dir.empty() ? "tune_results/" + c.name + "-" + utc_stamp() : c.experiment_dir;
   auto store = experiment_store::open(dir);
   if (!store) return store.error();
-  if (auto n = (*store)->result_count(); n && *n > 0)
+  if (auto t = (*store)->trials(); !t || !t->empty())
     return status{errc::already_exists, "the experiment directory " + dir +
-                                            " holds a finished or running experiment; give a new one"};
+                                            " already holds an experiment; give a new one (result_grid::open reads it)"};
   nlohmann::json resources_json = nlohmann::json::array();
   for (auto& b : bundles) resources_json.push_back(nlohmann::json::parse(b.to_json()));
   for (auto& [k, v] : std::vector<std::pair<std::string, nlohmann::json>>{
@@ -526,14 +526,15 @@ expected<result_grid> tuner::fit() {
   auto style = c.progress;
   if (style == progress_style::automatic) style = ::isatty(2) ? progress_style::table : progress_style::lines;
   if (style != progress_style::none) ro.on_progress = progress_printer{style, {}, 0};
-  expected<experiment_summary> sum = status{errc::inconsistent, "not run"};
   {
-    std::lock_guard lock{st->client_mutex};
+    std::lock_guard lock{st->client_mutex};  // the client's own calls, one at a time
     auto program = st->client->serve_program(self_path.string());
     if (!program) return status{program.error().code(), "serving this program to the nodes: " + program.error().message()};
     ro.program = *program;
-    sum = run_experiment(*st->client, **engine, **store, ro);
   }
+  // The controller talks to the head itself: the client stays free for other calls
+  // (status, capacity) while the experiment runs.
+  auto sum = run_experiment(*st->client, **engine, **store, ro);
   if (!sum) return sum.error();
   auto grid = result_grid::open(dir, c.metric, c.mode);
   if (!grid) return grid.error();

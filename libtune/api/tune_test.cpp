@@ -180,6 +180,12 @@ TEST_F(TuneEmbedded, AFailingTrialKeepsItsErrorAndTheOthersRunOn) {
       EXPECT_EQ(r->history(tr.id)->size(), 6u);
     }
   }
+  // The directory is the experiment's: another one is not written over it.
+  tune::tuner again{*c, "curve", space, config(1)};
+  auto second = again.fit();
+  ASSERT_FALSE(second);
+  EXPECT_NE(second.error().message().find("already holds an experiment"), std::string::npos)
+      << second.error().message();
 }
 
 TEST_F(TuneEmbedded, BadExperimentsAreRefusedBeforeAnythingRuns) {
