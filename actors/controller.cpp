@@ -76,10 +76,13 @@ void finish(controller_actor self, expected<experiment_summary> out) {
     if (!out && lt.actor) self->send(lt.actor, wire::trial_stop_atom::value, int64_t{st.setup.options.stop_grace.count()});
     if (!lt.group.empty()) self->send(st.setup.head, wire::pg_remove_atom::value, st.setup.token, lt.group);
   }
+  if (st.setup.store->in_batch())
+    if (auto s = st.setup.store->end_batch(); !s && out) out = status{s.code(), "storing the experiment: " + s.message()};
   if (st.setup.on_done) st.setup.on_done(std::move(out));
   self->quit();
 }
 
+// Writes the results received so far (into the open batch).
 bool flush(controller_actor self) {
   auto& st = self->state;
   if (st.pending.empty()) return true;
@@ -87,6 +90,19 @@ bool flush(controller_actor self) {
   st.pending.clear();
   if (!n) {
     finish(self, status{n.error().code(), "storing results: " + n.error().message()});
+    return false;
+  }
+  return true;
+}
+
+// Commits everything written since the last commit (results, trials, events: one sync
+// to disk every flush_every, not one per write) and opens the next batch.
+bool commit(controller_actor self) {
+  auto& store = *self->state.setup.store;
+  auto s = store.in_batch() ? store.end_batch() : status::ok();
+  if (s) s = store.begin_batch();
+  if (!s) {
+    finish(self, status{s.code(), "storing the experiment: " + s.message()});
     return false;
   }
   return true;
@@ -351,7 +367,7 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
       },
       [self](flush_atom) {
         if (self->state.over) return;
-        if (!flush(self)) return;
+        if (!flush(self) || !commit(self)) return;
         advance(self);
         if (self->state.over) return;
         show(self, false);

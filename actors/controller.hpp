@@ -3,8 +3,10 @@
 // a placement group (created, waited for) and then the trial in it, many trials in
 // flight at once, so a trial whose group waits for room never delays decisions on the
 // others — feeds the engine every trial event the moment it arrives, writes results,
-// checkpoints and events to the experiment store (results in batches, at least every
-// `flush_every` and always before the trial's end is recorded), and reports progress.
+// trials' states, checkpoints and events to the experiment store, and reports
+// progress. Writes are committed together every `flush_every` (one transaction, one
+// sync to disk: a crash keeps a consistent experiment that lacks at most the last
+// `flush_every`); a trial's results are written before its end.
 //
 // Stop and pause both end the trial's process and give its group back; a paused trial
 // gets a new group when it resumes, from its checkpoint (on the checkpoint's node only
@@ -41,7 +43,7 @@ struct experiment_run_options {
   // on the controller's thread.
   std::function<void(const progress_snapshot&)> on_progress;
   std::chrono::milliseconds progress_every{500};
-  std::chrono::milliseconds flush_every{50};  // results wait at most this long to be stored
+  std::chrono::milliseconds flush_every{50};  // writes wait at most this long to be committed
 };
 
 struct experiment_summary {

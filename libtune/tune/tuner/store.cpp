@@ -128,6 +128,7 @@ expected<std::unique_ptr<experiment_store>> experiment_store::open(const std::st
 }
 
 experiment_store::~experiment_store() {
+  if (db_ && batch_) (void)exec("COMMIT");  // what was written stays (each write left it consistent)
   if (db_) sqlite3_close_v2(db_);
 }
 
@@ -175,13 +176,35 @@ status experiment_store::update_trial(const std::string& id, const std::string& 
   return status::ok();
 }
 
+status experiment_store::begin_batch() {
+  if (batch_) return status{errc::inconsistent, "a batch of writes is already open"};
+  if (auto st = exec("BEGIN IMMEDIATE"); !st) return st;
+  batch_ = true;
+  return status::ok();
+}
+
+status experiment_store::end_batch() {
+  if (!batch_) return status{errc::inconsistent, "no batch of writes is open"};
+  batch_ = false;
+  if (auto st = exec("COMMIT"); !st) {
+    (void)exec("ROLLBACK");
+    return st;
+  }
+  return status::ok();
+}
+
 expected<size_t> experiment_store::add_results(const std::vector<result_row>& rows) {
   if (rows.empty()) return size_t{0};
-  if (auto st = exec("BEGIN IMMEDIATE"); !st) return st;
+  // All or none: its own transaction, or a savepoint inside an open batch.
+  const char* open = batch_ ? "SAVEPOINT results" : "BEGIN IMMEDIATE";
+  const char* undo = batch_ ? "ROLLBACK TO results; RELEASE results" : "ROLLBACK";
+  const char* done = batch_ ? "RELEASE results" : "COMMIT";
+  if (auto st = exec(open); !st) return st;
   statement ins{db_, "INSERT INTO results(trial, iteration, time, metrics) VALUES(?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING"};
   if (!ins.ok()) {
-    (void)exec("ROLLBACK");
-    return fail("cannot store results");
+    auto why = fail("cannot store results");
+    (void)exec(undo);
+    return why;
   }
   size_t added = 0;
   for (auto& r : rows) {
@@ -190,14 +213,15 @@ expected<size_t> experiment_store::add_results(const std::vector<result_row>& ro
       auto why = rc == SQLITE_CONSTRAINT ? status{errc::not_found, "a result of trial " + r.trial +
                                                                        ", which is not in the experiment: nothing stored"}
                                          : fail("cannot store a result of trial " + r.trial);
-      (void)exec("ROLLBACK");
+      ins.reset();
+      (void)exec(undo);
       return why;
     }
     added += static_cast<size_t>(sqlite3_changes(db_));
     ins.reset();
   }
-  if (auto st = exec("COMMIT"); !st) {
-    (void)exec("ROLLBACK");
+  if (auto st = exec(done); !st) {
+    (void)exec(undo);
     return st;
   }
   return added;

@@ -73,6 +73,13 @@ class experiment_store {
   expected<size_t> add_results(const std::vector<result_row>& rows);
   status add_event(const std::string& trial, const std::string& kind, const nlohmann::json& body);
 
+  // A batch: every write from begin_batch to end_batch is one transaction (one sync to
+  // disk instead of one per write; a crash keeps all of it or none). add_results stays
+  // all or none inside it. The controller commits one every 50 ms.
+  status begin_batch();
+  status end_batch();
+  bool in_batch() const { return batch_; }
+
   expected<std::vector<trial_row>> trials() const;
   expected<trial_row> trial(const std::string& id) const;
   expected<std::vector<result_row>> results(const std::string& trial = {}) const;  // by trial, iteration
@@ -89,6 +96,7 @@ class experiment_store {
 
   std::string dir_;
   sqlite3* db_ = nullptr;
+  bool batch_ = false;
 };
 
 }  // namespace tune

@@ -90,6 +90,42 @@ TEST_F(StoreTest, ABatchWithAResultOfAnUnknownTrialStoresNothing) {
   EXPECT_FALSE(st.add_trial("t2", {}, "weird"));
 }
 
+TEST_F(StoreTest, AnOpenBatchIsCommittedAsOneAndABadResultInsideItUndoesOnlyItself) {
+  {
+    auto s = experiment_store::open(dir);
+    ASSERT_TRUE(s);
+    auto& st = **s;
+    ASSERT_TRUE(st.begin_batch());
+    EXPECT_FALSE(st.begin_batch()) << "batches do not nest";
+    ASSERT_TRUE(st.add_trial("t1", {{"x", 1}}));
+    ASSERT_TRUE(st.add_results({{"t1", 1, 1.0, {{"m", 1}}}}));
+    EXPECT_FALSE(st.add_results({{"t1", 2, 1.0, {{"m", 2}}}, {"ghost", 1, 1.0, {{"m", 1}}}}));
+    ASSERT_TRUE(st.update_trial("t1", "running"));
+    // Another connection sees none of it before the commit.
+    sqlite3* other = nullptr;
+    ASSERT_EQ(sqlite3_open_v2(st.database_path().c_str(), &other, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+    auto count = [&](const char* sql) {
+      sqlite3_stmt* q = nullptr;
+      sqlite3_prepare_v2(other, sql, -1, &q, nullptr);
+      int n = sqlite3_step(q) == SQLITE_ROW ? sqlite3_column_int(q, 0) : -1;
+      sqlite3_finalize(q);
+      return n;
+    };
+    EXPECT_EQ(count("SELECT COUNT(*) FROM trials"), 0);
+    ASSERT_TRUE(st.end_batch());
+    EXPECT_FALSE(st.end_batch());
+    EXPECT_EQ(count("SELECT COUNT(*) FROM trials"), 1);
+    EXPECT_EQ(count("SELECT COUNT(*) FROM results"), 1) << "the bad add_results undid its own rows only";
+    sqlite3_close(other);
+    ASSERT_TRUE(st.begin_batch());
+    ASSERT_TRUE(st.add_results({{"t1", 2, 2.0, {{"m", 2}}}}));
+  }  // closed with a batch open: what it holds is kept
+  auto s = experiment_store::open(dir);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(*(*s)->result_count(), 2);
+  EXPECT_EQ((*s)->trial("t1")->state, "running");
+}
+
 TEST_F(StoreTest, BadDirectoriesAndForeignFilesAreClearErrors) {
   fs::create_directories(dir);
   std::ofstream(dir + "/file") << "x";
