@@ -111,9 +111,19 @@ expected<std::unique_ptr<experiment_store>> experiment_store::open(const std::st
   };
   for (auto sql : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL", "PRAGMA foreign_keys=ON"})
     if (auto st = s->exec(sql); !st) return not_ours(st);
-  if (auto st = s->exec(std::string{"BEGIN IMMEDIATE;"} + schema + "COMMIT;"); !st) {
-    (void)s->exec("ROLLBACK");
-    return not_ours(st);
+  // An existing experiment is opened without writing (so it can be read while its
+  // controller holds a batch open); a new one gets its tables.
+  bool have_tables = false;
+  {
+    statement q{s->db_, "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ('meta', 'trials', 'results', 'events')"};
+    if (!q.ok()) return not_ours(s->fail("cannot read the database's schema"));
+    if (q.step() == SQLITE_ROW) have_tables = q.column_int(0) == 4;
+  }
+  if (!have_tables) {
+    if (auto st = s->exec(std::string{"BEGIN IMMEDIATE;"} + schema + "COMMIT;"); !st) {
+      (void)s->exec("ROLLBACK");
+      return not_ours(st);
+    }
   }
   auto version = s->meta("schema_version");
   if (!version) return not_ours(version.error());

@@ -112,6 +112,13 @@ TEST_F(StoreTest, AnOpenBatchIsCommittedAsOneAndABadResultInsideItUndoesOnlyItse
       return n;
     };
     EXPECT_EQ(count("SELECT COUNT(*) FROM trials"), 0);
+    {
+      // The experiment can be opened and read while its writer holds a batch open
+      // (opening an existing experiment writes nothing).
+      auto reader = experiment_store::open(dir);
+      ASSERT_TRUE(reader) << reader.error().message();
+      EXPECT_EQ(*(*reader)->result_count(), 0);
+    }
     ASSERT_TRUE(st.end_batch());
     EXPECT_FALSE(st.end_batch());
     EXPECT_EQ(count("SELECT COUNT(*) FROM trials"), 1);
