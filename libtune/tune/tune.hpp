@@ -19,7 +19,8 @@
 //                    .resources_per_trial = tune::resources({{"gpu", 0.25}}),
 //                    .scheduler = tune::asha{.max_t = 20}}};
 //     auto results = t.fit();
-//     if (results) std::cout << results->best()->config << "\n";
+//     if (!results) { std::cerr << results.error().message() << "\n"; return 1; }
+//     if (auto best = results->best(); best && *best) std::cout << (*best)->config << "\n";
 //   }
 //
 // Trials run the same program: the tuner serves this executable to the nodes and they
