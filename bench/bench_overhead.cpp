@@ -28,8 +28,7 @@ TUNE_TRAINABLE(sleeper);
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto unused = tune::init(argc, argv);  // first: trials run this program
-  (void)unused;
+  tune::run_if_trial_worker(argc, argv);  // first: trials run this program
   int trials = 2000, reports = 10, sleep_ms = 50, nodes = 4, gpus_per_node = 16, repeats = 1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];

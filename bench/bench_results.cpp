@@ -62,7 +62,7 @@ run_result measure(tune::cluster& c, int trials, int64_t per_trial, const std::s
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto embedded = tune::init(argc, argv);  // first: trials run this program
+  tune::run_if_trial_worker(argc, argv);  // first: trials run this program
   int trials = 4, repeats = 3;
   std::string only;  // inproc or cross_process: that one alone
   int64_t per_trial = 50000;
@@ -112,7 +112,6 @@ int main(int argc, char** argv) {
     o.work_dir = dir + "/embedded";
     runs_of("inproc", o, inproc, inproc_cpu);
   }
-  (void)embedded;
   if (only == "inproc") {
     std::cout << nlohmann::json{{"inproc_per_s", tune::bench::median(inproc)},
                                 {"inproc_controller_per_cpu_s", tune::bench::median(inproc_cpu)},

@@ -279,8 +279,12 @@ const char* init_help() {
          "                       without cards: N logical GPUs, trials on the CPU)\n";
 }
 
-expected<cluster> init(int& argc, char** argv) {
+void run_if_trial_worker(int argc, char** argv) {
   if (argc >= 3 && std::string{argv[1]} == "--tune-worker") run_worker(argv[2]);
+}
+
+expected<cluster> init(int& argc, char** argv) {
+  run_if_trial_worker(argc, argv);
   if (!registry().duplicates.empty())
     return status{errc::invalid_argument, "trainable names used twice: " + joined(registry().duplicates) +
                                               " (each TUNE_TRAINABLE needs its own name)"};

@@ -296,7 +296,7 @@ TEST_F(TuneConnected, TrialsRunOnTheNodesOfAClusterAtAnAddress) {
 
 int main(int argc, char** argv) {
   // Run as a trial's worker by a node: the trainable runs, and the process ends there.
-  if (argc >= 3 && std::string{argv[1]} == "--tune-worker") (void)tune::init(argc, argv);
+  tune::run_if_trial_worker(argc, argv);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

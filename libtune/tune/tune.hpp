@@ -108,6 +108,10 @@ class cluster {
 expected<cluster> init(int& argc, char** argv);
 // The lines above, for a program's --help.
 const char* init_help();
+// The worker part of init alone: in a trial's worker process it runs the trainable and
+// exits; anywhere else it returns at once (for programs that build their cluster with
+// cluster::start, or none).
+void run_if_trial_worker(int argc, char** argv);
 
 // --- experiments --------------------------------------------------------------------
 
