@@ -390,7 +390,7 @@ expected<experiment_summary> run_experiment(cluster_client& client, experiment_e
   controller_setup setup{client.head(), client.token(), client.program_server(), client.request_timeout(),
                          &engine,       &store,         opt,
                          [done](expected<experiment_summary> out) { done->set_value(std::move(out)); }};
-  auto ctl = spawn_controller(client.system(), std::move(setup));
+  spawn_controller(client.system(), std::move(setup));  // it answers through `done`
   return result.get();
 }
 

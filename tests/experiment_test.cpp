@@ -55,6 +55,18 @@ class ExperimentTest : public trial_cluster_test {
   }
   std::vector<progress_snapshot> snapshots;
   std::map<std::string, engine_trial> engine_trials;
+
+  // Every stored trial ended in error, its error saying `because`; the trials.
+  std::vector<trial_row> all_failed_with(const std::string& because) {
+    auto trials = store->trials();  // kept: a loop over a temporary's value dangles
+    EXPECT_TRUE(trials);
+    if (!trials) return {};
+    for (auto& t : *trials) {
+      EXPECT_EQ(t.state, "error") << t.id;
+      EXPECT_NE(t.error.find(because), std::string::npos) << t.error;
+    }
+    return *trials;
+  }
 };
 
 TEST_F(ExperimentTest, AshaStopsSomeTrialsAndTheStoreHoldsEveryResult) {
@@ -129,11 +141,7 @@ TEST_F(ExperimentTest, TrialsOfANodeThatDiesEndInErrorAndTheExperimentEnds) {
   killer.join();
   EXPECT_EQ(sum.trials, 2);
   EXPECT_EQ(sum.errored, 2);
-  auto trials = store->trials();
-  ASSERT_TRUE(trials);
-  for (auto& t : *trials) {
-    EXPECT_EQ(t.state, "error");
-    EXPECT_NE(t.error.find("its node was lost"), std::string::npos) << t.error;
+  for (auto& t : all_failed_with("its node was lost")) {
     auto results = store->results(t.id);
     ASSERT_TRUE(results);
     EXPECT_GT(results->size(), 0u) << "what it reported before is kept";
@@ -144,12 +152,7 @@ TEST_F(ExperimentTest, TrialsThatCannotBePlacedFailWithTheReasonAndHoldNothing) 
   auto sum = run(fifo{}, 2, 2, 3, *resource_set::make({{"gpu", 4}}));
   EXPECT_EQ(sum.trials, 2);
   EXPECT_EQ(sum.errored, 2);
-  auto trials = store->trials();
-  ASSERT_TRUE(trials);
-  for (auto& t : *trials) {
-    EXPECT_EQ(t.state, "error");
-    EXPECT_NE(t.error.find("infeasible"), std::string::npos) << t.error;
-  }
+  all_failed_with("infeasible");
   auto text = client->status_json();
   ASSERT_TRUE(text);
   auto status = nlohmann::json::parse(*text);
@@ -162,9 +165,7 @@ TEST_F(ExperimentTest, ATrialThatCannotStartGivesItsCardsBackAtOnce) {
   program_ref bogus{"missing", std::string(64, 'a'), 10};
   auto sum = run(fifo{}, 2, 1, 3, *resource_set::make({{"gpu", 2}}), &bogus);
   EXPECT_EQ(sum.errored, 2);
-  auto trials = store->trials();  // kept: a loop over a temporary's value dangles
-  ASSERT_TRUE(trials);
-  for (auto& t : *trials) EXPECT_NE(t.error.find("cannot fetch program missing"), std::string::npos) << t.error;
+  all_failed_with("cannot fetch program missing");
 }
 
 }  // namespace

@@ -94,13 +94,17 @@ expected<std::vector<engine_action>> experiment_engine::step(double now_s) {
     done_ = out.empty() && running() == 0;
     return out;
   }
-  for (bool progress = true; progress && running() < opt_.max_concurrent;) {
+  // Counted once: each start below makes one more (a scan per start made a step with
+  // many trials quadratic).
+  int now_running = running();
+  for (bool progress = true; progress && now_running < opt_.max_concurrent;) {
     progress = false;
     if (auto id = scheduler_.choose_trial_to_resume()) {
       auto it = trials_.find(*id);
       if (it == trials_.end()) return status{errc::inconsistent, "the scheduler resumed unknown trial " + *id};
       if (it->second.state == "paused") {
         out.push_back(start_action(it->second));
+        ++now_running;
       } else {
         resume_after_pause_.insert(*id);  // its process is still ending: started when it has
       }
@@ -126,10 +130,11 @@ expected<std::vector<engine_action>> experiment_engine::step(double now_s) {
     t.id = id;
     t.cfg = **cfg;
     out.push_back(start_action(t));
+    ++now_running;
     progress = true;
   }
   sweep_paused_to_stop();
-  done_ = out.empty() && running() == 0 && search_done_;
+  done_ = out.empty() && now_running == 0 && search_done_;
   return out;
 }
 

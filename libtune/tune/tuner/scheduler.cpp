@@ -40,31 +40,18 @@ expected<verdict> trial_scheduler::on_result(const std::string& id, int64_t iter
   return v;
 }
 
-static status end_trial(trial_scheduler& s, std::unordered_map<std::string, trial_scheduler::trial_state>& states,
-                        const std::string& id, const char* what) {
-  auto it = states.find(id);
-  if (it == states.end())
-    return {errc::not_found, std::string(s.name()) + ": " + what + " of unknown trial '" + id + "'"};
+status trial_scheduler::end(const std::string& id, bool errored) {
+  auto it = states_.find(id);
+  if (it == states_.end())
+    return {errc::not_found, std::string(name()) + ": " + (errored ? "error" : "completion") + " of unknown trial '" + id + "'"};
+  if (it->second == trial_state::ended) return {};
+  do_end(id, errored);
+  it->second = trial_state::ended;
   return {};
 }
 
-status trial_scheduler::on_trial_complete(const std::string& id) {
-  if (auto st = end_trial(*this, states_, id, "completion"); !st) return st;
-  auto& s = states_[id];
-  if (s == trial_state::ended) return {};
-  do_end(id, false);
-  s = trial_state::ended;
-  return {};
-}
-
-status trial_scheduler::on_trial_error(const std::string& id) {
-  if (auto st = end_trial(*this, states_, id, "error"); !st) return st;
-  auto& s = states_[id];
-  if (s == trial_state::ended) return {};
-  do_end(id, true);
-  s = trial_state::ended;
-  return {};
-}
+status trial_scheduler::on_trial_complete(const std::string& id) { return end(id, false); }
+status trial_scheduler::on_trial_error(const std::string& id) { return end(id, true); }
 
 void trial_scheduler::on_no_more_trials() { do_no_more_trials(); }
 

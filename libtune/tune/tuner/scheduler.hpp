@@ -99,6 +99,9 @@ class trial_scheduler {
   double score(double value) const { return mode_ == mode::max ? value : -value; }
 
  private:
+  // Completion or error: ends a known trial once; ending it again changes nothing.
+  status end(const std::string& id, bool errored);
+
   std::string metric_;
   mode mode_;
   std::unordered_map<std::string, trial_state> states_;
