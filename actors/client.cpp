@@ -234,14 +234,20 @@ std::optional<trial_event> cluster_client::next_trial_event(ms timeout) {
   if (unpacked_.empty()) {
     self_->receive(
         [&](wire::trial_event_atom, std::string& id, std::string& kind, std::string& json) {
+          unpacked_.push_back({std::move(id), std::move(kind), std::move(json),
+                               caf::actor_cast<caf::actor>(self_->current_sender())});
+        },
+        // Results as columns: one "result" event each, as the trial's JSON path writes it.
+        [&](wire::trial_results_atom, std::string& id, wire::wire_results& r) {
           auto from = caf::actor_cast<caf::actor>(self_->current_sender());
-          if (kind != "results") {
-            unpacked_.push_back({std::move(id), std::move(kind), std::move(json), from});
-            return;
+          size_t k = r.names.size();
+          if (!r.well_formed()) return;
+          for (size_t row = 0; row < r.rows(); ++row) {
+            nlohmann::json metrics = nlohmann::json::object();
+            for (size_t i = 0; i < k; ++i) metrics[r.names[i]] = r.value(row * k + i);
+            nlohmann::json body{{"iteration", r.iterations[row]}, {"metrics", std::move(metrics)}, {"gpu_memory", r.gpu_memory}};
+            unpacked_.push_back({id, "result", body.dump(), from});
           }
-          auto body = nlohmann::json::parse(json, nullptr, false);
-          if (body.is_object() && body.contains("results") && body["results"].is_array())
-            for (auto& r : body["results"]) unpacked_.push_back({id, "result", r.dump(), from});
         },
         caf::after(timeout) >> [] {});
   }

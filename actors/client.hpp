@@ -79,8 +79,8 @@ struct trial_request {
 
 struct trial_event {
   // kind: started, result, checkpoint, done, ended (trial.hpp). Nodes send results
-  // that came together as one "results" event ({"results": [result, ...]});
-  // next_trial_event hands them out one "result" at a time.
+  // that came together as one message of columns (wire_results); next_trial_event
+  // hands them out one "result" at a time.
   std::string trial_id, kind, json;
   caf::actor trial;                  // the trial actor, for stop / kill / pause / resume
 };

@@ -2,8 +2,11 @@
 
 #include <time.h>
 
+#include <algorithm>
+#include <charconv>
 #include <future>
 #include <map>
+#include <optional>
 
 #include "tune/cluster/version.hpp"
 
@@ -38,7 +41,7 @@ struct controller_state {
   clock_type::time_point t0 = clock_type::now();
   std::map<std::string, live_trial> live;
   std::map<caf::actor_addr, std::string> by_actor;  // trial actors, monitored
-  std::vector<result_row> pending;                  // results not yet stored
+  std::vector<encoded_result> pending;              // results not yet stored
   int64_t ingested = 0;
   double cpu0 = 0;  // the thread's CPU time when the controller started
   clock_type::time_point last_progress = clock_type::now() - std::chrono::hours(1);
@@ -244,46 +247,91 @@ void act(controller_actor self, std::vector<engine_action> actions) {
   }
 }
 
-void on_event(controller_actor self, const std::string& id, const std::string& kind, const std::string& json) {
+// The live trial an event is about, or null when it is not one of ours (or the
+// experiment is over). The first event from a trial's actor makes it known (monitored);
+// a stop asked before then goes out now.
+live_trial* live_for_event(controller_actor self, const std::string& id, bool ended) {
   auto& st = self->state;
-  if (st.over) return;
+  if (st.over) return nullptr;
   auto lit = st.live.find(id);
-  if (lit == st.live.end()) return;  // not one of ours
+  if (lit == st.live.end()) return nullptr;
   auto& lt = lit->second;
   auto sender = caf::actor_cast<caf::actor>(self->current_sender());
-  if (!lt.actor && sender && kind != "ended") {
+  if (!lt.actor && sender && !ended) {
     lt.actor = sender;
     st.by_actor[sender.address()] = id;
     self->monitor(sender);
   }
-  if (lt.stop_pending && kind != "ended" && lt.actor) {
+  if (lt.stop_pending && !ended && lt.actor) {
     lt.stop_pending = false;
     self->send(lt.actor, wire::trial_stop_atom::value, int64_t{st.setup.options.stop_grace.count()});
   }
+  return &lt;
+}
+
+// A number as nlohmann::json writes one (shortest round trip; a whole number keeps ".0").
+void append_number(std::string& out, double v) {
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  if (ec != std::errc{}) {
+    out += "null";
+    return;
+  }
+  out.append(buf, end);
+  if (std::find_if(buf, end, [](char c) { return c == '.' || c == 'e' || c == 'n' || c == 'i'; }) == end) out += ".0";
+}
+
+// Results as columns (wire_results): each to the engine, then to the store with the
+// next flush, its metrics written as JSON text without building a document.
+void on_results(controller_actor self, const std::string& id, const wire::wire_results& r) {
+  auto& st = self->state;
+  if (!live_for_event(self, id, false)) return;
+  size_t k = r.names.size();
+  if (!r.well_formed()) return;  // not from a node of ours
+  std::optional<size_t> col;  // the experiment's metric
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < k; ++i) {
+    if (r.names[i] == st.setup.engine->options().metric) col = i;
+    keys.push_back(nlohmann::json(r.names[i]).dump() + ":");
+  }
+  double now = wall_now();
   auto& engine = *st.setup.engine;
-  // One result: to the engine (scheduler, search), then to the store with the next flush.
-  auto ingest = [&](nlohmann::json& body, double now) {
-    if (!body.is_object()) return true;
+  for (size_t row = 0; row < r.rows(); ++row) {
+    std::string text = "{";
+    for (size_t i = 0; i < k; ++i) {
+      if (i) text += ',';
+      text += keys[i];
+      append_number(text, r.value(row * k + i));
+    }
+    text += '}';
+    int64_t it = r.iterations[row];
+    ++st.ingested;
+    auto more = engine.on_metric(id, it, col ? std::optional<double>{r.value(row * k + *col)} : std::nullopt);
+    st.pending.push_back({id, it, now, std::move(text)});
+    if (!more) return finish(self, more.error());
+    act(self, std::move(*more));
+    if (st.over) return;
+  }
+  if (st.pending.size() >= 8192) flush(self);
+}
+
+void on_event(controller_actor self, const std::string& id, const std::string& kind, const std::string& json) {
+  auto& st = self->state;
+  auto* ltp = live_for_event(self, id, kind == "ended");
+  if (!ltp) return;
+  auto& lt = *ltp;
+  auto& engine = *st.setup.engine;
+  if (kind == "result") {
+    // One result (one that has a metric that is not a number): to the engine, then to
+    // the store with the next flush.
+    auto body = nlohmann::json::parse(json, nullptr, false);
+    if (!body.is_object()) return;
     int64_t it = body.value("iteration", int64_t{0});
     ++st.ingested;
     auto more = engine.on_result(id, it, body["metrics"]);
-    st.pending.push_back({id, it, now, std::move(body["metrics"])});
-    if (!more) {
-      finish(self, more.error());
-      return false;
-    }
+    st.pending.push_back({id, it, wall_now(), body["metrics"].dump()});
+    if (!more) return finish(self, more.error());
     act(self, std::move(*more));
-    return !st.over;
-  };
-  if (kind == "result" || kind == "results") {
-    auto body = nlohmann::json::parse(json, nullptr, false);
-    double now = wall_now();
-    if (kind == "result") {
-      if (!ingest(body, now)) return;
-    } else if (body.is_object() && body.contains("results") && body["results"].is_array()) {
-      for (auto& r : body["results"])
-        if (!ingest(r, now)) return;
-    }
     if (st.pending.size() >= 8192) flush(self);
   } else if (kind == "checkpoint") {
     auto body = nlohmann::json::parse(json, nullptr, false);
@@ -342,6 +390,7 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
       [self](wire::trial_event_atom, const std::string& id, const std::string& kind, const std::string& json) {
         on_event(self, id, kind, json);
       },
+      [self](wire::trial_results_atom, const std::string& id, const wire::wire_results& r) { on_results(self, id, r); },
       [](wire::pg_remove_atom, bool, const std::string&) {},  // groups given back
       [](wire::subscribe_atom, bool, const std::string&) {},
       // A node the head declared dead: its trials' actors may never say goodbye (a

@@ -3,8 +3,10 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "audit.hpp"
@@ -131,6 +133,83 @@ void checkpoint(trial_actor self, const nlohmann::json& j) {
   event(self, "checkpoint", st.last_checkpoint);
 }
 
+// The common report, {"type": "result", "iteration": N, "metrics": {name: number, ...}}
+// (keys in any order, iteration optional), read without building a JSON document.
+// parse() says false for anything else (another type, a metric that is not a number, a
+// key it does not know, a repeated name, malformed text): such a line takes the general
+// path. The buffers are reused from line to line.
+class plain_result {
+ public:
+  std::vector<std::string> names;
+  std::vector<double> values;
+  std::optional<int64_t> iteration;
+
+  bool parse(const std::string& line) {
+    names.clear();
+    values.clear();
+    iteration.reset();
+    depth_ = 0;
+    where_ = slot::none;
+    typed_ = false;
+    metrics_seen_ = false;
+    return nlohmann::json::sax_parse(line, this, nlohmann::json::input_format_t::json, true) && typed_ &&
+           metrics_seen_;
+  }
+
+  // The SAX interface (nlohmann::json_sax): returning false stops the parse.
+  bool null() { return false; }
+  bool boolean(bool) { return false; }
+  bool number_integer(int64_t v) { return number(static_cast<double>(v), v); }
+  bool number_unsigned(uint64_t v) {
+    return number(static_cast<double>(v), v <= static_cast<uint64_t>(INT64_MAX) ? std::optional<int64_t>{static_cast<int64_t>(v)}
+                                                                               : std::nullopt);
+  }
+  bool number_float(double v, const std::string&) { return number(v, std::nullopt); }
+  bool string(std::string& v) {
+    if (depth_ != 1 || where_ != slot::type || v != "result") return false;
+    typed_ = true;
+    return true;
+  }
+  bool binary(nlohmann::json::binary_t&) { return false; }
+  bool start_object(std::size_t) {
+    if (depth_ == 0) return ++depth_, true;
+    if (depth_ != 1 || where_ != slot::metrics || metrics_seen_) return false;
+    metrics_seen_ = true;
+    return ++depth_, true;
+  }
+  bool end_object() { return --depth_, true; }
+  bool start_array(std::size_t) { return false; }
+  bool end_array() { return false; }
+  bool key(std::string& k) {
+    if (depth_ == 2) {
+      for (auto& n : names)
+        if (n == k) return false;
+      names.push_back(k);
+      return true;
+    }
+    where_ = k == "type" ? slot::type : k == "iteration" ? slot::iteration : k == "metrics" ? slot::metrics : slot::none;
+    return where_ != slot::none;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) { return false; }
+
+ private:
+  enum class slot { none, type, iteration, metrics };
+  int depth_ = 0;
+  slot where_ = slot::none;
+  bool typed_ = false, metrics_seen_ = false;
+
+  bool number(double v, std::optional<int64_t> integer) {
+    if (depth_ == 2) {
+      if (!std::isfinite(v)) return false;
+      values.push_back(v);
+      return true;
+    }
+    if (depth_ != 1 || where_ != slot::iteration || !integer || iteration) return false;
+    iteration = integer;
+    return true;
+  }
+};
+
 caf::behavior trial(trial_actor self, trial_options opt) {
   auto& st = self->state;
   st.opt = std::move(opt);
@@ -169,26 +248,42 @@ caf::behavior trial(trial_actor self, trial_options opt) {
       },
       // Lines from the worker (all that one read gave): whatever they are, they must
       // not hurt the node (a worker is the user's code), so anything but a well-formed
-      // report is ignored. Results that arrive together go to the owner together (one
-      // "results" event; a single one as "result"), in order with the other events.
+      // report is ignored. Results whose metrics are all numbers go to the owner as
+      // columns (one message for those that came together and name the same metrics);
+      // any other result as a "result" event; all in the order the worker wrote them.
       [self](line_atom, const std::vector<std::string>& lines) {
-        auto batch = nlohmann::json::array();
+        auto& st = self->state;
+        wire::wire_results batch;
+        plain_result row;
         auto flush = [&] {
-          if (batch.size() == 1) event(self, "result", batch[0]);
-          else if (batch.size() > 1) event(self, "results", {{"results", std::move(batch)}});
-          batch = nlohmann::json::array();
+          if (batch.rows() == 0) return;
+          batch.gpu_memory = st.gpu_memory;
+          if (st.opt.owner)
+            self->send(st.opt.owner, wire::trial_results_atom::value, st.opt.spec.trial_id, std::move(batch));
+          batch = {};
         };
         for (auto& line : lines) {
+          if (row.parse(line)) {
+            ++st.results;
+            if (batch.names != row.names) {
+              flush();
+              batch.names = row.names;
+            }
+            batch.iterations.push_back(row.iteration ? *row.iteration : st.results);
+            for (double v : row.values) batch.add(v);
+            continue;
+          }
           auto j = nlohmann::json::parse(line, nullptr, false);
           if (j.is_discarded() || !j.is_object() || !j.contains("type") || !j["type"].is_string()) continue;
           auto type = j["type"].get<std::string>();
           if (type == "result" && j.contains("metrics") && j["metrics"].is_object()) {
-            ++self->state.results;
+            ++st.results;
             auto iteration = j.contains("iteration") && j["iteration"].is_number_integer()
                                  ? j["iteration"].get<int64_t>()
-                                 : self->state.results;
-            batch.push_back({{"iteration", iteration}, {"metrics", std::move(j["metrics"])},
-                             {"gpu_memory", self->state.gpu_memory}});
+                                 : st.results;
+            flush();
+            event(self, "result", {{"iteration", iteration}, {"metrics", std::move(j["metrics"])},
+                                   {"gpu_memory", st.gpu_memory}});
           } else if (type == "checkpoint") {
             flush();
             checkpoint(self, j);

@@ -8,7 +8,9 @@
 //
 // Events to the owner: (trial_event_atom, trial_id, kind, json):
 //   "started"  {"pid", "node", "gpus": [{"local","index","uuid","pci_bus_id","share","memory_quota"}], "memory_quota"}
-//   "result"   {"iteration", "metrics": {...}, "gpu_memory"}
+//   "result"   {"iteration", "metrics": {...}, "gpu_memory"}   a result with a metric that is
+//              not a number; the others, all that came together naming the same metrics,
+//              as (trial_results_atom, trial_id, wire_results), in order with the events
 //   "checkpoint" {"iteration", "path", "bytes", "files"} (a folder of its trial folder)
 //   "done"     {"message"}
 //   "ended"    {"ok", "exit", "error", "stderr_tail", "results", "stopped", "killed",

@@ -131,6 +131,7 @@ config::config(bool network) {
   add_message_type<std::vector<wire_hold>>("std::vector<tune::wire_hold>");
   add_message_type<wire_group_spec>("tune::wire_group_spec");
   add_message_type<wire_trial_spec>("tune::wire_trial_spec");
+  add_message_type<wire_results>("tune::wire_results");
   add_message_type<std::vector<uint32_t>>("std::vector<uint32_t>");
   add_message_type<std::vector<std::string>>("std::vector<std::string>");
   add_message_type<std::vector<int64_t>>("std::vector<int64_t>");

@@ -39,8 +39,11 @@
 //   client -> head (trial_start_atom, token, wire_trial_spec, program_server)
 //                  -> (trial_start_atom, bool, json-or-error)   once the worker runs
 //   node -> program_server (program_get_atom, sha256, offset, length) -> (program_get_atom, bytes)
-//   trial -> client (trial_event_atom, trial_id, kind, json)   started, result, results (several
-//                  at once: {"results": [...]}), checkpoint, done, ended
+//   trial -> client (trial_event_atom, trial_id, kind, json)   started, result, checkpoint,
+//                  done, ended
+//   trial -> client (trial_results_atom, trial_id, wire_results)   results whose metrics are all
+//                  numbers, as columns (the fast path; anything else comes as a "result" event),
+//                  in order with the trial's other events
 //   client -> trial (trial_stop_atom, grace_ms) | (trial_kill_atom) | (trial_pause_atom) | (trial_resume_atom)
 // Nodes put what they hold (wire_hold) in their advertisement and every heartbeat.
 //
@@ -52,6 +55,7 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -93,6 +97,7 @@ using trial_kill_atom = caf::atom_constant<caf::atom("trialkill")>;
 using trial_pause_atom = caf::atom_constant<caf::atom("trialpause")>;
 using trial_resume_atom = caf::atom_constant<caf::atom("trialresum")>;
 using trial_event_atom = caf::atom_constant<caf::atom("trialevent")>;
+using trial_results_atom = caf::atom_constant<caf::atom("trialres")>;
 using program_get_atom = caf::atom_constant<caf::atom("progget")>;
 using program_add_atom = caf::atom_constant<caf::atom("progadd")>;
 using gpu_audit_atom = caf::atom_constant<caf::atom("gpuaudit")>;
@@ -216,6 +221,25 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_trial_spec& x) {
   return f(caf::meta::type_name("wire_trial_spec"), x.trial_id, x.group, x.bundle, x.program_name, x.program_sha256,
            x.program_size, x.args, x.config_json, x.restore_dir);
+}
+
+// Results of one trial that name the same metrics, as columns: row r's metric k is
+// value(r * names.size() + k). Values travel as their bits (CAF's own encoding of a
+// double drops the sign of -0.0); gpu_memory: the trial's GPU memory (bytes) then.
+struct wire_results {
+  std::vector<std::string> names;
+  std::vector<int64_t> iterations;
+  std::vector<uint64_t> bits;
+  int64_t gpu_memory = 0;
+  size_t rows() const { return iterations.size(); }
+  double value(size_t i) const { return std::bit_cast<double>(bits[i]); }
+  void add(double v) { bits.push_back(std::bit_cast<uint64_t>(v)); }
+  bool well_formed() const { return !names.empty() && bits.size() == rows() * names.size(); }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_results& x) {
+  return f(caf::meta::type_name("wire_results"), x.names, x.iterations, x.bits, x.gpu_memory);
 }
 
 // A node's advertisement on join: who it is, what it has, what is free, what it holds.

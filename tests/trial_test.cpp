@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -68,6 +69,33 @@ TEST_F(TrialTest, AWorkerSeesExactlyItsCardsAndNothingElse) {
   EXPECT_EQ(events.back().kind, "ended");
   EXPECT_TRUE(end["ok"]) << end.dump();
   EXPECT_EQ(end["results"], 4);
+}
+
+// Results that are all numbers travel as columns, the rest as JSON: the client sees
+// every one, in the order written, with the values and iterations the worker wrote.
+TEST_F(TrialTest, ResultsOfEveryShapeArriveInOrderAndIntact) {
+  auto g = group({*resource_set::make({{"gpu", 0.5}})});
+  ASSERT_TRUE(start("t-mixed", g, {{"mode", "mixed"}}));
+  auto events = until_ended("t-mixed");
+  std::vector<nlohmann::json> results;
+  for (auto& e : events)
+    if (e.kind == "result") results.push_back(body(e));
+  ASSERT_EQ(results.size(), 7u);
+  auto expect = [&](size_t i, int64_t iteration, const nlohmann::json& metrics) {
+    EXPECT_EQ(results[i]["iteration"], iteration) << results[i].dump();
+    EXPECT_EQ(results[i]["metrics"], metrics) << results[i].dump();
+  };
+  expect(0, 1, {{"a", 1.5}, {"b", 2.0}});
+  expect(1, 2, {{"a", 2.5}, {"b", 3.0}});                 // names in another order
+  expect(2, 3, {{"a", 3.5}, {"note", "text"}});           // a metric that is not a number
+  expect(3, 4, {{"a", 4.5}});                             // no iteration: the count so far
+  expect(4, 6, {{"a", 7.5}});                             // a repeated name: the last one
+  expect(5, 7, {{"a", 7}});                               // a key the fast path does not know
+  expect(6, 8, {{"a", -0.0}, {"b", 1e-300}});
+  EXPECT_TRUE(std::signbit(results[6]["metrics"]["a"].get<double>()));
+  auto end = body(events.back());
+  EXPECT_TRUE(end["ok"]) << end.dump();
+  EXPECT_EQ(end["results"], 7);
 }
 
 TEST_F(TrialTest, CheckpointsAreRelayedWithTheirSizeAndOnlyFromTheTrialsFolder) {

@@ -54,6 +54,19 @@ int main() {
     ctx->done(seen.dump());
     return 0;
   }
+  if (mode == "mixed") {  // results of every shape, in one write (so the node reads them together)
+    std::string lines =
+        R"({"type": "result", "iteration": 1, "metrics": {"a": 1.5, "b": 2}})" "\n"
+        R"({"metrics": {"b": 3, "a": 2.5}, "type": "result", "iteration": 2})" "\n"
+        R"({"type": "result", "iteration": 3, "metrics": {"a": 3.5, "note": "text"}})" "\n"
+        R"({"type": "result", "metrics": {"a": 4.5}})" "\n"
+        "not json\n"
+        R"({"type": "result", "iteration": 6, "metrics": {"a": 6.5, "a": 7.5}})" "\n"
+        R"({"type": "result", "iteration": 7, "metrics": {"a": 7}, "extra": [1]})" "\n"
+        R"({"type": "result", "iteration": 8, "metrics": {"a": -0.0, "b": 1e-300}})" "\n";
+    if (::write(3, lines.data(), lines.size()) != static_cast<ssize_t>(lines.size())) return 3;
+    return 0;
+  }
   if (mode == "checkpoint") {  // two good checkpoints, then one that points outside its folder
     for (int64_t it : {1, 2}) {
       auto dir = ctx->checkpoint_dir(it);

@@ -117,6 +117,10 @@ TEST_F(TuneEmbedded, AshaRunsTrialsAsProcessesAndTheStoreHoldsWhatWasReported) {
     for (size_t i = 0; i < h->size(); ++i) {
       EXPECT_EQ((*h)[i].iteration, static_cast<int64_t>(i) + 1);  // each once, in order
       EXPECT_EQ((*h)[i].metrics["threads"], 2) << "a trial's thread pools are its CPUs";
+      // The value stored is the value reported, to the last bit.
+      double x = tr.config["x"].get<double>();
+      ASSERT_TRUE((*h)[i].metrics["score"].is_number_float()) << (*h)[i].metrics.dump();
+      EXPECT_EQ((*h)[i].metrics["score"].get<double>(), x * (1 - std::pow(0.5, static_cast<double>(i + 1))));
     }
     reported += static_cast<int64_t>(h->size());
     stopped_early += h->back().iteration < 6;

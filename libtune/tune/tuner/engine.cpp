@@ -138,43 +138,64 @@ expected<std::vector<engine_action>> experiment_engine::step(double now_s) {
   return out;
 }
 
+namespace {
+std::string number_text(double v) { return nlohmann::json(v).dump(); }
+}  // namespace
+
 expected<std::vector<engine_action>> experiment_engine::on_result(const std::string& id, int64_t iteration,
                                                                   const nlohmann::json& metrics) {
+  if (!metrics.is_object() || !metrics.contains(opt_.metric)) return on_metric(id, iteration, std::nullopt);
+  const auto& m = metrics[opt_.metric];
+  if (m.is_number()) return on_metric(id, iteration, m.get<double>());
+  // Not a number at all: the trial is stopped with what it reported.
+  auto it = trials_.find(id);
+  if (it == trials_.end()) return status{errc::not_found, "a result of unknown trial " + id};
+  auto& t = it->second;
+  t.iteration = std::max(t.iteration, iteration);
+  if (t.state != "running" || asked_.count(id)) return std::vector<engine_action>{};
+  return stop_for_value(id, t, m.dump());
+}
+
+std::vector<engine_action> experiment_engine::stop_for_value(const std::string& id, engine_trial& t,
+                                                             const std::string& shown) {
+  t.error = "it reported " + opt_.metric + " = " + shown + ", not a finite number";
+  asked_[id] = engine_action::kind::stop;
+  return {{engine_action::kind::stop, id, {}, "", -1, t.error}};
+}
+
+expected<std::vector<engine_action>> experiment_engine::on_metric(const std::string& id, int64_t iteration,
+                                                                  std::optional<double> value) {
   auto it = trials_.find(id);
   if (it == trials_.end()) return status{errc::not_found, "a result of unknown trial " + id};
   auto& t = it->second;
   t.iteration = std::max(t.iteration, iteration);
   if (t.state != "running" || asked_.count(id)) return std::vector<engine_action>{};  // late: recorded only
-  if (!metrics.is_object() || !metrics.contains(opt_.metric)) return std::vector<engine_action>{};
-  std::vector<engine_action> out;
-  const auto& m = metrics[opt_.metric];
-  if (!m.is_number() || !std::isfinite(m.get<double>())) {
-    t.error = "it reported " + opt_.metric + " = " + m.dump() + ", not a finite number";
-    asked_[id] = engine_action::kind::stop;
-    out.push_back({engine_action::kind::stop, id, {}, "", -1, t.error});
-    return out;
-  }
-  double v = m.get<double>();
+  if (!value) return std::vector<engine_action>{};
+  double v = *value;
+  if (!std::isfinite(v)) return stop_for_value(id, t, number_text(v));
   t.value = v;
   if (auto st = search_.on_result(id, iteration, v); !st) return st;
   auto verdict = scheduler_.on_result(id, iteration, v);
   if (!verdict) return verdict.error();
   auto action = verdict->action;
-  // (A scheduler also stops a trial that reached its max_t: not early then.)
-  std::string reason = std::string{"stopped by "} + scheduler_.name() + " at iteration " + std::to_string(iteration);
+  std::vector<engine_action> out;
+  std::string reason;
   if (action == decision::go_on) {
     if (opt_.stop.max_iterations && iteration >= *opt_.stop.max_iterations) {
       action = decision::stop;
       reason = "reached " + std::to_string(*opt_.stop.max_iterations) + " iterations";
     } else if (opt_.stop.metric_threshold && !better(opt_.direction, *opt_.stop.metric_threshold, v)) {
       action = decision::stop;
-      reason = "reached " + opt_.metric + " " + m.dump();
+      reason = "reached " + opt_.metric + " " + number_text(v);
     } else if (opt_.stop.max_time_s && t.started_at >= 0 && t.run_s + (now_ - t.started_at) >= *opt_.stop.max_time_s) {
       action = decision::stop;
       char buf[96];
       std::snprintf(buf, sizeof buf, "ran for its %g s", *opt_.stop.max_time_s);
       reason = buf;
     }
+  } else if (action == decision::stop) {
+    // (A scheduler also stops a trial that reached its max_t: not early then.)
+    reason = std::string{"stopped by "} + scheduler_.name() + " at iteration " + std::to_string(iteration);
   }
   if (action == decision::stop) {
     asked_[id] = engine_action::kind::stop;

@@ -79,6 +79,10 @@ class experiment_engine {
   expected<std::vector<engine_action>> step(double now_s);
   expected<std::vector<engine_action>> on_result(const std::string& id, int64_t iteration,
                                                  const nlohmann::json& metrics);
+  // The same with the experiment's metric already read: its value, or none when the
+  // result does not name it (the result is then recorded only).
+  expected<std::vector<engine_action>> on_metric(const std::string& id, int64_t iteration,
+                                                 std::optional<double> value);
   void on_checkpoint(const std::string& id, int64_t iteration);
   // The trial's process ended: ok (exit 0, or ended on our stop/pause) or not (its error).
   expected<std::vector<engine_action>> on_ended(const std::string& id, bool ok, const std::string& error = {});
@@ -93,6 +97,7 @@ class experiment_engine {
   experiment_engine(search_algorithm& s, trial_scheduler& t, engine_options o)
       : search_(s), scheduler_(t), opt_(std::move(o)) {}
   void sweep_paused_to_stop();
+  std::vector<engine_action> stop_for_value(const std::string& id, engine_trial& t, const std::string& shown);
   std::string next_id();
   engine_action start_action(engine_trial& t);
 

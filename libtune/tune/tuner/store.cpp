@@ -204,6 +204,13 @@ status experiment_store::end_batch() {
 }
 
 expected<size_t> experiment_store::add_results(const std::vector<result_row>& rows) {
+  std::vector<encoded_result> encoded;
+  encoded.reserve(rows.size());
+  for (auto& r : rows) encoded.push_back({r.trial, r.iteration, r.time, r.metrics.dump()});
+  return add_results(encoded);
+}
+
+expected<size_t> experiment_store::add_results(const std::vector<encoded_result>& rows) {
   if (rows.empty()) return size_t{0};
   // All or none: its own transaction, or a savepoint inside an open batch.
   const char* open = batch_ ? "SAVEPOINT results" : "BEGIN IMMEDIATE";
@@ -218,7 +225,7 @@ expected<size_t> experiment_store::add_results(const std::vector<result_row>& ro
   }
   size_t added = 0;
   for (auto& r : rows) {
-    int rc = ins.text(1, r.trial).integer(2, r.iteration).real(3, r.time).text(4, r.metrics.dump()).step();
+    int rc = ins.text(1, r.trial).integer(2, r.iteration).real(3, r.time).text(4, r.metrics).step();
     if (rc != SQLITE_DONE) {
       auto why = rc == SQLITE_CONSTRAINT ? status{errc::not_found, "a result of trial " + r.trial +
                                                                        ", which is not in the experiment: nothing stored"}

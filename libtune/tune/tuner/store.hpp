@@ -38,6 +38,14 @@ struct result_row {
   nlohmann::json metrics;
 };
 
+// A result whose metrics are already JSON text (an object): what the controller writes.
+struct encoded_result {
+  std::string trial;
+  int64_t iteration = 0;
+  double time = 0;
+  std::string metrics;
+};
+
 struct event_row {
   int64_t seq = 0;
   double time = 0;
@@ -71,6 +79,7 @@ class experiment_store {
   // All in one transaction, or none. How many were new (a (trial, iteration) already
   // stored is left as it is). Results of unknown trials are an error (nothing stored).
   expected<size_t> add_results(const std::vector<result_row>& rows);
+  expected<size_t> add_results(const std::vector<encoded_result>& rows);
   status add_event(const std::string& trial, const std::string& kind, const nlohmann::json& body);
 
   // A batch: every write from begin_batch to end_batch is one transaction (one sync to
