@@ -105,6 +105,7 @@ void start_trial(node_actor self, const wire::wire_trial_spec& spec, const reser
   t.cpu_threads = std::max(1, static_cast<int>(std::ceil(hold.request.cpu().to_double() - 1e-9)));
   t.owner = std::move(owner);
   t.audit = st.audit;
+  t.workers = st.opt.workers;
   t.started = std::move(rp);
   auto a = spawn_trial(self, std::move(t));
   st.trials[spec.trial_id] = a;

@@ -31,6 +31,7 @@
 #include <string>
 
 #include "tune/core/node_resources.hpp"
+#include "tune/trial/process.hpp"
 #include "wire.hpp"
 
 namespace tune {
@@ -48,6 +49,9 @@ struct node_options {
   std::string work_dir;
   // The environment every trial's worker starts from (PATH, HOME, LD_LIBRARY_PATH).
   std::map<std::string, std::string> trial_env;
+  // Starts the trials' workers (tune/trial/process.hpp: a small fork of this process,
+  // made early); none: each is forked from this process.
+  std::shared_ptr<tune::spawner> workers;
   // NVML, for the GPU audit of this node's real cards (actors/audit.hpp); none: no audit.
   std::shared_ptr<tune::nvml> gpu_library;
   std::chrono::milliseconds audit_interval{200};

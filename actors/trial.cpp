@@ -63,8 +63,8 @@ nlohmann::json gpus_json(const trial_options& opt) {
 }
 
 // The watching thread: starts the worker, reads it, acts on the controls, reaps it.
-void watch(caf::actor self, process_spec spec, std::shared_ptr<control> ctl) {
-  auto p = worker_process::start(spec);
+void watch(caf::actor self, process_spec spec, std::shared_ptr<control> ctl, std::shared_ptr<spawner> via) {
+  auto p = worker_process::start(spec, via.get());
   if (!p) {
     caf::anon_send(self, started_atom::value, 0, 0, p.error().message());
     return;
@@ -216,7 +216,7 @@ caf::behavior trial(trial_actor self, trial_options opt) {
   std::vector<std::string> argv{st.opt.program};
   argv.insert(argv.end(), st.opt.spec.args.begin(), st.opt.spec.args.end());
   st.watcher = std::thread(watch, caf::actor_cast<caf::actor>(self),
-                           process_spec{std::move(argv), trial_environment(st.opt), st.opt.trial_dir}, st.ctl);
+                           process_spec{std::move(argv), trial_environment(st.opt), st.opt.trial_dir}, st.ctl, st.opt.workers);
   auto from_owner = [self] {
     auto& st = self->state;
     return st.opt.owner && self->current_sender() == st.opt.owner.address();

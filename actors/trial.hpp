@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "tune/core/node_resources.hpp"
+#include "tune/trial/process.hpp"
 #include "wire.hpp"
 
 namespace tune {
@@ -44,6 +45,7 @@ struct trial_options {
   std::chrono::milliseconds default_grace{10000};
   caf::actor owner;
   caf::actor audit;  // the node's GPU audit (none without NVML or real cards)
+  std::shared_ptr<tune::spawner> workers;  // starts the worker (none: a fork of this process)
   caf::response_promise started;  // answered when the worker runs (or could not start)
 };
 

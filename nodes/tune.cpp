@@ -250,6 +250,10 @@ int start_node(const po::variables_map& vm, const std::string& dir) {
   std::string log_file = dir + "/" + id + ".log";
   return cli::run_service(block, log_file, 30, [&](cli::readiness& ready) {
     auto signals = service_signals();
+    // The trials' workers start from a small fork of this process made now, before
+    // CAF's threads and memory (tune/trial/process.hpp says why).
+    auto workers = spawner::start();
+    if (!workers) log_line("workers start from the node process itself: " + workers.error().message());
     wire::config cfg;
     caf::actor_system sys{cfg};
     auto first = std::make_shared<std::promise<status>>();
@@ -264,6 +268,7 @@ int start_node(const po::variables_map& vm, const std::string& dir) {
     opt.resources = *resources;
     opt.work_dir = dir + "/" + id;  // programs/ and trials/ of this node
     opt.trial_env = inherited_trial_env();  // never CUDA_VISIBLE_DEVICES
+    if (workers) opt.workers = *workers;
     opt.on_first_join = [first](const status& st) { first->set_value(st); };
     opt.on_fatal = [fatal_message](const status& st) {
       *fatal_message = st.message();

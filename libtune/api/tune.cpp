@@ -94,6 +94,7 @@ std::vector<std::string> trainable_names() {
 // --- the cluster ------------------------------------------------------------------
 
 struct cluster::impl {
+  std::shared_ptr<spawner> workers;  // the embedded node's (ends after the actor system)
   std::unique_ptr<wire::config> cfg;
   std::unique_ptr<caf::actor_system> sys;
   std::unique_ptr<cluster_client> client;
@@ -173,6 +174,10 @@ expected<std::shared_ptr<cluster::impl>> start_embedded(const cluster_options& o
   // over the program's output.
   if (auto s = set_log_file(st->work_dir + "/cluster.log"); !s) return s;
   st->owns_log = true;
+  // The trials' workers start from a small fork of this process made before the actor
+  // system's threads (tune/trial/process.hpp says why); without it, from this process.
+  if (auto w = spawner::start()) st->workers = *w;
+  else log_line("workers start from this process itself: " + w.error().message());
   st->cfg = std::make_unique<wire::config>(false);
   st->sys = std::make_unique<caf::actor_system>(*st->cfg);
   auto token = random_hex(16);
@@ -188,6 +193,7 @@ expected<std::shared_ptr<cluster::impl>> start_embedded(const cluster_options& o
   no.resources = *res;
   no.work_dir = st->work_dir;
   no.trial_env = inherited_trial_env();
+  no.workers = st->workers;
   no.head_actor = st->head;
   no.on_first_join = [joined](const status& s) { joined->set_value(s); };
   bool real = false;

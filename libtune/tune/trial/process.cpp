@@ -6,10 +6,13 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <thread>
 #include <utility>
 
@@ -144,8 +147,13 @@ bool write_all(int fd, const void* data, size_t n) {
 
 }  // namespace
 
-expected<std::unique_ptr<worker_process>> worker_process::start(const process_spec& spec) {
-  if (spec.argv.empty() || spec.argv[0].empty()) return status{errc::invalid_argument, "no program to run"};
+namespace {
+
+// Makes the five pipes (standard output, standard error, the report channel, exec's
+// failure — closed by exec — and the keeper's news: the worker's pid, then its wait
+// status), forks the keeper, which starts the worker, and closes the write ends here.
+// The keeper's pid, with the read ends in `read_ends`.
+expected<int> fork_keeper(const process_spec& spec, int read_ends[5]) {
   // Everything the child needs is built before fork: it may not allocate after.
   std::vector<std::string> env_strings;
   for (auto& [k, v] : spec.env) env_strings.push_back(k + "=" + v);
@@ -154,9 +162,6 @@ expected<std::unique_ptr<worker_process>> worker_process::start(const process_sp
   argv.push_back(nullptr);
   for (auto& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
-
-  // Pipes: standard output, standard error, the report channel, exec's failure (closed
-  // by exec) and the keeper's news (the worker's pid, then its wait status).
   int fds[5][2];
   int made = 0;
   for (; made < 5; ++made)
@@ -171,8 +176,8 @@ expected<std::unique_ptr<worker_process>> worker_process::start(const process_sp
   }
   auto& [out, err, rep, fail, news] = fds;
   pid_t parent = ::getpid();
-  // The keeper's news of the node's death: a real-time signal nobody sends by habit (a
-  // trial signalling its own process group with SIGUSR1 must not end itself).
+  // The keeper's news of its parent's death: a real-time signal nobody sends by habit
+  // (a trial signalling its own process group with SIGUSR1 must not end itself).
   int death_signal = SIGRTMIN + 7;
   pid_t keeper = ::fork();
   if (keeper < 0) {
@@ -185,7 +190,245 @@ expected<std::unique_ptr<worker_process>> worker_process::start(const process_sp
     run_keeper(spec, argv.data(), envp.data(), out[1], err[1], rep[1], fail[1], news[1], parent, death_signal);
   }
   ::setpgid(keeper, keeper);  // also here: no window in which a signal to the group misses it
-  for (int fd : {out[1], err[1], rep[1], fail[1], news[1]}) ::close(fd);
+  for (int i = 0; i < 5; ++i) {
+    ::close(fds[i][1]);
+    read_ends[i] = fds[i][0];
+  }
+  return keeper;
+}
+
+bool read_full(int fd, void* data, size_t n) {
+  auto* p = static_cast<char*>(data);
+  while (n > 0) {
+    ssize_t got = ::read(fd, p, n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    p += got;
+    n -= static_cast<size_t>(got);
+  }
+  return true;
+}
+
+bool send_full(int fd, const std::string& bytes) {
+  size_t at = 0;
+  while (at < bytes.size()) {
+    ssize_t w = ::send(fd, bytes.data() + at, bytes.size() - at, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    at += static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// A spawn request: the process_spec as length-prefixed strings.
+void put(std::string& out, const std::string& s) {
+  auto n = static_cast<uint32_t>(s.size());
+  out.append(reinterpret_cast<const char*>(&n), sizeof n);
+  out += s;
+}
+
+bool take(const std::string& in, size_t& at, std::string& s) {
+  uint32_t n = 0;
+  if (in.size() - at < sizeof n) return false;
+  std::memcpy(&n, in.data() + at, sizeof n);
+  at += sizeof n;
+  if (in.size() - at < n) return false;
+  s.assign(in, at, n);
+  at += n;
+  return true;
+}
+
+std::string encode(const process_spec& spec) {
+  std::string body;
+  put(body, std::to_string(spec.argv.size()));
+  for (auto& a : spec.argv) put(body, a);
+  put(body, std::to_string(spec.env.size()));
+  for (auto& [k, v] : spec.env) put(body, k), put(body, v);
+  put(body, spec.cwd);
+  std::string frame;
+  put(frame, body);
+  return frame;
+}
+
+bool decode(const std::string& in, process_spec& spec) {
+  size_t at = 0;
+  std::string count;
+  if (!take(in, at, count)) return false;
+  size_t n = std::strtoul(count.c_str(), nullptr, 10);
+  spec.argv.resize(n);
+  for (auto& a : spec.argv)
+    if (!take(in, at, a)) return false;
+  if (!take(in, at, count)) return false;
+  n = std::strtoul(count.c_str(), nullptr, 10);
+  for (size_t i = 0; i < n; ++i) {
+    std::string k, v;
+    if (!take(in, at, k) || !take(in, at, v)) return false;
+    spec.env[k] = v;
+  }
+  return take(in, at, spec.cwd) && at == in.size() && !spec.argv.empty();
+}
+
+// The spawner's life: one request at a time on `sock` (a frame: the encoded spec), one
+// answer each ({keeper pid, errno} and, when it worked, the five read ends). It ends
+// when the other end closes; its keepers, whose death signal is tied to it, then kill
+// their groups. It reaps its keepers as they end.
+[[noreturn]] void run_spawner(int sock) {
+  ::prctl(PR_SET_NAME, "tune-spawner");
+  // Nothing of its parent's but the channel; standard streams on /dev/null.
+  close_all_but(0, 1, 2, sock, sock);
+  int null = ::open("/dev/null", O_RDWR);
+  if (null >= 0) {
+    for (int fd = 0; fd < 3; ++fd) ::dup2(null, fd);
+    if (null > 2) ::close(null);
+  }
+  // Signals to its parent's group (a terminal's ^C, a stop) are not for it: it ends
+  // with its channel, after its parent has dealt with the trials.
+  for (int s = 1; s < NSIG; ++s) ::signal(s, SIG_DFL);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) ::signal(s, SIG_IGN);
+  // A keeper that ends is reaped at once: SIGCHLD (blocked but while it waits in
+  // ppoll, so none is missed) interrupts the wait.
+  struct sigaction sa {};
+  sa.sa_handler = keeper_ignore;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGCHLD, &sa, nullptr);
+  sigset_t only_chld, none;
+  sigemptyset(&only_chld);
+  sigaddset(&only_chld, SIGCHLD);
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &only_chld, nullptr);
+  for (;;) {
+    pollfd p{sock, POLLIN, 0};
+    timespec second{1, 0};
+    int ready = ::ppoll(&p, 1, &second, &none);
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) continue;
+    uint32_t n = 0;
+    if (!read_full(sock, &n, sizeof n)) break;  // the parent is gone
+    std::string body(n, '\0');
+    if (!read_full(sock, body.data(), n)) break;
+    process_spec spec;
+    int32_t answer[2] = {0, 0};
+    int fds[5] = {-1, -1, -1, -1, -1};
+    if (!decode(body, spec)) {
+      answer[1] = EINVAL;
+    } else if (auto keeper = fork_keeper(spec, fds); !keeper) {
+      answer[1] = errno ? errno : EAGAIN;
+    } else {
+      answer[0] = *keeper;
+    }
+    msghdr msg{};
+    iovec iov{answer, sizeof answer};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)];
+    if (answer[1] == 0) {
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof control;
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof fds);
+      std::memcpy(CMSG_DATA(c), fds, sizeof fds);
+    }
+    ssize_t sent;
+    do sent = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+    while (sent < 0 && errno == EINTR);
+    for (int fd : fds)
+      if (fd >= 0) ::close(fd);
+    if (sent != static_cast<ssize_t>(sizeof answer)) break;
+  }
+  ::_exit(0);
+}
+
+}  // namespace
+
+expected<std::shared_ptr<spawner>> spawner::start() {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    return status{errc::insufficient, std::string{"socketpair: "} + ::strerror(errno)};
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    int e = errno;
+    ::close(sv[0]);
+    ::close(sv[1]);
+    return status{errc::insufficient, std::string{"fork: "} + ::strerror(e)};
+  }
+  if (pid == 0) {
+    ::close(sv[0]);
+    run_spawner(sv[1]);
+  }
+  ::close(sv[1]);
+  std::shared_ptr<spawner> s{new spawner};
+  s->sock_ = sv[0];
+  s->pid_ = pid;
+  return s;
+}
+
+spawner::~spawner() {
+  if (sock_ >= 0) ::close(sock_);
+  int st = 0;
+  while (pid_ > 0 && ::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
+  }
+}
+
+expected<int> spawner::spawn(const process_spec& spec, int fds[5], bool& usable) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto gone = [&](const std::string& why) -> expected<int> {
+    gone_ = true;
+    usable = false;
+    return status{errc::not_found, "the spawner (pid " + std::to_string(pid_) + ") is gone: " + why};
+  };
+  usable = !gone_;
+  if (gone_) return status{errc::not_found, "the spawner is gone"};
+  if (!send_full(sock_, encode(spec))) return gone(::strerror(errno));
+  int32_t answer[2] = {0, 0};
+  msghdr msg{};
+  iovec iov{answer, sizeof answer};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 5)];
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t got;
+  do got = ::recvmsg(sock_, &msg, MSG_CMSG_CLOEXEC);
+  while (got < 0 && errno == EINTR);
+  if (got <= 0) return gone(got == 0 ? "it closed its channel" : ::strerror(errno));
+  int received = 0;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      received = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+      std::memcpy(fds, CMSG_DATA(c), sizeof(int) * static_cast<size_t>(std::min(received, 5)));
+    }
+  // The rest of a short read (the descriptors came with its first byte).
+  if (got < static_cast<ssize_t>(sizeof answer) &&
+      !read_full(sock_, reinterpret_cast<char*>(answer) + got, sizeof answer - static_cast<size_t>(got)))
+    return gone("a short answer");
+  if (answer[1] != 0) return status{errc::insufficient, std::string{"the spawner could not start it: "} + ::strerror(answer[1])};
+  if (received != 5) return gone("an answer without its pipes");
+  return answer[0];
+}
+
+expected<std::unique_ptr<worker_process>> worker_process::start(const process_spec& spec, spawner* via) {
+  if (spec.argv.empty() || spec.argv[0].empty()) return status{errc::invalid_argument, "no program to run"};
+  int fds[5];
+  bool own = true;
+  expected<int> made = status{errc::not_found, "not started"};
+  if (via) {
+    bool usable = true;
+    made = via->spawn(spec, fds, usable);
+    own = false;
+    if (!made && !usable) {  // the spawner is gone: a child of this process instead
+      made = fork_keeper(spec, fds);
+      own = true;
+    }
+  } else {
+    made = fork_keeper(spec, fds);
+  }
+  if (!made) return made.error();
+  pid_t keeper = *made;
+  auto& [out, err, rep, fail, news] = fds;
   auto read_word = [](int fd, int32_t& word) {
     ssize_t n;
     do n = ::read(fd, &word, sizeof word);
@@ -193,14 +436,14 @@ expected<std::unique_ptr<worker_process>> worker_process::start(const process_sp
     return n == static_cast<ssize_t>(sizeof word);
   };
   int32_t child_errno = 0, worker = 0;
-  bool exec_failed = read_word(fail[0], child_errno);  // EOF once the worker runs the program
-  ::close(fail[0]);
-  bool have_worker = read_word(news[0], worker);
+  bool exec_failed = read_word(fail, child_errno);  // EOF once the worker runs the program
+  ::close(fail);
+  bool have_worker = read_word(news, worker);
   if (exec_failed || !have_worker) {  // the keeper or the worker could not start: both end
-    for (int fd : {out[0], err[0], rep[0], news[0]}) ::close(fd);
+    for (int fd : {out, err, rep, news}) ::close(fd);
     ::kill(-keeper, SIGKILL);
     int st = 0;
-    while (::waitpid(keeper, &st, 0) < 0 && errno == EINTR) {
+    while (own && ::waitpid(keeper, &st, 0) < 0 && errno == EINTR) {
     }
     return status{errc::invalid_argument, "cannot start " + spec.argv[0] + ": " +
                                               (exec_failed ? ::strerror(child_errno) : "its keeper process died")};
@@ -208,11 +451,12 @@ expected<std::unique_ptr<worker_process>> worker_process::start(const process_sp
   std::unique_ptr<worker_process> p{new worker_process};
   p->pid_ = worker;
   p->keeper_ = keeper;
-  p->out_ = out[0];
-  p->err_ = err[0];
-  p->rep_ = rep[0];
-  p->news_ = news[0];
-  for (int fd : {p->out_, p->err_, p->rep_}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  p->own_keeper_ = own;
+  p->out_ = out;
+  p->err_ = err;
+  p->rep_ = rep;
+  p->news_ = news;
+  for (int fd : {p->out_, p->err_, p->rep_, p->news_}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   return p;
 }
 
@@ -220,7 +464,7 @@ worker_process::~worker_process() {
   if (!exit_) {
     signal_group(SIGKILL);
     int st = 0;
-    while (::waitpid(keeper_, &st, 0) < 0 && errno == EINTR) {
+    while (own_keeper_ && ::waitpid(keeper_, &st, 0) < 0 && errno == EINTR) {
     }
   }
   close_fd(news_);
@@ -271,22 +515,30 @@ bool worker_process::poll(std::chrono::milliseconds timeout, std::vector<std::st
 
 std::optional<exit_info> worker_process::try_wait() {
   if (exit_) return exit_;
-  int st = 0;
-  pid_t r;
-  do r = ::waitpid(keeper_, &st, WNOHANG);
-  while (r < 0 && errno == EINTR);
-  if (r != keeper_) return std::nullopt;
-  // The worker's own status, when the keeper lived to pass it on; else the keeper's
-  // (killed together with the worker, by a group SIGKILL).
+  // The keeper passes on the worker's wait status, then ends the group, itself last.
+  // Its news channel closing without one: it was killed with the worker (a group
+  // SIGKILL); that is then the status (the keeper's own, when it is a child of ours).
   int32_t worker_status = 0;
   ssize_t n;
   do n = ::read(news_, &worker_status, sizeof worker_status);
   while (n < 0 && errno == EINTR);
-  if (n == static_cast<ssize_t>(sizeof worker_status)) st = worker_status;
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return std::nullopt;
   close_fd(news_);
+  int st = 0;
+  bool passed_on = n == static_cast<ssize_t>(sizeof worker_status);
+  if (own_keeper_) {
+    while (::waitpid(keeper_, &st, 0) < 0 && errno == EINTR) {
+    }
+  }
   exit_info e;
-  e.exited = WIFEXITED(st);
-  e.code = e.exited ? WEXITSTATUS(st) : WTERMSIG(st);
+  if (passed_on || own_keeper_) {
+    if (passed_on) st = worker_status;
+    e.exited = WIFEXITED(st);
+    e.code = e.exited ? WEXITSTATUS(st) : WTERMSIG(st);
+  } else {
+    e.exited = false;
+    e.code = SIGKILL;
+  }
   exit_ = e;
   // The worker is gone; anything left in its group goes with it.
   ::kill(-keeper_, SIGKILL);

@@ -11,11 +11,20 @@
 //
 // Threads: start, poll and wait from one thread, which must outlive the process (the
 // death signal is tied to the thread that forked). Signals may come from any thread.
+//
+// Started through a spawner, the keeper is a fork of the spawner instead: a small
+// process forked from the node once, early (before its threads and its memory grow),
+// that starts workers on request. Forking a busy multi-threaded node for every trial
+// costs it a copy of its page tables and, while the keeper lives, a copy-on-write fault
+// and a TLB shootdown on every page it writes; forking the idle spawner costs neither.
+// The spawner ends when the node's end of its channel closes (the node ended, however),
+// and its keepers then kill their groups: nothing outlives the node either way.
 #pragma once
 
 #include <chrono>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,11 +46,35 @@ struct exit_info {
   std::string describe() const;  // "exit code 3", "killed by signal 9 (Killed)"
 };
 
+class spawner {
+ public:
+  // Forks the spawner now. Do it while the process is small, from a thread that lives
+  // as long as the spawner is used.
+  static expected<std::shared_ptr<spawner>> start();
+  ~spawner();  // closes the channel and reaps it: workers it started are killed
+  spawner(const spawner&) = delete;
+  spawner& operator=(const spawner&) = delete;
+  int pid() const { return pid_; }
+
+ private:
+  friend class worker_process;
+  spawner() = default;
+  // The keeper's pid and the read ends of its pipes (worker_process::start's five), or
+  // an error; false in `usable` when the spawner itself is gone.
+  expected<int> spawn(const process_spec& spec, int fds[5], bool& usable);
+
+  std::mutex mu_;  // one request and its answer at a time
+  int sock_ = -1;
+  int pid_ = -1;
+  bool gone_ = false;
+};
+
 class worker_process {
  public:
-  // Starts the process. A program that cannot be started (missing, not executable) is
-  // an error naming it and why, not a process that exits 127.
-  static expected<std::unique_ptr<worker_process>> start(const process_spec& spec);
+  // Starts the process, through `via` when given (and alive; else as a child of this
+  // process). A program that cannot be started (missing, not executable) is an error
+  // naming it and why, not a process that exits 127.
+  static expected<std::unique_ptr<worker_process>> start(const process_spec& spec, spawner* via = nullptr);
   ~worker_process();  // kills the group if it still runs, and reaps it
   worker_process(const worker_process&) = delete;
   worker_process& operator=(const worker_process&) = delete;
@@ -76,6 +109,7 @@ class worker_process {
 
   int pid_ = -1;     // the worker
   int keeper_ = -1;  // its parent, the group's leader (process.cpp says why)
+  bool own_keeper_ = true;  // a child of this process (reaped here); else the spawner's
   int out_ = -1, err_ = -1, rep_ = -1, news_ = -1;  // read ends, -1 once closed
   std::string out_tail_, err_tail_, rep_partial_;
   std::optional<exit_info> exit_;

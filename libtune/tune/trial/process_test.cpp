@@ -19,14 +19,37 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::unique_ptr<worker_process> sh(const std::string& script, std::map<std::string, std::string> env = {}) {
+std::unique_ptr<worker_process> sh_via(spawner* via, const std::string& script, std::map<std::string, std::string> env = {}) {
   env.emplace("PATH", "/usr/bin:/bin");
-  auto p = worker_process::start({{"/bin/sh", "-c", script}, env, ""});
+  auto p = worker_process::start({{"/bin/sh", "-c", script}, env, ""}, via);
   EXPECT_TRUE(p) << p.error().message();
   return p ? std::move(p).value() : nullptr;
 }
 
-TEST(WorkerProcess, SeesExactlyTheEnvironmentItIsGiven) {
+std::unique_ptr<worker_process> sh(const std::string& script, std::map<std::string, std::string> env = {}) {
+  return sh_via(nullptr, script, std::move(env));
+}
+
+// Every behaviour twice: the keeper forked from this process, and from a spawner.
+class WorkerProcess : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (!GetParam()) return;
+    auto s = spawner::start();
+    ASSERT_TRUE(s) << s.error().message();
+    via = *s;
+  }
+  std::unique_ptr<worker_process> sh(const std::string& script, std::map<std::string, std::string> env = {}) {
+    return sh_via(via.get(), script, std::move(env));
+  }
+  expected<std::unique_ptr<worker_process>> start(const process_spec& spec) { return worker_process::start(spec, via.get()); }
+  std::shared_ptr<spawner> via;
+};
+
+INSTANTIATE_TEST_SUITE_P(KeeperFrom, WorkerProcess, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Spawner" : "ThisProcess"; });
+
+TEST_P(WorkerProcess, SeesExactlyTheEnvironmentItIsGiven) {
   ::setenv("CUDA_VISIBLE_DEVICES", "0,1", 1);  // the node's own: must not leak
   auto p = sh("env", {{"CUDA_VISIBLE_DEVICES", "GPU-b"}, {"TUNE_TRIAL_ID", "t1"}});
   ::unsetenv("CUDA_VISIBLE_DEVICES");
@@ -39,7 +62,7 @@ TEST(WorkerProcess, SeesExactlyTheEnvironmentItIsGiven) {
   EXPECT_EQ(p->stdout_tail().find("0,1"), std::string::npos);
 }
 
-TEST(WorkerProcess, ReportsArriveAsLinesOnTheReportChannel) {
+TEST_P(WorkerProcess, ReportsArriveAsLinesOnTheReportChannel) {
   auto p = sh("echo one >&3; echo two >&3; echo not-a-report; printf last >&3");
   std::vector<std::string> reports;
   auto e = p->wait(5s, reports);
@@ -48,8 +71,8 @@ TEST(WorkerProcess, ReportsArriveAsLinesOnTheReportChannel) {
   EXPECT_EQ(p->stdout_tail(), "not-a-report\n");
 }
 
-TEST(WorkerProcess, AProgramThatCannotStartIsAnError) {
-  auto p = worker_process::start({{"/nonexistent/trainer"}, {}, ""});
+TEST_P(WorkerProcess, AProgramThatCannotStartIsAnError) {
+  auto p = start({{"/nonexistent/trainer"}, {}, ""});
   ASSERT_FALSE(p);
   EXPECT_NE(p.error().message().find("cannot start /nonexistent/trainer: No such file"), std::string::npos)
       << p.error().message();
@@ -57,13 +80,13 @@ TEST(WorkerProcess, AProgramThatCannotStartIsAnError) {
   int fd = ::mkstemp(path);
   ASSERT_GE(fd, 0);
   ::close(fd);  // mode 0600: no execute bit, for root too
-  auto q = worker_process::start({{path}, {}, ""});
+  auto q = start({{path}, {}, ""});
   ::unlink(path);
   ASSERT_FALSE(q);
   EXPECT_NE(q.error().message().find("Permission denied"), std::string::npos) << q.error().message();
 }
 
-TEST(WorkerProcess, ACrashIsReportedWithItsSignalAndStderr) {
+TEST_P(WorkerProcess, ACrashIsReportedWithItsSignalAndStderr) {
   auto p = sh("echo 'CUDA error: out of memory' >&2; kill -SEGV $$");
   std::vector<std::string> reports;
   auto e = p->wait(5s, reports);
@@ -79,7 +102,7 @@ TEST(WorkerProcess, ACrashIsReportedWithItsSignalAndStderr) {
   EXPECT_EQ(f->describe(), "exit code 3");
 }
 
-TEST(WorkerProcess, AWorkerThatIgnoresStopIsKilled) {
+TEST_P(WorkerProcess, AWorkerThatIgnoresStopIsKilled) {
   auto p = sh("trap '' TERM; echo ready >&3; sleep 30");
   std::vector<std::string> reports;
   ASSERT_TRUE(test::wait_until([&] { p->poll(10ms, reports); return !reports.empty(); }, 3s));
@@ -91,7 +114,7 @@ TEST(WorkerProcess, AWorkerThatIgnoresStopIsKilled) {
   EXPECT_EQ(e->code, SIGKILL);
 }
 
-TEST(WorkerProcess, AStoppedWorkerEndsGracefully) {
+TEST_P(WorkerProcess, AStoppedWorkerEndsGracefully) {
   auto p = sh("trap 'echo bye >&3; exit 0' TERM; echo ready >&3; while :; do sleep 0.05; done");
   std::vector<std::string> reports;
   ASSERT_TRUE(test::wait_until([&] { p->poll(10ms, reports); return !reports.empty(); }, 3s));
@@ -102,7 +125,7 @@ TEST(WorkerProcess, AStoppedWorkerEndsGracefully) {
   EXPECT_EQ(reports.back(), "bye");
 }
 
-TEST(WorkerProcess, NoOrphansWhenKilledOrWhenItExits) {
+TEST_P(WorkerProcess, NoOrphansWhenKilledOrWhenItExits) {
   auto p = sh("sleep 60 & echo $! >&3; wait");
   std::vector<std::string> reports;
   ASSERT_TRUE(test::wait_until([&] { p->poll(10ms, reports); return !reports.empty(); }, 3s));
@@ -120,7 +143,7 @@ TEST(WorkerProcess, NoOrphansWhenKilledOrWhenItExits) {
   EXPECT_TRUE(test::wait_until([&] { return test::process_gone(left); }, 3s)) << "a child left behind by a finished worker lives on";
 }
 
-TEST(WorkerProcess, PauseAndResume) {
+TEST_P(WorkerProcess, PauseAndResume) {
   auto p = sh("while :; do echo tick >&3; sleep 0.02; done");
   std::vector<std::string> reports;
   ASSERT_TRUE(test::wait_until([&] { p->poll(10ms, reports); return reports.size() >= 2; }, 3s));
@@ -139,7 +162,7 @@ TEST(WorkerProcess, PauseAndResume) {
 
 // What a node killed with SIGKILL leaves: the thread that started the worker gone,
 // nobody stopping anything. The worker and the children it started must go too.
-TEST(WorkerProcess, DiesWithTheThreadThatStartedItChildrenIncluded) {
+TEST(WorkerProcessForked, DiesWithTheThreadThatStartedItChildrenIncluded) {
   int pid = 0, child = 0;
   std::thread([&] {
     auto p = sh("sleep 60 & echo $! >&3; wait");
@@ -156,7 +179,7 @@ TEST(WorkerProcess, DiesWithTheThreadThatStartedItChildrenIncluded) {
   EXPECT_TRUE(test::wait_until([&] { return test::process_gone(child); }, 3s)) << "the worker's child outlived its node";
 }
 
-TEST(WorkerProcess, SignalsToTheGroupReachTheWorkerNotItsKeeper) {
+TEST_P(WorkerProcess, SignalsToTheGroupReachTheWorkerNotItsKeeper) {
   // SIGTERM ends the worker by its default action; the status is the worker's.
   auto p = sh("sleep 30");
   std::vector<std::string> reports;
@@ -173,10 +196,10 @@ TEST(WorkerProcess, SignalsToTheGroupReachTheWorkerNotItsKeeper) {
   ASSERT_TRUE(e);
   EXPECT_TRUE(e->exited);
   EXPECT_EQ(e->code, 7);
-  EXPECT_TRUE(test::process_gone(q->group())) << "the keeper outlived its worker";
+  EXPECT_TRUE(test::wait_until([&] { return test::process_gone(q->group()); }, 2s)) << "the keeper outlived its worker";
 }
 
-TEST(WorkerProcess, UserSignalsToItsOwnGroupDoNotEndIt) {
+TEST_P(WorkerProcess, UserSignalsToItsOwnGroupDoNotEndIt) {
   // A trainable may signal its own process group; only the worker acts on it.
   auto p = sh("trap 'echo usr1 >&3' USR1; kill -USR1 0; sleep 0.2; kill -USR2 0; echo alive >&3");
   std::vector<std::string> reports;
@@ -188,7 +211,7 @@ TEST(WorkerProcess, UserSignalsToItsOwnGroupDoNotEndIt) {
   EXPECT_EQ(reports[0], "usr1");
 }
 
-TEST(WorkerProcess, ItsKeeperHoldsNothingOfTheNodeOpen) {
+TEST_P(WorkerProcess, ItsKeeperHoldsNothingOfTheNodeOpen) {
   // Keepers do not exec: one that kept the node's descriptors would hold other
   // trials' pipes (their ends never seen) and the node's sockets open.
   int mine = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -203,7 +226,7 @@ TEST(WorkerProcess, ItsKeeperHoldsNothingOfTheNodeOpen) {
   p->kill();
 }
 
-TEST(WorkerProcess, DestroyingAWatcherKillsAndReapsTheGroup) {
+TEST_P(WorkerProcess, DestroyingAWatcherKillsAndReapsTheGroup) {
   int pid = 0;
   {
     auto p = sh("sleep 30");
@@ -211,6 +234,72 @@ TEST(WorkerProcess, DestroyingAWatcherKillsAndReapsTheGroup) {
   }
   // The keeper is reaped at once; the worker, killed with it, is gone a moment later.
   EXPECT_TRUE(test::wait_until([&] { return test::process_gone(pid); }, 3s));
+}
+
+// What a node killed with SIGKILL leaves when its workers came from its spawner: the
+// spawner sees its channel close and ends; the keepers then kill their groups.
+TEST(Spawner, WorkersDieWithTheProcessThatMadeTheSpawnerChildrenIncluded) {
+  int pids[2];
+  ASSERT_EQ(::pipe(pids), 0);
+  pid_t node = ::fork();
+  ASSERT_GE(node, 0);
+  if (node == 0) {  // the "node": a spawner, a worker with a child, then SIGKILL
+    ::close(pids[0]);
+    auto s = spawner::start();
+    if (!s) ::_exit(2);
+    auto p = worker_process::start({{"/bin/sh", "-c", "sleep 60 & echo $! >&3; wait"}, {{"PATH", "/usr/bin:/bin"}}, ""}, s->get());
+    if (!p) ::_exit(3);
+    std::vector<std::string> reports;
+    while (reports.empty()) (*p)->poll(10ms, reports);
+    int32_t both[2] = {(*p)->pid(), std::stoi(reports[0])};
+    (void)!::write(pids[1], both, sizeof both);
+    ::raise(SIGKILL);
+  }
+  ::close(pids[1]);
+  int32_t both[2] = {0, 0};
+  ASSERT_EQ(::read(pids[0], both, sizeof both), static_cast<ssize_t>(sizeof both));
+  ::close(pids[0]);
+  int st = 0;
+  ASSERT_EQ(::waitpid(node, &st, 0), node);
+  EXPECT_TRUE(WIFSIGNALED(st));
+  EXPECT_TRUE(test::wait_until([&] { return test::process_gone(both[0]); }, 5s)) << "the worker outlived its node";
+  EXPECT_TRUE(test::wait_until([&] { return test::process_gone(both[1]); }, 5s)) << "the worker's child outlived its node";
+}
+
+TEST(Spawner, AGoneSpawnerIsReplacedByAForkOfThisProcess) {
+  auto s = spawner::start();
+  ASSERT_TRUE(s) << s.error().message();
+  auto first = sh_via(s->get(), "exit 4");
+  std::vector<std::string> reports;
+  auto e = first->wait(3s, reports);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->describe(), "exit code 4");
+  ASSERT_EQ(::kill((*s)->pid(), SIGKILL), 0);
+  auto second = sh_via(s->get(), "echo still >&3; exit 5");
+  ASSERT_TRUE(second);
+  e = second->wait(3s, reports);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->describe(), "exit code 5");
+  EXPECT_EQ(reports, (std::vector<std::string>{"still"}));
+}
+
+TEST(Spawner, ItIgnoresSignalsToItsParentsGroupAndHoldsOnlyItsChannel) {
+  auto s = spawner::start();
+  ASSERT_TRUE(s) << s.error().message();
+  int pid = (*s)->pid();
+  std::vector<std::string> reports;
+  auto first = sh_via(s->get(), "exit 0");  // answered: it has set itself up
+  ASSERT_TRUE(first->wait(3s, reports));
+  std::vector<std::string> held;
+  for (auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd"))
+    held.push_back(std::filesystem::read_symlink(e.path()).string());
+  EXPECT_EQ(held.size(), 4u) << "standard streams on /dev/null and its channel";
+  ::kill(pid, SIGTERM);
+  ::kill(pid, SIGINT);
+  auto p = sh_via(s->get(), "exit 0");
+  auto e = p->wait(3s, reports);
+  ASSERT_TRUE(e && e->ok());
+  EXPECT_FALSE(test::process_gone(pid));
 }
 
 }  // namespace
