@@ -38,6 +38,15 @@ struct groups_state {
   std::map<caf::actor_addr, std::set<std::string>> groups_of;  // by owner
   std::map<std::string, std::vector<waiter>> waiters;
   std::map<bundle_key, orphan> orphans;
+  // Trial starts passed on to a node and not answered yet: a node that dies answers
+  // them no more, so they fail when it is declared dead (not when the request times out).
+  struct pending_start {
+    std::shared_ptr<bool> answered;
+    caf::response_promise rp;
+    std::string trial;
+  };
+  std::map<node_id, std::map<uint64_t, pending_start>> starting;
+  uint64_t next_start = 1;
   std::string id_prefix;
   uint64_t next_id = 1;
   time_point last_forget{};
@@ -195,6 +204,15 @@ void node_down(groups_actor self, const node_id& id) {
   std::erase_if(st.orphans, [&](const auto& o) { return o.second.node == id; });
   (void)st.view.remove_node(id);
   st.nodes.erase(id);
+  if (auto it = st.starting.find(id); it != st.starting.end()) {
+    for (auto& [n, p] : it->second) {
+      if (*p.answered) continue;
+      *p.answered = true;
+      p.rp.deliver(caf::make_message(wire::trial_start_atom::value, false,
+                                     "node " + id + " died before trial " + p.trial + " started"));
+    }
+    st.starting.erase(it);
+  }
   send_all(self, st.table.node_lost(id, st.view, self->clock().now()));
 }
 
@@ -427,15 +445,23 @@ caf::behavior groups(groups_actor self, groups_options opt) {
         // Asked from here (nodes take trials only from the head's process), for the client,
         // who owns the trial. Fetching a large program can take a while.
         auto rp = self->make_response_promise<caf::message>();
+        auto answered = std::make_shared<bool>(false);
+        uint64_t n_start = st.next_start++;
+        node_id node = site->node;
+        st.starting[node][n_start] = {answered, rp, spec.trial_id};
+        auto answer = [self, rp, answered, node, n_start](bool ok, std::string text) mutable {
+          if (*answered) return;  // the node was declared dead first
+          *answered = true;
+          if (auto it = self->state.starting.find(node); it != self->state.starting.end()) {
+            it->second.erase(n_start);
+            if (it->second.empty()) self->state.starting.erase(it);
+          }
+          rp.deliver(caf::make_message(wire::trial_start_atom::value, ok, std::move(text)));
+        };
         self->request(n->second, std::chrono::minutes(10), wire::trial_start_atom::value, spec,
                       node_key(spec.group, spec.bundle, site->attempt).group, spec.bundle, server, owner)
-            .then([rp](wire::trial_start_atom, bool ok, std::string& text) mutable {
-                    rp.deliver(caf::make_message(wire::trial_start_atom::value, ok, std::move(text)));
-                  },
-                  [rp](caf::error& err) mutable {
-                    rp.deliver(caf::make_message(wire::trial_start_atom::value, false,
-                                                 "the node did not start the trial: " + to_string(err)));
-                  });
+            .then([answer](wire::trial_start_atom, bool ok, std::string& text) mutable { answer(ok, std::move(text)); },
+                  [answer](caf::error& err) mutable { answer(false, "the node did not start the trial: " + to_string(err)); });
         return rp;
       },
       [self](wire::pg_wait_atom, const std::string& id, int64_t timeout_ms) {

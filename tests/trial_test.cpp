@@ -242,6 +242,22 @@ TEST_F(TrialTest, ANodeThatDiesTakesItsTrialsWithIt) {
   if (!process_gone(child)) ::kill(child, SIGKILL);
 }
 
+// A start on its way to a node that stops answering fails when the head declares the
+// node dead (a few seconds), not when the request times out (minutes).
+TEST_F(TrialTest, AStartToANodeThatDiesFailsWhenItIsDeclaredDead) {
+  auto g = group({*resource_set::make({{"gpu", 1}})});
+  ASSERT_EQ(::kill(node_pid, SIGSTOP), 0);
+  auto t0 = std::chrono::steady_clock::now();
+  auto started = start("t-frozen", g, {{"mode", "report"}});
+  auto took = std::chrono::steady_clock::now() - t0;
+  ::kill(node_pid, SIGKILL);  // a node declared dead does not come back here (its return is the resilience work's)
+  ::kill(node_pid, SIGCONT);
+  ASSERT_FALSE(started);
+  EXPECT_NE(started.error().message().find("died before trial t-frozen started"), std::string::npos)
+      << started.error().message();
+  EXPECT_LT(took, 10s);
+}
+
 TEST_F(TrialTest, StoppingTheNodeEndsItsTrials) {
   auto g = group({*resource_set::make({{"gpu", 1}})});
   auto started = start("t-busy", g, {{"mode", "ignore-stop"}});
