@@ -30,13 +30,17 @@ TUNE_TRAINABLE(sleeper);
 int main(int argc, char** argv) {
   tune::run_if_trial_worker(argc, argv);  // first: trials run this program
   int trials = 2000, reports = 10, sleep_ms = 50, nodes = 4, gpus_per_node = 16, repeats = 1;
+  std::string keep;  // experiments kept here (for a look at their timelines)
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> int {
       if (i + 1 >= argc) tune::bench::die(a + " needs a value");
       return std::stoi(argv[++i]);
     };
-    if (a == "--trials") trials = next();
+    if (a == "--keep") {
+      if (i + 1 >= argc) tune::bench::die("--keep needs a folder");
+      keep = argv[++i];
+    } else if (a == "--trials") trials = next();
     else if (a == "--reports") reports = next();
     else if (a == "--sleep-ms") sleep_ms = next();
     else if (a == "--nodes") nodes = next();
@@ -44,7 +48,8 @@ int main(int argc, char** argv) {
     else if (a == "--repeats") repeats = next();
     else if (a == "--help" || a == "-h") {
       std::cout << "usage: bench_overhead [--trials 2000] [--reports 10] [--sleep-ms 50] [--nodes 4]\n"
-                   "                      [--gpus-per-node 16] [--repeats 1]\n";
+                   "                      [--gpus-per-node 16] [--repeats 1] [--keep DIR]\n"
+                   "  --keep DIR  write the experiments to DIR/exp-N and keep them (else a scratch folder)\n";
       return 0;
     } else {
       tune::bench::die("unknown option " + a + " (see --help)");
@@ -72,7 +77,7 @@ int main(int argc, char** argv) {
     cfg.num_samples = trials;
     cfg.resources_per_trial = tune::resources{{"gpu", 1}};
     cfg.progress = tune::progress_style::none;
-    cfg.experiment_dir = dir + "/exp-" + std::to_string(k);
+    cfg.experiment_dir = (keep.empty() ? dir : keep) + "/exp-" + std::to_string(k);
     tune::tuner t{*c, "sleeper", tune::search_space{{"reports", reports}, {"sleep_ms", sleep_ms}}, cfg};
     auto r = t.fit();
     if (!r) tune::bench::die(r.error().message());
