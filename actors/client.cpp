@@ -217,7 +217,7 @@ expected<program_ref> cluster_client::serve_program(const std::string& path) {
 
 expected<std::string> cluster_client::start_trial(const trial_request& req) {
   wire::wire_trial_spec spec{req.trial_id, req.group, req.bundle, req.program.name, req.program.sha256,
-                             req.program.size, req.args, req.config_json, req.restore_dir};
+                             req.program.size, req.args, req.config_json, req.restore_dir, req.restore_files};
   expected<std::string> out = status{errc::not_found, "no answer"};
   // Fetching a large program and starting the worker take longer than a plain request.
   self_->request(head_, timeout_ * 6, wire::trial_start_atom::value, token_, spec, programs_)
@@ -237,6 +237,7 @@ std::optional<trial_event> cluster_client::next_trial_event(ms timeout) {
           unpacked_.push_back({std::move(id), std::move(kind), std::move(json),
                                caf::actor_cast<caf::actor>(self_->current_sender())});
         },
+        [&](wire::trial_node_atom, std::string&, caf::actor&) {},  // checkpoints are the controller's
         // Results as columns: one "result" event each, as the trial's JSON path writes it.
         [&](wire::trial_results_atom, std::string& id, wire::wire_results& r) {
           auto from = caf::actor_cast<caf::actor>(self_->current_sender());

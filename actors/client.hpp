@@ -75,6 +75,10 @@ struct trial_request {
   // A checkpoint the trial starts from: a folder of a trial's checkpoints on the node
   // of this bundle (the `path` of a checkpoint event); empty: start afresh.
   std::string restore_dir = {};
+  // Else (not on that node, or none) a copy served by this client's program server:
+  // {"iteration", "files": [{"name", "size", "sha256"}]} (files registered with
+  // serve_program); the node fetches it into the trial's folder.
+  std::string restore_files = {};
 };
 
 struct trial_event {

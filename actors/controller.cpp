@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <map>
 #include <optional>
 
 #include "tune/cluster/version.hpp"
+#include "tune/trial/sha256.hpp"
 
 namespace tune {
 
@@ -28,12 +31,29 @@ double wall_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// A checkpoint a trial reported: where it is on its node, and who serves it there.
+struct node_checkpoint {
+  std::string path;
+  caf::actor server;  // the node actor (none: not known, not copied)
+};
+
+// A complete copy in the experiment folder: <dir>/checkpoints/<trial>/<iteration>/,
+// with its MANIFEST.json ({"iteration", "files": [{"name", "size", "sha256"}], ...}).
+struct stored_checkpoint {
+  std::string dir;
+  nlohmann::json manifest;
+};
+
 struct live_trial {
   std::string group;
   std::string node;  // where it runs (from the start's answer)
   caf::actor actor;
+  caf::actor node_actor;      // its node's, for its checkpoints (trial_node_atom)
   bool stop_pending = false;  // asked to stop or pause before its first event came
-  std::map<int64_t, std::string> checkpoints;  // iteration -> path on its node
+  std::map<int64_t, node_checkpoint> checkpoints;  // iteration -> on its node
+  std::map<int64_t, stored_checkpoint> stored;     // iteration -> copy in the experiment folder
+  bool copying = false;
+  int64_t copy_next = -1;  // the newest checkpoint not copied yet (-1: none)
 };
 
 struct controller_state {
@@ -43,6 +63,7 @@ struct controller_state {
   std::map<caf::actor_addr, std::string> by_actor;  // trial actors, monitored
   std::vector<encoded_result> pending;              // results not yet stored
   int64_t ingested = 0;
+  int copies = 0;   // checkpoint copies in flight (the experiment ends after them)
   double cpu0 = 0;  // the thread's CPU time when the controller started
   clock_type::time_point last_progress = clock_type::now() - std::chrono::hours(1);
   bool over = false;
@@ -122,6 +143,7 @@ void advance(controller_actor self) {
   if (!actions) return finish(self, actions.error());
   act(self, std::move(*actions));
   if (st.over || !st.setup.engine->finished()) return;
+  if (st.copies > 0) return;  // its last checkpoints are still being copied
   if (!flush(self)) return;
   show(self, true);
   experiment_summary sum;
@@ -157,17 +179,203 @@ void fail_start(controller_actor self, const std::string& id, const std::string&
   advance(self);
 }
 
+// Copying a trial's checkpoints into the experiment folder, one at a time per trial,
+// the newest first reported (older ones that were not copied yet are skipped), in
+// chunks read from its node (never one giant message), each file hashed as it comes.
+// A copy is written to <iteration>.part and renamed when complete, with its
+// MANIFEST.json; the two newest copies of a trial are kept (the older one is the
+// fallback should the newer one be found corrupt).
+struct copy_job {
+  std::string trial, path, dest, part;
+  int64_t iteration = 0;
+  caf::actor server;
+  nlohmann::json files;
+  size_t index = 0;
+  uint64_t offset = 0;
+  std::ofstream out;
+  std::unique_ptr<sha256_stream> sha;
+  nlohmann::json manifest = nlohmann::json::array();
+  uint64_t bytes = 0;
+  clock_type::time_point t0 = clock_type::now();
+};
+
+void advance(controller_actor self);
+void copy_step(controller_actor self, std::shared_ptr<copy_job> job);
+void copy_checkpoint(controller_actor self, const std::string& id);
+
+void copy_over(controller_actor self, const std::shared_ptr<copy_job>& job, const status& outcome) {
+  auto& st = self->state;
+  --st.copies;
+  auto& lt = st.live[job->trial];
+  lt.copying = false;
+  std::error_code ec;
+  if (job->out.is_open()) job->out.close();
+  if (!outcome) {
+    std::filesystem::remove_all(job->part, ec);
+    (void)st.setup.store->add_event(job->trial, "checkpoint_copy_failed",
+                                    {{"iteration", job->iteration}, {"error", outcome.message()}});
+  } else {
+    double secs = std::chrono::duration<double>(clock_type::now() - job->t0).count();
+    nlohmann::json m{{"trial", job->trial}, {"iteration", job->iteration}, {"files", job->manifest},
+                     {"bytes", job->bytes},  {"seconds", secs}};
+    std::ofstream(job->part + "/MANIFEST.json") << m.dump(1) << "\n";
+    std::filesystem::remove_all(job->dest, ec);
+    std::filesystem::rename(job->part, job->dest, ec);
+    if (ec) {
+      (void)st.setup.store->add_event(job->trial, "checkpoint_copy_failed",
+                                      {{"iteration", job->iteration}, {"error", "cannot rename: " + ec.message()}});
+    } else {
+      lt.stored[job->iteration] = {job->dest, m};
+      while (lt.stored.size() > 2) {
+        std::filesystem::remove_all(lt.stored.begin()->second.dir, ec);
+        lt.stored.erase(lt.stored.begin());
+      }
+      (void)st.setup.store->add_event(job->trial, "checkpoint_stored",
+                                      {{"iteration", job->iteration}, {"bytes", job->bytes},
+                                       {"files", job->manifest.size()}, {"seconds", secs}, {"dir", job->dest}});
+    }
+  }
+  if (st.over) return;
+  if (lt.copy_next > job->iteration) return copy_checkpoint(self, job->trial);
+  advance(self);  // the experiment may have waited for this copy
+}
+
+void copy_checkpoint(controller_actor self, const std::string& id) {
+  auto& st = self->state;
+  auto& lt = st.live[id];
+  auto c = lt.checkpoints.find(lt.copy_next);
+  if (c == lt.checkpoints.end() || !c->second.server || lt.copying) return;
+  auto job = std::make_shared<copy_job>();
+  job->trial = id;
+  job->iteration = c->first;
+  job->path = c->second.path;
+  job->server = c->second.server;
+  job->dest = st.setup.store->checkpoint_dir(id) + "/" + std::to_string(job->iteration);
+  job->part = job->dest + ".part";
+  lt.copying = true;
+  ++st.copies;
+  std::error_code ec;
+  std::filesystem::remove_all(job->part, ec);
+  std::filesystem::create_directories(job->part, ec);
+  if (ec) return copy_over(self, job, status{errc::invalid_argument, "cannot create " + job->part + ": " + ec.message()});
+  self->request(job->server, st.setup.request_timeout, wire::ckpt_list_atom::value, st.setup.token, id, job->path)
+      .then(
+          [self, job](wire::ckpt_list_atom, bool ok, const std::string& text) {
+            if (!ok) return copy_over(self, job, status{errc::not_found, text});
+            job->files = nlohmann::json::parse(text, nullptr, false);
+            if (!job->files.is_array()) return copy_over(self, job, status{errc::invalid_argument, "a malformed file list"});
+            copy_step(self, job);
+          },
+          [self, job](caf::error& err) {
+            copy_over(self, job, status{errc::not_found, "list: " + describe(self->system(), err)});
+          });
+}
+
+void copy_step(controller_actor self, std::shared_ptr<copy_job> job) {
+  auto& st = self->state;
+  if (job->index == job->files.size()) return copy_over(self, job, status::ok());
+  auto& f = job->files[job->index];
+  if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("size") || !f["size"].is_number_unsigned())
+    return copy_over(self, job, status{errc::invalid_argument, "a malformed file entry"});
+  std::filesystem::path name = f["name"].get<std::string>();
+  if (name.empty() || name.is_absolute() || std::any_of(name.begin(), name.end(), [](auto& p) { return p == ".."; }))
+    return copy_over(self, job, status{errc::invalid_argument, "a file outside the checkpoint: " + name.string()});
+  uint64_t size = f["size"];
+  if (!job->out.is_open()) {
+    std::error_code ec;
+    auto to = std::filesystem::path(job->part) / name;
+    std::filesystem::create_directories(to.parent_path(), ec);
+    job->out.open(to, std::ios::binary | std::ios::trunc);
+    if (!job->out) return copy_over(self, job, status{errc::invalid_argument, "cannot write " + to.string()});
+    job->sha = std::make_unique<sha256_stream>();
+  }
+  if (job->offset >= size) {
+    job->out.close();
+    job->manifest.push_back({{"name", name.string()}, {"size", size}, {"sha256", job->sha->hex()}});
+    job->bytes += size;
+    ++job->index;
+    job->offset = 0;
+    return copy_step(self, job);
+  }
+  auto length = static_cast<uint32_t>(std::min<uint64_t>(4u << 20, size - job->offset));
+  self->request(job->server, st.setup.request_timeout, wire::ckpt_read_atom::value, st.setup.token, job->trial,
+                job->path, name.string(), job->offset, length)
+      .then(
+          [self, job, length](wire::ckpt_read_atom, bool ok, const std::string& bytes) {
+            if (!ok) return copy_over(self, job, status{errc::not_found, bytes});
+            if (bytes.size() != length)
+              return copy_over(self, job, status{errc::inconsistent, "the file changed on its node while it was copied"});
+            job->out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+            if (!job->out) return copy_over(self, job, status{errc::invalid_argument, "cannot write a checkpoint file"});
+            job->sha->add(bytes);
+            job->offset += length;
+            copy_step(self, job);
+          },
+          [self, job](caf::error& err) {
+            copy_over(self, job, status{errc::not_found, "read: " + describe(self->system(), err)});
+          });
+}
+
+void send_start(controller_actor self, const engine_action& a, std::string restore, std::string files);
+
+// The copy to restore from: the newest complete one at or before `iteration`, its files
+// checked against their hashes as the program server takes them (a copy that no longer
+// matches is reported and dropped, and the one before it is tried). Calls `then` with
+// the copy's manifest as text, or empty when there is none.
+void pick_copy(controller_actor self, std::string trial, int64_t iteration, std::function<void(std::string)> then) {
+  auto& st = self->state;
+  auto& stored = st.live[trial].stored;
+  auto it = stored.upper_bound(iteration);
+  if (it == stored.begin()) return then("");
+  --it;
+  auto copy = it->second;
+  int64_t at = it->first;
+  auto files = std::make_shared<nlohmann::json>(copy.manifest["files"]);
+  auto next = std::make_shared<std::function<void(size_t)>>();
+  *next = [self, trial, at, copy, files, next, then](size_t i) {
+    if (i == files->size()) {
+      nlohmann::json m{{"iteration", at}, {"files", *files}};
+      return then(m.dump());
+    }
+    auto& f = (*files)[i];
+    std::string path = copy.dir + "/" + f["name"].get<std::string>();
+    auto corrupt = [self, trial, at, iteration = at, then](const std::string& why) {
+      auto& st = self->state;
+      (void)st.setup.store->add_event(trial, "checkpoint_corrupt", {{"iteration", iteration}, {"error", why}});
+      st.live[trial].stored.erase(at);
+      pick_copy(self, trial, at - 1, then);  // the one before it
+    };
+    self->request(self->state.setup.programs, self->state.setup.request_timeout, wire::program_add_atom::value, path)
+        .then(
+            [f, i, next, corrupt](wire::program_add_atom, bool ok, std::string& sha, uint64_t) {
+              if (!ok) return corrupt(sha);
+              if (sha != f["sha256"]) return corrupt(f["name"].get<std::string>() + " changed on disk (SHA-256 " + sha + ")");
+              (*next)(i + 1);
+            },
+            [corrupt](caf::error& err) { corrupt("the program server: " + to_string(err)); });
+  };
+  (*next)(0);
+}
+
 void start_in_group(controller_actor self, const engine_action& a) {
   auto& st = self->state;
+  if (a.restore_from.empty()) return send_start(self, a, "", "");
+  // Its own node's folder when it lands there again; else (or as well) a copy from the
+  // experiment folder, which any node fetches.
+  std::string restore;
+  auto& from = st.live[a.restore_from].checkpoints;
+  if (auto c = from.find(a.restore_iteration); c != from.end()) restore = c->second.path;
+  pick_copy(self, a.restore_from, a.restore_iteration,
+            [self, a, restore](std::string files) { send_start(self, a, restore, std::move(files)); });
+}
+
+void send_start(controller_actor self, const engine_action& a, std::string restore, std::string files) {
+  auto& st = self->state;
+  if (st.over) return;
   auto& opt = st.setup.options;
   auto& lt = st.live[a.trial];
-  std::string restore;
-  if (!a.restore_from.empty()) {
-    auto& from = st.live[a.restore_from].checkpoints;
-    if (auto c = from.find(a.restore_iteration); c != from.end()) restore = c->second;
-  }
-  wire::wire_trial_spec spec{a.trial,           lt.group,        0,        opt.program.name, opt.program.sha256,
-                             opt.program.size,  opt.args,        a.cfg.dump(), restore};
+  wire::wire_trial_spec spec{a.trial,          lt.group, 0,           opt.program.name, opt.program.sha256,
+                             opt.program.size, opt.args, a.cfg.dump(), restore,          files};
   auto id = a.trial;
   bool exploit = !a.restore_from.empty() && a.restore_from != a.trial;
   nlohmann::json exploit_info;
@@ -176,7 +384,7 @@ void start_in_group(controller_actor self, const engine_action& a) {
   self->request(st.setup.head, st.setup.request_timeout * 6, wire::trial_start_atom::value, st.setup.token, spec,
                 st.setup.programs)
       .then(
-          [self, id, restore, exploit, exploit_info](wire::trial_start_atom, bool ok, std::string& text) {
+          [self, id, exploit, exploit_info](wire::trial_start_atom, bool ok, std::string& text) {
             auto& st = self->state;
             if (st.over) return;
             if (!ok) return fail_start(self, id, text);
@@ -186,7 +394,8 @@ void start_in_group(controller_actor self, const engine_action& a) {
               for (auto key : {"pid", "node", "gpus", "trial_dir"})
                 if (info.contains(key)) keep[key] = info[key];
             if (keep.contains("node") && keep["node"].is_string()) st.live[id].node = keep["node"];
-            if (!restore.empty()) keep["restored_from"] = restore;
+            // What it started from: its node's own folder, or a copy fetched from here.
+            if (info.is_object() && info.contains("restore_dir")) keep["restored_from"] = info["restore_dir"];
             if (exploit) (void)st.setup.store->add_event(id, "exploit", exploit_info);  // PBT: a donor's state
             // The trial may have ended already (its events can overtake this answer):
             // the store keeps the engine's state, whatever it is now.
@@ -337,9 +546,13 @@ void on_event(controller_actor self, const std::string& id, const std::string& k
     auto body = nlohmann::json::parse(json, nullptr, false);
     if (!body.is_object()) return;
     int64_t it = body.value("iteration", int64_t{-1});
-    lt.checkpoints[it] = body.value("path", "");
+    lt.checkpoints[it] = {body.value("path", ""), lt.node_actor};
     engine.on_checkpoint(id, it);
     (void)st.setup.store->add_event(id, "checkpoint", body);
+    if (lt.node_actor && it > lt.copy_next) {
+      lt.copy_next = it;
+      if (!lt.copying) copy_checkpoint(self, id);
+    }
   } else if (kind == "ended") {
     auto body = nlohmann::json::parse(json, nullptr, false);
     if (!body.is_object()) body = nlohmann::json::object();
@@ -391,6 +604,9 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
         on_event(self, id, kind, json);
       },
       [self](wire::trial_results_atom, const std::string& id, const wire::wire_results& r) { on_results(self, id, r); },
+      [self](wire::trial_node_atom, const std::string& id, const caf::actor& node) {
+        if (auto* lt = live_for_event(self, id, false)) lt->node_actor = node;
+      },
       [](wire::pg_remove_atom, bool, const std::string&) {},  // groups given back
       [](wire::subscribe_atom, bool, const std::string&) {},
       // A node the head declared dead: its trials' actors may never say goodbye (a

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "audit.hpp"
@@ -106,58 +107,104 @@ void start_trial(node_actor self, const wire::wire_trial_spec& spec, const reser
   t.owner = std::move(owner);
   t.audit = st.audit;
   t.workers = st.opt.workers;
+  t.node = caf::actor_cast<caf::actor>(self);
   t.started = std::move(rp);
   auto a = spawn_trial(self, std::move(t));
   st.trials[spec.trial_id] = a;
 }
 
-// Fetches a program from the client's server in chunks into the cache, checks its
-// hash, then starts the trial.
-void fetch_program(node_actor self, wire::wire_trial_spec spec, reservation_table::hold hold, caf::actor server,
-                   caf::actor owner, caf::response_promise rp, std::string tmp, uint64_t offset) {
-  auto& st = self->state;
-  auto fail = [=](const std::string& why) mutable {
-    std::remove(tmp.c_str());
-    std::string text = "cannot fetch program " + spec.program_name + ": " + why;
-    log_line("trial " + spec.trial_id + " not started: " + text);
-    rp.deliver(wire::trial_start_atom::value, false, "node " + self->state.opt.node_id + ": " + text);
+// Fetches a file by its SHA-256 from a client's server in chunks (never one giant
+// message) into `dest`, checks the hash, then calls `done` (ok, or why not; `dest` is
+// removed then).
+void fetch_file(node_actor self, caf::actor server, std::string sha, uint64_t size, std::string dest,
+                std::function<void(const status&)> done, uint64_t offset = 0) {
+  auto fail = [dest, done](const std::string& why) {
+    std::remove(dest.c_str());
+    done(status{errc::not_found, why});
   };
-  if (offset >= spec.program_size) {
-    auto got = sha256_file(tmp);
-    if (!got || *got != spec.program_sha256)
-      return fail(got ? "its SHA-256 is " + *got + ", not " + spec.program_sha256 : got.error().message());
-    std::string path = st.opt.work_dir + "/programs/" + spec.program_sha256;
-    ::chmod(tmp.c_str(), 0755);
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) return fail("cannot move it into the cache");
-    log_line("program " + spec.program_name + " (" + spec.program_sha256.substr(0, 12) + ") fetched");
-    // The fetch took a while: the bundle may be gone (its group removed, its owner lost)
-    // or a trial of this id started meanwhile. Checked again, as trial_start did.
-    auto* now = st.table.find(hold.key);
-    std::string why = !now || now->state != hold_state::committed
-                          ? "bundle " + std::to_string(hold.key.bundle) + " of group " + spec.group +
-                                " was released while its program was fetched"
-                      : st.trials.count(spec.trial_id) ? "trial " + spec.trial_id + " already runs here"
-                                                       : "";
-    if (!why.empty()) {
-      log_line("trial " + spec.trial_id + " not started: " + why);
-      rp.deliver(wire::trial_start_atom::value, false, "node " + st.opt.node_id + ": " + why);
-      return;
-    }
-    start_trial(self, spec, *now, path, std::move(owner), std::move(rp));
+  if (offset >= size) {
+    if (offset == 0) std::ofstream{dest, std::ios::binary};  // an empty file
+    auto got = sha256_file(dest);
+    if (!got || *got != sha) return fail(got ? "its SHA-256 is " + *got + ", not " + sha : got.error().message());
+    return done(status::ok());
+  }
+  auto length = static_cast<uint32_t>(std::min<uint64_t>(program_chunk, size - offset));
+  self->request(server, std::chrono::seconds(60), wire::program_get_atom::value, sha, offset, length)
+      .then(
+          [=](wire::program_get_atom, const std::string& bytes) {
+            if (bytes.size() != length)
+              return fail("the server sent " + std::to_string(bytes.size()) + " bytes, not " + std::to_string(length));
+            std::ofstream out(dest, std::ios::binary | (offset == 0 ? std::ios::trunc : std::ios::app));
+            out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+            if (!out) return fail("cannot write " + dest);
+            out.close();
+            fetch_file(self, server, sha, size, dest, done, offset + length);
+          },
+          [=](caf::error& err) { fail(to_string(err)); });
+}
+
+// A checkpoint copy to start from ({"iteration", "files": [{"name", "size", "sha256"}]}):
+// its files, checked (names inside the folder, hashes well-formed), or why not.
+expected<nlohmann::json> restore_manifest(const std::string& text) {
+  auto m = nlohmann::json::parse(text, nullptr, false);
+  if (!m.is_object() || !m.contains("files") || !m["files"].is_array() || !m.contains("iteration") ||
+      !m["iteration"].is_number_integer())
+    return status{errc::invalid_argument, "the checkpoint to restore is not a manifest"};
+  for (auto& f : m["files"]) {
+    if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("sha256") ||
+        !f["sha256"].is_string() || !valid_sha(f["sha256"].get<std::string>()) || !f.contains("size") ||
+        !f["size"].is_number_unsigned())
+      return status{errc::invalid_argument, "the checkpoint to restore has a malformed file entry"};
+    std::filesystem::path n = f["name"].get<std::string>();
+    if (n.empty() || n.is_absolute() || std::any_of(n.begin(), n.end(), [](auto& part) { return part == ".."; }))
+      return status{errc::invalid_argument, "the checkpoint to restore names a file outside it: " + n.string()};
+  }
+  return m;
+}
+
+// The trial's program is on this node: fetch the checkpoint copy it starts from, when it
+// has one, then start it. The fetches took a while, so the bundle is checked again (its
+// group may be gone, a trial of this id started meanwhile), as trial_start did.
+void continue_start(node_actor self, wire::wire_trial_spec spec, bundle_key key, std::string program,
+                    caf::actor server, caf::actor owner, caf::response_promise rp, nlohmann::json files,
+                    const char* fetched = "") {
+  auto& st = self->state;
+  auto* now = st.table.find(key);
+  std::string why = !now || now->state != hold_state::committed
+                        ? "bundle " + std::to_string(key.bundle) + " of group " + spec.group +
+                              " was released while " + fetched + " was fetched"
+                    : st.trials.count(spec.trial_id) ? "trial " + spec.trial_id + " already runs here"
+                                                     : "";
+  if (!why.empty()) {
+    log_line("trial " + spec.trial_id + " not started: " + why);
+    rp.deliver(wire::trial_start_atom::value, false, "node " + st.opt.node_id + ": " + why);
     return;
   }
-  auto length = static_cast<uint32_t>(std::min<uint64_t>(program_chunk, spec.program_size - offset));
-  self->request(server, std::chrono::seconds(60), wire::program_get_atom::value, spec.program_sha256, offset, length)
-      .then(
-          [=](wire::program_get_atom, const std::string& bytes) mutable {
-            if (bytes.size() != length) return fail("the server sent " + std::to_string(bytes.size()) + " bytes, not " + std::to_string(length));
-            std::ofstream out(tmp, std::ios::binary | std::ios::app);
-            out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-            if (!out) return fail("cannot write " + tmp);
-            out.close();
-            fetch_program(self, spec, hold, server, owner, rp, tmp, offset + length);
-          },
-          [=](caf::error& err) mutable { fail(to_string(err)); });
+  if (files.is_object() && !files["files"].empty()) {
+    auto dir = st.opt.work_dir + "/trials/" + spec.trial_id + "/restore/" + std::to_string(files["iteration"].get<int64_t>());
+    auto f = files["files"].back();
+    files["files"].erase(files["files"].size() - 1);
+    auto dest = dir + "/" + f["name"].get<std::string>();
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(dest).parent_path(), ec);
+    if (ec) {
+      rp.deliver(wire::trial_start_atom::value, false, "node " + st.opt.node_id + ": cannot create " + dir + ": " + ec.message());
+      return;
+    }
+    spec.restore_dir = dir;
+    fetch_file(self, server, f["sha256"], f["size"], dest,
+               [=](const status& got) mutable {
+                 if (!got) {
+                   std::string text = "cannot fetch checkpoint file " + f["name"].get<std::string>() + ": " + got.message();
+                   log_line("trial " + spec.trial_id + " not started: " + text);
+                   rp.deliver(wire::trial_start_atom::value, false, "node " + self->state.opt.node_id + ": " + text);
+                   return;
+                 }
+                 continue_start(self, spec, key, program, server, owner, rp, files, "its checkpoint");
+               });
+    return;
+  }
+  start_trial(self, spec, *now, program, std::move(owner), std::move(rp));
 }
 
 caf::response_promise trial_start(node_actor self, const wire::wire_trial_spec& spec, const std::string& key,
@@ -178,6 +225,11 @@ caf::response_promise trial_start(node_actor self, const wire::wire_trial_spec& 
   if (!hold || hold->state != hold_state::committed)
     return no("it holds no committed bundle " + std::to_string(bundle) + " of group " + spec.group);
   if (!valid_sha(spec.program_sha256)) return no("the program's SHA-256 is not 64 hex digits");
+  // Where it starts from: a checkpoint folder of this node's (restore_dir), else a copy
+  // the client serves (restore_files, fetched into the trial's folder), else afresh.
+  nlohmann::json files;
+  wire::wire_trial_spec started = spec;
+  bool local = false;
   if (!spec.restore_dir.empty()) {
     // Only a checkpoint folder of a trial of this node: nothing else of its disk.
     namespace fs = std::filesystem;
@@ -185,14 +237,23 @@ caf::response_promise trial_start(node_actor self, const wire::wire_trial_spec& 
     auto trials_root = fs::canonical(st.opt.work_dir + "/trials", ec);
     auto dir = ec ? fs::path{} : fs::canonical(spec.restore_dir, ec);
     auto rel = ec ? fs::path{} : dir.lexically_relative(trials_root);
-    bool inside = !ec && fs::is_directory(dir) && !rel.empty() && *rel.begin() != ".." &&
-                  rel.string().find("/checkpoints/") != std::string::npos;
-    if (!inside)
+    local = !ec && fs::is_directory(dir) && !rel.empty() && *rel.begin() != ".." &&
+            rel.string().find("/checkpoints/") != std::string::npos;
+    if (!local && spec.restore_files.empty())
       return no("restore folder " + spec.restore_dir + " is not a trial's checkpoint on this node");
+  }
+  if (!local) {
+    started.restore_dir.clear();
+    if (!spec.restore_files.empty()) {
+      auto m = restore_manifest(spec.restore_files);
+      if (!m) return no(m.error().message());
+      if (!server) return no("the checkpoint to restore is not on this node and nobody serves it");
+      files = std::move(*m);
+    }
   }
   std::string cached = st.opt.work_dir + "/programs/" + spec.program_sha256;
   if (::access(cached.c_str(), X_OK) == 0) {
-    start_trial(self, spec, *hold, cached, owner, rp);
+    continue_start(self, started, hold->key, cached, server, owner, rp, files);
     return rp;
   }
   if (!server) return no("program " + spec.program_name + " is not on this node and nobody serves it");
@@ -201,7 +262,23 @@ caf::response_promise trial_start(node_actor self, const wire::wire_trial_spec& 
   std::string tmp = st.opt.work_dir + "/programs/." + spec.program_sha256 + "." + std::to_string(::getpid()) + "." +
                     std::to_string(++st.fetches);
   std::remove(tmp.c_str());
-  fetch_program(self, spec, *hold, server, owner, rp, tmp, 0);
+  auto key_of = hold->key;
+  fetch_file(self, server, spec.program_sha256, spec.program_size, tmp,
+             [=](const status& got) mutable {
+               auto fail = [&](const std::string& why) {
+                 std::string text = "cannot fetch program " + spec.program_name + ": " + why;
+                 log_line("trial " + spec.trial_id + " not started: " + text);
+                 rp.deliver(wire::trial_start_atom::value, false, "node " + self->state.opt.node_id + ": " + text);
+               };
+               if (!got) return fail(got.message());
+               ::chmod(tmp.c_str(), 0755);
+               if (std::rename(tmp.c_str(), cached.c_str()) != 0) {
+                 std::remove(tmp.c_str());
+                 return fail("cannot move it into the cache");
+               }
+               log_line("program " + spec.program_name + " (" + spec.program_sha256.substr(0, 12) + ") fetched");
+               continue_start(self, started, key_of, cached, server, owner, rp, files, "its program");
+             });
   return rp;
 }
 
@@ -231,6 +308,26 @@ void send_join(node_actor self) {
               self->send(st.head, wire::gpu_audit_atom::value, st.opt.token, st.opt.node_id, st.audit_report);
           },
           [self](caf::error& err) { schedule_retry(self, "join: " + to_string(err)); });
+}
+
+// A checkpoint folder of one of this node's trials, from a client's request: the
+// canonical path when `path` is a folder inside <work dir>/trials/<trial>/ (no link out
+// of it), else why not.
+expected<std::filesystem::path> checkpoint_folder(node_actor self, const std::string& trial, const std::string& path) {
+  namespace fs = std::filesystem;
+  auto& st = self->state;
+  if (st.opt.work_dir.empty()) return status{errc::not_found, "this node runs no trials"};
+  if (trial.empty() || trial.find_first_of("/\\") != std::string::npos || trial[0] == '.')
+    return status{errc::invalid_argument, "bad trial id \"" + trial + "\""};
+  std::error_code ec;
+  auto root = fs::canonical(st.opt.work_dir + "/trials/" + trial, ec);
+  if (ec) return status{errc::not_found, "no trial " + trial + " on node " + st.opt.node_id};
+  auto dir = fs::canonical(path, ec);
+  if (ec || !fs::is_directory(dir)) return status{errc::not_found, "no checkpoint folder " + path + " on node " + st.opt.node_id};
+  auto rel = dir.lexically_relative(root);
+  if (rel.empty() || *rel.begin() == ".." || rel == ".")
+    return status{errc::invalid_argument, path + " is not a folder of trial " + trial + "'s"};
+  return dir;
 }
 
 caf::behavior node(node_actor self, node_options opt) {
@@ -349,6 +446,44 @@ caf::behavior node(node_actor self, node_options opt) {
       [self](wire::trial_start_atom, const wire::wire_trial_spec& spec, const std::string& key, uint32_t bundle,
              const caf::actor& server, const caf::actor& owner) {
         return trial_start(self, spec, key, bundle, server, owner);
+      },
+      // A trial's checkpoint, read by a client in chunks (also after the trial ended).
+      [self](wire::ckpt_list_atom, const std::string& token, const std::string& trial, const std::string& path) {
+        auto no = [](const std::string& why) { return caf::make_message(wire::ckpt_list_atom::value, false, why); };
+        if (token != self->state.opt.token) return no("wrong cluster token");
+        auto dir = checkpoint_folder(self, trial, path);
+        if (!dir) return no(dir.error().message());
+        namespace fs = std::filesystem;
+        nlohmann::json files = nlohmann::json::array();
+        std::error_code ec;
+        for (auto it = fs::recursive_directory_iterator(*dir, ec); !ec && it != fs::recursive_directory_iterator();
+             it.increment(ec)) {
+          if (it->is_symlink(ec)) return no("checkpoint " + path + " holds a symbolic link: " + it->path().string());
+          if (it->is_regular_file(ec))
+            files.push_back({{"name", it->path().lexically_relative(*dir).string()}, {"size", it->file_size(ec)}});
+        }
+        if (ec) return no("cannot list " + path + ": " + ec.message());
+        return caf::make_message(wire::ckpt_list_atom::value, true, files.dump());
+      },
+      [self](wire::ckpt_read_atom, const std::string& token, const std::string& trial, const std::string& path,
+             const std::string& name, uint64_t offset, uint32_t length) {
+        auto no = [](const std::string& why) { return caf::make_message(wire::ckpt_read_atom::value, false, why); };
+        if (token != self->state.opt.token) return no("wrong cluster token");
+        if (length > program_chunk) return no("at most " + std::to_string(program_chunk) + " bytes at a time");
+        auto dir = checkpoint_folder(self, trial, path);
+        if (!dir) return no(dir.error().message());
+        namespace fs = std::filesystem;
+        std::error_code ec;
+        auto file = fs::canonical(*dir / name, ec);
+        auto rel = ec ? fs::path{} : file.lexically_relative(*dir);
+        if (ec || rel.empty() || *rel.begin() == ".." || !fs::is_regular_file(file))
+          return no("no file " + name + " in checkpoint " + path);
+        std::ifstream in(file, std::ios::binary);
+        in.seekg(static_cast<std::streamoff>(offset));
+        std::string bytes(length, '\0');
+        in.read(bytes.data(), length);
+        bytes.resize(static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
+        return caf::make_message(wire::ckpt_read_atom::value, true, std::move(bytes));
       },
       [self](audit_report_atom, const std::string& report) {
         auto& st = self->state;

@@ -235,8 +235,11 @@ caf::behavior trial(trial_actor self, trial_options opt) {
                             {"node", st.opt.node_id},
                             {"gpus", gpus_json(st.opt)},
                             {"trial_dir", st.opt.trial_dir}};
+        if (!st.opt.spec.restore_dir.empty()) info["restore_dir"] = st.opt.spec.restore_dir;
         log_line("trial " + st.opt.spec.trial_id + " started, pid " + std::to_string(pid));
         st.opt.started.deliver(wire::trial_start_atom::value, true, info.dump());
+        if (st.opt.owner && st.opt.node)
+          self->send(st.opt.owner, wire::trial_node_atom::value, st.opt.spec.trial_id, st.opt.node);
         event(self, "started", info);
         if (st.opt.audit) {
           nlohmann::json quota = nlohmann::json::object();

@@ -6,6 +6,8 @@
 // (SIGTERM, then SIGKILL after the grace period), kills, pauses and resumes it when
 // the owner asks. The worker's exit ends the actor; killing the actor kills the worker.
 //
+// Once the worker runs, the owner also gets (trial_node_atom, trial_id, node actor):
+// where to read the trial's checkpoints (wire.hpp).
 // Events to the owner: (trial_event_atom, trial_id, kind, json):
 //   "started"  {"pid", "node", "gpus": [{"local","index","uuid","pci_bus_id","share","memory_quota"}], "memory_quota"}
 //   "result"   {"iteration", "metrics": {...}, "gpu_memory"}   a result with a metric that is
@@ -44,6 +46,7 @@ struct trial_options {
   int cpu_threads = 0;  // the bundle's CPUs, rounded up: the worker's thread pools (0: not set)
   std::chrono::milliseconds default_grace{10000};
   caf::actor owner;
+  caf::actor node;   // the node actor (it serves the trial's checkpoints)
   caf::actor audit;  // the node's GPU audit (none without NVML or real cards)
   std::shared_ptr<tune::spawner> workers;  // starts the worker (none: a fork of this process)
   caf::response_promise started;  // answered when the worker runs (or could not start)

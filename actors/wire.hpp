@@ -45,6 +45,11 @@
 //                  numbers, as columns (the fast path; anything else comes as a "result" event),
 //                  in order with the trial's other events
 //   client -> trial (trial_stop_atom, grace_ms) | (trial_kill_atom) | (trial_pause_atom) | (trial_resume_atom)
+//   trial -> client (trial_node_atom, trial_id, node actor)   once it runs: where its checkpoints are read
+// Checkpoints are copied from the node in chunks (docs/trials.md), by a token holder:
+//   client -> node (ckpt_list_atom, token, trial_id, path)  -> (ckpt_list_atom, bool, json-or-error)
+//                  json: [{"name", "size"}] of the checkpoint folder `path` (a trial's, on the node)
+//   client -> node (ckpt_read_atom, token, trial_id, path, name, offset, length) -> (ckpt_read_atom, bool, bytes-or-error)
 // Nodes put what they hold (wire_hold) in their advertisement and every heartbeat.
 //
 // The head is a dynamically typed actor on purpose: a client of another version still
@@ -98,6 +103,9 @@ using trial_pause_atom = caf::atom_constant<caf::atom("trialpause")>;
 using trial_resume_atom = caf::atom_constant<caf::atom("trialresum")>;
 using trial_event_atom = caf::atom_constant<caf::atom("trialevent")>;
 using trial_results_atom = caf::atom_constant<caf::atom("trialres")>;
+using trial_node_atom = caf::atom_constant<caf::atom("trialnode")>;
+using ckpt_list_atom = caf::atom_constant<caf::atom("ckptlist")>;
+using ckpt_read_atom = caf::atom_constant<caf::atom("ckptread")>;
 using program_get_atom = caf::atom_constant<caf::atom("progget")>;
 using program_add_atom = caf::atom_constant<caf::atom("progadd")>;
 using gpu_audit_atom = caf::atom_constant<caf::atom("gpuaudit")>;
@@ -215,12 +223,15 @@ struct wire_trial_spec {
   std::vector<std::string> args;
   std::string config_json;
   std::string restore_dir;  // a checkpoint folder on the node to start from; empty: none
+  // Else (restore_dir not on this node, or empty) a copy the client serves, fetched by
+  // SHA-256 from its program server: {"iteration", "files": [{"name", "size", "sha256"}]}.
+  std::string restore_files;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_trial_spec& x) {
   return f(caf::meta::type_name("wire_trial_spec"), x.trial_id, x.group, x.bundle, x.program_name, x.program_sha256,
-           x.program_size, x.args, x.config_json, x.restore_dir);
+           x.program_size, x.args, x.config_json, x.restore_dir, x.restore_files);
 }
 
 // Results of one trial that name the same metrics, as columns: row r's metric k is

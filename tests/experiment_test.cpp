@@ -4,10 +4,12 @@
 
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "controller.hpp"
 #include "trial_cluster.hpp"
+#include "tune/trial/sha256.hpp"
 #include "tune/tuner/export.hpp"
 
 namespace tune::test {
@@ -55,6 +57,36 @@ class ExperimentTest : public trial_cluster_test {
   }
   std::vector<progress_snapshot> snapshots;
   std::map<std::string, engine_trial> engine_trials;
+
+  // The experiment folder's checkpoint copies: for every trial that reported one, at
+  // most the two newest, each complete (MANIFEST.json) and matching its hashes.
+  void expect_checkpoint_copies() {
+    int copies = 0;
+    for (auto& [id, t] : engine_trials) {
+      auto dir = store->checkpoint_dir(id);
+      if (t.checkpoint < 0) continue;
+      ASSERT_TRUE(std::filesystem::is_directory(dir)) << id << " reported checkpoints and has no copy";
+      int kept = 0;
+      for (auto& c : std::filesystem::directory_iterator(dir)) {
+        EXPECT_EQ(c.path().extension(), "") << "a copy left unfinished: " << c.path();
+        std::ifstream in(c.path() / "MANIFEST.json");
+        auto m = nlohmann::json::parse(in, nullptr, false);
+        ASSERT_TRUE(m.is_object()) << c.path();
+        for (auto& f : m["files"]) {
+          auto sha = sha256_file((c.path() / f["name"].get<std::string>()).string());
+          ASSERT_TRUE(sha);
+          EXPECT_EQ(*sha, f["sha256"]) << c.path();
+        }
+        ++kept;
+      }
+      EXPECT_LE(kept, 2) << id;
+      EXPECT_GE(kept, 1) << id;
+      copies += kept;
+      // The newest copy is the trial's last checkpoint.
+      EXPECT_TRUE(std::filesystem::exists(dir + "/" + std::to_string(t.checkpoint) + "/MANIFEST.json")) << id;
+    }
+    EXPECT_GT(copies, 0);
+  }
 
   // Every stored trial ended in error, its error saying `because`; the trials.
   std::vector<trial_row> all_failed_with(const std::string& because) {
@@ -114,6 +146,31 @@ TEST_F(ExperimentTest, HyperBandPausesAndResumesTrialsFromTheirCheckpoints) {
     }
   }
   EXPECT_GT(resumed, 0) << "nobody was paused and resumed";
+  expect_checkpoint_copies();
+}
+
+// Two nodes of one card each and trials of a whole card: a paused trial resumes on
+// whichever node is free, from its own folder there or from the experiment's copy.
+TEST_F(ExperimentTest, PausedTrialsResumeOnAnyNodeFromTheExperimentsCopies) {
+  auto second = files.tune({"start", "--address", address, "--num-gpus", "2"});
+  ASSERT_EQ(second.rc, 0) << second.out << second.err;
+  auto sum = run(hyperband{.max_t = 9, .reduction_factor = 3, .brackets = 1}, 9, 4, 9, *resource_set::make({{"gpu", 1}}));
+  EXPECT_EQ(sum.errored, 0);
+  int resumed = 0, from_copy = 0;
+  for (auto& [id, t] : engine_trials) {
+    EXPECT_EQ(t.state, "terminated") << id << ": " << t.error;
+    auto results = store->results(id);
+    ASSERT_TRUE(results);
+    for (size_t i = 0; i < results->size(); ++i) EXPECT_EQ((*results)[i].iteration, static_cast<int64_t>(i) + 1) << id;
+    if (t.starts < 2) continue;
+    ++resumed;
+    auto tr = store->trial(id);
+    ASSERT_TRUE(tr->info.contains("restored_from")) << tr->info.dump();
+    from_copy += tr->info["restored_from"].get<std::string>().find("/restore/") != std::string::npos;
+  }
+  EXPECT_GT(resumed, 0) << "nobody was paused and resumed";
+  std::cerr << resumed << " resumed, the last start of " << from_copy << " from a copy\n";
+  expect_checkpoint_copies();
 }
 
 TEST_F(ExperimentTest, TrialsWaitingForRoomDoNotHoldUpTheOthers) {

@@ -145,6 +145,54 @@ TEST_F(TrialTest, ATrialStartsFromACheckpointOfThisNodeAndNothingElse) {
   }
 }
 
+// A checkpoint that is not on the trial's node comes as a copy the client serves: the
+// node fetches its files by SHA-256 into the trial's folder and checks them.
+TEST_F(TrialTest, ATrialStartsFromACheckpointCopyTheClientServes) {
+  auto g = group({*resource_set::make({{"gpu", 0.5}}), *resource_set::make({{"gpu", 0.5}})});
+  ASSERT_TRUE(start("t-origin", g, {{"mode", "checkpoint"}}));
+  std::string path;
+  for (auto& e : until_ended("t-origin"))
+    if (e.kind == "checkpoint") path = body(e)["path"];
+  ASSERT_FALSE(path.empty());
+  // The copy: its two files, elsewhere (as if kept in an experiment folder).
+  auto copy = files.dir() + "/copy/2";
+  std::filesystem::create_directories(copy + "/sub");
+  std::filesystem::copy_file(path + "/model.bin", copy + "/model.bin");
+  std::ofstream(copy + "/sub/extra.txt") << "ok";
+  nlohmann::json manifest{{"iteration", 2}, {"files", nlohmann::json::array()}};
+  for (std::string name : {"model.bin", "sub/extra.txt"}) {
+    auto served = client->serve_program(copy + "/" + name);
+    ASSERT_TRUE(served) << served.error().message();
+    manifest["files"].push_back({{"name", name}, {"size", served->size}, {"sha256", served->sha256}});
+  }
+  // A folder of another node (here: none of this node's) with the copy: the copy is used.
+  trial_request req{"t-copy", g, 1, program, {}, R"({"mode": "restore"})", "/nonexistent/checkpoints/2", manifest.dump()};
+  auto r = client->start_trial(req);
+  ASSERT_TRUE(r) << r.error().message();
+  auto info = nlohmann::json::parse(*r);
+  nlohmann::json metrics;
+  for (auto& e : until_ended("t-copy"))
+    if (e.kind == "result") metrics = body(e)["metrics"];
+  EXPECT_EQ(metrics["restored_bytes"], 2000) << "the copy's model.bin";
+  auto fetched = info["trial_dir"].get<std::string>() + "/restore/2";
+  EXPECT_TRUE(std::filesystem::exists(fetched + "/sub/extra.txt")) << fetched;
+  // A wrong hash, a name out of the folder: refused, saying why.
+  auto bad = manifest;
+  bad["files"][0]["sha256"] = std::string(64, 'a');
+  req.trial_id = "t-badsha";
+  req.restore_files = bad.dump();
+  auto no = client->start_trial(req);
+  ASSERT_FALSE(no);
+  EXPECT_NE(no.error().message().find("cannot fetch checkpoint file model.bin"), std::string::npos) << no.error().message();
+  bad = manifest;
+  bad["files"][0]["name"] = "../../escape";
+  req.trial_id = "t-escape";
+  req.restore_files = bad.dump();
+  no = client->start_trial(req);
+  ASSERT_FALSE(no);
+  EXPECT_NE(no.error().message().find("outside it"), std::string::npos) << no.error().message();
+}
+
 // CPU time (ms) a process has used, from /proc.
 double cpu_ms(int pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");

@@ -49,4 +49,13 @@ expected<std::string> sha256_file(const std::string& path) {
   return d.hex();
 }
 
+struct sha256_stream::impl {
+  digest d;
+};
+
+sha256_stream::sha256_stream() : impl_(std::make_unique<impl>()) {}
+sha256_stream::~sha256_stream() = default;
+void sha256_stream::add(std::string_view bytes) { impl_->d.add(bytes.data(), bytes.size()); }
+std::string sha256_stream::hex() { return impl_->d.hex(); }
+
 }  // namespace tune

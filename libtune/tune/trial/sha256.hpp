@@ -2,6 +2,7 @@
 // nodes are named and checked.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -11,5 +12,20 @@ namespace tune {
 
 std::string sha256_hex(std::string_view bytes);
 expected<std::string> sha256_file(const std::string& path);
+
+// The same over bytes that come in pieces (a file received in chunks).
+class sha256_stream {
+ public:
+  sha256_stream();
+  ~sha256_stream();
+  sha256_stream(const sha256_stream&) = delete;
+  sha256_stream& operator=(const sha256_stream&) = delete;
+  void add(std::string_view bytes);
+  std::string hex();  // once, at the end
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
 
 }  // namespace tune

@@ -70,6 +70,7 @@ engine_action experiment_engine::start_action(engine_trial& t) {
   } else if (t.starts > 0 && t.checkpoint >= 0) {
     a.restore_from = t.id;
     a.restore_iteration = t.checkpoint;
+    t.replay_until = t.iteration;  // it may report again what came after that checkpoint
   }
   t.state = "running";
   t.started_at = now_;
@@ -170,6 +171,7 @@ expected<std::vector<engine_action>> experiment_engine::on_metric(const std::str
   auto& t = it->second;
   t.iteration = std::max(t.iteration, iteration);
   if (t.state != "running" || asked_.count(id)) return std::vector<engine_action>{};  // late: recorded only
+  if (iteration <= t.replay_until) return std::vector<engine_action>{};  // seen before its restart
   if (!value) return std::vector<engine_action>{};
   double v = *value;
   if (!std::isfinite(v)) return stop_for_value(id, t, number_text(v));

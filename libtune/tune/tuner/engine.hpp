@@ -64,6 +64,8 @@ struct engine_trial {
   std::string error;
   int64_t checkpoint = -1;        // the latest checkpoint's iteration
   int starts = 0;                 // how often its process was started
+  int64_t replay_until = 0;       // restarted from an earlier checkpoint: results up to here
+                                  // were seen already (recorded, not counted again)
   double run_s = 0;               // time it ran in earlier starts (before pauses)
   double started_at = -1;         // when the current start began (-1: not running)
 };
