@@ -170,6 +170,30 @@ TEST(Engine, HyperBandPausesThenResumesFromTheTrialsOwnCheckpoint) {
   EXPECT_TRUE(r.engine->finished());
 }
 
+// A trial resumed from an earlier checkpoint reports again what came after it: those
+// results were counted already (the scheduler saw them), so they are not again.
+TEST(Engine, ResultsReplayedAfterARestartFromAnEarlierCheckpointCountOnce) {
+  rig r{hyperband{.max_t = 3, .reduction_factor = 3, .brackets = 1}, 3, opts(3)};
+  auto a = r.step();
+  ASSERT_EQ(a.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    r.engine->on_checkpoint(a[i].trial, 1);
+    (void)r.result(a[i].trial, 1, 0.9 - 0.3 * i);
+  }
+  (void)r.result(a[0].trial, 2, 0.91);  // on its way while it was being paused
+  for (int i = 0; i < 3; ++i) r.ended(a[i].trial);
+  auto resumed = r.step();
+  ASSERT_EQ(resumed.size(), 1u);
+  EXPECT_EQ(resumed[0].restore_iteration, 1);
+  EXPECT_EQ(r.engine->trials().at(a[0].trial).replay_until, 2);
+  EXPECT_TRUE(r.result(a[0].trial, 2, 0.1).empty()) << "iteration 2 again";
+  EXPECT_DOUBLE_EQ(*r.engine->trials().at(a[0].trial).value, 0.9) << "a replayed result does not count";
+  auto last = r.result(a[0].trial, 3, 0.95);
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_EQ(last[0].what, kind::stop) << "max_t";
+  EXPECT_DOUBLE_EQ(*r.engine->trials().at(a[0].trial).value, 0.95);
+}
+
 TEST(Engine, PbtRestartsTheLoserFromTheDonorsCheckpointWithANewConfig) {
   pbt p;
   p.perturbation_interval = 2;
