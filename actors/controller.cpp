@@ -172,9 +172,13 @@ void fail_start(controller_actor self, const std::string& id, const std::string&
   auto& st = self->state;
   if (st.over) return;
   give_back_group(self, st.live[id]);
-  (void)st.setup.store->update_trial(id, "error", why);
-  auto more = st.setup.engine->on_ended(id, false, why);  // never ran: nothing to resume
+  int failures_before = st.setup.engine->trials().at(id).failures;
+  auto more = st.setup.engine->on_ended(id, false, why);
   if (!more) return finish(self, more.error());
+  auto& t = st.setup.engine->trials().at(id);
+  (void)st.setup.store->update_trial(id, t.state, t.state == "error" ? t.error : "");
+  if (t.failures > failures_before)  // tried again (max_failures)
+    (void)st.setup.store->add_event(id, "restart", {{"attempt", t.failures + 1}, {"after", why}});
   act(self, std::move(*more));
   advance(self);
 }
@@ -558,15 +562,24 @@ void on_event(controller_actor self, const std::string& id, const std::string& k
     if (!body.is_object()) body = nlohmann::json::object();
     if (!flush(self)) return;  // its last results before its end
     bool ok = body.value("ok", false) || body.value("stopped", false);
+    int failures_before = engine.trials().at(id).failures;
     auto more = engine.on_ended(id, ok, body.value("error", std::string{}));
     if (!more) return finish(self, more.error());
     auto& t = engine.trials().at(id);
     nlohmann::json info{{"exit", body.value("exit", "")},
                         {"results", body.value("results", 0)},
                         {"gpu_memory_peak", body.value("gpu_memory_peak", int64_t{0})}};
-    if (t.state == "error" && body.contains("stderr_tail")) info["stderr_tail"] = body["stderr_tail"];
+    if ((t.state == "error" || t.failures > failures_before) && body.contains("stderr_tail"))
+      info["stderr_tail"] = body["stderr_tail"];
+    if (t.failures > 0) info["failures"] = t.failures;
     if (auto s = st.setup.store->update_trial(id, t.state, t.error, info); !s) return finish(self, s);
     (void)st.setup.store->add_event(id, "ended", body);
+    if (t.failures > failures_before) {
+      // Started again (max_failures): from its latest checkpoint, on any node.
+      nlohmann::json why{{"attempt", t.failures + 1}, {"after", t.last_failure}, {"exit", body.value("exit", "")}};
+      if (t.checkpoint >= 0) why["from_checkpoint"] = t.checkpoint;
+      (void)st.setup.store->add_event(id, "restart", why);
+    }
     if (lt.actor) {
       self->demonitor(lt.actor);
       st.by_actor.erase(lt.actor.address());

@@ -38,6 +38,7 @@ class ExperimentTest : public trial_cluster_test {
     engine_options eo;
     eo.metric = "acc";
     eo.max_concurrent = concurrent;
+    eo.max_failures = max_failures;
     auto engine = experiment_engine::make(**search, **sched, eo);
     EXPECT_TRUE(engine) << engine.error().message();
     experiment_run_options ro;
@@ -57,6 +58,7 @@ class ExperimentTest : public trial_cluster_test {
   }
   std::vector<progress_snapshot> snapshots;
   std::map<std::string, engine_trial> engine_trials;
+  int max_failures = 0;
 
   // The experiment folder's checkpoint copies: for every trial that reported one, at
   // most the two newest, each complete (MANIFEST.json) and matching its hashes.
@@ -203,6 +205,45 @@ TEST_F(ExperimentTest, TrialsOfANodeThatDiesEndInErrorAndTheExperimentEnds) {
     ASSERT_TRUE(results);
     EXPECT_GT(results->size(), 0u) << "what it reported before is kept";
   }
+}
+
+// Kill -9 a node mid-experiment: its trials start again on the other node, from the
+// experiment's copies of their checkpoints, and every trial completes; every iteration
+// is stored once.
+TEST_F(ExperimentTest, TrialsOfAKilledNodeResumeElsewhereFromTheirCheckpoints) {
+  auto second = files.tune({"start", "--address", address, "--num-gpus", "2"});
+  ASSERT_EQ(second.rc, 0) << second.out << second.err;
+  max_failures = 2;
+  std::thread killer([&] {
+    std::this_thread::sleep_for(1500ms);
+    ::kill(node_pid, SIGKILL);
+  });
+  // 4 trials of 150 iterations (20 ms each), a card each: 2 on each node.
+  auto sum = run(fifo{}, 4, 4, 150, *resource_set::make({{"gpu", 1}}));
+  killer.join();
+  EXPECT_EQ(sum.trials, 4);
+  EXPECT_EQ(sum.terminated, 4);
+  EXPECT_EQ(sum.errored, 0);
+  int restarted = 0;
+  for (auto& [id, t] : engine_trials) {
+    EXPECT_EQ(t.state, "terminated") << id << ": " << t.error;
+    auto results = store->results(id);
+    ASSERT_TRUE(results);
+    ASSERT_EQ(results->size(), 150u) << id << ": every iteration stored once";
+    for (size_t i = 0; i < results->size(); ++i) EXPECT_EQ((*results)[i].iteration, static_cast<int64_t>(i) + 1) << id;
+    if (t.failures == 0) continue;
+    ++restarted;
+    auto events = store->events(id);
+    ASSERT_TRUE(events);
+    bool restart_event = false;
+    for (auto& e : *events) restart_event = restart_event || e.kind == "restart";
+    EXPECT_TRUE(restart_event) << id;
+    auto tr = store->trial(id);
+    ASSERT_TRUE(tr);
+    EXPECT_NE(tr->info.value("restored_from", "").find("/restore/"), std::string::npos)
+        << id << " resumed from the experiment's copy: " << tr->info.dump();
+  }
+  EXPECT_GE(restarted, 1) << "the killed node ran none of the trials";
 }
 
 TEST_F(ExperimentTest, TrialsThatCannotBePlacedFailWithTheReasonAndHoldNothing) {

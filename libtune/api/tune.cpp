@@ -455,6 +455,7 @@ expected<result_grid> tuner::fit() {
   auto& c = cfg_;
   if (c.num_samples < 1) return status{errc::invalid_argument, "num_samples must be at least 1"};
   if (c.max_concurrent_trials < 0) return status{errc::invalid_argument, "max_concurrent_trials must be 0 (as many as fit) or more"};
+  if (c.max_failures < 0) return status{errc::invalid_argument, "max_failures must be 0 (no restarts) or more"};
   if (!(c.group_timeout_s > 0) || !(c.stop_grace_s >= 0))
     return status{errc::invalid_argument, "group_timeout_s must be positive and stop_grace_s not negative"};
   std::vector<resource_set> bundles;
@@ -503,6 +504,7 @@ expected<result_grid> tuner::fit() {
   eo.metric = c.metric;
   eo.direction = c.mode;
   eo.max_concurrent = concurrent;
+  eo.max_failures = c.max_failures;
   eo.stop = c.stop;
   eo.time_budget_s = c.time_budget_s;
   auto engine = experiment_engine::make(*search, **scheduler, eo);

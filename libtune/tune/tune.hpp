@@ -149,6 +149,9 @@ struct tune_config {
   progress_style progress = progress_style::automatic;
   double group_timeout_s = 600;           // a trial whose group is not placed by then fails
   double stop_grace_s = 10;               // a stopped trial's time to end before it is killed
+  int max_failures = 0;                   // a trial that fails (its process crashed, its node
+                                          // was lost) is started again this often, on any
+                                          // node, from its latest checkpoint
 };
 
 // What an experiment produced: read from its store (the experiment directory), so it

@@ -13,6 +13,9 @@ expected<std::unique_ptr<experiment_engine>> experiment_engine::make(search_algo
   if (options.max_concurrent < 1)
     return status{errc::invalid_argument,
                   "max_concurrent must be at least 1, not " + std::to_string(options.max_concurrent)};
+  if (options.max_failures < 0)
+    return status{errc::invalid_argument, "max_failures must be 0 (no restarts) or more, not " +
+                                              std::to_string(options.max_failures)};
   // (A model-based search's mode is its own option: the tuner builds it from the same
   // settings. Random and grid search have none that matters.)
   if (scheduler.metric() != options.metric || scheduler.metric_mode() != options.direction)
@@ -249,9 +252,16 @@ expected<std::vector<engine_action>> experiment_engine::on_ended(const std::stri
     t.state = "terminated";
     (void)scheduler_.on_trial_complete(id);
     (void)search_.on_complete(id);
+  } else if (t.failures < opt_.max_failures && !over_budget_) {
+    // Started again at once (its slot is free), from its latest checkpoint.
+    ++t.failures;
+    t.last_failure = error.empty() ? "its process failed" : error;
+    out.push_back(start_action(t));
+    return out;
   } else {
     t.state = "error";
     t.error = error.empty() ? "its process failed" : error;
+    if (t.failures > 0) t.error += " (failed " + std::to_string(t.failures + 1) + " times)";
     (void)scheduler_.on_trial_error(id);
     (void)search_.on_complete(id);
   }

@@ -42,6 +42,8 @@ struct engine_options {
   int max_concurrent = 1;                // trials running at once (>= 1)
   stop_criteria stop;
   std::optional<double> time_budget_s;   // the whole experiment; then every trial stops
+  int max_failures = 0;                  // a trial that fails (its process, its node) is started
+                                         // again this often, from its latest checkpoint
   std::string trial_prefix = "trial";    // ids: trial-00001, ...
 };
 
@@ -64,6 +66,8 @@ struct engine_trial {
   std::string error;
   int64_t checkpoint = -1;        // the latest checkpoint's iteration
   int starts = 0;                 // how often its process was started
+  int failures = 0;               // failures it was restarted after
+  std::string last_failure;       // the latest one's reason
   int64_t replay_until = 0;       // restarted from an earlier checkpoint: results up to here
                                   // were seen already (recorded, not counted again)
   double run_s = 0;               // time it ran in earlier starts (before pauses)

@@ -194,6 +194,38 @@ TEST(Engine, ResultsReplayedAfterARestartFromAnEarlierCheckpointCountOnce) {
   EXPECT_DOUBLE_EQ(*r.engine->trials().at(a[0].trial).value, 0.95);
 }
 
+TEST(Engine, AFailedTrialIsStartedAgainFromItsCheckpointUpToMaxFailures) {
+  auto o = opts(1);
+  o.max_failures = 2;
+  rig r{fifo{}, 1, o};
+  auto a = r.step();
+  ASSERT_EQ(a.size(), 1u);
+  auto id = a[0].trial;
+  r.engine->on_checkpoint(id, 2);
+  (void)r.result(id, 3, 0.5);
+  auto again = r.ended(id, false, "exit code 1");
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].what, kind::start);
+  EXPECT_EQ(again[0].restore_from, id);
+  EXPECT_EQ(again[0].restore_iteration, 2);
+  EXPECT_EQ(r.state(id), "running");
+  EXPECT_EQ(r.engine->trials().at(id).failures, 1);
+  EXPECT_EQ(r.engine->trials().at(id).last_failure, "exit code 1");
+  EXPECT_TRUE(r.result(id, 3, 0.1).empty()) << "iteration 3 again: counted once";
+  ASSERT_EQ(r.ended(id, false, "its node was lost").size(), 1u);
+  EXPECT_TRUE(r.ended(id, false, "exit code 2").empty()) << "the third failure is the last";
+  EXPECT_EQ(r.state(id), "error");
+  EXPECT_EQ(r.engine->trials().at(id).error, "exit code 2 (failed 3 times)");
+  EXPECT_TRUE(r.step().empty());
+  EXPECT_TRUE(r.engine->finished());
+  // A trial that was asked to stop is not restarted, whatever its end.
+  rig s{fifo{}, 1, o};
+  auto b = s.step();
+  (void)s.engine->on_result(b[0].trial, 1, nlohmann::json{{"acc", std::nan("")}});
+  EXPECT_TRUE(s.ended(b[0].trial, false, "killed").empty());
+  EXPECT_EQ(s.state(b[0].trial), "error");
+}
+
 TEST(Engine, PbtRestartsTheLoserFromTheDonorsCheckpointWithANewConfig) {
   pbt p;
   p.perturbation_interval = 2;
