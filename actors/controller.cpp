@@ -9,6 +9,7 @@
 #include <future>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "tune/cluster/version.hpp"
 #include "tune/trial/sha256.hpp"
@@ -61,6 +62,9 @@ struct controller_state {
   clock_type::time_point t0 = clock_type::now();
   std::map<std::string, live_trial> live;
   std::map<caf::actor_addr, std::string> by_actor;  // trial actors, monitored
+  // Trial actors declared lost (their node dead): should one speak again (its node was
+  // only frozen or cut off), it is not heard but killed; its trial runs elsewhere now.
+  std::set<caf::actor_addr> lost;
   std::vector<encoded_result> pending;              // results not yet stored
   int64_t ingested = 0;
   int copies = 0;   // checkpoint copies in flight (the experiment ends after them)
@@ -470,6 +474,11 @@ live_trial* live_for_event(controller_actor self, const std::string& id, bool en
   if (lit == st.live.end()) return nullptr;
   auto& lt = lit->second;
   auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+  if (sender && st.lost.count(sender.address())) {
+    self->send(sender, wire::trial_kill_atom::value);
+    return nullptr;
+  }
+  if (lt.actor && sender && sender != lt.actor && sender != caf::actor_cast<caf::actor>(self)) return nullptr;
   if (!lt.actor && sender && !ended) {
     lt.actor = sender;
     st.by_actor[sender.address()] = id;
@@ -621,6 +630,10 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
         if (auto* lt = live_for_event(self, id, false)) lt->node_actor = node;
       },
       [](wire::pg_remove_atom, bool, const std::string&) {},  // groups given back
+      // A group of a trial whose node died, placed again by the head: the trial is
+      // ended as lost (and started again in a new group with max_failures); this group
+      // goes back with it.
+      [](wire::pg_moved_atom, const std::string&, const std::vector<uint32_t>&) {},
       [](wire::subscribe_atom, bool, const std::string&) {},
       // A node the head declared dead: its trials' actors may never say goodbye (a
       // down message for an actor reached through the head does not always come).
@@ -640,6 +653,7 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
         if (lit == st.live.end() || !lit->second.actor || lit->second.actor.address() != who) return;
         self->demonitor(lit->second.actor);
         lit->second.actor = nullptr;
+        st.lost.insert(who);
         nlohmann::json body{{"ok", false}, {"error", "its node was lost (" + why + ")"}};
         on_event(self, id, "ended", body.dump());
       },
