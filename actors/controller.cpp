@@ -226,12 +226,18 @@ void copy_over(controller_actor self, const std::shared_ptr<copy_job>& job, cons
     double secs = std::chrono::duration<double>(clock_type::now() - job->t0).count();
     nlohmann::json m{{"trial", job->trial}, {"iteration", job->iteration}, {"files", job->manifest},
                      {"bytes", job->bytes},  {"seconds", secs}};
-    std::ofstream(job->part + "/MANIFEST.json") << m.dump(1) << "\n";
-    std::filesystem::remove_all(job->dest, ec);
-    std::filesystem::rename(job->part, job->dest, ec);
-    if (ec) {
+    std::ofstream manifest(job->part + "/MANIFEST.json");
+    manifest << m.dump(1) << "\n";
+    manifest.close();
+    if (manifest) {
+      std::filesystem::remove_all(job->dest, ec);
+      std::filesystem::rename(job->part, job->dest, ec);
+    }
+    if (!manifest || ec) {
+      std::filesystem::remove_all(job->part, ec);
       (void)st.setup.store->add_event(job->trial, "checkpoint_copy_failed",
-                                      {{"iteration", job->iteration}, {"error", "cannot rename: " + ec.message()}});
+                                      {{"iteration", job->iteration},
+                                       {"error", std::string{"cannot write the copy's manifest or move it into place"}}});
     } else {
       lt.stored[job->iteration] = {job->dest, m};
       while (lt.stored.size() > 2) {
