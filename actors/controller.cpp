@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 
+#include "paths.hpp"
 #include "tune/cluster/version.hpp"
 #include "tune/trial/sha256.hpp"
 
@@ -292,7 +293,7 @@ void copy_step(controller_actor self, std::shared_ptr<copy_job> job) {
   if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("size") || !f["size"].is_number_unsigned())
     return copy_over(self, job, status{errc::invalid_argument, "a malformed file entry"});
   std::filesystem::path name = f["name"].get<std::string>();
-  if (name.empty() || name.is_absolute() || std::any_of(name.begin(), name.end(), [](auto& p) { return p == ".."; }))
+  if (!stays_inside(name))
     return copy_over(self, job, status{errc::invalid_argument, "a file outside the checkpoint: " + name.string()});
   uint64_t size = f["size"];
   if (!job->out.is_open()) {

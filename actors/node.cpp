@@ -12,6 +12,7 @@
 
 #include "audit.hpp"
 #include "log.hpp"
+#include "paths.hpp"
 #include "trial.hpp"
 #include "tune/cluster/groups.hpp"
 #include "tune/trial/sha256.hpp"
@@ -155,9 +156,8 @@ expected<nlohmann::json> restore_manifest(const std::string& text) {
         !f["sha256"].is_string() || !valid_sha(f["sha256"].get<std::string>()) || !f.contains("size") ||
         !f["size"].is_number_unsigned())
       return status{errc::invalid_argument, "the checkpoint to restore has a malformed file entry"};
-    std::filesystem::path n = f["name"].get<std::string>();
-    if (n.empty() || n.is_absolute() || std::any_of(n.begin(), n.end(), [](auto& part) { return part == ".."; }))
-      return status{errc::invalid_argument, "the checkpoint to restore names a file outside it: " + n.string()};
+    if (!stays_inside(f["name"].get<std::string>()))
+      return status{errc::invalid_argument, "the checkpoint to restore names a file outside it: " + f["name"].get<std::string>()};
   }
   return m;
 }
@@ -232,13 +232,8 @@ caf::response_promise trial_start(node_actor self, const wire::wire_trial_spec& 
   bool local = false;
   if (!spec.restore_dir.empty()) {
     // Only a checkpoint folder of a trial of this node: nothing else of its disk.
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    auto trials_root = fs::canonical(st.opt.work_dir + "/trials", ec);
-    auto dir = ec ? fs::path{} : fs::canonical(spec.restore_dir, ec);
-    auto rel = ec ? fs::path{} : dir.lexically_relative(trials_root);
-    local = !ec && fs::is_directory(dir) && !rel.empty() && *rel.begin() != ".." &&
-            rel.string().find("/checkpoints/") != std::string::npos;
+    auto dir = folder_inside(st.opt.work_dir + "/trials", spec.restore_dir);
+    local = !dir.empty() && dir.string().find("/checkpoints/") != std::string::npos;
     if (!local && spec.restore_files.empty())
       return no("restore folder " + spec.restore_dir + " is not a trial's checkpoint on this node");
   }
@@ -319,14 +314,10 @@ expected<std::filesystem::path> checkpoint_folder(node_actor self, const std::st
   if (st.opt.work_dir.empty()) return status{errc::not_found, "this node runs no trials"};
   if (trial.empty() || trial.find_first_of("/\\") != std::string::npos || trial[0] == '.')
     return status{errc::invalid_argument, "bad trial id \"" + trial + "\""};
-  std::error_code ec;
-  auto root = fs::canonical(st.opt.work_dir + "/trials/" + trial, ec);
-  if (ec) return status{errc::not_found, "no trial " + trial + " on node " + st.opt.node_id};
-  auto dir = fs::canonical(path, ec);
-  if (ec || !fs::is_directory(dir)) return status{errc::not_found, "no checkpoint folder " + path + " on node " + st.opt.node_id};
-  auto rel = dir.lexically_relative(root);
-  if (rel.empty() || *rel.begin() == ".." || rel == ".")
-    return status{errc::invalid_argument, path + " is not a folder of trial " + trial + "'s"};
+  auto root = st.opt.work_dir + "/trials/" + trial;
+  if (!fs::is_directory(root)) return status{errc::not_found, "no trial " + trial + " on node " + st.opt.node_id};
+  auto dir = folder_inside(root, path);
+  if (dir.empty()) return status{errc::not_found, "no checkpoint folder " + path + " of trial " + trial + " on node " + st.opt.node_id};
   return dir;
 }
 
@@ -474,9 +465,8 @@ caf::behavior node(node_actor self, node_options opt) {
         if (!dir) return no(dir.error().message());
         namespace fs = std::filesystem;
         std::error_code ec;
-        auto file = fs::canonical(*dir / name, ec);
-        auto rel = ec ? fs::path{} : file.lexically_relative(*dir);
-        if (ec || rel.empty() || *rel.begin() == ".." || !fs::is_regular_file(file))
+        auto file = stays_inside(name) ? fs::canonical(*dir / name, ec) : fs::path{};
+        if (file.empty() || ec || !within(*dir, file) || !fs::is_regular_file(file))
           return no("no file " + name + " in checkpoint " + path);
         std::ifstream in(file, std::ios::binary);
         in.seekg(static_cast<std::streamoff>(offset));

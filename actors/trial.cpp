@@ -11,6 +11,7 @@
 
 #include "audit.hpp"
 #include "log.hpp"
+#include "paths.hpp"
 #include "tune/trial/mps.hpp"
 #include "tune/trial/process.hpp"
 
@@ -114,12 +115,9 @@ void checkpoint(trial_actor self, const nlohmann::json& j) {
   if (!j.contains("iteration") || !j["iteration"].is_number_integer() || !j.contains("dir") || !j["dir"].is_string())
     return;
   auto rel = fs::path(j["dir"].get<std::string>());
+  auto dir = rel.is_absolute() ? fs::path{} : folder_inside(st.opt.trial_dir, fs::path(st.opt.trial_dir) / rel);
   std::error_code ec;
-  auto root = fs::canonical(st.opt.trial_dir, ec);
-  auto dir = ec ? fs::path{} : fs::canonical(fs::path(st.opt.trial_dir) / rel, ec);
-  auto inside = !ec && !rel.is_absolute() && fs::is_directory(dir) &&
-                std::mismatch(root.begin(), root.end(), dir.begin(), dir.end()).first == root.end() && dir != root;
-  if (!inside) {
+  if (dir.empty()) {
     log_line("trial " + st.opt.spec.trial_id + ": ignored a checkpoint outside its folder: " + rel.string());
     return;
   }

@@ -429,16 +429,10 @@ expected<std::unique_ptr<worker_process>> worker_process::start(const process_sp
   if (!made) return made.error();
   pid_t keeper = *made;
   auto& [out, err, rep, fail, news] = fds;
-  auto read_word = [](int fd, int32_t& word) {
-    ssize_t n;
-    do n = ::read(fd, &word, sizeof word);
-    while (n < 0 && errno == EINTR);
-    return n == static_cast<ssize_t>(sizeof word);
-  };
   int32_t child_errno = 0, worker = 0;
-  bool exec_failed = read_word(fail, child_errno);  // EOF once the worker runs the program
+  bool exec_failed = read_full(fail, &child_errno, sizeof child_errno);  // EOF once the worker runs the program
   ::close(fail);
-  bool have_worker = read_word(news, worker);
+  bool have_worker = read_full(news, &worker, sizeof worker);
   if (exec_failed || !have_worker) {  // the keeper or the worker could not start: both end
     for (int fd : {out, err, rep, news}) ::close(fd);
     ::kill(-keeper, SIGKILL);
