@@ -222,7 +222,8 @@ expected<std::string> cluster_client::start_trial(const trial_request& req) {
   // Fetching a large program and starting the worker take longer than a plain request.
   self_->request(head_, timeout_ * 6, wire::trial_start_atom::value, token_, spec, programs_)
       .receive(
-          [&](wire::trial_start_atom, bool ok, std::string& text) {
+          [&](wire::trial_start_atom, bool ok, std::string& text, caf::actor& trial) {
+            if (ok && trial) self_->send(trial, wire::route_atom::value);  // its events come after this
             out = ok ? expected<std::string>{std::move(text)}
                      : expected<std::string>{status{errc::invalid_argument, std::move(text)}};
           },

@@ -399,10 +399,11 @@ void send_start(controller_actor self, const engine_action& a, std::string resto
   self->request(st.setup.head, st.setup.request_timeout * 6, wire::trial_start_atom::value, st.setup.token, spec,
                 st.setup.programs)
       .then(
-          [self, id, exploit, exploit_info](wire::trial_start_atom, bool ok, std::string& text) {
+          [self, id, exploit, exploit_info](wire::trial_start_atom, bool ok, std::string& text, caf::actor& trial) {
             auto& st = self->state;
             if (st.over) return;
             if (!ok) return fail_start(self, id, text);
+            if (trial) self->send(trial, wire::route_atom::value);  // its events come after this
             auto info = nlohmann::json::parse(text, nullptr, false);
             nlohmann::json keep = nlohmann::json::object();
             if (info.is_object())

@@ -208,8 +208,7 @@ void node_down(groups_actor self, const node_id& id) {
     for (auto& [n, p] : it->second) {
       if (*p.answered) continue;
       *p.answered = true;
-      p.rp.deliver(caf::make_message(wire::trial_start_atom::value, false,
-                                     "node " + id + " died before trial " + p.trial + " started"));
+      p.rp.deliver(wire::start_answer(false, "node " + id + " died before trial " + p.trial + " started"));
     }
     st.starting.erase(it);
   }
@@ -423,7 +422,7 @@ caf::behavior groups(groups_actor self, groups_options opt) {
       [self](wire::trial_start_atom, const wire::wire_trial_spec& spec, const caf::actor& server)
           -> caf::result<caf::message> {
         auto& st = self->state;
-        auto no = [](const std::string& why) { return caf::make_message(wire::trial_start_atom::value, false, why); };
+        auto no = [](const std::string& why) { return wire::start_answer(false, why); };
         auto* g = st.table.find(spec.group);
         if (!g) return no("no placement group " + spec.group);
         if (spec.bundle >= g->site.size())
@@ -449,19 +448,22 @@ caf::behavior groups(groups_actor self, groups_options opt) {
         uint64_t n_start = st.next_start++;
         node_id node = site->node;
         st.starting[node][n_start] = {answered, rp, spec.trial_id};
-        auto answer = [self, rp, answered, node, n_start](bool ok, std::string text) mutable {
+        auto answer = [self, rp, answered, node, n_start](bool ok, std::string text, caf::actor trial) mutable {
           if (*answered) return;  // the node was declared dead first
           *answered = true;
           if (auto it = self->state.starting.find(node); it != self->state.starting.end()) {
             it->second.erase(n_start);
             if (it->second.empty()) self->state.starting.erase(it);
           }
-          rp.deliver(caf::make_message(wire::trial_start_atom::value, ok, std::move(text)));
+          rp.deliver(wire::start_answer(ok, std::move(text), std::move(trial)));
         };
         self->request(n->second, std::chrono::minutes(10), wire::trial_start_atom::value, spec,
                       node_key(spec.group, spec.bundle, site->attempt).group, spec.bundle, server, owner)
-            .then([answer](wire::trial_start_atom, bool ok, std::string& text) mutable { answer(ok, std::move(text)); },
-                  [answer](caf::error& err) mutable { answer(false, "the node did not start the trial: " + to_string(err)); });
+            .then([answer](wire::trial_start_atom, bool ok, std::string& text,
+                           caf::actor& trial) mutable { answer(ok, std::move(text), std::move(trial)); },
+                  [answer](caf::error& err) mutable {
+                    answer(false, "the node did not start the trial: " + to_string(err), {});
+                  });
         return rp;
       },
       [self](wire::pg_wait_atom, const std::string& id, int64_t timeout_ms) {

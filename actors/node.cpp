@@ -31,7 +31,16 @@ struct node_state {
   uint64_t generation = 0;  // a new generation stops the old heartbeat chain
   std::chrono::milliseconds backoff{250};
   caf::actor_clock::time_point started;
-  std::map<std::string, caf::actor> trials;  // by trial id, while they run
+  // The trials running here, by id, with the bundle each runs in. One whose bundle was
+  // released is `ending` (being killed); a start of the same id waits for its end
+  // (`after_end`): never two processes of one trial in one folder.
+  struct running {
+    caf::actor actor;
+    bundle_key key;
+    bool ending = false;
+  };
+  std::map<std::string, running> trials;
+  std::map<std::string, std::vector<std::function<void()>>> after_end;
   caf::actor audit;                          // the GPU audit, when there is one
   std::string audit_report;                  // its latest report, for the head
   uint64_t fetches = 0;                       // names programs being fetched
@@ -96,7 +105,7 @@ void start_trial(node_actor self, const wire::wire_trial_spec& spec, const reser
   std::error_code ec;
   std::filesystem::create_directories(t.trial_dir, ec);
   if (ec) {
-    rp.deliver(wire::trial_start_atom::value, false, "cannot create " + t.trial_dir + ": " + ec.message());
+    rp.deliver(wire::start_answer(false, "cannot create " + t.trial_dir + ": " + ec.message()));
     return;
   }
   for (auto& g : hold.alloc.gpus) {
@@ -111,7 +120,7 @@ void start_trial(node_actor self, const wire::wire_trial_spec& spec, const reser
   t.node = caf::actor_cast<caf::actor>(self);
   t.started = std::move(rp);
   auto a = spawn_trial(self, std::move(t));
-  st.trials[spec.trial_id] = a;
+  st.trials[spec.trial_id] = {a, hold.key};
 }
 
 // Fetches a file by its SHA-256 from a client's server in chunks (never one giant
@@ -169,6 +178,14 @@ void continue_start(node_actor self, wire::wire_trial_spec spec, bundle_key key,
                     caf::actor server, caf::actor owner, caf::response_promise rp, nlohmann::json files,
                     const char* fetched = "") {
   auto& st = self->state;
+  if (auto old = st.trials.find(spec.trial_id); old != st.trials.end() && old->second.ending) {
+    // An earlier start of this trial whose bundle was taken back: starts once it ended.
+    log_line("trial " + spec.trial_id + " starts once its earlier process, being killed, has ended");
+    st.after_end[spec.trial_id].push_back([=] {
+      continue_start(self, spec, key, program, server, owner, rp, files, fetched);
+    });
+    return;
+  }
   auto* now = st.table.find(key);
   std::string why = !now || now->state != hold_state::committed
                         ? "bundle " + std::to_string(key.bundle) + " of group " + spec.group +
@@ -177,7 +194,7 @@ void continue_start(node_actor self, wire::wire_trial_spec spec, bundle_key key,
                                                      : "";
   if (!why.empty()) {
     log_line("trial " + spec.trial_id + " not started: " + why);
-    rp.deliver(wire::trial_start_atom::value, false, "node " + st.opt.node_id + ": " + why);
+    rp.deliver(wire::start_answer(false, "node " + st.opt.node_id + ": " + why));
     return;
   }
   if (files.is_object() && !files["files"].empty()) {
@@ -188,7 +205,7 @@ void continue_start(node_actor self, wire::wire_trial_spec spec, bundle_key key,
     std::error_code ec;
     std::filesystem::create_directories(std::filesystem::path(dest).parent_path(), ec);
     if (ec) {
-      rp.deliver(wire::trial_start_atom::value, false, "node " + st.opt.node_id + ": cannot create " + dir + ": " + ec.message());
+      rp.deliver(wire::start_answer(false, "node " + st.opt.node_id + ": cannot create " + dir + ": " + ec.message()));
       return;
     }
     spec.restore_dir = dir;
@@ -197,7 +214,7 @@ void continue_start(node_actor self, wire::wire_trial_spec spec, bundle_key key,
                  if (!got) {
                    std::string text = "cannot fetch checkpoint file " + f["name"].get<std::string>() + ": " + got.message();
                    log_line("trial " + spec.trial_id + " not started: " + text);
-                   rp.deliver(wire::trial_start_atom::value, false, "node " + self->state.opt.node_id + ": " + text);
+                   rp.deliver(wire::start_answer(false, "node " + self->state.opt.node_id + ": " + text));
                    return;
                  }
                  continue_start(self, spec, key, program, server, owner, rp, files, "its checkpoint");
@@ -213,14 +230,15 @@ caf::response_promise trial_start(node_actor self, const wire::wire_trial_spec& 
   bool trusted = from_head(self);  // before the promise: making it takes the sender away
   auto rp = self->make_response_promise();
   auto no = [&](const std::string& why) {
-    rp.deliver(wire::trial_start_atom::value, false, "node " + st.opt.node_id + ": " + why);
+    rp.deliver(wire::start_answer(false, "node " + st.opt.node_id + ": " + why));
     return rp;
   };
   if (!trusted) return no("trials start only through the head this node joined");
   if (st.opt.work_dir.empty()) return no("this node runs no trials (it has no work folder)");
   if (spec.trial_id.empty() || spec.trial_id.find_first_of("/\\ \t\n") != std::string::npos || spec.trial_id[0] == '.')
     return no("bad trial id \"" + spec.trial_id + "\": no slashes, spaces or leading dot");
-  if (st.trials.count(spec.trial_id)) return no("trial " + spec.trial_id + " already runs here");
+  if (auto old = st.trials.find(spec.trial_id); old != st.trials.end() && !old->second.ending)
+    return no("trial " + spec.trial_id + " already runs here");
   auto* hold = st.table.find({key, bundle});
   if (!hold || hold->state != hold_state::committed)
     return no("it holds no committed bundle " + std::to_string(bundle) + " of group " + spec.group);
@@ -263,7 +281,7 @@ caf::response_promise trial_start(node_actor self, const wire::wire_trial_spec& 
                auto fail = [&](const std::string& why) {
                  std::string text = "cannot fetch program " + spec.program_name + ": " + why;
                  log_line("trial " + spec.trial_id + " not started: " + text);
-                 rp.deliver(wire::trial_start_atom::value, false, "node " + self->state.opt.node_id + ": " + text);
+                 rp.deliver(wire::start_answer(false, "node " + self->state.opt.node_id + ": " + text));
                };
                if (!got) return fail(got.message());
                ::chmod(tmp.c_str(), 0755);
@@ -346,9 +364,15 @@ caf::behavior node(node_actor self, node_options opt) {
       return;
     }
     auto& trials = self->state.trials;
-    auto it = std::find_if(trials.begin(), trials.end(), [&](const auto& t) { return t.second.address() == m.source; });
+    auto it = std::find_if(trials.begin(), trials.end(), [&](const auto& t) { return t.second.actor.address() == m.source; });
     if (it != trials.end()) {
+      auto id = it->first;
       trials.erase(it);
+      if (auto w = self->state.after_end.find(id); w != self->state.after_end.end()) {
+        auto waiting = std::move(w->second);
+        self->state.after_end.erase(w);
+        for (auto& f : waiting) f();
+      }
       return;
     }
     self->quit(m.reason);
@@ -432,7 +456,18 @@ caf::behavior node(node_actor self, node_options opt) {
       },
       [self](wire::abort_atom, const std::string& key, uint32_t bundle) {
         if (!from_head(self)) return;
-        self->state.table.abort({key, bundle});
+        auto& st = self->state;
+        st.table.abort({key, bundle});
+        // A trial in that bundle has no reservation any more: it must not go on using
+        // the cards (the head may have given them, or this trial, to someone else).
+        for (auto& [id, t] : st.trials)
+          if (t.key == bundle_key{key, bundle} && !t.ending) {
+            t.ending = true;
+            log_line("trial " + id + " killed: the head released its bundle " + t.key.to_string());
+            self->send(t.actor, trial_release_atom::value,
+                       "killed on node " + st.opt.node_id + ": the head released its bundle " + t.key.to_string() +
+                           " (its placement group was removed or placed elsewhere)");
+          }
       },
       [self](wire::trial_start_atom, const wire::wire_trial_spec& spec, const std::string& key, uint32_t bundle,
              const caf::actor& server, const caf::actor& owner) {

@@ -22,6 +22,7 @@ namespace {
 using started_atom = caf::atom_constant<caf::atom("tstarted")>;
 using line_atom = caf::atom_constant<caf::atom("tline")>;
 using ended_atom = caf::atom_constant<caf::atom("tended")>;
+using greet_wait_atom = caf::atom_constant<caf::atom("tgreetw")>;
 
 // What the actor asks of the watching thread; the thread acts on it between polls.
 struct control {
@@ -38,6 +39,10 @@ struct trial_state {
   std::string violation;  // the GPU audit's finding, when it killed the trial
   nlohmann::json last_checkpoint;  // the latest one reported, or null
   int64_t gpu_memory = 0, gpu_memory_peak = 0;
+  // What goes to the owner waits until the owner's first message (route_atom, wire.hpp)
+  // has come, or trial_greeting_wait has passed; an ended trial waits for that too.
+  bool greeted = false, over = false;
+  std::vector<caf::message> held;
   static inline const char* name = "tune.trial";
   ~trial_state() {
     ctl->kill = true;  // the actor is gone: its worker goes too
@@ -101,9 +106,25 @@ void watch(caf::actor self, process_spec spec, std::shared_ptr<control> ctl, std
   caf::anon_send(self, ended_atom::value, done->exited, done->code, done->describe(), w.stderr_tail());
 }
 
-void event(trial_actor self, const std::string& kind, const nlohmann::json& body) {
+void to_owner(trial_actor self, caf::message msg) {
   auto& st = self->state;
-  if (st.opt.owner) self->send(st.opt.owner, wire::trial_event_atom::value, st.opt.spec.trial_id, kind, body.dump());
+  if (!st.opt.owner) return;
+  if (st.greeted) self->send(st.opt.owner, std::move(msg));
+  else st.held.push_back(std::move(msg));
+}
+
+// The owner can be reached: what waited goes out, in order; an ended trial is done.
+void greeted(trial_actor self) {
+  auto& st = self->state;
+  if (st.greeted) return;
+  st.greeted = true;
+  for (auto& m : st.held) self->send(st.opt.owner, std::move(m));
+  st.held.clear();
+  if (st.over) self->quit();
+}
+
+void event(trial_actor self, const std::string& kind, const nlohmann::json& body) {
+  to_owner(self, caf::make_message(wire::trial_event_atom::value, self->state.opt.spec.trial_id, kind, body.dump()));
 }
 
 // A checkpoint the worker reports: a folder of its own trial folder (no absolute path,
@@ -219,12 +240,23 @@ caf::behavior trial(trial_actor self, trial_options opt) {
     auto& st = self->state;
     return st.opt.owner && self->current_sender() == st.opt.owner.address();
   };
+  if (!st.opt.owner) st.greeted = true;
+  else self->delayed_send(self, wire::trial_greeting_wait, greet_wait_atom::value);
   return {
+      [self, from_owner](wire::route_atom) {
+        if (from_owner()) greeted(self);
+      },
+      [self](greet_wait_atom) {
+        if (self->state.greeted) return;
+        log_line("trial " + self->state.opt.spec.trial_id + ": its owner has not written within " +
+                 std::to_string(wire::trial_greeting_wait.count()) + " s; sending its events anyway");
+        greeted(self);
+      },
       [self](started_atom, int pid, int group, const std::string& error) {
         auto& st = self->state;
         if (pid == 0) {
           log_line("trial " + st.opt.spec.trial_id + " could not start: " + error);
-          st.opt.started.deliver(wire::trial_start_atom::value, false, error);
+          st.opt.started.deliver(wire::start_answer(false, error));
           self->quit();
           return;
         }
@@ -235,9 +267,8 @@ caf::behavior trial(trial_actor self, trial_options opt) {
                             {"trial_dir", st.opt.trial_dir}};
         if (!st.opt.spec.restore_dir.empty()) info["restore_dir"] = st.opt.spec.restore_dir;
         log_line("trial " + st.opt.spec.trial_id + " started, pid " + std::to_string(pid));
-        st.opt.started.deliver(wire::trial_start_atom::value, true, info.dump());
-        if (st.opt.owner && st.opt.node)
-          self->send(st.opt.owner, wire::trial_node_atom::value, st.opt.spec.trial_id, st.opt.node);
+        st.opt.started.deliver(wire::start_answer(true, info.dump(), caf::actor_cast<caf::actor>(self)));
+        if (st.opt.node) to_owner(self, caf::make_message(wire::trial_node_atom::value, st.opt.spec.trial_id, st.opt.node));
         event(self, "started", info);
         if (st.opt.audit) {
           nlohmann::json quota = nlohmann::json::object();
@@ -259,8 +290,7 @@ caf::behavior trial(trial_actor self, trial_options opt) {
         auto flush = [&] {
           if (batch.rows() == 0) return;
           batch.gpu_memory = st.gpu_memory;
-          if (st.opt.owner)
-            self->send(st.opt.owner, wire::trial_results_atom::value, st.opt.spec.trial_id, std::move(batch));
+          to_owner(self, caf::make_message(wire::trial_results_atom::value, st.opt.spec.trial_id, std::move(batch)));
           batch = {};
         };
         for (auto& line : lines) {
@@ -324,7 +354,8 @@ caf::behavior trial(trial_actor self, trial_options opt) {
         log_line("trial " + st.opt.spec.trial_id + " ended: " + how);
         event(self, "ended", body);
         if (st.watcher.joinable()) st.watcher.join();
-        self->quit();
+        st.over = true;
+        if (st.greeted) self->quit();
       },
       [self, from_owner](wire::trial_stop_atom, int64_t grace_ms) {
         if (!from_owner()) return;
@@ -343,6 +374,12 @@ caf::behavior trial(trial_actor self, trial_options opt) {
       [self](audit_violation_atom, const std::string& why) {
         auto& st = self->state;
         if (self->current_sender() != st.opt.audit.address() || !st.violation.empty()) return;
+        st.violation = why;
+        st.ctl->kill = true;
+      },
+      [self](trial_release_atom, const std::string& why) {
+        auto& st = self->state;
+        if (!st.opt.node || self->current_sender() != st.opt.node.address() || !st.violation.empty()) return;
         st.violation = why;
         st.ctl->kill = true;
       },

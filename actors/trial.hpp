@@ -54,6 +54,12 @@ struct trial_options {
 
 caf::actor spawn_trial(caf::local_actor* parent, trial_options opt);
 
+// From the node only: the trial's bundle was released (its group removed, its owner
+// gone, or the head gave the bundle to someone else while this node was cut off); the
+// worker is killed at once and the trial ends in error with `reason`: a trial never
+// runs without the reservation it was started in.
+using trial_release_atom = caf::atom_constant<caf::atom("trialrel")>;
+
 // The environment a trial's worker gets, from the options (exposed for tests).
 std::map<std::string, std::string> trial_environment(const trial_options& opt);
 

@@ -37,7 +37,13 @@
 // the head checks the token, the placement-group actor finds the bundle's node and asks
 // it (trial_start_atom, spec, key, bundle, program_server, owner), relaying the answer:
 //   client -> head (trial_start_atom, token, wire_trial_spec, program_server)
-//                  -> (trial_start_atom, bool, json-or-error)   once the worker runs
+//                  -> (trial_start_atom, bool, json-or-error, trial actor)   once the worker runs
+//                     (the trial actor is null when it did not start)
+//   client -> trial (route_atom)   the first thing the client sends the trial: its events are
+//                  held until then (at most trial_greeting_wait). A node that lost its
+//                  connection to the head and made a new one has no route back to a client
+//                  it knew before (CAF 0.17 keeps the client's proxy but forgets the route),
+//                  and learns it again from a message that comes from the client's process.
 //   node -> program_server (program_get_atom, sha256, offset, length) -> (program_get_atom, bytes)
 //   trial -> client (trial_event_atom, trial_id, kind, json)   started, result, checkpoint,
 //                  done, ended
@@ -109,12 +115,19 @@ using ckpt_read_atom = caf::atom_constant<caf::atom("ckptread")>;
 using program_get_atom = caf::atom_constant<caf::atom("progget")>;
 using program_add_atom = caf::atom_constant<caf::atom("progadd")>;
 using gpu_audit_atom = caf::atom_constant<caf::atom("gpuaudit")>;
+using route_atom = caf::atom_constant<caf::atom("route")>;
 
 // Timing of the liveness protocol.
 constexpr auto heartbeat_period = std::chrono::milliseconds(500);
 constexpr auto heartbeat_timeout = std::chrono::milliseconds(3000);  // silent longer: dead
 constexpr auto sweep_period = std::chrono::milliseconds(250);
 constexpr auto request_timeout = std::chrono::seconds(5);
+constexpr auto trial_greeting_wait = std::chrono::seconds(10);
+
+// The answer to a trial start (trial_start_atom, ok, text, trial actor).
+inline caf::message start_answer(bool ok, std::string text, caf::actor trial = {}) {
+  return caf::make_message(trial_start_atom::value, ok, std::move(text), std::move(trial));
+}
 
 struct wire_gpu {
   int32_t index = 0;

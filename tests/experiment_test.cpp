@@ -5,6 +5,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "controller.hpp"
@@ -244,6 +245,59 @@ TEST_F(ExperimentTest, TrialsOfAKilledNodeResumeElsewhereFromTheirCheckpoints) {
         << id << " resumed from the experiment's copy: " << tr->info.dump();
   }
   EXPECT_GE(restarted, 1) << "the killed node ran none of the trials";
+}
+
+// The processes (of any trial) whose folder is on node `id` (its work dir is
+// <state>/<node id>/trials/...).
+std::set<std::string> workers_of_node(const std::string& id) {
+  std::set<std::string> pids;
+  std::error_code ec;
+  for (auto& p : std::filesystem::directory_iterator("/proc", ec)) {
+    auto cwd = std::filesystem::read_symlink(p.path() / "cwd", ec);
+    if (!ec && cwd.string().find("/" + id + "/trials/") != std::string::npos) pids.insert(p.path().filename());
+  }
+  return pids;
+}
+
+// Freeze a node (SIGSTOP) mid-experiment: it is declared dead and its trials start
+// again (here on the same node once it is back: the other one is full); when it is
+// thawed and joins again, the head takes back the bundles it held, and its stale trials
+// are killed at once, before their restarts run in the same folders. Every iteration
+// is stored once.
+TEST_F(ExperimentTest, AFrozenNodeThatComesBackDoesNotRunItsOldTrialsTwice) {
+  auto second = files.tune({"start", "--address", address, "--num-gpus", "4"});
+  ASSERT_EQ(second.rc, 0) << second.out << second.err;
+  max_failures = 2;
+  std::set<std::string> frozen_nodes_workers, still_running;
+  std::thread freezer([&] {
+    std::this_thread::sleep_for(1500ms);
+    ::kill(node_pid, SIGSTOP);
+    std::this_thread::sleep_for(5000ms);  // declared dead after 3 s of silence
+    frozen_nodes_workers = workers_of_node(node_id);
+    ::kill(node_pid, SIGCONT);
+    std::this_thread::sleep_for(2000ms);
+    for (auto& pid : workers_of_node(node_id))
+      if (frozen_nodes_workers.count(pid)) still_running.insert(pid);
+  });
+  // 6 trials of 500 iterations (20 ms each), a card each: 2 on the first node, 4 on
+  // the second.
+  auto sum = run(fifo{}, 6, 6, 500, *resource_set::make({{"gpu", 1}}));
+  freezer.join();
+  EXPECT_EQ(sum.trials, 6);
+  EXPECT_EQ(sum.terminated, 6);
+  EXPECT_GE(frozen_nodes_workers.size(), 2u) << "the frozen node's trials went on running while it was frozen";
+  EXPECT_TRUE(still_running.empty()) << "2 s after the thaw, the node still runs " << still_running.size()
+                                     << " process(es) of trials that were started again";
+  int restarted = 0;
+  for (auto& [id, t] : engine_trials) {
+    EXPECT_EQ(t.state, "terminated") << id << ": " << t.error;
+    auto results = store->results(id);
+    ASSERT_TRUE(results);
+    ASSERT_EQ(results->size(), 500u) << id << ": every iteration stored once";
+    for (size_t i = 0; i < results->size(); ++i) EXPECT_EQ((*results)[i].iteration, static_cast<int64_t>(i) + 1) << id;
+    restarted += t.failures > 0;
+  }
+  EXPECT_GE(restarted, 1);
 }
 
 TEST_F(ExperimentTest, TrialsThatCannotBePlacedFailWithTheReasonAndHoldNothing) {
