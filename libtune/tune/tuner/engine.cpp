@@ -70,10 +70,12 @@ engine_action experiment_engine::start_action(engine_trial& t) {
     a.restore_from = donor.id;
     a.restore_iteration = donor.checkpoint;
     exploits_.erase(x);
-  } else if (t.starts > 0 && t.checkpoint >= 0) {
-    a.restore_from = t.id;
-    a.restore_iteration = t.checkpoint;
-    t.replay_until = t.iteration;  // it may report again what came after that checkpoint
+  } else if (t.starts > 0) {
+    if (t.checkpoint >= 0) {
+      a.restore_from = t.id;
+      a.restore_iteration = t.checkpoint;
+    }
+    t.replay_until = t.iteration;  // it may report again what came after that checkpoint (or all)
   }
   t.state = "running";
   t.started_at = now_;
@@ -267,6 +269,16 @@ expected<std::vector<engine_action>> experiment_engine::on_ended(const std::stri
   }
   sweep_paused_to_stop();
   return out;
+}
+
+expected<std::vector<engine_action>> experiment_engine::on_interrupted(const std::string& id) {
+  auto it = trials_.find(id);
+  if (it == trials_.end()) return status{errc::not_found, "the interruption of unknown trial " + id};
+  auto& t = it->second;
+  if (t.state != "running") return std::vector<engine_action>{};
+  if (asked_.count(id)) return on_ended(id, true);  // what it was asked to do is done
+  if (t.started_at >= 0) t.run_s += std::max(0.0, now_ - t.started_at);
+  return std::vector<engine_action>{start_action(t)};
 }
 
 }  // namespace tune

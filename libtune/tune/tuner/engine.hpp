@@ -93,6 +93,12 @@ class experiment_engine {
   // The trial's process ended: ok (exit 0, or ended on our stop/pause) or not (its error).
   expected<std::vector<engine_action>> on_ended(const std::string& id, bool ok, const std::string& error = {});
 
+  // The trial's process was ended by something that is not its fault (the program that
+  // ran the experiment died, and its resources went with it): it starts again from its
+  // latest checkpoint, not counted as a failure; one asked to stop or pause is
+  // stopped or paused now.
+  expected<std::vector<engine_action>> on_interrupted(const std::string& id);
+
   // Nothing runs and nothing more will start.
   bool finished() const;
   const std::map<std::string, engine_trial>& trials() const { return trials_; }
