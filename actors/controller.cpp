@@ -611,6 +611,27 @@ void on_event(controller_actor self, const std::string& id, const std::string& k
   }
 }
 
+// A resumed experiment's complete checkpoint copies (<dir>/checkpoints/<trial>/<iter>/
+// with a MANIFEST.json; an unfinished <iter>.part is what a dead driver left: removed).
+void load_copies(controller_actor self) {
+  namespace fs = std::filesystem;
+  auto& st = self->state;
+  std::error_code ec;
+  for (auto& [id, t] : st.setup.engine->trials()) {
+    auto dir = st.setup.store->checkpoint_dir(id);
+    for (auto& c : fs::directory_iterator(dir, ec)) {
+      if (c.path().extension() == ".part") {
+        fs::remove_all(c.path(), ec);
+        continue;
+      }
+      std::ifstream in(c.path() / "MANIFEST.json");
+      auto m = nlohmann::json::parse(in, nullptr, false);
+      if (!m.is_object() || !m.contains("iteration") || !m["iteration"].is_number_integer() || !m.contains("files")) continue;
+      st.live[id].stored[m["iteration"].get<int64_t>()] = {c.path().string(), m};
+    }
+  }
+}
+
 caf::behavior controller(controller_actor self, controller_setup setup) {
   self->state.setup = std::move(setup);
   self->state.cpu0 = thread_cpu_now();
@@ -627,8 +648,10 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
   self->set_exit_handler([self](caf::exit_msg& em) {
     finish(self, status{errc::inconsistent, "the experiment was ended (" + self->system().render(em.reason) + ")"});
   });
+  if (self->state.setup.resumed) load_copies(self);
   self->send(self, flush_atom::value);
   self->send(self->state.setup.head, wire::subscribe_atom::value, self->state.setup.token);  // node deaths
+  if (!self->state.setup.initial_actions.empty()) act(self, std::exchange(self->state.setup.initial_actions, {}));
   return {
       [self](wire::trial_event_atom, const std::string& id, const std::string& kind, const std::string& json) {
         on_event(self, id, kind, json);
@@ -683,13 +706,18 @@ caf::actor spawn_controller(caf::actor_system& sys, controller_setup setup) {
 }
 
 expected<experiment_summary> run_experiment(cluster_client& client, experiment_engine& engine,
-                                            experiment_store& store, const experiment_run_options& opt) {
+                                            experiment_store& store, const experiment_run_options& opt,
+                                            const resume_plan* resumed) {
   if (!client.program_server()) return status{errc::invalid_argument, "run_experiment: serve the program first"};
   auto done = std::make_shared<std::promise<expected<experiment_summary>>>();
   auto result = done->get_future();
   controller_setup setup{client.head(), client.token(), client.program_server(), client.request_timeout(),
                          &engine,       &store,         opt,
                          [done](expected<experiment_summary> out) { done->set_value(std::move(out)); }};
+  if (resumed) {
+    setup.resumed = true;
+    setup.initial_actions = resumed->actions;
+  }
   spawn_controller(client.system(), std::move(setup));  // it answers through `done`
   return result.get();
 }

@@ -27,6 +27,7 @@
 #include "client.hpp"
 #include "tune/tuner/engine.hpp"
 #include "tune/tuner/progress.hpp"
+#include "tune/tuner/resume.hpp"
 #include "tune/tuner/store.hpp"
 
 namespace tune {
@@ -64,6 +65,11 @@ struct controller_setup {
   experiment_run_options options;
   // Called once, from the controller's thread, when the experiment is over (or failed).
   std::function<void(expected<experiment_summary>)> on_done;
+  // A resumed experiment (tune/tuner/resume.hpp): the engine has replayed the store;
+  // these are carried out first, and the checkpoint copies already in the experiment
+  // folder are used for restarts.
+  bool resumed = false;
+  std::vector<engine_action> initial_actions;
 };
 
 // Starts the controller; it begins at once and quits when done. Sending it an exit
@@ -72,6 +78,7 @@ caf::actor spawn_controller(caf::actor_system& sys, controller_setup setup);
 
 // Runs one experiment to its end through `client`'s head (a controller, waited for).
 expected<experiment_summary> run_experiment(cluster_client& client, experiment_engine& engine,
-                                            experiment_store& store, const experiment_run_options& opt);
+                                            experiment_store& store, const experiment_run_options& opt,
+                                            const resume_plan* resumed = nullptr);
 
 }  // namespace tune

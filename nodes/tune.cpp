@@ -15,6 +15,8 @@
 #include <caf/io/all.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <future>
 #include <iostream>
 #include <random>
@@ -36,6 +38,7 @@
 #include "tune/cluster/version.hpp"
 #include "tune/host/detect.hpp"
 #include "tune/trial/mps.hpp"
+#include "tune/tuner/store.hpp"
 #include "wire.hpp"
 
 namespace po = boost::program_options;
@@ -53,6 +56,7 @@ const char* usage =
     "  status   show the nodes, resources, GPUs and placement groups of a cluster\n"
     "  group    create, show or remove a placement group (bundles reserved across nodes)\n"
     "  stop     stop the heads and nodes this machine started\n"
+    "  resume   continue an experiment whose tuning program died (runs that program again)\n"
     "\n"
     "`tune <command> --help` describes a command's options; `tune --version` prints the version.\n";
 
@@ -620,6 +624,70 @@ int cmd_stop(const std::vector<std::string>& args) {
   return 0;
 }
 
+// Runs an experiment's tuning program again, as it was started (same program, same
+// arguments, same folder), with TUNE_RESUME_DIR set: its fit() then continues the
+// experiment (tune_config::resume) instead of starting a new one.
+int cmd_resume(const std::vector<std::string>& args) {
+  po::options_description desc("tune resume options");
+  desc.add_options()
+      ("help,h", "show this help")
+      ("dir", po::value<std::string>(), "the experiment's folder (what fit() wrote: tune_results/<name>-<time>)")
+      ("print", "print the command it would run; run nothing");
+  po::positional_options_description pos;
+  pos.add("dir", 1);
+  po::variables_map vm;
+  const char* synopsis = "tune resume DIR [--print]";
+  try {
+    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    return fail("resume", std::string{e.what()} + " (see tune resume --help)", 2);
+  }
+  if (vm.count("help")) {
+    std::cout << "usage: " << synopsis << "\n\n"
+              << "Continues an experiment whose tuning program died: completed trials and stored results\n"
+                 "are kept, trials that were running start again from their latest checkpoint.\n\n"
+              << desc;
+    return 0;
+  }
+  if (!vm.count("dir")) return fail("resume", "say which experiment: tune resume DIR", 2);
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  auto dir = fs::absolute(vm["dir"].as<std::string>(), ec).lexically_normal().string();
+  if (!dir.empty() && dir.back() == '/') dir.pop_back();
+  if (!fs::exists(dir + "/experiment.db"))
+    return fail("resume", "no experiment in " + dir + " (it has no experiment.db): give the folder fit() wrote");
+  auto store = experiment_store::open(dir);
+  if (!store) return fail("resume", store.error().message());
+  auto command = (*store)->meta("command");
+  if (!command) return fail("resume", command.error().message());
+  if (!command->is_object() || !(*command)["argv"].is_array() || (*command)["argv"].empty() ||
+      !(*command)["exe"].is_string())
+    return fail("resume", dir + " does not say how its program was run; run that program again with "
+                               "tune_config::resume = true and experiment_dir = " + dir);
+  std::string exe = (*command)["exe"], cwd = command->value("cwd", "/");
+  std::vector<std::string> argv;
+  for (auto& a : (*command)["argv"]) argv.push_back(a.is_string() ? a.get<std::string>() : a.dump());
+  std::string shown;
+  for (auto& a : argv) shown += (shown.empty() ? "" : " ") + a;
+  if (vm.count("print")) {
+    std::cout << "cd " << cwd << " && TUNE_RESUME_DIR=" << dir << " " << shown << "\n";
+    return 0;
+  }
+  if (::access(exe.c_str(), X_OK) != 0)
+    return fail("resume", "its program " + exe + " is gone or not executable: build it again there, or run your "
+                          "program with tune_config::resume = true and experiment_dir = " + dir);
+  if (::chdir(cwd.c_str()) != 0) return fail("resume", "cannot enter " + cwd + ", where it ran: " + std::strerror(errno));
+  ::setenv("TUNE_RESUME_DIR", dir.c_str(), 1);
+  store->reset();
+  std::cerr << "tune resume: running " << shown << " (in " << cwd << ")\n";
+  std::vector<char*> cargv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  ::execv(exe.c_str(), cargv.data());
+  return fail("resume", "cannot run " + exe + ": " + std::strerror(errno));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -641,6 +709,7 @@ int main(int argc, char** argv) {
   if (command == "status") return cmd_status(args);
   if (command == "group") return cmd_group(args);
   if (command == "stop") return cmd_stop(args);
+  if (command == "resume") return cmd_resume(args);
   std::cerr << "tune: unknown command '" << command << "'\n\n" << usage;
   return 2;
 }

@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <future>
 #include <iostream>
 #include <map>
@@ -494,7 +496,30 @@ expected<result_grid> tuner::fit() {
   if (auto* p = std::get_if<pbt>(&sched_spec); p && p->seed == 0) p->seed = c.seed;
   auto scheduler = make_scheduler(sched_spec, c.metric, c.mode);
   if (!scheduler) return scheduler.error();
+  // Resuming: the experiment's own settings must be this program's.
+  std::string resume_dir = c.resume ? c.experiment_dir : "";
+  if (const char* env = std::getenv("TUNE_RESUME_DIR"); env && *env) resume_dir = env;
+  if (c.resume && resume_dir.empty()) return status{errc::invalid_argument, "resume: say which experiment (experiment_dir)"};
+  std::unique_ptr<experiment_store> resumed_store;
   int concurrent = c.max_concurrent_trials;
+  if (!resume_dir.empty()) {
+    if (!std::filesystem::exists(resume_dir + "/experiment.db"))
+      return status{errc::not_found, "no experiment to resume in " + resume_dir + " (it has no experiment.db)"};
+    auto opened = experiment_store::open(resume_dir);
+    if (!opened) return opened.error();
+    resumed_store = std::move(opened).value();
+    nlohmann::json now{{"trainable", trainable_}, {"metric", c.metric}, {"mode", c.mode == mode::max ? "max" : "min"},
+                       {"num_samples", c.num_samples}, {"search", search->name()}, {"scheduler", (*scheduler)->name()},
+                       {"seed", c.seed}};
+    for (auto& [k, v] : now.items()) {
+      auto was = resumed_store->meta(k);
+      if (!was) return was.error();
+      if (*was != v)
+        return status{errc::inconsistent, "cannot resume " + resume_dir + ": its " + k + " is " + was->dump() +
+                                              ", this program's is " + v.dump() + " (resume it with the program and settings that started it)"};
+    }
+    if (auto m = resumed_store->meta("max_concurrent_trials"); m && m->is_number_integer()) concurrent = m->get<int>();
+  }
   if (concurrent == 0) {
     auto text = cluster_.status_json();
     if (!text) return text.error();
@@ -510,19 +535,45 @@ expected<result_grid> tuner::fit() {
   auto engine = experiment_engine::make(*search, **scheduler, eo);
   if (!engine) return engine.error();
   // The experiment directory and its settings.
-  std::string dir = c.experiment_dir.empty() ? "tune_results/" + c.name + "-" + utc_stamp() : c.experiment_dir;
-  auto store = experiment_store::open(dir);
+  std::string dir = !resume_dir.empty()        ? resume_dir
+                    : c.experiment_dir.empty() ? "tune_results/" + c.name + "-" + utc_stamp()
+                                               : c.experiment_dir;
+  std::optional<resume_plan> plan;
+  if (resumed_store) {
+    auto p = replay_experiment(**engine, *resumed_store);
+    if (!p) return p.error();
+    plan = std::move(*p);
+    (void)resumed_store->add_event("", "resumed", {{"replayed_results", plan->replayed_results},
+                                                   {"finished_trials", plan->finished_trials},
+                                                   {"interrupted_trials", plan->interrupted_trials}});
+    std::cerr << "resuming " << dir << ": " << plan->finished_trials << " trial(s) done, " << plan->interrupted_trials
+              << " start again from their checkpoints, " << plan->replayed_results << " result(s) kept\n";
+  }
+  auto store = resumed_store ? expected<std::unique_ptr<experiment_store>>{std::move(resumed_store)} : experiment_store::open(dir);
   if (!store) return store.error();
-  if (auto t = (*store)->trials(); !t || !t->empty())
+  if (auto t = (*store)->trials(); !plan && (!t || !t->empty()))
     return status{errc::already_exists, "the experiment directory " + dir +
-                                            " already holds an experiment; give a new one (result_grid::open reads it)"};
+                                            " already holds an experiment; give a new one, or resume it (tune_config::resume, "
+                                            "tune resume " + dir + ")"};
   nlohmann::json resources_json = nlohmann::json::array();
   for (auto& b : bundles) resources_json.push_back(nlohmann::json::parse(b.to_json()));
+  // How to run this program again for `tune resume` (where it ran, with which arguments).
+  nlohmann::json command{{"argv", nlohmann::json::array()}};
+  {
+    std::ifstream in("/proc/self/cmdline", std::ios::binary);
+    std::string arg;
+    while (std::getline(in, arg, '\0')) command["argv"].push_back(arg);
+    std::error_code ec2;
+    command["cwd"] = std::filesystem::current_path(ec2).string();
+    command["exe"] = std::filesystem::read_symlink("/proc/self/exe", ec2).string();
+  }
+  if (!plan)
   for (auto& [k, v] : std::vector<std::pair<std::string, nlohmann::json>>{
            {"name", c.name}, {"metric", c.metric}, {"mode", c.mode == mode::max ? "max" : "min"},
            {"num_samples", c.num_samples}, {"max_concurrent_trials", concurrent}, {"bundles", resources_json},
            {"search", search->name()}, {"scheduler", (*scheduler)->name()}, {"seed", c.seed},
-           {"trainable", trainable_}, {"cluster", cluster_.description()}})
+           {"trainable", trainable_}, {"cluster", cluster_.description()}, {"command", command},
+           {"dir", std::filesystem::absolute(dir).string()}})
     if (auto s = (*store)->set_meta(k, v); !s) return s;
   // This program is the trainable: nodes start it in worker mode.
   std::error_code ec;
@@ -546,7 +597,7 @@ expected<result_grid> tuner::fit() {
   }
   // The controller talks to the head itself: the client stays free for other calls
   // (status, capacity) while the experiment runs.
-  auto sum = run_experiment(*st->client, **engine, **store, ro);
+  auto sum = run_experiment(*st->client, **engine, **store, ro, plan ? &*plan : nullptr);
   if (!sum) return sum.error();
   auto grid = result_grid::open(dir, c.metric, c.mode);
   if (!grid) return grid.error();

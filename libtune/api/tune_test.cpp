@@ -3,6 +3,10 @@
 // (head and node daemons with logical GPUs), the store matching what was returned.
 #include <gtest/gtest.h>
 
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <sys/wait.h>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -31,6 +35,55 @@ void curve(tune::trial_context& ctx) {
   }
 }
 TUNE_TRAINABLE(curve);
+
+// Counts to `iterations` (30 ms each) from where its checkpoint says, checkpointing every
+// 5: a restarted trial's iterations go on from its checkpoint.
+void counter(tune::trial_context& ctx) {
+  int64_t n = ctx.integer_or("iterations", 60).value();
+  int64_t i = 0;
+  if (!ctx.restore_dir().empty()) {
+    std::ifstream in(ctx.restore_dir() + "/state");
+    in >> i;
+  }
+  while (i < n) {
+    std::this_thread::sleep_for(30ms);
+    ++i;
+    if (!ctx.report({{"score", ctx.number("x").value() * static_cast<double>(i)}}, i)) return;
+    if (i % 5 == 0) {
+      auto dir = ctx.checkpoint_dir(i);
+      if (!dir) throw std::runtime_error(dir.error().message());
+      std::ofstream(*dir + "/state") << i;
+      (void)ctx.report_checkpoint(i);
+    }
+    if (tune::trial_context::should_stop()) return;
+  }
+}
+TUNE_TRAINABLE(counter);
+
+// The tuning program of the resume test (`--resume-driver DIR`): 6 trials of `counter`,
+// 3 at once, in DIR, on the cluster at --address.
+int resume_driver(int argc, char** argv) {
+  auto c = tune::init(argc, argv);
+  if (!c) {
+    std::cerr << c.error().message() << "\n";
+    return 2;
+  }
+  tune::tune_config cfg;
+  cfg.metric = "score";
+  cfg.num_samples = 6;
+  cfg.max_concurrent_trials = 3;
+  cfg.seed = 9;
+  cfg.progress = tune::progress_style::none;
+  cfg.experiment_dir = argv[2];
+  cfg.resources_per_trial = tune::resources{{"cpu", 0.5}, {"gpu", 1}};
+  tune::tuner t{*c, "counter", tune::search_space{{"x", tune::uniform(0.1, 1.0)}, {"iterations", 60}}, cfg};
+  auto r = t.fit();
+  if (!r) {
+    std::cerr << r.error().message() << "\n";
+    return 1;
+  }
+  return 0;
+}
 
 std::vector<char*> argv_of(std::vector<std::string>& args) {
   std::vector<char*> out;
@@ -297,11 +350,75 @@ TEST_F(TuneConnected, TrialsRunOnTheNodesOfAClusterAtAnAddress) {
   }
 }
 
+// The tuning program dies (SIGKILL) mid-experiment: its trials do not run on without it
+// (their groups went with it, and a trial never outlives its bundle); `tune resume DIR`
+// runs it again and the experiment completes with every iteration of every trial stored
+// once, the interrupted trials continuing from their checkpoints.
+TEST_F(TuneConnected, AKilledTuningProgramIsResumedWithNothingLostOrCountedTwice) {
+  int port = tune::test::free_port();
+  std::string address = "127.0.0.1:" + std::to_string(port);
+  auto h = files.tune({"start", "--head", "--port", std::to_string(port), "--host", "127.0.0.1"});
+  ASSERT_EQ(h.rc, 0) << h.out << h.err;
+  auto n = files.tune({"start", "--address", address, "--num-gpus", "4", "--num-cpus", "4"});
+  ASSERT_EQ(n.rc, 0) << n.out << n.err;
+  std::string dir = files.dir() + "/exp";
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  pid_t driver = ::fork();
+  if (driver == 0) {
+    ::execl(self.c_str(), self.c_str(), "--resume-driver", dir.c_str(), "--address", address.c_str(), "--token-file",
+            files.token_file().c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // Killed once it has stored some results (the first trials run ~1.8 s).
+  int64_t stored_before = 0;
+  for (int i = 0; i < 100 && stored_before < 40; ++i) {
+    std::this_thread::sleep_for(100ms);
+    if (!std::filesystem::exists(dir + "/experiment.db")) continue;
+    if (auto s = tune::experiment_store::open(dir); s)
+      if (auto c = (*s)->result_count(); c) stored_before = *c;
+  }
+  ::kill(driver, SIGKILL);
+  ::waitpid(driver, nullptr, 0);
+  ASSERT_GE(stored_before, 40) << "the tuning program stored too little before it was killed";
+  // Its trials end with it: nothing of theirs runs a few seconds later.
+  bool trials_gone = false;
+  for (int i = 0; i < 50 && !trials_gone; ++i) {
+    std::this_thread::sleep_for(100ms);
+    trials_gone = tune::test::run({"pgrep", "-f", "--", "--tune-worker counter"}).rc != 0;
+  }
+  EXPECT_TRUE(trials_gone) << "the dead program's trials still run";
+  auto resumed = files.tune({"resume", dir});
+  ASSERT_EQ(resumed.rc, 0) << resumed.out << resumed.err;
+  EXPECT_NE(resumed.err.find("start again from their checkpoints"), std::string::npos) << resumed.err;
+  auto grid = tune::result_grid::open(dir, "score", tune::mode::max);
+  ASSERT_TRUE(grid) << grid.error().message();
+  auto trials = grid->trials();
+  ASSERT_TRUE(trials);
+  ASSERT_EQ(trials->size(), 6u);
+  int restored = 0;
+  for (auto& tr : *trials) {
+    EXPECT_EQ(tr.state, "terminated") << tr.id << ": " << tr.error;
+    auto hist = grid->history(tr.id);
+    ASSERT_TRUE(hist);
+    ASSERT_EQ(hist->size(), 60u) << tr.id << ": every iteration stored once";
+    for (size_t i = 0; i < hist->size(); ++i) EXPECT_EQ((*hist)[i].iteration, static_cast<int64_t>(i) + 1) << tr.id;
+    restored += tr.info.contains("restored_from");
+  }
+  EXPECT_GE(restored, 1) << "no trial continued from a checkpoint";
+  auto events = grid->store().events("");
+  ASSERT_TRUE(events);
+  bool resumed_event = false;
+  for (auto& e : *events) resumed_event = resumed_event || e.kind == "resumed";
+  EXPECT_TRUE(resumed_event);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   // Run as a trial's worker by a node: the trainable runs, and the process ends there.
   tune::run_if_trial_worker(argc, argv);
+  if (argc >= 3 && std::string{argv[1]} == "--resume-driver") return resume_driver(argc, argv);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

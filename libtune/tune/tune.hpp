@@ -152,6 +152,12 @@ struct tune_config {
   int max_failures = 0;                   // a trial that fails (its process crashed, its node
                                           // was lost) is started again this often, on any
                                           // node, from its latest checkpoint
+  bool resume = false;                    // continue the experiment in experiment_dir (its
+                                          // program died): completed trials and stored
+                                          // results are kept, what ran starts again from its
+                                          // latest checkpoint. `tune resume DIR` runs the
+                                          // program again with TUNE_RESUME_DIR=DIR, which
+                                          // does the same.
 };
 
 // What an experiment produced: read from its store (the experiment directory), so it
