@@ -62,7 +62,10 @@ expected<std::unique_ptr<cluster_client>> cluster_client::connect(caf::actor_sys
           },
           [&](caf::error& err) { why = "cannot reach a libtune head at " + where + ": " + describe(sys, err); });
   if (!head) return status{errc::not_found, why};
-  return std::make_unique<cluster_client>(sys, head, std::move(token), timeout);
+  auto c = std::make_unique<cluster_client>(sys, head, std::move(token), timeout);
+  c->host_ = host;
+  c->port_ = port;
+  return c;
 }
 
 cluster_client::cluster_client(caf::actor_system& sys, caf::actor head, std::string token, ms timeout)
@@ -223,7 +226,7 @@ expected<std::string> cluster_client::start_trial(const trial_request& req) {
   self_->request(head_, timeout_ * 6, wire::trial_start_atom::value, token_, spec, programs_)
       .receive(
           [&](wire::trial_start_atom, bool ok, std::string& text, caf::actor& trial) {
-            if (ok && trial) self_->send(trial, wire::route_atom::value);  // its events come after this
+            if (ok && trial) self_->send(trial, wire::route_atom::value, uint64_t{0});  // its events come after this
             out = ok ? expected<std::string>{std::move(text)}
                      : expected<std::string>{status{errc::invalid_argument, std::move(text)}};
           },

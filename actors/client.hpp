@@ -142,6 +142,9 @@ class cluster_client {
   void resume_trial(const caf::actor& trial);
 
   const caf::actor& head() const { return head_; }
+  // Where the head was reached (connect); empty and 0 for a head in this process.
+  const std::string& head_host() const { return host_; }
+  uint16_t head_port() const { return port_; }
   const std::string& token() const { return token_; }
   ms request_timeout() const { return timeout_; }
   caf::actor_system& system() const { return sys_; }
@@ -152,6 +155,8 @@ class cluster_client {
   caf::actor_system& sys_;
   caf::scoped_actor self_;
   caf::actor head_;
+  std::string host_;
+  uint16_t port_ = 0;
   std::string token_;
   ms timeout_;
   caf::actor programs_;  // this client's program server, made on first use

@@ -22,6 +22,11 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 using flush_atom = caf::atom_constant<caf::atom("ctlflush")>;
 using lost_atom = caf::atom_constant<caf::atom("ctllost")>;
+using reconnect_atom = caf::atom_constant<caf::atom("ctlreconn")>;
+
+// After a head restart, how long a group made again waits for the nodes that still hold
+// its bundles to join the new head (they reconnect within a few seconds).
+constexpr std::chrono::milliseconds claim_wait{8000};
 
 double thread_cpu_now() {
   timespec ts{};
@@ -56,6 +61,12 @@ struct live_trial {
   std::map<int64_t, stored_checkpoint> stored;     // iteration -> copy in the experiment folder
   bool copying = false;
   int64_t copy_next = -1;  // the newest checkpoint not copied yet (-1: none)
+  // A start being carried out (group, placement, start), numbered: answers to an earlier
+  // attempt are ignored (after a head restart the start is made again).
+  std::optional<engine_action> starting;
+  uint64_t attempt = 0;
+  bool reissued = false;  // made again after a head restart: it may run already
+  uint64_t received = 0;  // messages from its current actor (what it resends from after a head restart)
 };
 
 struct controller_state {
@@ -72,6 +83,11 @@ struct controller_state {
   double cpu0 = 0;  // the thread's CPU time when the controller started
   clock_type::time_point last_progress = clock_type::now() - std::chrono::hours(1);
   bool over = false;
+  // The head's process died (a remote head): reconnecting to the same address; the
+  // experiment goes on with the head started again there.
+  bool head_down = false;
+  clock_type::time_point head_lost_at{};
+  clock_type::time_point head_wait_until{};
   static inline const char* name = "tune.controller";
 };
 
@@ -176,6 +192,7 @@ void give_back_group(controller_actor self, live_trial& lt) {
 void fail_start(controller_actor self, const std::string& id, const std::string& why) {
   auto& st = self->state;
   if (st.over) return;
+  st.live[id].starting.reset();
   give_back_group(self, st.live[id]);
   int failures_before = st.setup.engine->trials().at(id).failures;
   auto more = st.setup.engine->on_ended(id, false, why);
@@ -372,16 +389,44 @@ void pick_copy(controller_actor self, std::string trial, int64_t iteration, std:
   (*next)(0);
 }
 
+// Whether an answer for trial `id`'s start attempt `attempt` is still wanted.
+bool current_attempt(controller_actor self, const std::string& id, uint64_t attempt) {
+  auto& st = self->state;
+  if (st.over) return false;
+  auto it = st.live.find(id);
+  return it != st.live.end() && it->second.starting && it->second.attempt == attempt;
+}
+
+// A request about a start failed: while the head is down the start is made again once
+// it is back; otherwise the trial failed to start.
+void start_request_failed(controller_actor self, const std::string& id, uint64_t attempt, const std::string& why) {
+  if (!current_attempt(self, id, attempt) || self->state.head_down) return;
+  fail_start(self, id, why);
+}
+
+// Its first message is what lets its events through (wire.hpp, route_atom): `received`
+// tells it which of its messages came here (it sends again what follows). Through the
+// head, which relays it to the trial's node: a restarted head's nodes have no route to
+// this process until a message from it comes through.
+void greet(controller_actor self, const std::string& id) {
+  auto& st = self->state;
+  auto& lt = st.live[id];
+  if (lt.group.empty()) return;
+  self->send(st.setup.head, wire::route_atom::value, st.setup.token, lt.group, uint32_t{0}, id, lt.received);
+}
+
 void start_in_group(controller_actor self, const engine_action& a) {
   auto& st = self->state;
+  uint64_t attempt = st.live[a.trial].attempt;
   if (a.restore_from.empty()) return send_start(self, a, "", "");
   // Its own node's folder when it lands there again; else (or as well) a copy from the
   // experiment folder, which any node fetches.
   std::string restore;
   auto& from = st.live[a.restore_from].checkpoints;
   if (auto c = from.find(a.restore_iteration); c != from.end()) restore = c->second.path;
-  pick_copy(self, a.restore_from, a.restore_iteration,
-            [self, a, restore](std::string files) { send_start(self, a, restore, std::move(files)); });
+  pick_copy(self, a.restore_from, a.restore_iteration, [self, a, restore, attempt](std::string files) {
+    if (current_attempt(self, a.trial, attempt)) send_start(self, a, restore, std::move(files));
+  });
 }
 
 void send_start(controller_actor self, const engine_action& a, std::string restore, std::string files) {
@@ -392,6 +437,7 @@ void send_start(controller_actor self, const engine_action& a, std::string resto
   wire::wire_trial_spec spec{a.trial,          lt.group, 0,           opt.program.name, opt.program.sha256,
                              opt.program.size, opt.args, a.cfg.dump(), restore,          files};
   auto id = a.trial;
+  uint64_t attempt = lt.attempt;
   bool exploit = !a.restore_from.empty() && a.restore_from != a.trial;
   nlohmann::json exploit_info;
   if (exploit) exploit_info = {{"donor", a.restore_from}, {"config", a.cfg}};
@@ -399,17 +445,25 @@ void send_start(controller_actor self, const engine_action& a, std::string resto
   self->request(st.setup.head, st.setup.request_timeout * 6, wire::trial_start_atom::value, st.setup.token, spec,
                 st.setup.programs)
       .then(
-          [self, id, exploit, exploit_info](wire::trial_start_atom, bool ok, std::string& text, caf::actor& trial) {
+          [self, id, attempt, exploit, exploit_info](wire::trial_start_atom, bool ok, std::string& text, caf::actor& trial) {
             auto& st = self->state;
-            if (st.over) return;
+            if (!current_attempt(self, id, attempt)) return;
+            auto& lt = st.live[id];
+            if (!ok && lt.reissued && text.find("already runs here") != std::string::npos) {
+              // Started before the head died (its answer was lost with it): it is ours.
+              lt.starting.reset();
+              greet(self, id);
+              return;
+            }
             if (!ok) return fail_start(self, id, text);
-            if (trial) self->send(trial, wire::route_atom::value);  // its events come after this
+            lt.starting.reset();
+            if (trial) self->send(trial, wire::route_atom::value, lt.received);  // its events come after this
             auto info = nlohmann::json::parse(text, nullptr, false);
             nlohmann::json keep = nlohmann::json::object();
             if (info.is_object())
               for (auto key : {"pid", "node", "gpus", "trial_dir"})
                 if (info.contains(key)) keep[key] = info[key];
-            if (keep.contains("node") && keep["node"].is_string()) st.live[id].node = keep["node"];
+            if (keep.contains("node") && keep["node"].is_string()) lt.node = keep["node"];
             // What it started from: its node's own folder, or a copy fetched from here.
             if (info.is_object() && info.contains("restore_dir")) keep["restored_from"] = info["restore_dir"];
             if (exploit) (void)st.setup.store->add_event(id, "exploit", exploit_info);  // PBT: a donor's state
@@ -418,8 +472,46 @@ void send_start(controller_actor self, const engine_action& a, std::string resto
             auto& t = st.setup.engine->trials().at(id);
             if (auto s = st.setup.store->update_trial(id, t.state, t.error, keep); !s) finish(self, s);
           },
-          [self, id](caf::error& err) {
-            fail_start(self, id, "start trial " + id + ": " + describe(self->system(), err));
+          [self, id, attempt](caf::error& err) {
+            start_request_failed(self, id, attempt, "start trial " + id + ": " + describe(self->system(), err));
+          });
+}
+
+// A group for the start (a new one, or again the one it had: after a head restart its
+// bundles are adopted as they are held), then the trial in it.
+void place(controller_actor self, const engine_action& a) {
+  auto& st = self->state;
+  auto& lt = st.live[a.trial];
+  uint64_t attempt = lt.attempt;
+  wire::wire_group_spec spec;
+  spec.id = lt.group;
+  if (lt.reissued && !lt.group.empty()) spec.claim_wait_ms = claim_wait.count();  // its node may hold it still
+  spec.strategy = std::string{to_string(st.setup.options.strat)};
+  for (auto& b : st.setup.options.bundles) spec.bundles.push_back(wire::to_wire_request(b));
+  auto wait_ms = int64_t{st.setup.options.group_timeout.count()};
+  auto timeout = st.setup.request_timeout;
+  self->request(st.setup.head, timeout, wire::pg_create_atom::value, st.setup.token, version(), spec)
+      .then(
+          [self, a, attempt, wait_ms, timeout](wire::pg_create_atom, bool ok, std::string& group, std::string&,
+                                               std::string& reason) {
+            auto& st = self->state;
+            if (!current_attempt(self, a.trial, attempt)) return;
+            if (!ok) return finish(self, status{errc::invalid_argument, reason});  // a bad request: every trial's
+            st.live[a.trial].group = group;
+            self->request(st.setup.head, std::chrono::milliseconds(wait_ms) + timeout, wire::pg_wait_atom::value,
+                          st.setup.token, group, wait_ms)
+                .then(
+                    [self, a, attempt, group](wire::pg_wait_atom, bool ready, const std::string& state, const std::string& why) {
+                      if (!current_attempt(self, a.trial, attempt)) return;
+                      if (ready) return start_in_group(self, a);
+                      fail_start(self, a.trial, "placement group " + group + " is " + state + (why.empty() ? "" : ": " + why));
+                    },
+                    [self, a, attempt, group](caf::error& err) {
+                      start_request_failed(self, a.trial, attempt, "wait for " + group + ": " + describe(self->system(), err));
+                    });
+          },
+          [self, a, attempt](caf::error& err) {
+            start_request_failed(self, a.trial, attempt, "create placement group: " + describe(self->system(), err));
           });
 }
 
@@ -429,46 +521,23 @@ void act(controller_actor self, std::vector<engine_action> actions) {
     if (st.over) return;
     auto& lt = st.live[a.trial];
     if (a.what != engine_action::kind::start) {
-      if (lt.actor) self->send(lt.actor, wire::trial_stop_atom::value, int64_t{st.setup.options.stop_grace.count()});
-      else lt.stop_pending = true;  // stopped as soon as it says it runs
+      if (lt.actor && !st.head_down) self->send(lt.actor, wire::trial_stop_atom::value, int64_t{st.setup.options.stop_grace.count()});
+      else lt.stop_pending = true;  // stopped as soon as it says it runs (again)
       (void)st.setup.store->add_event(a.trial, a.what == engine_action::kind::stop ? "stop" : "pause",
                                       {{"reason", a.reason}});
       continue;
     }
     if (auto s = st.setup.store->add_trial(a.trial, a.cfg, "pending"); !s && s.code() != errc::already_exists)
       return finish(self, s);
+    lt.starting = a;
+    ++lt.attempt;
+    lt.reissued = false;
+    if (st.head_down) continue;  // made when the head is back
     if (!lt.group.empty()) {
       start_in_group(self, a);
       continue;
     }
-    wire::wire_group_spec spec;
-    spec.strategy = std::string{to_string(st.setup.options.strat)};
-    for (auto& b : st.setup.options.bundles) spec.bundles.push_back(wire::to_wire_request(b));
-    auto wait_ms = int64_t{st.setup.options.group_timeout.count()};
-    auto timeout = st.setup.request_timeout;
-    self->request(st.setup.head, timeout, wire::pg_create_atom::value, st.setup.token, version(), spec)
-        .then(
-            [self, a, wait_ms, timeout](wire::pg_create_atom, bool ok, std::string& group, std::string&, std::string& reason) {
-              auto& st = self->state;
-              if (st.over) return;
-              if (!ok) return finish(self, status{errc::invalid_argument, reason});  // a bad request: every trial's
-              st.live[a.trial].group = group;
-              self->request(st.setup.head, std::chrono::milliseconds(wait_ms) + timeout, wire::pg_wait_atom::value,
-                            st.setup.token, group, wait_ms)
-                  .then(
-                      [self, a, group](wire::pg_wait_atom, bool ready, const std::string& state, const std::string& why) {
-                        if (self->state.over) return;
-                        if (ready) return start_in_group(self, a);
-                        fail_start(self, a.trial, "placement group " + group + " is " + state +
-                                                      (why.empty() ? "" : ": " + why));
-                      },
-                      [self, a, group](caf::error& err) {
-                        fail_start(self, a.trial, "wait for " + group + ": " + describe(self->system(), err));
-                      });
-            },
-            [self, a](caf::error& err) {
-              fail_start(self, a.trial, "create placement group: " + describe(self->system(), err));
-            });
+    place(self, a);
   }
 }
 
@@ -489,9 +558,11 @@ live_trial* live_for_event(controller_actor self, const std::string& id, bool en
   if (lt.actor && sender && sender != lt.actor && sender != caf::actor_cast<caf::actor>(self)) return nullptr;
   if (!lt.actor && sender && !ended) {
     lt.actor = sender;
+    lt.received = 0;
     st.by_actor[sender.address()] = id;
     self->monitor(sender);
   }
+  if (lt.actor && sender == lt.actor) ++lt.received;
   if (lt.stop_pending && !ended && lt.actor) {
     lt.stop_pending = false;
     self->send(lt.actor, wire::trial_stop_atom::value, int64_t{st.setup.options.stop_grace.count()});
@@ -632,6 +703,60 @@ void load_copies(controller_actor self) {
   }
 }
 
+// The head's process is gone: the experiment waits for it to be started again at the
+// same address (nodes and their trials keep running meanwhile), up to head_wait.
+void head_lost(controller_actor self, const std::string& why) {
+  auto& st = self->state;
+  if (st.over || st.head_down) return;
+  st.head_down = true;
+  st.head_lost_at = clock_type::now();
+  st.head_wait_until = st.head_lost_at + st.setup.head_wait;
+  std::cerr << "tune: lost the head at " << st.setup.head_host << ":" << st.setup.head_port << " (" << why
+            << "); waiting for it to be back\n";
+  (void)st.setup.store->add_event("", "head_lost", {{"reason", why}});
+  self->delayed_send(self, std::chrono::milliseconds(250), reconnect_atom::value);
+}
+
+// The head is back (a new process): the groups are made again with their ids (the
+// nodes still hold their bundles: adopted as they are), starts in progress are made
+// again, and every running trial is greeted through the head so that its events, held
+// since the head went away, come here (from the first one this did not get).
+void head_back(controller_actor self, caf::actor head) {
+  auto& st = self->state;
+  st.setup.head = std::move(head);
+  self->monitor(st.setup.head);
+  st.head_down = false;
+  std::cerr << "tune: the head is back; continuing\n";
+  (void)st.setup.store->add_event("", "head_back", {{"after_s", std::chrono::duration<double>(clock_type::now() - st.head_lost_at).count()}});
+  self->send(st.setup.head, wire::subscribe_atom::value, st.setup.token);
+  for (auto& [id, lt] : st.live) {
+    if (lt.starting) {
+      ++lt.attempt;
+      lt.reissued = true;
+      place(self, *lt.starting);
+      continue;
+    }
+    if (!lt.actor || lt.group.empty()) continue;
+    wire::wire_group_spec spec;
+    spec.id = lt.group;
+    spec.claim_wait_ms = claim_wait.count();  // until its node has joined the new head
+    spec.strategy = std::string{to_string(st.setup.options.strat)};
+    for (auto& b : st.setup.options.bundles) spec.bundles.push_back(wire::to_wire_request(b));
+    auto trial = id;
+    self->request(st.setup.head, st.setup.request_timeout, wire::pg_create_atom::value, st.setup.token, version(), spec)
+        .then(
+            [self, trial](wire::pg_create_atom, bool ok, std::string&, std::string&, std::string& reason) {
+              if (!ok && reason.find("exists already") == std::string::npos)
+                (void)self->state.setup.store->add_event(trial, "group_not_taken_back", {{"error", reason}});
+              greet(self, trial);
+            },
+            [self, trial](caf::error& err) {
+              (void)self->state.setup.store->add_event(trial, "group_not_taken_back",
+                                                       {{"error", describe(self->system(), err)}});
+            });
+  }
+}
+
 caf::behavior controller(controller_actor self, controller_setup setup) {
   self->state.setup = std::move(setup);
   self->state.cpu0 = thread_cpu_now();
@@ -640,6 +765,8 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
   // down message), so it is declared lost only if nothing ended it a while later.
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
+    if (st.setup.head_port != 0 && dm.source == st.setup.head.address())
+      return head_lost(self, self->system().render(dm.reason));
     auto it = st.by_actor.find(dm.source);
     if (it == st.by_actor.end()) return;
     self->delayed_send(self, std::chrono::seconds(2), lost_atom::value, it->second, dm.source,
@@ -651,6 +778,7 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
   if (self->state.setup.resumed) load_copies(self);
   self->send(self, flush_atom::value);
   self->send(self->state.setup.head, wire::subscribe_atom::value, self->state.setup.token);  // node deaths
+  if (self->state.setup.head_port != 0) self->monitor(self->state.setup.head);
   if (!self->state.setup.initial_actions.empty()) act(self, std::exchange(self->state.setup.initial_actions, {}));
   return {
       [self](wire::trial_event_atom, const std::string& id, const std::string& kind, const std::string& json) {
@@ -677,6 +805,8 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
       },
       [self](lost_atom, const std::string& id, const caf::actor_addr& who, const std::string& why) {
         auto& st = self->state;
+        // Not while the head is away (or just back): its trials run on and say so again.
+        if (st.head_down || clock_type::now() - st.head_lost_at < std::chrono::seconds(10)) return;
         auto it = st.by_actor.find(who);
         if (it == st.by_actor.end()) return;  // it ended after all
         st.by_actor.erase(it);
@@ -687,6 +817,22 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
         st.lost.insert(who);
         nlohmann::json body{{"ok", false}, {"error", "its node was lost (" + why + ")"}};
         on_event(self, id, "ended", body.dump());
+      },
+      [self](reconnect_atom) {
+        auto& st = self->state;
+        if (st.over || !st.head_down) return;
+        if (clock_type::now() > st.head_wait_until)
+          return finish(self, status{errc::not_found, "the head at " + st.setup.head_host + ":" +
+                                                          std::to_string(st.setup.head_port) + " did not come back within " +
+                                                          std::to_string(st.setup.head_wait.count() / 1000) + " s"});
+        auto mm = self->home_system().middleman().actor_handle();
+        self->request(mm, st.setup.request_timeout, caf::connect_atom::value, st.setup.head_host, st.setup.head_port)
+            .then(
+                [self](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+                  if (ptr) return head_back(self, caf::actor_cast<caf::actor>(ptr));
+                  self->delayed_send(self, std::chrono::milliseconds(500), reconnect_atom::value);
+                },
+                [self](caf::error&) { self->delayed_send(self, std::chrono::milliseconds(500), reconnect_atom::value); });
       },
       [self](flush_atom) {
         if (self->state.over) return;
@@ -711,13 +857,21 @@ expected<experiment_summary> run_experiment(cluster_client& client, experiment_e
   if (!client.program_server()) return status{errc::invalid_argument, "run_experiment: serve the program first"};
   auto done = std::make_shared<std::promise<expected<experiment_summary>>>();
   auto result = done->get_future();
-  controller_setup setup{client.head(), client.token(), client.program_server(), client.request_timeout(),
-                         &engine,       &store,         opt,
-                         [done](expected<experiment_summary> out) { done->set_value(std::move(out)); }};
+  controller_setup setup;
+  setup.head = client.head();
+  setup.token = client.token();
+  setup.programs = client.program_server();
+  setup.request_timeout = client.request_timeout();
+  setup.engine = &engine;
+  setup.store = &store;
+  setup.options = opt;
+  setup.on_done = [done](expected<experiment_summary> out) { done->set_value(std::move(out)); };
   if (resumed) {
     setup.resumed = true;
     setup.initial_actions = resumed->actions;
   }
+  setup.head_host = client.head_host();
+  setup.head_port = client.head_port();
   spawn_controller(client.system(), std::move(setup));  // it answers through `done`
   return result.get();
 }

@@ -70,6 +70,10 @@ struct controller_setup {
   // folder are used for restarts.
   bool resumed = false;
   std::vector<engine_action> initial_actions;
+  // A head in another process: where to find it again should it die (0: in this one).
+  std::string head_host;
+  uint16_t head_port = 0;
+  std::chrono::milliseconds head_wait{300000};
 };
 
 // Starts the controller; it begins at once and quits when done. Sending it an exit

@@ -6,6 +6,7 @@
 
 #include "log.hpp"
 #include "tune/cluster/groups.hpp"
+#include <caf/detail/scope_guard.hpp>
 
 namespace tune {
 
@@ -46,6 +47,15 @@ struct groups_state {
     std::string trial;
   };
   std::map<node_id, std::map<uint64_t, pending_start>> starting;
+  // Groups made again after a head restart, waiting for the nodes that hold their
+  // bundles to join (claim_wait_ms), answered when they are made.
+  struct claim_wait {
+    wire::wire_group_spec spec;
+    caf::actor owner;
+    caf::response_promise rp;
+    time_point until;
+  };
+  std::vector<claim_wait> claim_waits;
   uint64_t next_start = 1;
   std::string id_prefix;
   uint64_t next_id = 1;
@@ -302,7 +312,7 @@ nlohmann::json group_json(groups_actor self, const group_table::group& g, time_p
           {"bundles", std::move(bundles)}};
 }
 
-caf::message create(groups_actor self, const wire::wire_group_spec& w) {
+caf::message create(groups_actor self, const wire::wire_group_spec& w, caf::actor owner) {
   auto& st = self->state;
   auto no = [](const std::string& why) {
     return caf::make_message(wire::pg_create_atom::value, false, std::string{}, std::string{}, why);
@@ -336,7 +346,6 @@ caf::message create(groups_actor self, const wire::wire_group_spec& w) {
     auto made = st.table.create(std::move(spec), st.view, now);
     if (!made) return no(made.error().message());
   }
-  auto owner = caf::actor_cast<caf::actor>(self->current_sender());
   if (w.detached || !owner) st.detached.insert(id);
   if (!w.detached && owner) {
     auto& mine = st.groups_of[owner.address()];
@@ -347,6 +356,34 @@ caf::message create(groups_actor self, const wire::wire_group_spec& w) {
   flush(self);
   auto* g = st.table.find(id);
   return caf::make_message(wire::pg_create_atom::value, true, id, std::string{to_string(g->state)}, g->reason);
+}
+
+// Whether nodes hold every bundle of group `w` (its orphans, as an earlier head left them).
+bool orphans_complete(groups_actor self, const wire::wire_group_spec& w) {
+  size_t n = 0;
+  for (auto& [key, o] : self->state.orphans) {
+    std::string id;
+    uint64_t attempt = 0;
+    n += parse_node_key(key, id, attempt) && id == w.id;
+  }
+  return n == w.bundles.size();
+}
+
+// Groups waiting for their holders: made once every bundle is held again (adopted) or
+// their wait is over (placed anew).
+void answer_claim_waits(groups_actor self) {
+  auto& st = self->state;
+  auto now = self->clock().now();
+  for (size_t i = 0; i < st.claim_waits.size();) {
+    auto& w = st.claim_waits[i];
+    if (now < w.until && !orphans_complete(self, w.spec)) {
+      ++i;
+      continue;
+    }
+    auto c = std::move(w);
+    st.claim_waits.erase(st.claim_waits.begin() + static_cast<std::ptrdiff_t>(i));
+    c.rp.deliver(create(self, c.spec, c.owner));
+  }
 }
 
 caf::behavior groups(groups_actor self, groups_options opt) {
@@ -368,6 +405,7 @@ caf::behavior groups(groups_actor self, groups_options opt) {
   self->delayed_send(self, st.opt.tick, wire::pg_tick_atom::value);
   return {
       [self](wire::node_up_atom, const wire::wire_ad& ad, const caf::actor& node, bool first_join) {
+        auto answer_claims = caf::detail::make_scope_guard([self] { answer_claim_waits(self); });
         auto& st = self->state;
         auto res = wire::resources_from_ad(ad);
         if (!res) return;  // the head checked it already
@@ -416,7 +454,17 @@ caf::behavior groups(groups_actor self, groups_options opt) {
                                              self->clock().now()));
         flush(self);
       },
-      [self](wire::pg_create_atom, const wire::wire_group_spec& spec) { return create(self, spec); },
+      [self](wire::pg_create_atom, const wire::wire_group_spec& spec) -> caf::result<caf::message> {
+        auto& st = self->state;
+        auto owner = caf::actor_cast<caf::actor>(self->current_sender());
+        if (spec.claim_wait_ms > 0 && !spec.id.empty() && !st.table.find(spec.id) && !orphans_complete(self, spec)) {
+          auto rp = self->make_response_promise<caf::message>();
+          auto wait = std::chrono::milliseconds(std::min<int64_t>(spec.claim_wait_ms, 60000));
+          st.claim_waits.push_back({spec, owner, rp, self->clock().now() + wait});
+          return rp;
+        }
+        return create(self, spec, owner);
+      },
       // A trial in one of a group's bundles: passed on to the node that holds it, which
       // answers the client.
       [self](wire::trial_start_atom, const wire::wire_trial_spec& spec, const caf::actor& server)
@@ -465,6 +513,16 @@ caf::behavior groups(groups_actor self, groups_options opt) {
                     answer(false, "the node did not start the trial: " + to_string(err), {});
                   });
         return rp;
+      },
+      // A client's greeting for its trial, to the node of the trial's bundle; its sender
+      // stays the client (the node's process learns the route back to it from it).
+      [self](wire::route_atom, const std::string& group, uint32_t bundle, const std::string& trial, uint64_t received) {
+        auto& st = self->state;
+        auto* g = st.table.find(group);
+        if (!g || bundle >= g->site.size() || !g->site[bundle]) return;
+        auto n = st.nodes.find(g->site[bundle]->node);
+        if (n == st.nodes.end()) return;
+        self->delegate(n->second, wire::route_atom::value, trial, received);
       },
       [self](wire::pg_wait_atom, const std::string& id, int64_t timeout_ms) {
         auto& st = self->state;
@@ -527,6 +585,7 @@ caf::behavior groups(groups_actor self, groups_options opt) {
           });
           it = it->second.empty() ? st.waiters.erase(it) : std::next(it);
         }
+        answer_claim_waits(self);
         for (auto it = st.orphans.begin(); it != st.orphans.end();) {
           auto next = std::next(it);
           if (now - it->second.since > st.opt.orphan_grace) {

@@ -201,6 +201,12 @@ caf::behavior head(head_actor self, head_options opt) {
              const caf::actor& server) {
         return to_groups(self, token, wire::trial_start_atom::value, spec, server);
       },
+      // A client greets its trial through here (wire.hpp, route_atom); passed on as it is.
+      [self](wire::route_atom, const std::string& token, const std::string& group, uint32_t bundle,
+             const std::string& trial, uint64_t received) {
+        if (!token_equal(token, self->state.opt.token)) return;
+        self->delegate(self->state.groups, wire::route_atom::value, group, bundle, trial, received);
+      },
       [self](wire::pg_remove_atom, const std::string& token, const std::string& id) {
         return to_groups(self, token, wire::pg_remove_atom::value, id);
       },

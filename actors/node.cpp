@@ -349,6 +349,8 @@ caf::behavior node(node_actor self, node_options opt) {
     auto& st = self->state;
     if (!st.head || dm.source != st.head.address()) return;
     log_line("lost the head at " + where(self) + " (" + to_string(dm.reason) + "); reconnecting");
+    // Its trials run on; what they report waits until their owner greets them again.
+    for (auto& [id, t] : st.trials) self->send(t.actor, trial_hold_atom::value);
     st.head = nullptr;
     st.joined = false;
     ++st.generation;
@@ -509,6 +511,11 @@ caf::behavior node(node_actor self, node_options opt) {
         in.read(bytes.data(), length);
         bytes.resize(static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
         return caf::make_message(wire::ckpt_read_atom::value, true, std::move(bytes));
+      },
+      // A client's greeting for one of its trials (through the head): passed on to it.
+      [self](wire::route_atom, const std::string& trial, uint64_t received) {
+        auto it = self->state.trials.find(trial);
+        if (it != self->state.trials.end()) self->delegate(it->second.actor, wire::route_atom::value, received);
       },
       [self](audit_report_atom, const std::string& report) {
         auto& st = self->state;

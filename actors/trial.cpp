@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <deque>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -39,10 +40,17 @@ struct trial_state {
   std::string violation;  // the GPU audit's finding, when it killed the trial
   nlohmann::json last_checkpoint;  // the latest one reported, or null
   int64_t gpu_memory = 0, gpu_memory_peak = 0;
-  // What goes to the owner waits until the owner's first message (route_atom, wire.hpp)
-  // has come, or trial_greeting_wait has passed; an ended trial waits for that too.
+  // What goes to the owner, numbered from 0: the latest `kept_messages` (all of them
+  // while held), so that what a broken route lost can be sent again. Nothing goes out
+  // until the owner's first message (route_atom, wire.hpp) has come (or
+  // trial_greeting_wait has passed), nor while held (the node lost the head) until the
+  // owner greets it again; an ended trial waits for that too (at most hold_wait).
   bool greeted = false, over = false;
-  std::vector<caf::message> held;
+  bool released = false;  // its bundle was taken back: nobody waits for what it says
+  std::deque<caf::message> sent;
+  uint64_t first = 0;  // the number of sent.front()
+  uint64_t held_since = 0;  // messages from this number on were not sent (while not greeted)
+  uint64_t hold_round = 0;
   static inline const char* name = "tune.trial";
   ~trial_state() {
     ctl->kill = true;  // the actor is gone: its worker goes too
@@ -106,20 +114,35 @@ void watch(caf::actor self, process_spec spec, std::shared_ptr<control> ctl, std
   caf::anon_send(self, ended_atom::value, done->exited, done->code, done->describe(), w.stderr_tail());
 }
 
+constexpr size_t kept_messages = 16384;
+constexpr std::chrono::seconds hold_wait{600};
+
 void to_owner(trial_actor self, caf::message msg) {
   auto& st = self->state;
   if (!st.opt.owner) return;
-  if (st.greeted) self->send(st.opt.owner, std::move(msg));
-  else st.held.push_back(std::move(msg));
+  if (st.greeted) self->send(st.opt.owner, msg);
+  st.sent.push_back(std::move(msg));
+  while (st.greeted && st.sent.size() > kept_messages) {
+    st.sent.pop_front();
+    ++st.first;
+  }
 }
 
-// The owner can be reached: what waited goes out, in order; an ended trial is done.
-void greeted(trial_actor self) {
+// The owner can be reached and has had the first `received` messages: the rest go out,
+// in order; an ended trial is done.
+void greeted(trial_actor self, uint64_t received) {
   auto& st = self->state;
-  if (st.greeted) return;
+  uint64_t end = st.first + st.sent.size();
+  if (st.greeted && received >= end) return;  // nothing missing
+  if (received < st.first)
+    log_line("trial " + st.opt.spec.trial_id + ": " + std::to_string(st.first - received) +
+             " message(s) to its owner were lost with the route and are no longer kept");
+  for (uint64_t i = std::max(received, st.first); i < end; ++i) self->send(st.opt.owner, st.sent[i - st.first]);
   st.greeted = true;
-  for (auto& m : st.held) self->send(st.opt.owner, std::move(m));
-  st.held.clear();
+  while (st.sent.size() > kept_messages) {
+    st.sent.pop_front();
+    ++st.first;
+  }
   if (st.over) self->quit();
 }
 
@@ -241,16 +264,32 @@ caf::behavior trial(trial_actor self, trial_options opt) {
     return st.opt.owner && self->current_sender() == st.opt.owner.address();
   };
   if (!st.opt.owner) st.greeted = true;
-  else self->delayed_send(self, wire::trial_greeting_wait, greet_wait_atom::value);
+  else self->delayed_send(self, wire::trial_greeting_wait, greet_wait_atom::value, uint64_t{0});
   return {
-      [self, from_owner](wire::route_atom) {
-        if (from_owner()) greeted(self);
+      [self, from_owner](wire::route_atom, uint64_t received) {
+        if (from_owner()) greeted(self, received);
       },
-      [self](greet_wait_atom) {
-        if (self->state.greeted) return;
-        log_line("trial " + self->state.opt.spec.trial_id + ": its owner has not written within " +
-                 std::to_string(wire::trial_greeting_wait.count()) + " s; sending its events anyway");
-        greeted(self);
+      [self](greet_wait_atom, uint64_t round) {
+        auto& st = self->state;
+        if (st.greeted || round != st.hold_round) return;
+        if (round == 0) {  // the first greeting never came: sent anyway
+          log_line("trial " + st.opt.spec.trial_id + ": its owner has not written within " +
+                   std::to_string(wire::trial_greeting_wait.count()) + " s; sending its events anyway");
+          return greeted(self, 0);
+        }
+        if (st.over) {
+          log_line("trial " + st.opt.spec.trial_id + ": its owner did not come back within " +
+                   std::to_string(hold_wait.count()) + " s; its last " +
+                   std::to_string(st.first + st.sent.size() - st.held_since) + " message(s) are dropped");
+          self->quit();
+        }
+      },
+      [self](trial_hold_atom) {
+        auto& st = self->state;
+        if (!st.opt.node || self->current_sender() != st.opt.node.address() || !st.greeted) return;
+        st.greeted = false;
+        st.held_since = st.first + st.sent.size();
+        self->delayed_send(self, hold_wait, greet_wait_atom::value, ++st.hold_round);
       },
       [self](started_atom, int pid, int group, const std::string& error) {
         auto& st = self->state;
@@ -355,7 +394,7 @@ caf::behavior trial(trial_actor self, trial_options opt) {
         event(self, "ended", body);
         if (st.watcher.joinable()) st.watcher.join();
         st.over = true;
-        if (st.greeted) self->quit();
+        if (st.greeted || st.released) self->quit();
       },
       [self, from_owner](wire::trial_stop_atom, int64_t grace_ms) {
         if (!from_owner()) return;
@@ -381,6 +420,8 @@ caf::behavior trial(trial_actor self, trial_options opt) {
         auto& st = self->state;
         if (!st.opt.node || self->current_sender() != st.opt.node.address() || !st.violation.empty()) return;
         st.violation = why;
+        st.released = true;
+        if (st.over) self->quit();  // ended already, waiting to be heard
         st.ctl->kill = true;
       },
       [self, from_owner](wire::trial_kill_atom) {

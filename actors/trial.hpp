@@ -60,6 +60,11 @@ caf::actor spawn_trial(caf::local_actor* parent, trial_options opt);
 // runs without the reservation it was started in.
 using trial_release_atom = caf::atom_constant<caf::atom("trialrel")>;
 
+// From the node only: its connection to the head broke, so the route to the trial's
+// owner is gone: what the trial reports is kept (in order) until the owner greets it
+// again (route_atom, received) and then sent from the first message the owner missed.
+using trial_hold_atom = caf::atom_constant<caf::atom("trialhold")>;
+
 // The environment a trial's worker gets, from the options (exposed for tests).
 std::map<std::string, std::string> trial_environment(const trial_options& opt);
 

@@ -39,11 +39,16 @@
 //   client -> head (trial_start_atom, token, wire_trial_spec, program_server)
 //                  -> (trial_start_atom, bool, json-or-error, trial actor)   once the worker runs
 //                     (the trial actor is null when it did not start)
-//   client -> trial (route_atom)   the first thing the client sends the trial: its events are
-//                  held until then (at most trial_greeting_wait). A node that lost its
-//                  connection to the head and made a new one has no route back to a client
-//                  it knew before (CAF 0.17 keeps the client's proxy but forgets the route),
-//                  and learns it again from a message that comes from the client's process.
+//   client -> trial (route_atom, received)   the first thing the client sends the trial:
+//                  its messages are held until then (at most trial_greeting_wait). A node
+//                  that lost its connection to the head and made a new one has no route back
+//                  to a client it knew before (CAF 0.17 keeps the client's proxy but forgets
+//                  the route), and learns it again from a message that comes from the
+//                  client's process. After a head restart the client greets its trials again
+//                  through the head: client -> head (route_atom, token, group, bundle, trial_id,
+//                  received) -> placement-group actor -> node -> trial, delegated (the client
+//                  stays the sender); `received` is how many of the trial's messages it got,
+//                  and the trial sends again what followed (it keeps its latest 16384).
 //   node -> program_server (program_get_atom, sha256, offset, length) -> (program_get_atom, bytes)
 //   trial -> client (trial_event_atom, trial_id, kind, json)   started, result, checkpoint,
 //                  done, ended
@@ -218,11 +223,15 @@ struct wire_group_spec {
   std::string id, strategy;
   std::vector<wire_request> bundles;
   bool detached = false;
+  // A group made again after a head restart (same id): its bundles may still be held by
+  // nodes that have not joined the new head yet; it waits up to this long for them (to
+  // adopt them as they are) before it is placed anew. 0: placed at once.
+  int64_t claim_wait_ms = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_group_spec& x) {
-  return f(caf::meta::type_name("wire_group_spec"), x.id, x.strategy, x.bundles, x.detached);
+  return f(caf::meta::type_name("wire_group_spec"), x.id, x.strategy, x.bundles, x.detached, x.claim_wait_ms);
 }
 
 // A trial to start: in bundle `bundle` of placement group `group`, running the program

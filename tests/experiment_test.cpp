@@ -300,6 +300,42 @@ TEST_F(ExperimentTest, AFrozenNodeThatComesBackDoesNotRunItsOldTrialsTwice) {
   EXPECT_GE(restarted, 1);
 }
 
+// The head's process dies (SIGKILL) mid-experiment and is started again at the same
+// address: the node and its trials run on and join it again; the tuning program
+// reconnects, takes its groups back (the node still holds them) and greets its trials
+// through the new head, which send what they reported meanwhile. Every trial completes
+// with every iteration stored once, and none was restarted.
+TEST_F(ExperimentTest, AHeadKilledAndStartedAgainLosesNothing) {
+  run_result again;
+  std::thread killer([&] {
+    std::this_thread::sleep_for(1500ms);
+    ::kill(head_pid, SIGKILL);
+    for (int i = 0; i < 50 && ::kill(head_pid, 0) == 0; ++i) std::this_thread::sleep_for(100ms);
+    std::this_thread::sleep_for(1000ms);
+    again = files.tune({"start", "--head", "--port", std::to_string(port), "--host", "127.0.0.1"});
+  });
+  // 4 trials of 250 iterations (20 ms each), half a card each: all at once on the node.
+  auto sum = run(fifo{}, 4, 4, 250);
+  killer.join();
+  ASSERT_EQ(again.rc, 0) << again.out << again.err;
+  EXPECT_EQ(sum.trials, 4);
+  EXPECT_EQ(sum.terminated, 4);
+  for (auto& [id, t] : engine_trials) {
+    EXPECT_EQ(t.state, "terminated") << id << ": " << t.error;
+    EXPECT_EQ(t.failures, 0) << id << " was restarted: " << t.last_failure;
+    EXPECT_EQ(t.starts, 1) << id;
+    auto results = store->results(id);
+    ASSERT_TRUE(results);
+    ASSERT_EQ(results->size(), 250u) << id << ": every iteration stored once";
+    for (size_t i = 0; i < results->size(); ++i) EXPECT_EQ((*results)[i].iteration, static_cast<int64_t>(i) + 1) << id;
+  }
+  auto events = store->events();
+  ASSERT_TRUE(events);
+  std::set<std::string> kinds;
+  for (auto& e : *events) kinds.insert(e.kind);
+  EXPECT_TRUE(kinds.count("head_lost") && kinds.count("head_back")) << "the head's death went unnoticed";
+}
+
 TEST_F(ExperimentTest, TrialsThatCannotBePlacedFailWithTheReasonAndHoldNothing) {
   auto sum = run(fifo{}, 2, 2, 3, *resource_set::make({{"gpu", 4}}));
   EXPECT_EQ(sum.trials, 2);

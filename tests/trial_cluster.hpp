@@ -23,7 +23,7 @@ class trial_cluster_test : public ::testing::Test {
   std::unique_ptr<cluster_client> client;
   program_ref program;
   std::string node_id;
-  int node_pid = 0;
+  int node_pid = 0, head_pid = 0;
 
   // Starts the head, a node with these extra arguments (`prefix` and `env` as for
   // cluster_files::tune), connects and serves `trainable`. Fails the test on error.
@@ -31,6 +31,7 @@ class trial_cluster_test : public ::testing::Test {
                      const std::vector<std::string>& prefix = {}, std::map<std::string, std::string> env = {}) {
     auto h = files.tune({"start", "--head", "--port", std::to_string(port), "--host", "127.0.0.1"});
     ASSERT_EQ(h.rc, 0) << h.out << h.err;
+    head_pid = pid_in(h.out);
     std::vector<std::string> args{"start", "--address", address};
     args.insert(args.end(), node_args.begin(), node_args.end());
     auto n = files.tune(args, prefix, "", std::move(env));
