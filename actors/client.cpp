@@ -148,6 +148,28 @@ expected<std::string> cluster_client::status_json() {
   return out;
 }
 
+expected<std::string> cluster_client::rebalance() {
+  expected<std::string> out = status{errc::not_found, "no answer"};
+  self_->request(head_, timeout_, wire::rebalance_atom::value, token_)
+      .receive(
+          [&](wire::rebalance_atom, bool ok, std::string& text) {
+            out = ok ? expected<std::string>{std::move(text)} : expected<std::string>{status{errc::invalid_argument, text}};
+          },
+          [&](caf::error& err) { out = status{errc::not_found, "the head did not answer: " + describe(sys_, err)}; });
+  return out;
+}
+
+expected<std::string> cluster_client::drain(const std::string& node, bool on) {
+  expected<std::string> out = status{errc::not_found, "no answer"};
+  self_->request(head_, timeout_, wire::drain_atom::value, token_, node, on)
+      .receive(
+          [&](wire::drain_atom, bool ok, std::string& text) {
+            out = ok ? expected<std::string>{std::move(text)} : expected<std::string>{status{errc::invalid_argument, text}};
+          },
+          [&](caf::error& err) { out = status{errc::not_found, "the head did not answer: " + describe(sys_, err)}; });
+  return out;
+}
+
 std::vector<std::pair<std::string, std::vector<uint32_t>>> cluster_client::take_moved() {
   std::vector<std::pair<std::string, std::vector<uint32_t>>> out;
   bool more = true;

@@ -142,6 +142,10 @@ class cluster_client {
   void resume_trial(const caf::actor& trial);
 
   const caf::actor& head() const { return head_; }
+  // Rebalancing (wire.hpp): the head's plan as JSON, its moves asked of the groups' owners.
+  expected<std::string> rebalance();
+  // Drain a node (on) or let it take work again (off); JSON of what was asked to move.
+  expected<std::string> drain(const std::string& node, bool on);
   // Where the head was reached (connect); empty and 0 for a head in this process.
   const std::string& head_host() const { return host_; }
   uint16_t head_port() const { return port_; }

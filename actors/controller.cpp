@@ -67,6 +67,10 @@ struct live_trial {
   uint64_t attempt = 0;
   bool reissued = false;  // made again after a head restart: it may run already
   uint64_t received = 0;  // messages from its current actor (what it resends from after a head restart)
+  // Moving to another node (rebalance, drain): paused, then started again off these nodes.
+  bool moving = false;
+  std::vector<std::string> move_avoid;
+  std::optional<clock_type::time_point> last_move;
 };
 
 struct controller_state {
@@ -88,6 +92,7 @@ struct controller_state {
   bool head_down = false;
   clock_type::time_point head_lost_at{};
   clock_type::time_point head_wait_until{};
+  clock_type::time_point last_rebalance_ask{};
   static inline const char* name = "tune.controller";
 };
 
@@ -457,6 +462,7 @@ void send_start(controller_actor self, const engine_action& a, std::string resto
             }
             if (!ok) return fail_start(self, id, text);
             lt.starting.reset();
+            lt.move_avoid.clear();
             if (trial) self->send(trial, wire::route_atom::value, lt.received);  // its events come after this
             auto info = nlohmann::json::parse(text, nullptr, false);
             nlohmann::json keep = nlohmann::json::object();
@@ -477,6 +483,19 @@ void send_start(controller_actor self, const engine_action& a, std::string resto
           });
 }
 
+void place(controller_actor self, const engine_action& a);
+
+// A moved trial that found no room off the nodes it left: placed anywhere after all.
+void move_anywhere(controller_actor self, const engine_action& a) {
+  auto& st = self->state;
+  auto& lt = st.live[a.trial];
+  (void)st.setup.store->add_event(a.trial, "move_fallback", {{"avoided", lt.move_avoid}});
+  lt.move_avoid.clear();
+  give_back_group(self, lt);
+  ++lt.attempt;
+  place(self, a);
+}
+
 // A group for the start (a new one, or again the one it had: after a head restart its
 // bundles are adopted as they are held), then the trial in it.
 void place(controller_actor self, const engine_action& a) {
@@ -486,24 +505,29 @@ void place(controller_actor self, const engine_action& a) {
   wire::wire_group_spec spec;
   spec.id = lt.group;
   if (lt.reissued && !lt.group.empty()) spec.claim_wait_ms = claim_wait.count();  // its node may hold it still
+  spec.avoid = lt.move_avoid;
+  bool avoiding = !spec.avoid.empty();
   spec.strategy = std::string{to_string(st.setup.options.strat)};
   for (auto& b : st.setup.options.bundles) spec.bundles.push_back(wire::to_wire_request(b));
   auto wait_ms = int64_t{st.setup.options.group_timeout.count()};
   auto timeout = st.setup.request_timeout;
   self->request(st.setup.head, timeout, wire::pg_create_atom::value, st.setup.token, version(), spec)
       .then(
-          [self, a, attempt, wait_ms, timeout](wire::pg_create_atom, bool ok, std::string& group, std::string&,
-                                               std::string& reason) {
+          [self, a, attempt, wait_ms, timeout, avoiding](wire::pg_create_atom, bool ok, std::string& group,
+                                                         std::string& state, std::string& reason) {
             auto& st = self->state;
             if (!current_attempt(self, a.trial, attempt)) return;
             if (!ok) return finish(self, status{errc::invalid_argument, reason});  // a bad request: every trial's
             st.live[a.trial].group = group;
+            if (avoiding && state == "infeasible") return move_anywhere(self, a);
             self->request(st.setup.head, std::chrono::milliseconds(wait_ms) + timeout, wire::pg_wait_atom::value,
                           st.setup.token, group, wait_ms)
                 .then(
-                    [self, a, attempt, group](wire::pg_wait_atom, bool ready, const std::string& state, const std::string& why) {
+                    [self, a, attempt, group, avoiding](wire::pg_wait_atom, bool ready, const std::string& state,
+                                                        const std::string& why) {
                       if (!current_attempt(self, a.trial, attempt)) return;
                       if (ready) return start_in_group(self, a);
+                      if (avoiding) return move_anywhere(self, a);
                       fail_start(self, a.trial, "placement group " + group + " is " + state + (why.empty() ? "" : ": " + why));
                     },
                     [self, a, attempt, group](caf::error& err) {
@@ -532,6 +556,7 @@ void act(controller_actor self, std::vector<engine_action> actions) {
     lt.starting = a;
     ++lt.attempt;
     lt.reissued = false;
+    lt.received = 0;  // counts what its next actor sends
     if (st.head_down) continue;  // made when the head is back
     if (!lt.group.empty()) {
       start_in_group(self, a);
@@ -645,6 +670,23 @@ void on_event(controller_actor self, const std::string& id, const std::string& k
       lt.copy_next = it;
       if (!lt.copying) copy_checkpoint(self, id);
     }
+  } else if (kind == "ended" && lt.moving) {
+    // Paused to move: started again off its node, from its checkpoint (not an end).
+    auto body = nlohmann::json::parse(json, nullptr, false);
+    if (!flush(self)) return;
+    lt.moving = false;
+    (void)st.setup.store->add_event(id, "moved_out", body.is_object() ? body : nlohmann::json::object());
+    if (lt.actor) {
+      self->demonitor(lt.actor);
+      st.by_actor.erase(lt.actor.address());
+    }
+    lt.actor = nullptr;
+    lt.stop_pending = false;
+    give_back_group(self, lt);
+    auto more = engine.on_interrupted(id);
+    if (!more) return finish(self, more.error());
+    act(self, std::move(*more));
+    advance(self);
   } else if (kind == "ended") {
     auto body = nlohmann::json::parse(json, nullptr, false);
     if (!body.is_object()) body = nlohmann::json::object();
@@ -794,9 +836,36 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
       // goes back with it.
       [](wire::pg_moved_atom, const std::string&, const std::vector<uint32_t>&) {},
       [](wire::subscribe_atom, bool, const std::string&) {},
+      [](wire::rebalance_atom, bool, const std::string&) {},  // the head's plan: its moves come as pg_move
+      // The head asks to move the trial in `group` off `avoid` (rebalance, drain).
+      [self](wire::pg_move_atom, const std::string& group, const std::vector<std::string>& avoid) {
+        auto& st = self->state;
+        auto from = self->current_sender();
+        if (st.over || st.head_down || !from || from->node() != st.setup.head.node()) return;  // the head's process
+        for (auto& [id, lt] : st.live) {
+          if (lt.group != group || !lt.actor || lt.starting || lt.moving || lt.stop_pending) continue;
+          auto now = clock_type::now();
+          if (lt.last_move && now - *lt.last_move < st.setup.options.min_move_interval) {
+            (void)st.setup.store->add_event(id, "move_refused", {{"why", "it moved less than min_move_interval ago"}});
+            return;
+          }
+          lt.moving = true;
+          lt.last_move = now;
+          lt.move_avoid = avoid;
+          (void)st.setup.store->add_event(id, "move", {{"avoid", avoid}, {"from", lt.node}});
+          self->send(lt.actor, wire::trial_stop_atom::value, int64_t{st.setup.options.stop_grace.count()});
+          return;
+        }
+      },
       // A node the head declared dead: its trials' actors may never say goodbye (a
       // down message for an actor reached through the head does not always come).
       [self](wire::node_event_atom, const std::string& node, const std::string& state, const std::string& reason) {
+        auto& st = self->state;
+        if (st.setup.options.auto_rebalance && !st.over && !st.head_down &&
+            clock_type::now() - st.last_rebalance_ask > std::chrono::seconds(2)) {
+          st.last_rebalance_ask = clock_type::now();
+          self->delayed_send(st.setup.head, std::chrono::milliseconds(500), wire::rebalance_atom::value, st.setup.token);
+        }
         if (state != "dead") return;
         for (auto& [id, lt] : self->state.live)
           if (lt.node == node && lt.actor)

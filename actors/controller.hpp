@@ -45,6 +45,10 @@ struct experiment_run_options {
   std::function<void(const progress_snapshot&)> on_progress;
   std::chrono::milliseconds progress_every{500};
   std::chrono::milliseconds flush_every{50};  // writes wait at most this long to be committed
+  // Rebalancing: ask the head to even the load whenever a node joins or leaves (its moves
+  // come back as pg_move_atom); a trial moves at most once per min_move_interval.
+  bool auto_rebalance = false;
+  std::chrono::milliseconds min_move_interval{60000};
 };
 
 struct experiment_summary {

@@ -323,6 +323,7 @@ caf::message create(groups_actor self, const wire::wire_group_spec& w, caf::acto
   spec.strat = *strat;
   if (w.bundles.empty()) return no("a placement group needs at least one bundle");
   if (w.bundles.size() > 4096) return no("a placement group has at most 4096 bundles");
+  spec.avoid = w.avoid;
   for (size_t i = 0; i < w.bundles.size(); ++i) {
     auto r = wire::request_from_wire(w.bundles[i]);
     if (!r) return no("bundle " + std::to_string(i) + ": " + r.error().message());
@@ -384,6 +385,85 @@ void answer_claim_waits(groups_actor self) {
     st.claim_waits.erase(st.claim_waits.begin() + static_cast<std::ptrdiff_t>(i));
     c.rp.deliver(create(self, c.spec, c.owner));
   }
+}
+
+// GPUs a created group holds on each node.
+std::map<node_id, double> gpus_by_node(const group_table::group& g) {
+  std::map<node_id, double> out;
+  for (auto& s : g.site)
+    if (s)
+      for (auto& grant : s->alloc.gpus) out[s->node] += grant.share.to_double();
+  return out;
+}
+
+// Asks the owner of `group` to move its trial off `avoid`; false when nobody can (a
+// detached group has no owner to ask).
+bool ask_move(groups_actor self, const std::string& group, const std::vector<node_id>& avoid) {
+  auto& st = self->state;
+  auto o = st.owner_of.find(group);
+  if (o == st.owner_of.end()) return false;
+  self->send(o->second, wire::pg_move_atom::value, group, avoid);
+  return true;
+}
+
+// Evens the GPU load (allocated / total, per node with GPUs, draining ones aside): moves
+// one-node groups from the fullest node to the emptiest while that narrows the gap by
+// more than nothing and the gap is over one trial's share; each move asked of its owner.
+nlohmann::json rebalance(groups_actor self) {
+  auto& st = self->state;
+  std::map<node_id, double> cap, used;
+  for (auto& [id, node] : st.nodes) {
+    auto* res = st.view.find(id);
+    if (!res || st.table.draining().count(id)) continue;
+    if (!res->gpus().empty()) {
+      cap[id] = static_cast<double>(res->gpus().size());
+      used[id] = 0;
+    }
+  }
+  // Movable: created, owned, every bundle on one node, holding GPUs.
+  struct movable {
+    std::string group;
+    node_id node;
+    double gpu;
+  };
+  std::vector<movable> list;
+  for (auto& [id, g] : st.table.groups()) {
+    if (g.state != group_state::created) continue;
+    auto by = gpus_by_node(g);
+    for (auto& [n, x] : by)
+      if (used.count(n)) used[n] += x;
+    if (by.size() == 1 && st.owner_of.count(id) && cap.count(by.begin()->first) && by.begin()->second > 0)
+      list.push_back({id, by.begin()->first, by.begin()->second});
+  }
+  nlohmann::json moves = nlohmann::json::array(), load = nlohmann::json::object();
+  std::set<std::string> moved;
+  for (int round = 0; round < 1000 && cap.size() >= 2; ++round) {
+    auto frac = [&](const node_id& n) { return used[n] / cap[n]; };
+    node_id hi = cap.begin()->first, lo = hi;
+    for (auto& [n, c] : cap) {
+      if (frac(n) > frac(hi)) hi = n;
+      if (frac(n) < frac(lo)) lo = n;
+    }
+    // The smallest movable on the fullest node that fits on the emptiest and narrows the gap.
+    const movable* best = nullptr;
+    for (auto& m : list)
+      if (m.node == hi && !moved.count(m.group) && (!best || m.gpu < best->gpu)) best = &m;
+    if (!best) break;
+    double gap = frac(hi) - frac(lo);
+    double after = std::abs((used[hi] - best->gpu) / cap[hi] - (used[lo] + best->gpu) / cap[lo]);
+    if (gap <= best->gpu / cap[lo] + 1e-9 || after >= gap - 1e-9 || used[lo] + best->gpu > cap[lo] + 1e-9) break;
+    used[hi] -= best->gpu;
+    used[lo] += best->gpu;
+    moved.insert(best->group);
+    std::vector<node_id> avoid;
+    for (auto& [n, c] : st.nodes)
+      if (n != lo) avoid.push_back(n);
+    ask_move(self, best->group, avoid);
+    moves.push_back({{"group", best->group}, {"from", hi}, {"to", lo}, {"gpu", best->gpu}});
+  }
+  for (auto& [n, c] : cap) load[n] = used[n] / c;
+  if (!moves.empty()) log_line("rebalance: " + std::to_string(moves.size()) + " trial(s) asked to move");
+  return {{"moves", moves}, {"load", load}};
 }
 
 caf::behavior groups(groups_actor self, groups_options opt) {
@@ -523,6 +603,32 @@ caf::behavior groups(groups_actor self, groups_options opt) {
         auto n = st.nodes.find(g->site[bundle]->node);
         if (n == st.nodes.end()) return;
         self->delegate(n->second, wire::route_atom::value, trial, received);
+      },
+      [self](wire::rebalance_atom) { return caf::make_message(wire::rebalance_atom::value, true, rebalance(self).dump()); },
+      // Drain a node: nothing new placed there, every owned group on it asked to move.
+      [self](wire::drain_atom, const node_id& node, bool on) {
+        auto& st = self->state;
+        if (!st.view.find(node) && on)
+          return caf::make_message(wire::drain_atom::value, false, "no alive node " + node);
+        st.table.set_draining(node, on);
+        nlohmann::json moves = nlohmann::json::array(), stays = nlohmann::json::array();
+        if (on) {
+          for (auto& [id, g] : st.table.groups()) {
+            if (g.state == group_state::removed || g.state == group_state::infeasible) continue;
+            if (!gpus_by_node(g).count(node)) {
+              bool there = false;
+              for (auto& s : g.site) there = there || (s && s->node == node);
+              if (!there) continue;
+            }
+            if (ask_move(self, id, {node})) moves.push_back({{"group", id}, {"from", node}});
+            else stays.push_back({{"group", id}, {"why", "detached: nobody owns it to move it; remove it when done"}});
+          }
+          log_line("node " + node + " is draining: " + std::to_string(moves.size()) + " group(s) asked to move");
+        } else {
+          log_line("node " + node + " takes new work again");
+        }
+        flush(self);
+        return caf::make_message(wire::drain_atom::value, true, nlohmann::json{{"moves", moves}, {"stays", stays}}.dump());
       },
       [self](wire::pg_wait_atom, const std::string& id, int64_t timeout_ms) {
         auto& st = self->state;

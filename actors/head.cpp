@@ -1,6 +1,7 @@
 #include "head.hpp"
 
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "groups.hpp"
 #include "log.hpp"
@@ -22,6 +23,7 @@ struct head_state {
   std::vector<caf::actor> subscribers;
   caf::actor groups;  // the placement-group actor, linked to this one
   std::map<node_id, nlohmann::json> audits;  // each alive node's latest GPU audit report
+  std::set<node_id> draining;                // `tune drain`: no new work there
   caf::actor_clock::time_point started;
   static inline const char* name = "tune.head";
 };
@@ -160,8 +162,12 @@ caf::behavior head(head_actor self, head_options opt) {
           return caf::make_message(wire::status_atom::value, false, version_mismatch(their_version));
         auto now = self->clock().now();
         auto j = nlohmann::json::parse(st.registry.status_json(now));
-        for (auto& n : j["nodes"])
+        for (auto& n : j["nodes"]) {
           if (auto a = st.audits.find(n.value("id", "")); a != st.audits.end()) n["gpu_audit"] = a->second;
+          bool draining = st.draining.count(n.value("id", "")) > 0;
+          n["draining"] = draining;
+          if (draining && n.value("alive", false)) n["state"] = "draining";
+        }
         j["head"] = {{"address", st.opt.address},
                      {"version", version()},
                      {"uptime_s", std::chrono::duration<double>(now - st.started).count()},
@@ -206,6 +212,21 @@ caf::behavior head(head_actor self, head_options opt) {
              const std::string& trial, uint64_t received) {
         if (!token_equal(token, self->state.opt.token)) return;
         self->delegate(self->state.groups, wire::route_atom::value, group, bundle, trial, received);
+      },
+      [self](wire::rebalance_atom, const std::string& token) {
+        if (!token_equal(token, self->state.opt.token))
+          return caf::make_message(wire::rebalance_atom::value, false, wrong_token());
+        self->delegate(self->state.groups, wire::rebalance_atom::value);
+        return caf::message{};
+      },
+      [self](wire::drain_atom, const std::string& token, const node_id& node, bool on) {
+        auto& st = self->state;
+        if (!token_equal(token, st.opt.token)) return caf::make_message(wire::drain_atom::value, false, wrong_token());
+        auto* e = st.registry.find(node);
+        if (!e) return caf::make_message(wire::drain_atom::value, false, "no node " + node + " (see tune status)");
+        on ? (void)st.draining.insert(node) : (void)st.draining.erase(node);
+        self->delegate(st.groups, wire::drain_atom::value, node, on);
+        return caf::message{};
       },
       [self](wire::pg_remove_atom, const std::string& token, const std::string& id) {
         return to_groups(self, token, wire::pg_remove_atom::value, id);

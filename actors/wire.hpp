@@ -61,6 +61,14 @@
 //   client -> node (ckpt_list_atom, token, trial_id, path)  -> (ckpt_list_atom, bool, json-or-error)
 //                  json: [{"name", "size"}] of the checkpoint folder `path` (a trial's, on the node)
 //   client -> node (ckpt_read_atom, token, trial_id, path, name, offset, length) -> (ckpt_read_atom, bool, bytes-or-error)
+// Rebalancing (docs/cluster.md): the head plans, the groups' owners move their trials.
+//   client -> head (rebalance_atom, token) -> (rebalance_atom, bool, json-or-error)
+//                  json: {"moves": [{"group", "from", "to", "gpu"}], "load": {node: fraction}}
+//   client -> head (drain_atom, token, node_id, bool on) -> (drain_atom, bool, json-or-error)
+//                  json: {"moves": [...], "stays": [{"group", "why"}]}
+//   head -> owner (pg_move_atom, group, avoid node ids)   please move the trial in this group off
+//                  those nodes: the owner pauses it (its process ends, its checkpoint stays),
+//                  gives the group back and starts it again in a new group (avoid) from it
 // Nodes put what they hold (wire_hold) in their advertisement and every heartbeat.
 //
 // The head is a dynamically typed actor on purpose: a client of another version still
@@ -121,6 +129,9 @@ using program_get_atom = caf::atom_constant<caf::atom("progget")>;
 using program_add_atom = caf::atom_constant<caf::atom("progadd")>;
 using gpu_audit_atom = caf::atom_constant<caf::atom("gpuaudit")>;
 using route_atom = caf::atom_constant<caf::atom("route")>;
+using rebalance_atom = caf::atom_constant<caf::atom("rebalance")>;
+using drain_atom = caf::atom_constant<caf::atom("drain")>;
+using pg_move_atom = caf::atom_constant<caf::atom("pgmove")>;
 
 // Timing of the liveness protocol.
 constexpr auto heartbeat_period = std::chrono::milliseconds(500);
@@ -227,11 +238,12 @@ struct wire_group_spec {
   // nodes that have not joined the new head yet; it waits up to this long for them (to
   // adopt them as they are) before it is placed anew. 0: placed at once.
   int64_t claim_wait_ms = 0;
+  std::vector<std::string> avoid;  // node ids it must not be placed on (a trial moved off them)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_group_spec& x) {
-  return f(caf::meta::type_name("wire_group_spec"), x.id, x.strategy, x.bundles, x.detached, x.claim_wait_ms);
+  return f(caf::meta::type_name("wire_group_spec"), x.id, x.strategy, x.bundles, x.detached, x.claim_wait_ms, x.avoid);
 }
 
 // A trial to start: in bundle `bundle` of placement group `group`, running the program

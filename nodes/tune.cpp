@@ -57,6 +57,8 @@ const char* usage =
     "  group    create, show or remove a placement group (bundles reserved across nodes)\n"
     "  stop     stop the heads and nodes this machine started\n"
     "  resume   continue an experiment whose tuning program died (runs that program again)\n"
+    "  rebalance  even the GPU load across nodes (trials move, from their checkpoints)\n"
+    "  drain    move every trial off a node and place nothing new there (maintenance)\n"
     "\n"
     "`tune <command> --help` describes a command's options; `tune --version` prints the version.\n";
 
@@ -471,6 +473,76 @@ int cmd_status(const std::vector<std::string>& args) {
   finish(0);
 }
 
+// `tune rebalance`: the head evens the GPU load across nodes; the trials it moves are
+// paused, and started again from their checkpoints on emptier nodes by their experiments.
+int cmd_rebalance(const std::vector<std::string>& args) {
+  po::options_description desc("tune rebalance options");
+  desc.add_options()("help,h", "show this help")("json", "print the plan as one JSON object");
+  add_client_options(desc);
+  po::variables_map vm;
+  if (int rc = parse("rebalance", args, desc, "tune rebalance --address HOST:PORT [--json]", vm); rc >= 0) return rc;
+  auto c = connect_head("rebalance", vm);
+  if (auto* rc = std::get_if<int>(&c)) return *rc;
+  auto& conn = std::get<connected>(c);
+  auto text = conn.client->rebalance();
+  if (!text) finish(fail("rebalance", "the head at " + conn.where + ": " + text.error().message()));
+  if (vm.count("json")) {
+    std::cout << *text << "\n";
+    finish(0);
+  }
+  auto j = nlohmann::json::parse(*text);
+  if (j["moves"].empty()) std::cout << "tune rebalance: the load is even (within one trial's share); nothing to move\n";
+  for (auto& m : j["moves"])
+    std::cout << "moving placement group " << m["group"].get<std::string>() << " (" << m["gpu"].get<double>()
+              << " GPU) from " << m["from"].get<std::string>() << " to " << m["to"].get<std::string>() << "\n";
+  for (auto& [n, l] : j["load"].items()) std::cout << "  " << n << ": " << static_cast<int>(l.get<double>() * 100 + 0.5) << "% of its GPUs allocated before\n";
+  finish(0);
+}
+
+// `tune drain NODE`: nothing new goes to the node and the trials on it move elsewhere
+// (paused, started again from their checkpoints); `--undo` lets it take work again.
+int cmd_drain(const std::vector<std::string>& args) {
+  po::options_description desc("tune drain options");
+  desc.add_options()("help,h", "show this help")("node", po::value<std::string>(), "the node's id (tune status shows it)")(
+      "undo", "let the node take new work again")("json", "print the answer as one JSON object");
+  add_client_options(desc);
+  po::positional_options_description pos;
+  pos.add("node", 1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    return fail("drain", std::string{e.what()} + " (see tune drain --help)", 2);
+  }
+  if (vm.count("help")) {
+    std::cout << "usage: tune drain NODE --address HOST:PORT [--undo]\n\n" << desc;
+    return 0;
+  }
+  if (!vm.count("node")) return fail("drain", "say which node: tune drain NODE --address HOST:PORT", 2);
+  auto node = vm["node"].as<std::string>();
+  auto c = connect_head("drain", vm);
+  if (auto* rc = std::get_if<int>(&c)) return *rc;
+  auto& conn = std::get<connected>(c);
+  bool on = !vm.count("undo");
+  auto text = conn.client->drain(node, on);
+  if (!text) finish(fail("drain", "the head at " + conn.where + ": " + text.error().message()));
+  if (vm.count("json")) {
+    std::cout << *text << "\n";
+    finish(0);
+  }
+  auto j = nlohmann::json::parse(*text);
+  if (!on) {
+    std::cout << "tune drain: node " << node << " takes new work again\n";
+    finish(0);
+  }
+  std::cout << "tune drain: node " << node << " takes no new work; " << j["moves"].size()
+            << " placement group(s) asked to move off it\n";
+  for (auto& s : j["stays"])
+    std::cout << "  stays: " << s["group"].get<std::string>() << " (" << s["why"].get<std::string>() << ")\n";
+  finish(0);
+}
+
 // Where each bundle of a group sits, one line each.
 void print_group(const group_info& g) {
   std::cout << "placement group " << g.id << ": " << g.state << " (" << g.strategy
@@ -710,6 +782,8 @@ int main(int argc, char** argv) {
   if (command == "group") return cmd_group(args);
   if (command == "stop") return cmd_stop(args);
   if (command == "resume") return cmd_resume(args);
+  if (command == "rebalance") return cmd_rebalance(args);
+  if (command == "drain") return cmd_drain(args);
   std::cerr << "tune: unknown command '" << command << "'\n\n" << usage;
   return 2;
 }

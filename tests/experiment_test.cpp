@@ -86,7 +86,12 @@ class ExperimentTest : public trial_cluster_test {
       EXPECT_GE(kept, 1) << id;
       copies += kept;
       // The newest copy is the trial's last checkpoint.
-      EXPECT_TRUE(std::filesystem::exists(dir + "/" + std::to_string(t.checkpoint) + "/MANIFEST.json")) << id;
+      std::string history;  // its checkpoint events, should this fail
+      if (auto ev = store->events(id))
+        for (auto& e : *ev)
+          if (e.kind.find("checkpoint") != std::string::npos || e.kind == "ended" || e.kind == "stop" || e.kind == "pause")
+            history += "\n  " + e.kind + " " + e.body.dump().substr(0, 160);
+      EXPECT_TRUE(std::filesystem::exists(dir + "/" + std::to_string(t.checkpoint) + "/MANIFEST.json")) << id << history;
     }
     EXPECT_GT(copies, 0);
   }
@@ -334,6 +339,100 @@ TEST_F(ExperimentTest, AHeadKilledAndStartedAgainLosesNothing) {
   std::set<std::string> kinds;
   for (auto& e : *events) kinds.insert(e.kind);
   EXPECT_TRUE(kinds.count("head_lost") && kinds.count("head_back")) << "the head's death went unnoticed";
+}
+
+// A busy cluster: trials waiting for room start on a node the moment it joins; then
+// `tune rebalance` evens the GPU load: a trial moves from the full node to the new one
+// (paused, started again there from the experiment's copy of its checkpoint) and every
+// trial still completes with every iteration stored once.
+TEST_F(ExperimentTest, ANodeJoinsABusyClusterAndRebalanceEvensTheLoad) {
+  std::string second_id;
+  run_result joined, plan;
+  std::thread later([&] {
+    std::this_thread::sleep_for(1000ms);
+    joined = files.tune({"start", "--address", address, "--num-gpus", "2"});
+    second_id = node_id_in(joined.out);
+    std::this_thread::sleep_for(1500ms);
+    plan = files.tune({"rebalance", "--address", address, "--json"});
+  });
+  // 6 trials of 300 iterations (20 ms each), half a card each: 4 fit on the first node.
+  auto sum = run(fifo{}, 6, 6, 300);
+  later.join();
+  ASSERT_EQ(joined.rc, 0) << joined.out << joined.err;
+  ASSERT_EQ(plan.rc, 0) << plan.out << plan.err;
+  auto moves = nlohmann::json::parse(plan.out, nullptr, false);
+  ASSERT_TRUE(moves.is_object()) << plan.out;
+  ASSERT_EQ(moves["moves"].size(), 1u) << plan.out << ": 4 x 0.5 GPU against 2 x 0.5 on two 2-GPU nodes";
+  EXPECT_EQ(moves["moves"][0]["to"], second_id);
+  EXPECT_EQ(sum.trials, 6);
+  EXPECT_EQ(sum.terminated, 6);
+  int on_second = 0, moved = 0;
+  for (auto& [id, t] : engine_trials) {
+    EXPECT_EQ(t.state, "terminated") << id << ": " << t.error;
+    EXPECT_EQ(t.failures, 0) << id;
+    auto results = store->results(id);
+    ASSERT_TRUE(results);
+    ASSERT_EQ(results->size(), 300u) << id << ": every iteration stored once";
+    for (size_t i = 0; i < results->size(); ++i) EXPECT_EQ((*results)[i].iteration, static_cast<int64_t>(i) + 1) << id;
+    auto tr = store->trial(id);
+    ASSERT_TRUE(tr);
+    on_second += tr->info.value("node", "") == second_id;
+    auto events = store->events(id);
+    ASSERT_TRUE(events);
+    bool out = false;
+    for (auto& e : *events) out = out || e.kind == "moved_out";
+    if (!out) continue;
+    ++moved;
+    EXPECT_EQ(tr->info.value("node", ""), second_id) << id << " moved to the new node";
+    EXPECT_NE(tr->info.value("restored_from", "").find("/restore/"), std::string::npos)
+        << id << " continued from its checkpoint: " << tr->info.dump();
+  }
+  EXPECT_EQ(moved, 1);
+  EXPECT_EQ(on_second, 3) << "the 2 waiting trials and the moved one ran on the node that joined";
+}
+
+// `tune drain NODE`: every trial on the node moves to the other one (from its
+// checkpoint), nothing new goes there, status says it is draining; --undo ends that.
+TEST_F(ExperimentTest, DrainMovesEveryTrialOffANodeAndStatusShowsIt) {
+  auto second = files.tune({"start", "--address", address, "--num-gpus", "2"});
+  ASSERT_EQ(second.rc, 0) << second.out << second.err;
+  std::string second_id = node_id_in(second.out);
+  run_result drained, shown, undone;
+  std::thread later([&] {
+    std::this_thread::sleep_for(1500ms);
+    drained = files.tune({"drain", node_id, "--address", address});
+    shown = files.tune({"status", "--address", address, "--json"});
+  });
+  // 4 trials of 250 iterations, half a card each: all on one node at first (PACK).
+  auto sum = run(fifo{}, 4, 4, 250);
+  later.join();
+  ASSERT_EQ(drained.rc, 0) << drained.out << drained.err;
+  EXPECT_NE(drained.out.find("takes no new work"), std::string::npos) << drained.out;
+  auto status = nlohmann::json::parse(shown.out, nullptr, false);
+  ASSERT_TRUE(status.is_object()) << shown.out << shown.err;
+  for (auto& n : status["nodes"])
+    if (n["id"] == node_id) {
+      EXPECT_EQ(n["state"], "draining") << n.dump();
+      EXPECT_EQ(n["draining"], true);
+    }
+  EXPECT_EQ(sum.terminated, 4);
+  for (auto& [id, t] : engine_trials) {
+    EXPECT_EQ(t.state, "terminated") << id << ": " << t.error;
+    auto results = store->results(id);
+    ASSERT_TRUE(results);
+    ASSERT_EQ(results->size(), 250u) << id << ": every iteration stored once";
+    auto tr = store->trial(id);
+    ASSERT_TRUE(tr);
+    EXPECT_EQ(tr->info.value("node", ""), second_id) << id << " ended on the node that was not drained";
+  }
+  undone = files.tune({"drain", node_id, "--undo", "--address", address});
+  ASSERT_EQ(undone.rc, 0) << undone.out << undone.err;
+  auto after = nlohmann::json::parse(files.tune({"status", "--address", address, "--json"}).out, nullptr, false);
+  for (auto& n : after["nodes"])
+    if (n["id"] == node_id) EXPECT_EQ(n["draining"], false);
+  auto unknown = files.tune({"drain", "node-nope", "--address", address});
+  EXPECT_NE(unknown.rc, 0);
+  EXPECT_NE(unknown.err.find("no node node-nope"), std::string::npos) << unknown.err;
 }
 
 TEST_F(ExperimentTest, TrialsThatCannotBePlacedFailWithTheReasonAndHoldNothing) {

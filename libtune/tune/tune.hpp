@@ -152,6 +152,9 @@ struct tune_config {
   int max_failures = 0;                   // a trial that fails (its process crashed, its node
                                           // was lost) is started again this often, on any
                                           // node, from its latest checkpoint
+  bool auto_rebalance = false;            // when nodes join or leave, ask the head to even the
+                                          // GPU load (trials move, from their checkpoints)
+  double min_move_interval_s = 60;        // a trial moves at most this often
   bool resume = false;                    // continue the experiment in experiment_dir (its
                                           // program died): completed trials and stored
                                           // results are kept, what ran starts again from its

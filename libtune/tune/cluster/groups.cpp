@@ -60,7 +60,7 @@ void unreserve(cluster_view& view, const bundle_site& site) {
 expected<group_state> group_table::create(group_spec spec, cluster_view& view, time_point now) {
   if (spec.id.empty()) return status{errc::invalid_argument, "a placement group needs an id"};
   if (groups_.count(spec.id)) return status{errc::already_exists, "placement group " + spec.id + " exists already"};
-  auto p = place(view, spec.bundles, spec.strat);
+  auto p = place(view, spec.bundles, spec.strat, spec.avoid);
   if (!p) return p.error();
   group g;
   g.spec = std::move(spec);
@@ -102,14 +102,16 @@ std::vector<group_message> group_table::schedule(cluster_view& view, time_point 
     auto todo = unplaced(g);
     std::vector<resource_set> bundles;
     for (auto b : todo) bundles.push_back(g.spec.bundles[b]);
-    std::vector<node_id> avoid;
+    std::vector<node_id> avoid = g.spec.avoid;
+    avoid.insert(avoid.end(), draining_.begin(), draining_.end());
     if (g.spec.strat == strategy::strict_spread)
       for (auto& s : g.site)
         if (s) avoid.push_back(s->node);
     auto p = place(view, bundles, g.spec.strat, avoid);
     if (!p || p->result != outcome::placed) {
       std::string why = p ? p->reason : p.error().message();
-      bool never = p && p->result == outcome::infeasible;
+      // Infeasible only on the nodes that are not draining: it waits for them.
+      bool never = p && p->result == outcome::infeasible && draining_.empty();
       if (never && g.state == group_state::pending) {  // it can never be placed: fail it, now
         g.state = group_state::infeasible;
         g.reason = why;

@@ -26,6 +26,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,7 @@ struct group_spec {
   std::string id;
   strategy strat = strategy::pack;
   std::vector<resource_set> bundles;
+  std::vector<node_id> avoid = {};  // never placed on these (a trial moved off them)
 };
 
 struct bundle_site {
@@ -146,6 +148,11 @@ class group_table {
 
   static constexpr std::chrono::milliseconds first_backoff{50}, max_backoff{2000};
 
+  // A draining node takes no new bundles (what it holds stays until given back); groups
+  // that fit nowhere else wait for it rather than fail.
+  void set_draining(const node_id& node, bool on) { on ? (void)draining_.insert(node) : (void)draining_.erase(node); }
+  const std::set<node_id>& draining() const { return draining_; }
+
  private:
   void fail_attempt(group& g, std::vector<group_message>& out, cluster_view& view, time_point now, std::string why);
   std::vector<uint32_t> unplaced(const group& g) const;
@@ -155,6 +162,7 @@ class group_table {
 
   std::map<std::string, group> groups_;
   std::deque<std::string> queue_;  // waiting groups, in arrival order
+  std::set<node_id> draining_;     // nothing new is placed there
   std::vector<moved_bundles> moved_;
   uint64_t next_attempt_;
 };
