@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sys/wait.h>
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -388,6 +389,34 @@ TEST_F(TuneConnected, AKilledTuningProgramIsResumedWithNothingLostOrCountedTwice
     trials_gone = tune::test::run({"pgrep", "-f", "--", "--tune-worker counter"}).rc != 0;
   }
   EXPECT_TRUE(trials_gone) << "the dead program's trials still run";
+  // The copy each running trial will restart from (the newest of its checkpoints the
+  // store knows; a copy made after the last commit is newer and unused) is damaged
+  // (truncated): found on resume, reported, and the copy before it used.
+  int damaged = 0;
+  {
+    auto s = tune::experiment_store::open(dir);
+    ASSERT_TRUE(s);
+    auto trials = (*s)->trials();
+    ASSERT_TRUE(trials);
+    for (auto& tr : *trials) {
+      if (tr.state != "running") continue;
+      int64_t known = -1;
+      if (auto ev = (*s)->events(tr.id); ev)
+        for (auto& e : *ev)
+          if (e.kind == "checkpoint") known = std::max(known, e.body.value("iteration", int64_t{-1}));
+      std::vector<std::filesystem::path> copies;
+      for (auto& c : std::filesystem::directory_iterator((*s)->checkpoint_dir(tr.id), ec))
+        if (std::filesystem::exists(c.path() / "MANIFEST.json") && std::stoll(c.path().filename().string()) <= known)
+          copies.push_back(c.path());
+      if (copies.size() < 2) continue;
+      std::sort(copies.begin(), copies.end(), [](auto& a, auto& b) {
+        return std::stoll(a.filename().string()) < std::stoll(b.filename().string());
+      });
+      std::filesystem::resize_file(copies.back() / "state", 0);
+      ++damaged;
+    }
+  }
+  ASSERT_GE(damaged, 1) << "no running trial had two checkpoint copies to damage one of";
   auto resumed = files.tune({"resume", dir});
   ASSERT_EQ(resumed.rc, 0) << resumed.out << resumed.err;
   EXPECT_NE(resumed.err.find("start again from their checkpoints"), std::string::npos) << resumed.err;
@@ -406,6 +435,10 @@ TEST_F(TuneConnected, AKilledTuningProgramIsResumedWithNothingLostOrCountedTwice
     restored += tr.info.contains("restored_from");
   }
   EXPECT_GE(restored, 1) << "no trial continued from a checkpoint";
+  int corrupt = 0;
+  if (auto all = grid->store().events(); all)
+    for (auto& e : *all) corrupt += e.kind == "checkpoint_corrupt";
+  EXPECT_EQ(corrupt, damaged) << "every damaged copy is found and reported";
   auto events = grid->store().events("");
   ASSERT_TRUE(events);
   bool resumed_event = false;
