@@ -867,9 +867,12 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
           self->delayed_send(st.setup.head, std::chrono::milliseconds(500), wire::rebalance_atom::value, st.setup.token);
         }
         if (state != "dead") return;
+        // Whatever the node sent before it died came through the head before this
+        // notice (the head's process forwards as it reads; one connection to here, in
+        // order): a short wait for messages already being handled is enough.
         for (auto& [id, lt] : self->state.live)
           if (lt.node == node && lt.actor)
-            self->delayed_send(self, std::chrono::seconds(1), lost_atom::value, id, lt.actor.address(),
+            self->delayed_send(self, std::chrono::milliseconds(200), lost_atom::value, id, lt.actor.address(),
                                "node " + node + " is dead: " + reason);
       },
       [self](lost_atom, const std::string& id, const caf::actor_addr& who, const std::string& why) {

@@ -1,6 +1,8 @@
 #include "node.hpp"
 
 #include <sys/stat.h>
+#include <cstring>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -123,34 +125,74 @@ void start_trial(node_actor self, const wire::wire_trial_spec& spec, const reser
   st.trials[spec.trial_id] = {a, hold.key};
 }
 
-// Fetches a file by its SHA-256 from a client's server in chunks (never one giant
-// message) into `dest`, checks the hash, then calls `done` (ok, or why not; `dest` is
-// removed then).
-void fetch_file(node_actor self, caf::actor server, std::string sha, uint64_t size, std::string dest,
-                std::function<void(const status&)> done, uint64_t offset = 0) {
-  auto fail = [dest, done](const std::string& why) {
-    std::remove(dest.c_str());
-    done(status{errc::not_found, why});
-  };
-  if (offset >= size) {
-    if (offset == 0) std::ofstream{dest, std::ios::binary};  // an empty file
-    auto got = sha256_file(dest);
-    if (!got || *got != sha) return fail(got ? "its SHA-256 is " + *got + ", not " + sha : got.error().message());
-    return done(status::ok());
+// A file being fetched: up to `fetch_window` chunks in flight, each written at its
+// offset as it comes.
+struct fetch_job {
+  caf::actor server;
+  std::string sha, dest;
+  uint64_t size = 0, next = 0, written = 0;
+  int fd = -1, in_flight = 0;
+  bool over = false;
+  std::function<void(const status&)> done;
+};
+constexpr int fetch_window = 4;
+
+void fetch_end(std::shared_ptr<fetch_job> f, const std::string& why) {
+  if (f->over) return;
+  f->over = true;
+  if (f->fd >= 0) ::close(f->fd);
+  f->fd = -1;
+  if (why.empty()) {
+    auto got = sha256_file(f->dest);
+    if (got && *got == f->sha) return f->done(status::ok());
+    std::remove(f->dest.c_str());
+    return f->done(status{errc::not_found, got ? "its SHA-256 is " + *got + ", not " + f->sha : got.error().message()});
   }
-  auto length = static_cast<uint32_t>(std::min<uint64_t>(program_chunk, size - offset));
-  self->request(server, std::chrono::seconds(60), wire::program_get_atom::value, sha, offset, length)
-      .then(
-          [=](wire::program_get_atom, const std::string& bytes) {
-            if (bytes.size() != length)
-              return fail("the server sent " + std::to_string(bytes.size()) + " bytes, not " + std::to_string(length));
-            std::ofstream out(dest, std::ios::binary | (offset == 0 ? std::ios::trunc : std::ios::app));
-            out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-            if (!out) return fail("cannot write " + dest);
-            out.close();
-            fetch_file(self, server, sha, size, dest, done, offset + length);
-          },
-          [=](caf::error& err) { fail(to_string(err)); });
+  std::remove(f->dest.c_str());
+  f->done(status{errc::not_found, why});
+}
+
+void fetch_more(node_actor self, std::shared_ptr<fetch_job> f) {
+  while (!f->over && f->in_flight < fetch_window && f->next < f->size) {
+    uint64_t offset = f->next;
+    auto length = static_cast<uint32_t>(std::min<uint64_t>(program_chunk, f->size - offset));
+    f->next += length;
+    ++f->in_flight;
+    self->request(f->server, std::chrono::seconds(60), wire::program_get_atom::value, f->sha, offset, length)
+        .then(
+            [self, f, offset, length](wire::program_get_atom, const std::string& bytes) {
+              --f->in_flight;
+              if (f->over) return;
+              if (bytes.size() != length)
+                return fetch_end(f, "the server sent " + std::to_string(bytes.size()) + " bytes, not " + std::to_string(length));
+              if (::pwrite(f->fd, bytes.data(), length, static_cast<off_t>(offset)) != static_cast<ssize_t>(length))
+                return fetch_end(f, "cannot write " + f->dest);
+              f->written += length;
+              if (f->written == f->size) return fetch_end(f, "");
+              fetch_more(self, f);
+            },
+            [f](caf::error& err) {
+              --f->in_flight;
+              fetch_end(f, to_string(err));
+            });
+  }
+}
+
+// Fetches a file by its SHA-256 from a client's server in chunks (never one giant
+// message; a few in flight at once) into `dest`, checks the hash, then calls `done`
+// (ok, or why not; `dest` is removed then).
+void fetch_file(node_actor self, caf::actor server, std::string sha, uint64_t size, std::string dest,
+                std::function<void(const status&)> done) {
+  auto f = std::make_shared<fetch_job>();
+  f->server = std::move(server);
+  f->sha = std::move(sha);
+  f->dest = std::move(dest);
+  f->size = size;
+  f->done = std::move(done);
+  f->fd = ::open(f->dest.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (f->fd < 0) return fetch_end(f, "cannot create " + f->dest + ": " + std::strerror(errno));
+  if (size == 0) return fetch_end(f, "");
+  fetch_more(self, f);
 }
 
 // A checkpoint copy to start from ({"iteration", "files": [{"name", "size", "sha256"}]}):

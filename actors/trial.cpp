@@ -114,7 +114,7 @@ void watch(caf::actor self, process_spec spec, std::shared_ptr<control> ctl, std
   caf::anon_send(self, ended_atom::value, done->exited, done->code, done->describe(), w.stderr_tail());
 }
 
-constexpr size_t kept_messages = 16384;
+constexpr size_t kept_messages = 4096;  // a few seconds of a fast trial; small per trial
 constexpr std::chrono::seconds hold_wait{600};
 
 void to_owner(trial_actor self, caf::message msg) {
