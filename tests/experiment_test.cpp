@@ -48,6 +48,7 @@ class ExperimentTest : public trial_cluster_test {
     ro.group_timeout = 5000ms;
     ro.bundles = {bundle};
     ro.stop_grace = 3000ms;
+    ro.auto_rebalance = auto_rebalance;
     ro.on_progress = [&](const progress_snapshot& s) {
       snapshots.push_back(s);
       if (std::getenv("EXP_DEBUG")) std::cerr << render_progress(s);  // to watch it run
@@ -60,6 +61,7 @@ class ExperimentTest : public trial_cluster_test {
   std::vector<progress_snapshot> snapshots;
   std::map<std::string, engine_trial> engine_trials;
   int max_failures = 0;
+  bool auto_rebalance = false;
 
   // The experiment folder's checkpoint copies: for every trial that reported one, at
   // most the two newest, each complete (MANIFEST.json) and matching its hashes.
@@ -393,6 +395,39 @@ TEST_F(ExperimentTest, ANodeJoinsABusyClusterAndRebalanceEvensTheLoad) {
 
 // `tune drain NODE`: every trial on the node moves to the other one (from its
 // checkpoint), nothing new goes there, status says it is draining; --undo ends that.
+// With auto_rebalance the experiment asks for the rebalance itself when a node joins:
+// a trial moves from the full node to the new one, from its checkpoint.
+TEST_F(ExperimentTest, AutoRebalanceMovesATrialToANodeThatJoins) {
+  auto_rebalance = true;
+  std::string second_id;
+  std::thread later([&] {
+    std::this_thread::sleep_for(1000ms);
+    auto joined = files.tune({"start", "--address", address, "--num-gpus", "2"});
+    second_id = node_id_in(joined.out);
+  });
+  // 4 trials of 300 iterations (20 ms each), half a card each: all on the first node.
+  auto sum = run(fifo{}, 4, 4, 300);
+  later.join();
+  EXPECT_EQ(sum.terminated, 4);
+  int moved = 0;
+  for (auto& [id, t] : engine_trials) {
+    EXPECT_EQ(t.state, "terminated") << id << ": " << t.error;
+    auto results = store->results(id);
+    ASSERT_TRUE(results);
+    ASSERT_EQ(results->size(), 300u) << id << ": every iteration stored once";
+    auto events = store->events(id);
+    ASSERT_TRUE(events);
+    bool out = false;
+    for (auto& e : *events) out = out || e.kind == "moved_out";
+    if (!out) continue;
+    ++moved;
+    auto tr = store->trial(id);
+    ASSERT_TRUE(tr);
+    EXPECT_EQ(tr->info.value("node", ""), second_id) << id;
+  }
+  EXPECT_EQ(moved, 2) << "4 x 0.5 GPU on one of two 2-GPU nodes: 2 move to even them";
+}
+
 TEST_F(ExperimentTest, DrainMovesEveryTrialOffANodeAndStatusShowsIt) {
   auto second = files.tune({"start", "--address", address, "--num-gpus", "2"});
   ASSERT_EQ(second.rc, 0) << second.out << second.err;

@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <set>
 #include <cstdlib>
 #include <thread>
 
@@ -74,10 +76,14 @@ int resume_driver(int argc, char** argv) {
   cfg.num_samples = 6;
   cfg.max_concurrent_trials = 3;
   cfg.seed = 9;
+  const char* failures = std::getenv("DRIVER_MAX_FAILURES");
+  cfg.max_failures = failures ? std::atoi(failures) : 0;
   cfg.progress = tune::progress_style::none;
   cfg.experiment_dir = argv[2];
   cfg.resources_per_trial = tune::resources{{"cpu", 0.5}, {"gpu", 1}};
-  tune::tuner t{*c, "counter", tune::search_space{{"x", tune::uniform(0.1, 1.0)}, {"iterations", 60}}, cfg};
+  const char* iterations = std::getenv("DRIVER_ITERATIONS");
+  int64_t n = iterations ? std::atoll(iterations) : 60;
+  tune::tuner t{*c, "counter", tune::search_space{{"x", tune::uniform(0.1, 1.0)}, {"iterations", n}}, cfg};
   auto r = t.fit();
   if (!r) {
     std::cerr << r.error().message() << "\n";
@@ -444,6 +450,107 @@ TEST_F(TuneConnected, AKilledTuningProgramIsResumedWithNothingLostOrCountedTwice
   bool resumed_event = false;
   for (auto& e : *events) resumed_event = resumed_event || e.kind == "resumed";
   EXPECT_TRUE(resumed_event);
+}
+
+// The processes (of any trial) whose folder is on node `id` (<state>/<node id>/trials/...).
+std::set<std::string> workers_of_node(const std::string& id) {
+  std::set<std::string> pids;
+  std::error_code ec;
+  for (auto& p : std::filesystem::directory_iterator("/proc", ec)) {
+    auto cwd = std::filesystem::read_symlink(p.path() / "cwd", ec);
+    if (!ec && cwd.string().find("/" + id + "/trials/") != std::string::npos) pids.insert(p.path().filename());
+  }
+  return pids;
+}
+
+// Hosts in network namespaces: the head and the tuning program on one, a node on each of
+// two others. The link of the node running two trials is cut for 4 s: it is declared
+// dead, its trials start again on the other node from their checkpoints; when the link
+// is back, the node joins again and its stale trials are killed at once (not run twice).
+// Every trial completes with every iteration stored once.
+TEST(TuneNetns, ACutLinkRestoredDoesNotRunTrialsTwiceAndNothingIsLost) {
+  if (::geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+  if (tune::test::run({"ip", "netns", "list"}).rc != 0) GTEST_SKIP() << "no `ip netns` here";
+  tune::test::cluster_files files;
+  tune::test::netns_lab lab(3);
+  ASSERT_TRUE(lab.ok()) << lab.why();
+  std::string head = tune::test::netns_lab::address(0) + ":6380";
+  auto runtime = [&](int h) { return files.dir() + "/host" + std::to_string(h); };
+  auto h = files.tune({"start", "--head", "--host", tune::test::netns_lab::address(0)}, lab.on(0), runtime(0));
+  ASSERT_EQ(h.rc, 0) << h.out << h.err;
+  std::map<std::string, int> host_of;
+  for (int host : {1, 2}) {
+    auto n = files.tune({"start", "--address", head, "--num-gpus", "2", "--num-cpus", "4"}, lab.on(host), runtime(host));
+    ASSERT_EQ(n.rc, 0) << n.out << n.err;
+    host_of[tune::test::node_id_in(n.out)] = host;
+  }
+  std::string dir = files.dir() + "/exp";
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  std::vector<std::string> args = lab.on(0);
+  for (std::string a : {self, std::string{"--resume-driver"}, dir, std::string{"--address"}, head,
+                        std::string{"--token-file"}, files.token_file()})
+    args.push_back(a);
+  pid_t driver = ::fork();
+  if (driver == 0) {
+    ::setenv("DRIVER_MAX_FAILURES", "2", 1);
+    ::setenv("DRIVER_ITERATIONS", "400", 1);  // 12 s: stale ones would outlive the check
+    auto argv = argv_of(args);
+    ::execvp(argv[0], argv.data());
+    ::_exit(127);
+  }
+  // The node with two trials running (PACK fills one node first).
+  std::string victim;
+  for (int i = 0; i < 100 && victim.empty(); ++i) {
+    std::this_thread::sleep_for(100ms);
+    if (!std::filesystem::exists(dir + "/experiment.db")) continue;
+    auto s = tune::experiment_store::open(dir);
+    if (!s) continue;
+    auto trials = (*s)->trials();
+    if (!trials) continue;
+    std::map<std::string, int> running;
+    for (auto& t : *trials)
+      if (t.state == "running" && t.info.contains("node")) ++running[t.info["node"].get<std::string>()];
+    for (auto& [n, k] : running)
+      if (k == 2) victim = n;
+  }
+  ASSERT_FALSE(victim.empty()) << "no node ran two trials";
+  std::this_thread::sleep_for(500ms);
+  ASSERT_TRUE(lab.link(host_of[victim], false));
+  std::this_thread::sleep_for(4000ms);  // declared dead after 3 s of silence
+  auto stale = workers_of_node(victim);
+  ASSERT_TRUE(lab.link(host_of[victim], true));
+  std::this_thread::sleep_for(3000ms);
+  std::set<std::string> still;
+  for (auto& pid : workers_of_node(victim))
+    if (stale.count(pid)) still.insert(pid);
+  int status = -1;
+  for (int i = 0; i < 900 && ::waitpid(driver, &status, WNOHANG) == 0; ++i) std::this_thread::sleep_for(100ms);
+  if (::waitpid(driver, &status, WNOHANG) == 0) {
+    ::kill(driver, SIGKILL);
+    ::waitpid(driver, &status, 0);
+    ADD_FAILURE() << "the tuning program did not finish within 90 s";
+  }
+  for (int host : {0, 1, 2}) files.tune({"stop", "--grace", "3"}, lab.on(host), runtime(host));
+  EXPECT_GE(stale.size(), 2u) << "the cut-off node's trials went on running while it was cut off";
+  EXPECT_TRUE(still.empty()) << "3 s after the link came back, the node still runs " << still.size()
+                             << " process(es) of trials that were started again elsewhere";
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the tuning program failed";
+  auto grid = tune::result_grid::open(dir, "score", tune::mode::max);
+  ASSERT_TRUE(grid) << grid.error().message();
+  auto trials = grid->trials();
+  ASSERT_TRUE(trials);
+  ASSERT_EQ(trials->size(), 6u);
+  int restarted = 0;
+  for (auto& tr : *trials) {
+    EXPECT_EQ(tr.state, "terminated") << tr.id << ": " << tr.error;
+    auto hist = grid->history(tr.id);
+    ASSERT_TRUE(hist);
+    ASSERT_EQ(hist->size(), 400u) << tr.id << ": every iteration stored once";
+    for (size_t i = 0; i < hist->size(); ++i) EXPECT_EQ((*hist)[i].iteration, static_cast<int64_t>(i) + 1) << tr.id;
+    restarted += tr.info.value("failures", 0) > 0;
+  }
+  EXPECT_GE(restarted, 2) << "the cut-off node's trials were not started again";
 }
 
 }  // namespace
