@@ -641,6 +641,16 @@ void on_results(controller_actor self, const std::string& id, const wire::wire_r
   if (st.pending.size() >= 8192) flush(self);
 }
 
+// The trial's actor has ended: no longer watched or spoken to.
+void forget_actor(controller_actor self, live_trial& lt) {
+  if (lt.actor) {
+    self->demonitor(lt.actor);
+    self->state.by_actor.erase(lt.actor.address());
+  }
+  lt.actor = nullptr;
+  lt.stop_pending = false;
+}
+
 void on_event(controller_actor self, const std::string& id, const std::string& kind, const std::string& json) {
   auto& st = self->state;
   auto* ltp = live_for_event(self, id, kind == "ended");
@@ -676,12 +686,7 @@ void on_event(controller_actor self, const std::string& id, const std::string& k
     if (!flush(self)) return;
     lt.moving = false;
     (void)st.setup.store->add_event(id, "moved_out", body.is_object() ? body : nlohmann::json::object());
-    if (lt.actor) {
-      self->demonitor(lt.actor);
-      st.by_actor.erase(lt.actor.address());
-    }
-    lt.actor = nullptr;
-    lt.stop_pending = false;
+    forget_actor(self, lt);
     give_back_group(self, lt);
     auto more = engine.on_interrupted(id);
     if (!more) return finish(self, more.error());
@@ -710,12 +715,7 @@ void on_event(controller_actor self, const std::string& id, const std::string& k
       if (t.checkpoint >= 0) why["from_checkpoint"] = t.checkpoint;
       (void)st.setup.store->add_event(id, "restart", why);
     }
-    if (lt.actor) {
-      self->demonitor(lt.actor);
-      st.by_actor.erase(lt.actor.address());
-    }
-    lt.actor = nullptr;
-    lt.stop_pending = false;
+    forget_actor(self, lt);
     // Its resources go back, paused or not: a paused trial gets a new group when it
     // resumes (so paused trials never hold cards others wait for).
     give_back_group(self, lt);

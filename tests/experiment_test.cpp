@@ -98,6 +98,14 @@ class ExperimentTest : public trial_cluster_test {
     EXPECT_GT(copies, 0);
   }
 
+  // Trial `id` has results for iterations 1..n, each once.
+  void expect_every_iteration_once(const std::string& id, size_t n) {
+    auto results = store->results(id);
+    ASSERT_TRUE(results);
+    ASSERT_EQ(results->size(), n) << id << ": every iteration stored once";
+    for (size_t i = 0; i < results->size(); ++i) EXPECT_EQ((*results)[i].iteration, static_cast<int64_t>(i) + 1) << id;
+  }
+
   // Every stored trial ended in error, its error saying `because`; the trials.
   std::vector<trial_row> all_failed_with(const std::string& because) {
     auto trials = store->trials();  // kept: a loop over a temporary's value dangles
@@ -235,10 +243,7 @@ TEST_F(ExperimentTest, TrialsOfAKilledNodeResumeElsewhereFromTheirCheckpoints) {
   int restarted = 0;
   for (auto& [id, t] : engine_trials) {
     EXPECT_EQ(t.state, "terminated") << id << ": " << t.error;
-    auto results = store->results(id);
-    ASSERT_TRUE(results);
-    ASSERT_EQ(results->size(), 150u) << id << ": every iteration stored once";
-    for (size_t i = 0; i < results->size(); ++i) EXPECT_EQ((*results)[i].iteration, static_cast<int64_t>(i) + 1) << id;
+    expect_every_iteration_once(id, 150);
     if (t.failures == 0) continue;
     ++restarted;
     auto events = store->events(id);
@@ -252,18 +257,6 @@ TEST_F(ExperimentTest, TrialsOfAKilledNodeResumeElsewhereFromTheirCheckpoints) {
         << id << " resumed from the experiment's copy: " << tr->info.dump();
   }
   EXPECT_GE(restarted, 1) << "the killed node ran none of the trials";
-}
-
-// The processes (of any trial) whose folder is on node `id` (its work dir is
-// <state>/<node id>/trials/...).
-std::set<std::string> workers_of_node(const std::string& id) {
-  std::set<std::string> pids;
-  std::error_code ec;
-  for (auto& p : std::filesystem::directory_iterator("/proc", ec)) {
-    auto cwd = std::filesystem::read_symlink(p.path() / "cwd", ec);
-    if (!ec && cwd.string().find("/" + id + "/trials/") != std::string::npos) pids.insert(p.path().filename());
-  }
-  return pids;
 }
 
 // Freeze a node (SIGSTOP) mid-experiment: it is declared dead and its trials start
@@ -298,10 +291,7 @@ TEST_F(ExperimentTest, AFrozenNodeThatComesBackDoesNotRunItsOldTrialsTwice) {
   int restarted = 0;
   for (auto& [id, t] : engine_trials) {
     EXPECT_EQ(t.state, "terminated") << id << ": " << t.error;
-    auto results = store->results(id);
-    ASSERT_TRUE(results);
-    ASSERT_EQ(results->size(), 500u) << id << ": every iteration stored once";
-    for (size_t i = 0; i < results->size(); ++i) EXPECT_EQ((*results)[i].iteration, static_cast<int64_t>(i) + 1) << id;
+    expect_every_iteration_once(id, 500);
     restarted += t.failures > 0;
   }
   EXPECT_GE(restarted, 1);
@@ -331,10 +321,7 @@ TEST_F(ExperimentTest, AHeadKilledAndStartedAgainLosesNothing) {
     EXPECT_EQ(t.state, "terminated") << id << ": " << t.error;
     EXPECT_EQ(t.failures, 0) << id << " was restarted: " << t.last_failure;
     EXPECT_EQ(t.starts, 1) << id;
-    auto results = store->results(id);
-    ASSERT_TRUE(results);
-    ASSERT_EQ(results->size(), 250u) << id << ": every iteration stored once";
-    for (size_t i = 0; i < results->size(); ++i) EXPECT_EQ((*results)[i].iteration, static_cast<int64_t>(i) + 1) << id;
+    expect_every_iteration_once(id, 250);
   }
   auto events = store->events();
   ASSERT_TRUE(events);
@@ -372,10 +359,7 @@ TEST_F(ExperimentTest, ANodeJoinsABusyClusterAndRebalanceEvensTheLoad) {
   for (auto& [id, t] : engine_trials) {
     EXPECT_EQ(t.state, "terminated") << id << ": " << t.error;
     EXPECT_EQ(t.failures, 0) << id;
-    auto results = store->results(id);
-    ASSERT_TRUE(results);
-    ASSERT_EQ(results->size(), 300u) << id << ": every iteration stored once";
-    for (size_t i = 0; i < results->size(); ++i) EXPECT_EQ((*results)[i].iteration, static_cast<int64_t>(i) + 1) << id;
+    expect_every_iteration_once(id, 300);
     auto tr = store->trial(id);
     ASSERT_TRUE(tr);
     on_second += tr->info.value("node", "") == second_id;
@@ -412,9 +396,7 @@ TEST_F(ExperimentTest, AutoRebalanceMovesATrialToANodeThatJoins) {
   int moved = 0;
   for (auto& [id, t] : engine_trials) {
     EXPECT_EQ(t.state, "terminated") << id << ": " << t.error;
-    auto results = store->results(id);
-    ASSERT_TRUE(results);
-    ASSERT_EQ(results->size(), 300u) << id << ": every iteration stored once";
+    expect_every_iteration_once(id, 300);
     auto events = store->events(id);
     ASSERT_TRUE(events);
     bool out = false;
@@ -453,9 +435,7 @@ TEST_F(ExperimentTest, DrainMovesEveryTrialOffANodeAndStatusShowsIt) {
   EXPECT_EQ(sum.terminated, 4);
   for (auto& [id, t] : engine_trials) {
     EXPECT_EQ(t.state, "terminated") << id << ": " << t.error;
-    auto results = store->results(id);
-    ASSERT_TRUE(results);
-    ASSERT_EQ(results->size(), 250u) << id << ": every iteration stored once";
+    expect_every_iteration_once(id, 250);
     auto tr = store->trial(id);
     ASSERT_TRUE(tr);
     EXPECT_EQ(tr->info.value("node", ""), second_id) << id << " ended on the node that was not drained";

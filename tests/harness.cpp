@@ -110,6 +110,16 @@ int pid_in(const std::string& text) {
   return 0;
 }
 
+std::set<std::string> workers_of_node(const std::string& id) {
+  std::set<std::string> pids;
+  std::error_code ec;
+  for (auto& p : std::filesystem::directory_iterator("/proc", ec)) {
+    auto cwd = std::filesystem::read_symlink(p.path() / "cwd", ec);
+    if (!ec && cwd.string().find("/" + id + "/trials/") != std::string::npos) pids.insert(p.path().filename());
+  }
+  return pids;
+}
+
 std::string node_id_in(const std::string& text) {
   std::smatch m;
   if (std::regex_search(text, m, std::regex{R"(node-[0-9a-f]{8})"})) return m[0];

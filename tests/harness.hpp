@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ bool process_gone(int pid);
 // The `pid N` in a `tune start` message, and the `node-xxxxxxxx` id.
 int pid_in(const std::string& text);
 std::string node_id_in(const std::string& text);
+// The processes (of any trial) whose folder is on node `id` (its work dir is
+// <state>/<node id>/trials/...): their pids.
+std::set<std::string> workers_of_node(const std::string& id);
 
 // One test cluster's files: a runtime directory and a token file, and the commands to
 // run tune against them. `prefix` runs every command through e.g. `ip netns exec NS`.

@@ -304,16 +304,21 @@ TEST_F(TuneEmbedded, ATrialThatCannotEverFitFailsWithTheReason) {
 class TuneConnected : public ::testing::Test {
  protected:
   tune::test::cluster_files files;
+  std::string address;
   void TearDown() override { files.tune({"stop", "--grace", "3"}); }  // also after a failed assertion
+  // A head on a free port and a node of 4 logical GPUs and 4 CPUs.
+  void start_cluster() {
+    int port = tune::test::free_port();
+    address = "127.0.0.1:" + std::to_string(port);
+    auto h = files.tune({"start", "--head", "--port", std::to_string(port), "--host", "127.0.0.1"});
+    ASSERT_EQ(h.rc, 0) << h.out << h.err;
+    auto n = files.tune({"start", "--address", address, "--num-gpus", "4", "--num-cpus", "4"});
+    ASSERT_EQ(n.rc, 0) << n.out << n.err;
+  }
 };
 
 TEST_F(TuneConnected, TrialsRunOnTheNodesOfAClusterAtAnAddress) {
-  int port = tune::test::free_port();
-  std::string address = "127.0.0.1:" + std::to_string(port);
-  auto h = files.tune({"start", "--head", "--port", std::to_string(port), "--host", "127.0.0.1"});
-  ASSERT_EQ(h.rc, 0) << h.out << h.err;
-  auto n = files.tune({"start", "--address", address, "--num-gpus", "4", "--num-cpus", "4"});
-  ASSERT_EQ(n.rc, 0) << n.out << n.err;
+  ASSERT_NO_FATAL_FAILURE(start_cluster());
   {
     std::vector<std::string> args{"prog", "--address", address, "--token-file", files.token_file()};
     auto argv = argv_of(args);
@@ -357,17 +362,33 @@ TEST_F(TuneConnected, TrialsRunOnTheNodesOfAClusterAtAnAddress) {
   }
 }
 
+// The experiment in `dir`: `n` trials, each terminated with iterations 1..`iterations`
+// stored once (its trials; none when it cannot be read).
+std::vector<tune::trial_row> completed_trials(const std::string& dir, size_t n, size_t iterations) {
+  auto grid = tune::result_grid::open(dir, "score", tune::mode::max);
+  EXPECT_TRUE(grid) << grid.error().message();
+  if (!grid) return {};
+  auto trials = grid->trials();
+  EXPECT_TRUE(trials);
+  if (!trials) return {};
+  EXPECT_EQ(trials->size(), n);
+  for (auto& tr : *trials) {
+    EXPECT_EQ(tr.state, "terminated") << tr.id << ": " << tr.error;
+    auto hist = grid->history(tr.id);
+    EXPECT_TRUE(hist);
+    if (!hist) continue;
+    EXPECT_EQ(hist->size(), iterations) << tr.id << ": every iteration stored once";
+    for (size_t i = 0; i < hist->size(); ++i) EXPECT_EQ((*hist)[i].iteration, static_cast<int64_t>(i) + 1) << tr.id;
+  }
+  return *trials;
+}
+
 // The tuning program dies (SIGKILL) mid-experiment: its trials do not run on without it
 // (their groups went with it, and a trial never outlives its bundle); `tune resume DIR`
 // runs it again and the experiment completes with every iteration of every trial stored
 // once, the interrupted trials continuing from their checkpoints.
 TEST_F(TuneConnected, AKilledTuningProgramIsResumedWithNothingLostOrCountedTwice) {
-  int port = tune::test::free_port();
-  std::string address = "127.0.0.1:" + std::to_string(port);
-  auto h = files.tune({"start", "--head", "--port", std::to_string(port), "--host", "127.0.0.1"});
-  ASSERT_EQ(h.rc, 0) << h.out << h.err;
-  auto n = files.tune({"start", "--address", address, "--num-gpus", "4", "--num-cpus", "4"});
-  ASSERT_EQ(n.rc, 0) << n.out << n.err;
+  ASSERT_NO_FATAL_FAILURE(start_cluster());
   std::string dir = files.dir() + "/exp";
   std::error_code ec;
   auto self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
@@ -426,20 +447,12 @@ TEST_F(TuneConnected, AKilledTuningProgramIsResumedWithNothingLostOrCountedTwice
   auto resumed = files.tune({"resume", dir});
   ASSERT_EQ(resumed.rc, 0) << resumed.out << resumed.err;
   EXPECT_NE(resumed.err.find("start again from their checkpoints"), std::string::npos) << resumed.err;
+  auto trials = completed_trials(dir, 6, 60);
+  ASSERT_EQ(trials.size(), 6u);
   auto grid = tune::result_grid::open(dir, "score", tune::mode::max);
   ASSERT_TRUE(grid) << grid.error().message();
-  auto trials = grid->trials();
-  ASSERT_TRUE(trials);
-  ASSERT_EQ(trials->size(), 6u);
   int restored = 0;
-  for (auto& tr : *trials) {
-    EXPECT_EQ(tr.state, "terminated") << tr.id << ": " << tr.error;
-    auto hist = grid->history(tr.id);
-    ASSERT_TRUE(hist);
-    ASSERT_EQ(hist->size(), 60u) << tr.id << ": every iteration stored once";
-    for (size_t i = 0; i < hist->size(); ++i) EXPECT_EQ((*hist)[i].iteration, static_cast<int64_t>(i) + 1) << tr.id;
-    restored += tr.info.contains("restored_from");
-  }
+  for (auto& tr : trials) restored += tr.info.contains("restored_from");
   EXPECT_GE(restored, 1) << "no trial continued from a checkpoint";
   int corrupt = 0;
   if (auto all = grid->store().events(); all)
@@ -450,17 +463,6 @@ TEST_F(TuneConnected, AKilledTuningProgramIsResumedWithNothingLostOrCountedTwice
   bool resumed_event = false;
   for (auto& e : *events) resumed_event = resumed_event || e.kind == "resumed";
   EXPECT_TRUE(resumed_event);
-}
-
-// The processes (of any trial) whose folder is on node `id` (<state>/<node id>/trials/...).
-std::set<std::string> workers_of_node(const std::string& id) {
-  std::set<std::string> pids;
-  std::error_code ec;
-  for (auto& p : std::filesystem::directory_iterator("/proc", ec)) {
-    auto cwd = std::filesystem::read_symlink(p.path() / "cwd", ec);
-    if (!ec && cwd.string().find("/" + id + "/trials/") != std::string::npos) pids.insert(p.path().filename());
-  }
-  return pids;
 }
 
 // Hosts in network namespaces: the head and the tuning program on one, a node on each of
@@ -518,11 +520,11 @@ TEST(TuneNetns, ACutLinkRestoredDoesNotRunTrialsTwiceAndNothingIsLost) {
   std::this_thread::sleep_for(500ms);
   ASSERT_TRUE(lab.link(host_of[victim], false));
   std::this_thread::sleep_for(4000ms);  // declared dead after 3 s of silence
-  auto stale = workers_of_node(victim);
+  auto stale = tune::test::workers_of_node(victim);
   ASSERT_TRUE(lab.link(host_of[victim], true));
   std::this_thread::sleep_for(3000ms);
   std::set<std::string> still;
-  for (auto& pid : workers_of_node(victim))
+  for (auto& pid : tune::test::workers_of_node(victim))
     if (stale.count(pid)) still.insert(pid);
   int status = -1;
   for (int i = 0; i < 900 && ::waitpid(driver, &status, WNOHANG) == 0; ++i) std::this_thread::sleep_for(100ms);
@@ -536,20 +538,10 @@ TEST(TuneNetns, ACutLinkRestoredDoesNotRunTrialsTwiceAndNothingIsLost) {
   EXPECT_TRUE(still.empty()) << "3 s after the link came back, the node still runs " << still.size()
                              << " process(es) of trials that were started again elsewhere";
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the tuning program failed";
-  auto grid = tune::result_grid::open(dir, "score", tune::mode::max);
-  ASSERT_TRUE(grid) << grid.error().message();
-  auto trials = grid->trials();
-  ASSERT_TRUE(trials);
-  ASSERT_EQ(trials->size(), 6u);
+  auto trials = completed_trials(dir, 6, 400);
+  ASSERT_EQ(trials.size(), 6u);
   int restarted = 0;
-  for (auto& tr : *trials) {
-    EXPECT_EQ(tr.state, "terminated") << tr.id << ": " << tr.error;
-    auto hist = grid->history(tr.id);
-    ASSERT_TRUE(hist);
-    ASSERT_EQ(hist->size(), 400u) << tr.id << ": every iteration stored once";
-    for (size_t i = 0; i < hist->size(); ++i) EXPECT_EQ((*hist)[i].iteration, static_cast<int64_t>(i) + 1) << tr.id;
-    restarted += tr.info.value("failures", 0) > 0;
-  }
+  for (auto& tr : trials) restarted += tr.info.value("failures", 0) > 0;
   EXPECT_GE(restarted, 2) << "the cut-off node's trials were not started again";
 }
 
