@@ -66,6 +66,7 @@ struct live_trial {
   std::optional<engine_action> starting;
   uint64_t attempt = 0;
   bool reissued = false;  // made again after a head restart: it may run already
+  bool group_ready = false;  // its group was placed (a node may hold it through a head restart)
   uint64_t received = 0;  // messages from its current actor (what it resends from after a head restart)
   // Moving to another node (rebalance, drain): paused, then started again off these nodes.
   bool moving = false;
@@ -504,7 +505,7 @@ void place(controller_actor self, const engine_action& a) {
   uint64_t attempt = lt.attempt;
   wire::wire_group_spec spec;
   spec.id = lt.group;
-  if (lt.reissued && !lt.group.empty()) spec.claim_wait_ms = claim_wait.count();  // its node may hold it still
+  if (lt.reissued && lt.group_ready) spec.claim_wait_ms = claim_wait.count();  // its node may hold it still
   spec.avoid = lt.move_avoid;
   bool avoiding = !spec.avoid.empty();
   spec.strategy = std::string{to_string(st.setup.options.strat)};
@@ -526,7 +527,10 @@ void place(controller_actor self, const engine_action& a) {
                     [self, a, attempt, group, avoiding](wire::pg_wait_atom, bool ready, const std::string& state,
                                                         const std::string& why) {
                       if (!current_attempt(self, a.trial, attempt)) return;
-                      if (ready) return start_in_group(self, a);
+                      if (ready) {
+                        self->state.live[a.trial].group_ready = true;
+                        return start_in_group(self, a);
+                      }
                       if (avoiding) return move_anywhere(self, a);
                       fail_start(self, a.trial, "placement group " + group + " is " + state + (why.empty() ? "" : ": " + why));
                     },
@@ -556,6 +560,7 @@ void act(controller_actor self, std::vector<engine_action> actions) {
     lt.starting = a;
     ++lt.attempt;
     lt.reissued = false;
+    lt.group_ready = false;
     lt.received = 0;  // counts what its next actor sends
     if (st.head_down) continue;  // made when the head is back
     if (!lt.group.empty()) {

@@ -498,7 +498,10 @@ expected<result_grid> tuner::fit() {
   if (!scheduler) return scheduler.error();
   // Resuming: the experiment's own settings must be this program's.
   std::string resume_dir = c.resume ? c.experiment_dir : "";
-  if (const char* env = std::getenv("TUNE_RESUME_DIR"); env && *env) resume_dir = env;
+  if (const char* env = std::getenv("TUNE_RESUME_DIR"); env && *env) {
+    resume_dir = env;
+    ::unsetenv("TUNE_RESUME_DIR");  // the program's first experiment is the one resumed
+  }
   if (c.resume && resume_dir.empty()) return status{errc::invalid_argument, "resume: say which experiment (experiment_dir)"};
   std::unique_ptr<experiment_store> resumed_store;
   int concurrent = c.max_concurrent_trials;
