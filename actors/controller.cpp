@@ -518,7 +518,11 @@ void place(controller_actor self, const engine_action& a) {
                                                          std::string& state, std::string& reason) {
             auto& st = self->state;
             if (!current_attempt(self, a.trial, attempt)) return;
-            if (!ok) return finish(self, status{errc::invalid_argument, reason});  // a bad request: every trial's
+            // Made again after a head restart, it may exist still (the head had not yet
+            // noticed this program's old connection was gone): wait for it as it is.
+            bool again = !ok && reason.find("exists already") != std::string::npos && !st.live[a.trial].group.empty();
+            if (!ok && !again) return finish(self, status{errc::invalid_argument, reason});  // a bad request: every trial's
+            if (again) group = st.live[a.trial].group;
             st.live[a.trial].group = group;
             if (avoiding && state == "infeasible") return move_anywhere(self, a);
             self->request(st.setup.head, std::chrono::milliseconds(wait_ms) + timeout, wire::pg_wait_atom::value,

@@ -615,11 +615,9 @@ caf::behavior groups(groups_actor self, groups_options opt) {
         if (on) {
           for (auto& [id, g] : st.table.groups()) {
             if (g.state == group_state::removed || g.state == group_state::infeasible) continue;
-            if (!gpus_by_node(g).count(node)) {
-              bool there = false;
-              for (auto& s : g.site) there = there || (s && s->node == node);
-              if (!there) continue;
-            }
+            bool there = false;
+            for (auto& s : g.site) there = there || (s && s->node == node);
+            if (!there) continue;
             if (ask_move(self, id, {node})) moves.push_back({{"group", id}, {"from", node}});
             else stays.push_back({{"group", id}, {"why", "detached: nobody owns it to move it; remove it when done"}});
           }
