@@ -92,7 +92,6 @@ struct controller_state {
   // experiment goes on with the head started again there.
   bool head_down = false;
   clock_type::time_point head_lost_at{};
-  clock_type::time_point head_wait_until{};
   clock_type::time_point last_rebalance_ask{};
   static inline const char* name = "tune.controller";
 };
@@ -335,7 +334,7 @@ void copy_step(controller_actor self, std::shared_ptr<copy_job> job) {
     job->offset = 0;
     return copy_step(self, job);
   }
-  auto length = static_cast<uint32_t>(std::min<uint64_t>(4u << 20, size - job->offset));
+  auto length = static_cast<uint32_t>(std::min<uint64_t>(wire::max_chunk, size - job->offset));
   self->request(job->server, st.setup.request_timeout, wire::ckpt_read_atom::value, st.setup.token, job->trial,
                 job->path, name.string(), job->offset, length)
       .then(
@@ -486,6 +485,17 @@ void send_start(controller_actor self, const engine_action& a, std::string resto
 
 void place(controller_actor self, const engine_action& a);
 
+// The placement group every trial of the experiment asks for, with this id (empty: the
+// head names it).
+wire::wire_group_spec group_spec(controller_actor self, const std::string& id) {
+  auto& opt = self->state.setup.options;
+  wire::wire_group_spec spec;
+  spec.id = id;
+  spec.strategy = std::string{to_string(opt.strat)};
+  for (auto& b : opt.bundles) spec.bundles.push_back(wire::to_wire_request(b));
+  return spec;
+}
+
 // A moved trial that found no room off the nodes it left: placed anywhere after all.
 void move_anywhere(controller_actor self, const engine_action& a) {
   auto& st = self->state;
@@ -503,13 +513,10 @@ void place(controller_actor self, const engine_action& a) {
   auto& st = self->state;
   auto& lt = st.live[a.trial];
   uint64_t attempt = lt.attempt;
-  wire::wire_group_spec spec;
-  spec.id = lt.group;
+  auto spec = group_spec(self, lt.group);
   if (lt.reissued && lt.group_ready) spec.claim_wait_ms = claim_wait.count();  // its node may hold it still
   spec.avoid = lt.move_avoid;
   bool avoiding = !spec.avoid.empty();
-  spec.strategy = std::string{to_string(st.setup.options.strat)};
-  for (auto& b : st.setup.options.bundles) spec.bundles.push_back(wire::to_wire_request(b));
   auto wait_ms = int64_t{st.setup.options.group_timeout.count()};
   auto timeout = st.setup.request_timeout;
   self->request(st.setup.head, timeout, wire::pg_create_atom::value, st.setup.token, version(), spec)
@@ -761,7 +768,6 @@ void head_lost(controller_actor self, const std::string& why) {
   if (st.over || st.head_down) return;
   st.head_down = true;
   st.head_lost_at = clock_type::now();
-  st.head_wait_until = st.head_lost_at + st.setup.head_wait;
   std::cerr << "tune: lost the head at " << st.setup.head_host << ":" << st.setup.head_port << " (" << why
             << "); waiting for it to be back\n";
   (void)st.setup.store->add_event("", "head_lost", {{"reason", why}});
@@ -788,11 +794,8 @@ void head_back(controller_actor self, caf::actor head) {
       continue;
     }
     if (!lt.actor || lt.group.empty()) continue;
-    wire::wire_group_spec spec;
-    spec.id = lt.group;
+    auto spec = group_spec(self, lt.group);
     spec.claim_wait_ms = claim_wait.count();  // until its node has joined the new head
-    spec.strategy = std::string{to_string(st.setup.options.strat)};
-    for (auto& b : st.setup.options.bundles) spec.bundles.push_back(wire::to_wire_request(b));
     auto trial = id;
     self->request(st.setup.head, st.setup.request_timeout, wire::pg_create_atom::value, st.setup.token, version(), spec)
         .then(
@@ -902,7 +905,7 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
       [self](reconnect_atom) {
         auto& st = self->state;
         if (st.over || !st.head_down) return;
-        if (clock_type::now() > st.head_wait_until)
+        if (clock_type::now() > st.head_lost_at + st.setup.head_wait)
           return finish(self, status{errc::not_found, "the head at " + st.setup.head_host + ":" +
                                                           std::to_string(st.setup.head_port) + " did not come back within " +
                                                           std::to_string(st.setup.head_wait.count() / 1000) + " s"});

@@ -90,7 +90,6 @@ bool from_head(node_actor self) {
 
 // --- trials -------------------------------------------------------------------
 
-constexpr uint32_t program_chunk = 4u << 20;  // never one giant message (CAF.md)
 
 bool valid_sha(const std::string& s) {
   return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
@@ -155,7 +154,7 @@ void fetch_end(std::shared_ptr<fetch_job> f, const std::string& why) {
 void fetch_more(node_actor self, std::shared_ptr<fetch_job> f) {
   while (!f->over && f->in_flight < fetch_window && f->next < f->size) {
     uint64_t offset = f->next;
-    auto length = static_cast<uint32_t>(std::min<uint64_t>(program_chunk, f->size - offset));
+    auto length = static_cast<uint32_t>(std::min<uint64_t>(wire::max_chunk, f->size - offset));
     f->next += length;
     ++f->in_flight;
     self->request(f->server, std::chrono::seconds(60), wire::program_get_atom::value, f->sha, offset, length)
@@ -539,7 +538,7 @@ caf::behavior node(node_actor self, node_options opt) {
              const std::string& name, uint64_t offset, uint32_t length) {
         auto no = [](const std::string& why) { return caf::make_message(wire::ckpt_read_atom::value, false, why); };
         if (token != self->state.opt.token) return no("wrong cluster token");
-        if (length > program_chunk) return no("at most " + std::to_string(program_chunk) + " bytes at a time");
+        if (length > wire::max_chunk) return no("at most " + std::to_string(wire::max_chunk) + " bytes at a time");
         auto dir = checkpoint_folder(self, trial, path);
         if (!dir) return no(dir.error().message());
         namespace fs = std::filesystem;

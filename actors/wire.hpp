@@ -139,6 +139,9 @@ constexpr auto heartbeat_timeout = std::chrono::milliseconds(3000);  // silent l
 constexpr auto sweep_period = std::chrono::milliseconds(250);
 constexpr auto request_timeout = std::chrono::seconds(5);
 constexpr auto trial_greeting_wait = std::chrono::seconds(10);
+// The most bytes of a file (program, checkpoint) one message carries: never one giant
+// message (CAF.md).
+constexpr uint32_t max_chunk = 4u << 20;
 
 // The answer to a trial start (trial_start_atom, ok, text, trial actor).
 inline caf::message start_answer(bool ok, std::string text, caf::actor trial = {}) {

@@ -67,12 +67,17 @@ int fail(const std::string& command, const std::string& message, int code = 1) {
   return code;
 }
 
-// Parses `args` with `desc`; on --help prints it and returns 0; on a bad option
+// Parses `args` with `desc` (and `positional`, when given: options named by place);
+// on --help prints the synopsis, `about` and the options and returns 0; on a bad option
 // returns 2 with a message. -1 means: go on.
 int parse(const std::string& command, const std::vector<std::string>& args, const po::options_description& desc,
-          const std::string& synopsis, po::variables_map& vm) {
+          const std::string& synopsis, po::variables_map& vm,
+          const po::positional_options_description* positional = nullptr, const std::string& about = {}) {
   try {
-    auto parsed = po::command_line_parser(args).options(desc).run();
+    po::command_line_parser parser(args);
+    parser.options(desc);
+    if (positional) parser.positional(*positional);
+    auto parsed = parser.run();
     po::store(parsed, vm);
     po::notify(vm);
   } catch (const po::unknown_option& e) {
@@ -81,7 +86,7 @@ int parse(const std::string& command, const std::vector<std::string>& args, cons
     return fail(command, std::string{e.what()} + " (see tune " + command + " --help)", 2);
   }
   if (vm.count("help")) {
-    std::cout << "usage: " << synopsis << "\n\n" << desc;
+    std::cout << "usage: " << synopsis << "\n\n" << about << (about.empty() ? "" : "\n\n") << desc;
     return 0;
   }
   return -1;
@@ -509,16 +514,7 @@ int cmd_drain(const std::vector<std::string>& args) {
   po::positional_options_description pos;
   pos.add("node", 1);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    return fail("drain", std::string{e.what()} + " (see tune drain --help)", 2);
-  }
-  if (vm.count("help")) {
-    std::cout << "usage: tune drain NODE --address HOST:PORT [--undo]\n\n" << desc;
-    return 0;
-  }
+  if (int rc = parse("drain", args, desc, "tune drain NODE --address HOST:PORT [--undo]", vm, &pos); rc >= 0) return rc;
   if (!vm.count("node")) return fail("drain", "say which node: tune drain NODE --address HOST:PORT", 2);
   auto node = vm["node"].as<std::string>();
   auto c = connect_head("drain", vm);
@@ -708,20 +704,11 @@ int cmd_resume(const std::vector<std::string>& args) {
   po::positional_options_description pos;
   pos.add("dir", 1);
   po::variables_map vm;
-  const char* synopsis = "tune resume DIR [--print]";
-  try {
-    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    return fail("resume", std::string{e.what()} + " (see tune resume --help)", 2);
-  }
-  if (vm.count("help")) {
-    std::cout << "usage: " << synopsis << "\n\n"
-              << "Continues an experiment whose tuning program died: completed trials and stored results\n"
-                 "are kept, trials that were running start again from their latest checkpoint.\n\n"
-              << desc;
-    return 0;
-  }
+  if (int rc = parse("resume", args, desc, "tune resume DIR [--print]", vm, &pos,
+                     "Continues an experiment whose tuning program died: completed trials and stored results\n"
+                     "are kept, trials that were running start again from their latest checkpoint.");
+      rc >= 0)
+    return rc;
   if (!vm.count("dir")) return fail("resume", "say which experiment: tune resume DIR", 2);
   namespace fs = std::filesystem;
   std::error_code ec;

@@ -2,6 +2,7 @@
 // GPUs): the engine's decisions carried out, the store matching what happened.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -96,6 +97,14 @@ class ExperimentTest : public trial_cluster_test {
       EXPECT_TRUE(std::filesystem::exists(dir + "/" + std::to_string(t.checkpoint) + "/MANIFEST.json")) << id << history;
     }
     EXPECT_GT(copies, 0);
+  }
+
+  // Whether the store has an event of this kind for trial `id`.
+  bool has_event(const std::string& id, const std::string& kind) {
+    auto events = store->events(id);
+    EXPECT_TRUE(events);
+    if (!events) return false;
+    return std::any_of(events->begin(), events->end(), [&](const event_row& e) { return e.kind == kind; });
   }
 
   // Trial `id` has results for iterations 1..n, each once.
@@ -363,11 +372,7 @@ TEST_F(ExperimentTest, ANodeJoinsABusyClusterAndRebalanceEvensTheLoad) {
     auto tr = store->trial(id);
     ASSERT_TRUE(tr);
     on_second += tr->info.value("node", "") == second_id;
-    auto events = store->events(id);
-    ASSERT_TRUE(events);
-    bool out = false;
-    for (auto& e : *events) out = out || e.kind == "moved_out";
-    if (!out) continue;
+    if (!has_event(id, "moved_out")) continue;
     ++moved;
     EXPECT_EQ(tr->info.value("node", ""), second_id) << id << " moved to the new node";
     EXPECT_NE(tr->info.value("restored_from", "").find("/restore/"), std::string::npos)
@@ -397,11 +402,7 @@ TEST_F(ExperimentTest, AutoRebalanceMovesATrialToANodeThatJoins) {
   for (auto& [id, t] : engine_trials) {
     EXPECT_EQ(t.state, "terminated") << id << ": " << t.error;
     expect_every_iteration_once(id, 300);
-    auto events = store->events(id);
-    ASSERT_TRUE(events);
-    bool out = false;
-    for (auto& e : *events) out = out || e.kind == "moved_out";
-    if (!out) continue;
+    if (!has_event(id, "moved_out")) continue;
     ++moved;
     auto tr = store->trial(id);
     ASSERT_TRUE(tr);

@@ -558,30 +558,25 @@ expected<result_grid> tuner::fit() {
     return status{errc::already_exists, "the experiment directory " + dir +
                                             " already holds an experiment; give a new one, or resume it (tune_config::resume, "
                                             "tune resume " + dir + ")"};
-  nlohmann::json resources_json = nlohmann::json::array();
-  for (auto& b : bundles) resources_json.push_back(nlohmann::json::parse(b.to_json()));
-  // How to run this program again for `tune resume` (where it ran, with which arguments).
-  nlohmann::json command{{"argv", nlohmann::json::array()}};
-  {
-    std::ifstream in("/proc/self/cmdline", std::ios::binary);
-    std::string arg;
-    while (std::getline(in, arg, '\0')) command["argv"].push_back(arg);
-    std::error_code ec2;
-    command["cwd"] = std::filesystem::current_path(ec2).string();
-    command["exe"] = std::filesystem::read_symlink("/proc/self/exe", ec2).string();
-  }
-  if (!plan)
-  for (auto& [k, v] : std::vector<std::pair<std::string, nlohmann::json>>{
-           {"name", c.name}, {"metric", c.metric}, {"mode", c.mode == mode::max ? "max" : "min"},
-           {"num_samples", c.num_samples}, {"max_concurrent_trials", concurrent}, {"bundles", resources_json},
-           {"search", search->name()}, {"scheduler", (*scheduler)->name()}, {"seed", c.seed},
-           {"trainable", trainable_}, {"cluster", cluster_.description()}, {"command", command},
-           {"dir", std::filesystem::absolute(dir).string()}})
-    if (auto s = (*store)->set_meta(k, v); !s) return s;
   // This program is the trainable: nodes start it in worker mode.
   std::error_code ec;
   auto self_path = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return status{errc::not_found, "cannot find this program's file (/proc/self/exe): " + ec.message()};
+  if (!plan) {  // a new experiment: its settings, and how to run this program again (`tune resume`)
+    nlohmann::json resources_json = nlohmann::json::array();
+    for (auto& b : bundles) resources_json.push_back(nlohmann::json::parse(b.to_json()));
+    nlohmann::json command{{"argv", nlohmann::json::array()}, {"exe", self_path.string()}};
+    std::ifstream in("/proc/self/cmdline", std::ios::binary);
+    for (std::string arg; std::getline(in, arg, '\0');) command["argv"].push_back(arg);
+    command["cwd"] = std::filesystem::current_path(ec).string();
+    for (auto& [k, v] : std::vector<std::pair<std::string, nlohmann::json>>{
+             {"name", c.name}, {"metric", c.metric}, {"mode", c.mode == mode::max ? "max" : "min"},
+             {"num_samples", c.num_samples}, {"max_concurrent_trials", concurrent}, {"bundles", resources_json},
+             {"search", search->name()}, {"scheduler", (*scheduler)->name()}, {"seed", c.seed},
+             {"trainable", trainable_}, {"cluster", cluster_.description()}, {"command", command},
+             {"dir", std::filesystem::absolute(dir).string()}})
+      if (auto s = (*store)->set_meta(k, v); !s) return s;
+  }
   experiment_run_options ro;
   ro.name = c.name;
   ro.args = {"--tune-worker", trainable_};
