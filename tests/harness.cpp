@@ -1,7 +1,5 @@
 #include "harness.hpp"
 
-#include <fstream>
-
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -13,6 +11,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <regex>
 #include <thread>
 
@@ -118,6 +119,19 @@ std::set<std::string> workers_of_node(const std::string& id) {
     if (!ec && cwd.string().find("/" + id + "/trials/") != std::string::npos) pids.insert(p.path().filename());
   }
   return pids;
+}
+
+int processes_running(const std::vector<std::string>& args) {
+  std::string want;
+  for (auto& a : args) want += a + '\0';
+  int n = 0;
+  std::error_code ec;
+  for (auto& p : std::filesystem::directory_iterator("/proc", ec)) {
+    std::ifstream in(p.path() / "cmdline", std::ios::binary);
+    std::string line((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    n += line.find(want) != std::string::npos;
+  }
+  return n;
 }
 
 std::string node_id_in(const std::string& text) {

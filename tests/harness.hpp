@@ -49,6 +49,9 @@ std::string node_id_in(const std::string& text);
 // The processes (of any trial) whose folder is on node `id` (its work dir is
 // <state>/<node id>/trials/...): their pids.
 std::set<std::string> workers_of_node(const std::string& id);
+// How many processes have these arguments in a row in their command line (read from
+// /proc: no procps needed).
+int processes_running(const std::vector<std::string>& args);
 
 // One test cluster's files: a runtime directory and a token file, and the commands to
 // run tune against them. `prefix` runs every command through e.g. `ip netns exec NS`.

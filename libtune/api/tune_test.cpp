@@ -413,7 +413,7 @@ TEST_F(TuneConnected, AKilledTuningProgramIsResumedWithNothingLostOrCountedTwice
   bool trials_gone = false;
   for (int i = 0; i < 50 && !trials_gone; ++i) {
     std::this_thread::sleep_for(100ms);
-    trials_gone = tune::test::run({"pgrep", "-f", "--", "--tune-worker counter"}).rc != 0;
+    trials_gone = tune::test::processes_running({"--tune-worker", "counter"}) == 0;
   }
   EXPECT_TRUE(trials_gone) << "the dead program's trials still run";
   // The copy each running trial will restart from (the newest of its checkpoints the
