@@ -671,7 +671,9 @@ caf::behavior groups(groups_actor self, groups_options opt) {
                              {"node", o.node},
                              {"request", o.request.to_string()},
                              {"age_s", std::chrono::duration<double>(now - o.since).count()}});
-        nlohmann::json j{{"groups", std::move(groups)}, {"orphans", std::move(orphans)}};
+        nlohmann::json j{{"groups", std::move(groups)},
+                         {"orphans", std::move(orphans)},
+                         {"placement_latency", st.table.placement_latency().to_json()}};
         return caf::make_message(wire::pg_list_atom::value, j.dump());
       },
       [self](wire::pg_tick_atom) {

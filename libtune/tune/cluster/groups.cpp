@@ -216,6 +216,7 @@ std::vector<group_message> group_table::on_prepared(const bundle_key& key, uint6
     out.push_back(std::move(m));
   }
   if (g->state == group_state::rescheduling) moved_.push_back({g->spec.id, g->placing});
+  else placement_latency_.observe(std::chrono::duration<double>(now - g->created).count());
   g->placing.clear();
   g->yes.clear();
   g->failures = 0;

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "tune/cluster/metrics.hpp"
 #include "tune/cluster/reservations.hpp"
 #include "tune/core/placement.hpp"
 
@@ -153,6 +154,9 @@ class group_table {
   void set_draining(const node_id& node, bool on) { on ? (void)draining_.insert(node) : (void)draining_.erase(node); }
   const std::set<node_id>& draining() const { return draining_; }
 
+  // Seconds from each group's creation until it was first placed (for /metrics).
+  const latency_histogram& placement_latency() const { return placement_latency_; }
+
  private:
   void fail_attempt(group& g, std::vector<group_message>& out, cluster_view& view, time_point now, std::string why);
   std::vector<uint32_t> unplaced(const group& g) const;
@@ -164,6 +168,7 @@ class group_table {
   std::deque<std::string> queue_;  // waiting groups, in arrival order
   std::set<node_id> draining_;     // nothing new is placed there
   std::vector<moved_bundles> moved_;
+  latency_histogram placement_latency_;
   uint64_t next_attempt_;
 };
 

@@ -61,6 +61,8 @@ expected<std::string> render_status_text(std::string_view text) {
     const auto& h = j["head"];
     out << "libtune cluster at " << h.value("address", "?") << " (head: libtune " << h.value("version", "?")
         << ", up " << duration(h.value("uptime_s", 0.0)) << ")\n";
+    if (h.contains("dashboard") && h["dashboard"].is_string())
+      out << "dashboard: " << h["dashboard"].get<std::string>() << " (tune dashboard: a link that signs in)\n";
   }
   int alive = 0, gone = 0;
   for (auto& n : j["nodes"]) (n.value("alive", false) ? alive : gone) += 1;

@@ -89,3 +89,20 @@ TEST(StatusText, RefusesOtherJson) {
 
 }  // namespace
 }  // namespace tune
+
+namespace tune {
+namespace {
+
+TEST(StatusText, ShowsTheDashboardsAddress) {
+  node_registry reg;
+  auto j = nlohmann::json::parse(reg.status_json(node_registry::clock::now()));
+  j["head"] = {{"address", "h:6380"}, {"version", "0.1.0"}, {"uptime_s", 3.0}, {"dashboard", "http://h:8265/"}};
+  auto text = render_status_text(j.dump());
+  ASSERT_TRUE(text) << text.error().message();
+  EXPECT_NE(text->find("dashboard: http://h:8265/"), std::string::npos) << *text;
+  j["head"].erase("dashboard");
+  EXPECT_EQ(render_status_text(j.dump())->find("dashboard:"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tune

@@ -1,0 +1,283 @@
+#include "board.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tune {
+
+void bounded_series::add(int64_t iteration, double value) {
+  points_.emplace_back(iteration, value);
+  if (points_.size() <= max_) return;
+  // Every other point of the older part goes; the newest stays.
+  std::vector<std::pair<int64_t, double>> kept;
+  kept.reserve(max_ / 2 + 2);
+  for (size_t i = 0; i + 1 < points_.size(); i += 2) kept.push_back(points_[i]);
+  kept.push_back(points_.back());
+  points_ = std::move(kept);
+}
+
+nlohmann::json bounded_series::to_json() const {
+  auto out = nlohmann::json::array();
+  for (auto& [it, v] : points_) out.push_back({it, v});
+  return out;
+}
+
+namespace {
+
+status bad(const std::string& what) {
+  return {errc::invalid_argument, "experiment report: " + what};
+}
+
+bool is_better(double a, double b, bool maximize) { return maximize ? a > b : a < b; }
+
+// The keys of a trial a report may set, and what each must be.
+bool valid_trial_field(const std::string& key, const nlohmann::json& v) {
+  if (key == "id" || key == "state" || key == "error" || key == "node" || key == "group" || key == "trial_dir" ||
+      key == "restored_from" || key == "last_failure")
+    return v.is_string();
+  if (key == "iteration" || key == "pid" || key == "starts" || key == "failures" || key == "checkpoint")
+    return v.is_number_integer();
+  if (key == "value") return v.is_number() || v.is_null();
+  if (key == "config") return v.is_object();
+  if (key == "gpus") return v.is_array();
+  if (key == "run_s") return v.is_number();
+  return false;  // unknown keys are left out
+}
+
+}  // namespace
+
+status experiment_board::apply(const nlohmann::json& r, double now) {
+  if (!r.is_object()) return bad("not a JSON object");
+  if (!r.contains("id") || !r["id"].is_string() || r["id"].get<std::string>().empty())
+    return bad("no experiment id");
+  std::string id = r["id"];
+  if (id.size() > 200) return bad("the experiment id is longer than 200 characters");
+  bool full = r.value("full", false);
+  for (auto key : {"trials", "points", "last"})
+    if (r.contains(key) && !(key == std::string{"trials"} ? r[key].is_array() : r[key].is_object()))
+      return bad(std::string{"\""} + key + "\" has the wrong type");
+  auto found = experiments_.find(id);
+  if (found == experiments_.end() && !full)
+    return bad("experiment " + id + " is not on the board; its first report must be full");
+  // Checked before anything changes: every trial entry.
+  if (r.contains("trials"))
+    for (auto& t : r["trials"])
+      if (!t.is_object() || !t.contains("id") || !t["id"].is_string()) return bad("a trial without an id");
+
+  experiment fresh;
+  if (full) {
+    fresh.first_seen = found == experiments_.end() ? now : found->second.first_seen;
+    fresh.order = found == experiments_.end() ? next_order_++ : found->second.order;
+    fresh.results = found == experiments_.end() ? 0 : found->second.results;
+  }
+  experiment& e = full ? fresh : found->second;
+  for (auto key : {"name", "metric", "mode", "dir", "host", "scheduler", "search", "started"})
+    if (r.contains(key) && (r[key].is_string() || r[key].is_number())) e.info[key] = r[key];
+  if (r.contains("pid") && r["pid"].is_number_integer()) e.info["pid"] = r["pid"];
+  if (r.contains("elapsed_s") && r["elapsed_s"].is_number()) e.info["elapsed_s"] = r["elapsed_s"];
+  if (r.contains("state") && r["state"].is_string()) e.state = r["state"];
+  if (r.contains("error") && r["error"].is_string()) e.error = r["error"];
+  e.last_seen = now;
+  if ((e.state == "done" || e.state == "failed") && e.ended_at == 0) e.ended_at = now;
+  if (r.contains("results") && r["results"].is_number_integer()) {
+    int64_t n = r["results"];
+    if (n > e.results) results_total_ += n - e.results;
+    e.results = std::max(e.results, n);
+  }
+  if (r.contains("trials"))
+    for (auto& t : r["trials"]) {
+      std::string tid = t["id"];
+      auto it = e.trials.find(tid);
+      if (it == e.trials.end()) {
+        if (e.trials.size() >= limits_.max_trials) continue;
+        it = e.trials.emplace(tid, trial{nlohmann::json::object(), nullptr, bounded_series{limits_.max_points}}).first;
+      }
+      for (auto& [key, v] : t.items())
+        if (valid_trial_field(key, v)) it->second.info[key] = v;
+    }
+  if (r.contains("points"))
+    for (auto& [tid, pts] : r["points"].items()) {
+      auto it = e.trials.find(tid);
+      if (it == e.trials.end() || !pts.is_array()) continue;
+      for (auto& p : pts)
+        if (p.is_array() && p.size() == 2 && p[0].is_number_integer() && p[1].is_number() &&
+            std::isfinite(p[1].get<double>()))
+          it->second.curve.add(p[0].get<int64_t>(), p[1].get<double>());
+    }
+  if (r.contains("last"))
+    for (auto& [tid, m] : r["last"].items())
+      if (auto it = e.trials.find(tid); it != e.trials.end() && m.is_object()) it->second.last = m;
+  if (full) experiments_[id] = std::move(fresh);
+  evict();
+  return status::ok();
+}
+
+void experiment_board::owner_lost(const std::string& id, const std::string& why, double now) {
+  auto it = experiments_.find(id);
+  if (it == experiments_.end() || it->second.state != "running") return;
+  it->second.state = "interrupted";
+  it->second.error = why;
+  it->second.ended_at = now;
+  evict();
+}
+
+void experiment_board::evict() {
+  std::vector<std::pair<double, std::string>> ended;
+  for (auto& [id, e] : experiments_)
+    if (e.state != "running") ended.emplace_back(e.ended_at, id);
+  if (ended.size() <= limits_.max_ended) return;
+  std::sort(ended.begin(), ended.end());
+  for (size_t i = 0; i + limits_.max_ended < ended.size(); ++i) experiments_.erase(ended[i].second);
+}
+
+nlohmann::json experiment_board::summary(const std::string& id, const experiment& e) {
+  nlohmann::json j = e.info;
+  j["id"] = id;
+  j["state"] = e.state;
+  j["error"] = e.error;
+  j["results"] = e.results;
+  j["trials"] = e.trials.size();
+  std::map<std::string, int64_t> by_state;
+  bool maximize = e.info.value("mode", "max") == "max";
+  nlohmann::json best = nullptr;
+  for (auto& [tid, t] : e.trials) {
+    ++by_state[t.info.value("state", "pending")];
+    // The best value any of its results reached (what the progress table shows is the
+    // latest; the best over a curve is what people look for first).
+    for (auto& [it, v] : t.curve.points())
+      if (best.is_null() || is_better(v, best["value"].get<double>(), maximize))
+        best = {{"trial", tid}, {"value", v}, {"iteration", it}};
+  }
+  j["trials_by_state"] = by_state;
+  j["best"] = best;
+  return j;
+}
+
+nlohmann::json experiment_board::list_json() const {
+  std::vector<std::pair<uint64_t, std::string>> order;
+  for (auto& [id, e] : experiments_) order.emplace_back(e.order, id);
+  std::sort(order.rbegin(), order.rend());
+  auto out = nlohmann::json::array();
+  for (auto& [o, id] : order) out.push_back(summary(id, experiments_.at(id)));
+  return out;
+}
+
+nlohmann::json experiment_board::experiment_json(const std::string& id, bool curves) const {
+  auto it = experiments_.find(id);
+  if (it == experiments_.end()) return nullptr;
+  auto j = summary(id, it->second);
+  auto rows = nlohmann::json::array();
+  for (auto& [tid, t] : it->second.trials) {
+    nlohmann::json row = t.info;
+    row["id"] = tid;
+    row["points"] = t.curve.size();
+    if (curves) row["curve"] = t.curve.to_json();
+    rows.push_back(std::move(row));
+  }
+  j["trial_table"] = std::move(rows);
+  return j;
+}
+
+nlohmann::json experiment_board::trial_json(const std::string& experiment, const std::string& trial) const {
+  auto e = experiments_.find(experiment);
+  if (e == experiments_.end()) return nullptr;
+  auto t = e->second.trials.find(trial);
+  if (t == e->second.trials.end()) return nullptr;
+  nlohmann::json j = t->second.info;
+  j["id"] = trial;
+  j["experiment"] = experiment;
+  j["experiment_name"] = e->second.info.value("name", "");
+  j["metric"] = e->second.info.value("metric", "");
+  j["mode"] = e->second.info.value("mode", "max");
+  j["last_result"] = t->second.last;
+  j["curve"] = t->second.curve.to_json();
+  return j;
+}
+
+std::map<std::string, std::pair<std::string, std::string>> experiment_board::holders() const {
+  std::map<std::string, std::pair<std::string, std::string>> out;
+  for (auto& [eid, e] : experiments_) {
+    if (e.state != "running") continue;
+    for (auto& [tid, t] : e.trials)
+      if (t.info.value("state", "") == "running" && t.info.contains("group") && t.info["group"].is_string())
+        out[t.info["group"].get<std::string>()] = {eid, tid};
+  }
+  return out;
+}
+
+std::map<std::string, int64_t> experiment_board::trials_by_state() const {
+  std::map<std::string, int64_t> out;
+  for (auto& [eid, e] : experiments_)
+    for (auto& [tid, t] : e.trials) ++out[t.info.value("state", "pending")];
+  return out;
+}
+
+std::map<std::string, int64_t> experiment_board::experiments_by_state() const {
+  std::map<std::string, int64_t> out;
+  for (auto& [eid, e] : experiments_) ++out[e.state];
+  return out;
+}
+
+nlohmann::json gpus_view(const nlohmann::json& status, const experiment_board& board) {
+  auto holders = board.holders();
+  // uuid -> the bundles that hold a share of it
+  std::map<std::string, nlohmann::json> held;
+  if (status.contains("placement_groups"))
+    for (auto& g : status["placement_groups"]) {
+      if (g.value("state", "") != "created" && g.value("state", "") != "rescheduling") continue;
+      std::string gid = g.value("id", "");
+      for (auto& b : g.value("bundles", nlohmann::json::array())) {
+        if (!b.contains("gpus")) continue;
+        for (auto& c : b["gpus"]) {
+          nlohmann::json h{{"group", gid},
+                           {"bundle", b.value("index", 0)},
+                           {"share", c.value("share", 0.0)},
+                           {"memory_quota", c.value("memory", int64_t{0})},
+                           {"experiment", nullptr},
+                           {"trial", nullptr},
+                           {"memory_used", nullptr}};
+          if (auto w = holders.find(gid); w != holders.end()) {
+            h["experiment"] = w->second.first;
+            h["trial"] = w->second.second;
+          }
+          held[c.value("uuid", "")].push_back(std::move(h));
+        }
+      }
+    }
+  auto out = nlohmann::json::array();
+  if (!status.contains("nodes")) return out;
+  for (auto& n : status["nodes"]) {
+    if (!n.value("alive", false)) continue;
+    // The audit's view of each card (real GPUs only): memory in use, per trial, foreign.
+    std::map<std::string, nlohmann::json> audit;
+    if (n.contains("gpu_audit"))
+      for (auto& a : n["gpu_audit"]) audit[a.value("uuid", "")] = a;
+    for (auto& g : n.value("gpus", nlohmann::json::array())) {
+      std::string uuid = g.value("uuid", "");
+      nlohmann::json card{{"node", n.value("id", "")},
+                          {"host", n.value("host", "")},
+                          {"index", g.value("index", 0)},
+                          {"uuid", uuid},
+                          {"name", g.value("name", "")},
+                          {"logical", g.value("logical", false)},
+                          {"memory_total", g.value("memory_total", int64_t{0})},
+                          {"allocated", g.value("allocated", 0.0)},
+                          {"memory_used", nullptr},
+                          {"holders", held.count(uuid) ? held[uuid] : nlohmann::json::array()},
+                          {"foreign", nlohmann::json::array()}};
+      if (auto a = audit.find(uuid); a != audit.end()) {
+        card["memory_used"] = a->second.value("memory_used", int64_t{0});
+        card["foreign"] = a->second.value("foreign", nlohmann::json::array());
+        for (auto& h : card["holders"]) {
+          if (!h["trial"].is_string()) continue;
+          for (auto& t : a->second.value("trials", nlohmann::json::array()))
+            if (t.value("trial", "") == h["trial"].get<std::string>()) h["memory_used"] = t.value("memory", int64_t{0});
+        }
+      }
+      out.push_back(std::move(card));
+    }
+  }
+  return out;
+}
+
+}  // namespace tune

@@ -1,0 +1,160 @@
+#include "board.hpp"
+
+#include <gtest/gtest.h>
+
+namespace tune {
+namespace {
+
+nlohmann::json first_report() {
+  return nlohmann::json::parse(R"({
+    "id": "e1", "full": true, "name": "mnist", "metric": "acc", "mode": "max", "dir": "/tmp/x",
+    "state": "running", "results": 3,
+    "trials": [
+      {"id": "t1", "state": "running", "iteration": 2, "value": 0.5, "config": {"lr": 0.1}, "node": "n1",
+       "group": "pg-1", "pid": 42, "gpus": ["GPU-a"], "bogus": 1},
+      {"id": "t2", "state": "pending", "config": {"lr": 0.01}}
+    ],
+    "points": {"t1": [[1, 0.4], [2, 0.5]]},
+    "last": {"t1": {"acc": 0.5, "loss": 1.2}}
+  })");
+}
+
+TEST(BoundedSeries, HalvesTheOlderPointsAndKeepsTheNewest) {
+  bounded_series s{8};
+  for (int i = 1; i <= 9; ++i) s.add(i, i * 1.0);
+  ASSERT_EQ(s.size(), 5u);
+  EXPECT_EQ(s.points().front().first, 1);
+  EXPECT_EQ(s.points().back().first, 9);
+  for (int i = 10; i <= 1000; ++i) s.add(i, i * 1.0);
+  EXPECT_LE(s.size(), 8u);
+  EXPECT_EQ(s.points().back().first, 1000);
+  for (size_t i = 1; i < s.size(); ++i) EXPECT_LT(s.points()[i - 1].first, s.points()[i].first);
+}
+
+TEST(ExperimentBoard, FullReportThenDeltas) {
+  experiment_board b;
+  ASSERT_TRUE(b.apply(first_report(), 100));
+  auto e = b.experiment_json("e1", true);
+  ASSERT_FALSE(e.is_null());
+  EXPECT_EQ(e["name"], "mnist");
+  EXPECT_EQ(e["trials"], 2);
+  EXPECT_EQ(e["trials_by_state"]["running"], 1);
+  EXPECT_EQ(e["best"]["trial"], "t1");
+  EXPECT_DOUBLE_EQ(e["best"]["value"].get<double>(), 0.5);
+  auto& rows = e["trial_table"];
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["id"], "t1");
+  EXPECT_FALSE(rows[0].contains("bogus"));  // unknown fields are not kept
+  EXPECT_EQ(rows[0]["curve"].size(), 2u);
+
+  // A delta: t2 starts, t1 reports one more point and ends.
+  auto delta = nlohmann::json::parse(R"({"id": "e1", "results": 5,
+    "trials": [{"id": "t2", "state": "running", "group": "pg-2"}, {"id": "t1", "state": "terminated"}],
+    "points": {"t1": [[3, 0.7]], "t2": [[1, 0.2]]}})");
+  ASSERT_TRUE(b.apply(delta, 101));
+  auto t1 = b.trial_json("e1", "t1");
+  EXPECT_EQ(t1["state"], "terminated");
+  EXPECT_EQ(t1["pid"], 42);
+  EXPECT_EQ(t1["config"]["lr"], 0.1);
+  EXPECT_EQ(t1["curve"].size(), 3u);
+  EXPECT_EQ(t1["last_result"]["loss"], 1.2);
+  EXPECT_EQ(t1["metric"], "acc");
+  EXPECT_EQ(b.results_total(), 5);
+  auto h = b.holders();
+  ASSERT_EQ(h.size(), 1u);  // only running trials hold their groups
+  EXPECT_EQ(h["pg-2"].second, "t2");
+  EXPECT_TRUE(b.trial_json("e1", "nope").is_null());
+  EXPECT_TRUE(b.experiment_json("nope", false).is_null());
+}
+
+TEST(ExperimentBoard, MalformedReportsChangeNothing) {
+  experiment_board b;
+  EXPECT_FALSE(b.apply(nlohmann::json::array(), 1));
+  EXPECT_FALSE(b.apply({{"full", true}}, 1));
+  auto s = b.apply({{"id", "e9"}, {"trials", nlohmann::json::array()}}, 1);
+  EXPECT_FALSE(s);
+  EXPECT_NE(s.message().find("first report must be full"), std::string::npos);
+  ASSERT_TRUE(b.apply(first_report(), 1));
+  auto bad = nlohmann::json::parse(R"({"id": "e1", "trials": [{"id": "t1", "state": "error"}, {"state": "x"}]})");
+  EXPECT_FALSE(b.apply(bad, 2));
+  EXPECT_EQ(b.trial_json("e1", "t1")["state"], "running");  // the good entry was not applied either
+  EXPECT_FALSE(b.apply({{"id", "e1"}, {"points", nlohmann::json::array()}}, 2));
+  // Points that are not numbers are skipped.
+  ASSERT_TRUE(b.apply(nlohmann::json::parse(R"({"id": "e1", "points": {"t1": [[3, "x"], [4], [5, 0.9]]}})"), 3));
+  EXPECT_EQ(b.trial_json("e1", "t1")["curve"].size(), 3u);
+}
+
+TEST(ExperimentBoard, ResultsCounterNeverGoesDownAndFullReportsReplace) {
+  experiment_board b;
+  ASSERT_TRUE(b.apply(first_report(), 1));
+  EXPECT_EQ(b.results_total(), 3);
+  auto again = first_report();  // after a head restart the program sends everything again
+  again["results"] = 2;
+  again["trials"] = nlohmann::json::array({{{"id", "t1"}, {"state", "running"}}});
+  again["points"] = {{"t1", {{1, 0.4}}}};
+  ASSERT_TRUE(b.apply(again, 2));
+  EXPECT_EQ(b.results_total(), 3);
+  auto e = b.experiment_json("e1", true);
+  EXPECT_EQ(e["trials"], 1);
+  EXPECT_EQ(e["trial_table"][0]["curve"].size(), 1u);
+}
+
+TEST(ExperimentBoard, LostOwnerAndEviction) {
+  experiment_board b{{8, 2, 1000}};
+  for (int i = 0; i < 4; ++i) {
+    auto r = first_report();
+    r["id"] = "e" + std::to_string(i);
+    ASSERT_TRUE(b.apply(r, i));
+  }
+  b.owner_lost("e0", "its program's connection ended", 10);
+  EXPECT_EQ(b.experiment_json("e0", false)["state"], "interrupted");
+  EXPECT_EQ(b.experiment_json("e0", false)["error"], "its program's connection ended");
+  ASSERT_TRUE(b.apply({{"id", "e1"}, {"state", "done"}}, 11));
+  ASSERT_TRUE(b.apply({{"id", "e2"}, {"state", "failed"}, {"error", "boom"}}, 12));
+  EXPECT_EQ(b.size(), 3u);  // two ended kept; e0 (ended first) gone; e3 runs
+  EXPECT_TRUE(b.experiment_json("e0", false).is_null());
+  auto list = b.list_json();
+  ASSERT_EQ(list.size(), 3u);
+  EXPECT_EQ(list[0]["id"], "e3");  // newest first
+  EXPECT_EQ(b.experiments_by_state()["running"], 1);
+  EXPECT_EQ(b.trials_by_state()["running"], 3);
+  EXPECT_TRUE(b.holders().count("pg-1"));  // e3's t1: running trials of running experiments only
+  b.owner_lost("e1", "x", 13);  // ended already: stays done
+  EXPECT_EQ(b.experiment_json("e1", false)["state"], "done");
+}
+
+TEST(GpusView, JoinsCardsBundlesTrialsAndTheAudit) {
+  experiment_board b;
+  ASSERT_TRUE(b.apply(first_report(), 1));
+  auto status = nlohmann::json::parse(R"({
+    "nodes": [
+      {"id": "n1", "host": "h1", "alive": true,
+       "gpus": [{"index": 0, "uuid": "GPU-a", "name": "H200", "memory_total": 100, "allocated": 0.75},
+                {"index": 1, "uuid": "GPU-b", "name": "H200", "memory_total": 100, "allocated": 0}],
+       "gpu_audit": [{"uuid": "GPU-a", "memory_used": 40, "trials": [{"trial": "t1", "memory": 30}],
+                      "foreign": [{"pid": 7, "name": "python", "memory": 10}]}]},
+      {"id": "n2", "alive": false, "gpus": [{"index": 0, "uuid": "GPU-z"}]}
+    ],
+    "placement_groups": [
+      {"id": "pg-1", "state": "created", "bundles": [{"index": 0, "gpus": [{"uuid": "GPU-a", "share": 0.5, "memory": 50}]}]},
+      {"id": "pg-9", "state": "created", "bundles": [{"index": 0, "gpus": [{"uuid": "GPU-a", "share": 0.25, "memory": 25}]}]},
+      {"id": "pg-old", "state": "removed", "bundles": [{"index": 0, "gpus": [{"uuid": "GPU-b", "share": 1, "memory": 100}]}]}
+    ]})");
+  auto v = gpus_view(status, b);
+  ASSERT_EQ(v.size(), 2u);  // the dead node's card is not shown
+  auto& a = v[0];
+  EXPECT_EQ(a["uuid"], "GPU-a");
+  EXPECT_EQ(a["memory_used"], 40);
+  ASSERT_EQ(a["holders"].size(), 2u);
+  EXPECT_EQ(a["holders"][0]["trial"], "t1");
+  EXPECT_EQ(a["holders"][0]["experiment"], "e1");
+  EXPECT_EQ(a["holders"][0]["memory_used"], 30);
+  EXPECT_EQ(a["holders"][0]["memory_quota"], 50);
+  EXPECT_TRUE(a["holders"][1]["trial"].is_null());  // a group no experiment reported (tune group create)
+  EXPECT_EQ(a["foreign"][0]["name"], "python");
+  EXPECT_TRUE(v[1]["holders"].empty());  // removed groups hold nothing
+  EXPECT_TRUE(v[1]["memory_used"].is_null());
+}
+
+}  // namespace
+}  // namespace tune
