@@ -1,6 +1,7 @@
 #include "controller.hpp"
 
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -11,7 +12,9 @@
 #include <optional>
 #include <set>
 
+#include "board_feed.hpp"
 #include "paths.hpp"
+#include "tune/host/detect.hpp"
 #include "tune/cluster/version.hpp"
 #include "tune/trial/sha256.hpp"
 
@@ -27,6 +30,8 @@ using reconnect_atom = caf::atom_constant<caf::atom("ctlreconn")>;
 // After a head restart, how long a group made again waits for the nodes that still hold
 // its bundles to join the new head (they reconnect within a few seconds).
 constexpr std::chrono::milliseconds claim_wait{8000};
+// How often the head's dashboard board hears what changed.
+constexpr std::chrono::milliseconds board_every{500};
 
 double thread_cpu_now() {
   timespec ts{};
@@ -93,6 +98,9 @@ struct controller_state {
   bool head_down = false;
   clock_type::time_point head_lost_at{};
   clock_type::time_point last_rebalance_ask{};
+  // The head's dashboard board: what changed, reported every board_every.
+  std::optional<board_feed> feed;
+  clock_type::time_point last_board{};
   static inline const char* name = "tune.controller";
 };
 
@@ -116,11 +124,23 @@ void show(controller_actor self, bool force) {
   opt.on_progress(s);
 }
 
+// Tells the head's board what changed (at most every board_every unless `now`).
+void board_report(controller_actor self, bool now, const std::string& state = "running",
+                  const std::string& error = "") {
+  auto& st = self->state;
+  if (!st.feed || st.head_down) return;
+  if (!now && clock_type::now() - st.last_board < board_every) return;
+  st.last_board = clock_type::now();
+  auto r = st.feed->report(st.setup.engine->trials(), state, error, elapsed(self), st.ingested);
+  if (!r.is_null()) self->send(st.setup.head, wire::board_atom::value, st.setup.token, r.dump());
+}
+
 // Ends the experiment: with an error, every trial still running is stopped (its group
 // goes when this actor does).
 void finish(controller_actor self, expected<experiment_summary> out) {
   auto& st = self->state;
   if (st.over) return;
+  board_report(self, true, out ? "done" : "failed", out ? "" : out.error().message());
   st.over = true;
   for (auto& [id, lt] : st.live) {
     if (!out && lt.actor) self->send(lt.actor, wire::trial_stop_atom::value, int64_t{st.setup.options.stop_grace.count()});
@@ -470,6 +490,11 @@ void send_start(controller_actor self, const engine_action& a, std::string resto
               for (auto key : {"pid", "node", "gpus", "trial_dir"})
                 if (info.contains(key)) keep[key] = info[key];
             if (keep.contains("node") && keep["node"].is_string()) lt.node = keep["node"];
+            if (st.feed) {
+              auto where = keep;
+              where["group"] = lt.group;
+              st.feed->where(id, where);
+            }
             // What it started from: its node's own folder, or a copy fetched from here.
             if (info.is_object() && info.contains("restore_dir")) keep["restored_from"] = info["restore_dir"];
             if (exploit) (void)st.setup.store->add_event(id, "exploit", exploit_info);  // PBT: a donor's state
@@ -649,6 +674,10 @@ void on_results(controller_actor self, const std::string& id, const wire::wire_r
     int64_t it = r.iterations[row];
     ++st.ingested;
     auto more = engine.on_metric(id, it, col ? std::optional<double>{r.value(row * k + *col)} : std::nullopt);
+    if (st.feed) {
+      if (col) st.feed->point(id, it, r.value(row * k + *col));
+      if (row + 1 == r.rows()) st.feed->last_result(id, text);
+    }
     st.pending.push_back({id, it, now, std::move(text)});
     if (!more) return finish(self, more.error());
     act(self, std::move(*more));
@@ -681,7 +710,14 @@ void on_event(controller_actor self, const std::string& id, const std::string& k
     int64_t it = body.value("iteration", int64_t{0});
     ++st.ingested;
     auto more = engine.on_result(id, it, body["metrics"]);
-    st.pending.push_back({id, it, wall_now(), body["metrics"].dump()});
+    auto text = body["metrics"].dump();
+    if (st.feed) {
+      auto& m = body["metrics"];
+      auto& metric = engine.options().metric;
+      if (m.is_object() && m.contains(metric) && m[metric].is_number()) st.feed->point(id, it, m[metric].get<double>());
+      st.feed->last_result(id, text);
+    }
+    st.pending.push_back({id, it, wall_now(), std::move(text)});
     if (!more) return finish(self, more.error());
     act(self, std::move(*more));
     if (st.pending.size() >= 8192) flush(self);
@@ -783,6 +819,7 @@ void head_back(controller_actor self, caf::actor head) {
   st.setup.head = std::move(head);
   self->monitor(st.setup.head);
   st.head_down = false;
+  if (st.feed) st.feed->resend_all();  // the new head's board knows nothing yet
   std::cerr << "tune: the head is back; continuing\n";
   (void)st.setup.store->add_event("", "head_back", {{"after_s", std::chrono::duration<double>(clock_type::now() - st.head_lost_at).count()}});
   self->send(st.setup.head, wire::subscribe_atom::value, st.setup.token);
@@ -830,6 +867,20 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
     finish(self, status{errc::inconsistent, "the experiment was ended (" + self->system().render(em.reason) + ")"});
   });
   if (self->state.setup.resumed) load_copies(self);
+  {
+    auto& st = self->state;
+    auto dir = std::filesystem::absolute(st.setup.store->dir()).lexically_normal().string();
+    auto host = hostname();
+    auto& eo = st.setup.engine->options();
+    nlohmann::json info{{"name", st.setup.options.name},
+                        {"metric", eo.metric},
+                        {"mode", eo.direction == mode::max ? "max" : "min"},
+                        {"dir", dir},
+                        {"host", host},
+                        {"pid", static_cast<int64_t>(::getpid())},
+                        {"started", wall_now()}};
+    st.feed.emplace(board_feed::experiment_id(host, dir), std::move(info));
+  }
   self->send(self, flush_atom::value);
   self->send(self->state.setup.head, wire::subscribe_atom::value, self->state.setup.token);  // node deaths
   if (self->state.setup.head_port != 0) self->monitor(self->state.setup.head);
@@ -924,6 +975,7 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
         advance(self);
         if (self->state.over) return;
         show(self, false);
+        board_report(self, false);
         self->delayed_send(self, self->state.setup.options.flush_every, flush_atom::value);
       },
   };

@@ -5,6 +5,8 @@
 
 #include "groups.hpp"
 #include "log.hpp"
+#include "tune/cluster/board.hpp"
+#include "tune/cluster/metrics.hpp"
 #include "tune/cluster/registry.hpp"
 #include "tune/cluster/token.hpp"
 #include "tune/cluster/version.hpp"
@@ -24,6 +26,8 @@ struct head_state {
   caf::actor groups;  // the placement-group actor, linked to this one
   std::map<node_id, nlohmann::json> audits;  // each alive node's latest GPU audit report
   std::set<node_id> draining;                // `tune drain`: no new work there
+  experiment_board board;                    // what experiments' controllers report
+  std::map<caf::actor_addr, std::set<std::string>> board_owners;  // controller -> its experiments
   caf::actor_clock::time_point started;
   static inline const char* name = "tune.head";
 };
@@ -66,6 +70,74 @@ caf::message to_groups(head_actor self, const std::string& token, Atom atom, Ts&
   return {};
 }
 
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The cluster's status (nodes with their audits and drain marks, the head, placement
+// groups) as JSON, given to `then` once the placement-group actor answered; `failed`
+// gets the reason otherwise.
+template <class Then, class Failed>
+void collect_status(head_actor self, Then then, Failed failed) {
+  auto& st = self->state;
+  auto now = self->clock().now();
+  auto j = nlohmann::json::parse(st.registry.status_json(now));
+  for (auto& n : j["nodes"]) {
+    if (auto a = st.audits.find(n.value("id", "")); a != st.audits.end()) n["gpu_audit"] = a->second;
+    bool draining = st.draining.count(n.value("id", "")) > 0;
+    n["draining"] = draining;
+    if (draining && n.value("alive", false)) n["state"] = "draining";
+  }
+  j["head"] = {{"address", st.opt.address},
+               {"version", version()},
+               {"uptime_s", std::chrono::duration<double>(now - st.started).count()},
+               {"heartbeat_timeout_ms", st.opt.heartbeat_timeout.count()}};
+  if (!st.opt.dashboard.empty()) j["head"]["dashboard"] = st.opt.dashboard;
+  self->request(st.groups, wire::request_timeout, wire::pg_list_atom::value)
+      .then(
+          [then, j](wire::pg_list_atom, const std::string& groups) mutable {
+            auto g = nlohmann::json::parse(groups);
+            j["placement_groups"] = std::move(g["groups"]);
+            j["orphaned_bundles"] = std::move(g["orphans"]);
+            j["placement_latency"] = std::move(g["placement_latency"]);
+            then(std::move(j));
+          },
+          [failed](caf::error& err) mutable { failed("the placement-group actor did not answer: " + to_string(err)); });
+}
+
+// One view of the dashboard's JSON API (docs/dashboard.md): (HTTP status, body).
+std::pair<int, std::string> dashboard_view(head_actor self, const nlohmann::json& status, const std::string& view,
+                                           const std::string& a, const std::string& b) {
+  auto& board = self->state.board;
+  auto not_found = [](const std::string& what) {
+    return std::make_pair(404, nlohmann::json{{"error", what}}.dump());
+  };
+  if (view == "metrics") return {200, prometheus_text(status, board)};
+  if (view == "nodes") return {200, status["nodes"].dump()};
+  if (view == "gpus") return {200, gpus_view(status, board).dump()};
+  if (view == "groups") return {200, status["placement_groups"].dump()};
+  if (view == "experiments") return {200, board.list_json().dump()};
+  if (view == "experiment") {
+    auto e = board.experiment_json(a, true);
+    return e.is_null() ? not_found("no experiment " + a + " on this head (see /api/experiments)") : std::make_pair(200, e.dump());
+  }
+  if (view == "trial") {
+    auto t = board.trial_json(a, b);
+    return t.is_null() ? not_found("no trial " + b + " in experiment " + a) : std::make_pair(200, t.dump());
+  }
+  if (view == "cluster") {
+    nlohmann::json j{{"head", status["head"]},
+                     {"alive_nodes", status.value("alive_nodes", 0)},
+                     {"resources", status.value("resources", nlohmann::json::object())},
+                     {"nodes", status["nodes"]},
+                     {"gpus", gpus_view(status, board)},
+                     {"placement_groups", status["placement_groups"]},
+                     {"experiments", board.list_json()}};
+    return {200, j.dump()};
+  }
+  return not_found("no view " + view);
+}
+
 caf::behavior head(head_actor self, head_options opt) {
   self->state.opt = std::move(opt);
   self->state.started = self->clock().now();
@@ -74,6 +146,12 @@ caf::behavior head(head_actor self, head_options opt) {
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
     std::erase_if(st.subscribers, [&](const caf::actor& a) { return a.address() == dm.source; });
+    if (auto o = st.board_owners.find(dm.source); o != st.board_owners.end()) {
+      for (auto& id : o->second)
+        st.board.owner_lost(id, "the tuning program's connection ended before the experiment did (tune resume DIR continues it)",
+                            wall_seconds());
+      st.board_owners.erase(o);
+    }
     auto it = st.node_of.find(dm.source);
     if (it == st.node_of.end()) return;
     node_id id = it->second;
@@ -160,31 +238,11 @@ caf::behavior head(head_actor self, head_options opt) {
           return caf::make_message(wire::status_atom::value, false, wrong_token());
         if (their_version != version())
           return caf::make_message(wire::status_atom::value, false, version_mismatch(their_version));
-        auto now = self->clock().now();
-        auto j = nlohmann::json::parse(st.registry.status_json(now));
-        for (auto& n : j["nodes"]) {
-          if (auto a = st.audits.find(n.value("id", "")); a != st.audits.end()) n["gpu_audit"] = a->second;
-          bool draining = st.draining.count(n.value("id", "")) > 0;
-          n["draining"] = draining;
-          if (draining && n.value("alive", false)) n["state"] = "draining";
-        }
-        j["head"] = {{"address", st.opt.address},
-                     {"version", version()},
-                     {"uptime_s", std::chrono::duration<double>(now - st.started).count()},
-                     {"heartbeat_timeout_ms", st.opt.heartbeat_timeout.count()}};
         auto rp = self->make_response_promise<caf::message>();
-        self->request(st.groups, wire::request_timeout, wire::pg_list_atom::value)
-            .then(
-                [rp, j](wire::pg_list_atom, const std::string& groups) mutable {
-                  auto g = nlohmann::json::parse(groups);
-                  j["placement_groups"] = std::move(g["groups"]);
-                  j["orphaned_bundles"] = std::move(g["orphans"]);
-                  rp.deliver(caf::make_message(wire::status_atom::value, true, j.dump()));
-                },
-                [rp](caf::error& err) mutable {
-                  rp.deliver(caf::make_message(wire::status_atom::value, false,
-                                               "the placement-group actor did not answer: " + to_string(err)));
-                });
+        collect_status(
+            self,
+            [rp](nlohmann::json j) mutable { rp.deliver(caf::make_message(wire::status_atom::value, true, j.dump())); },
+            [rp](const std::string& why) mutable { rp.deliver(caf::make_message(wire::status_atom::value, false, why)); });
         return rp;
       },
       [self](wire::pg_create_atom, const std::string& token, const std::string& their_version,
@@ -212,6 +270,46 @@ caf::behavior head(head_actor self, head_options opt) {
              const std::string& trial, uint64_t received) {
         if (!token_equal(token, self->state.opt.token)) return;
         self->delegate(self->state.groups, wire::route_atom::value, group, bundle, trial, received);
+      },
+      // An experiment's report for the board; the sender is watched (its experiments
+      // are marked interrupted should it go before saying they ended).
+      [self](wire::board_atom, const std::string& token, const std::string& report) {
+        auto& st = self->state;
+        if (!token_equal(token, st.opt.token)) return;
+        auto j = nlohmann::json::parse(report, nullptr, false);
+        if (auto s = st.board.apply(j, wall_seconds()); !s) {
+          log_line(s.message());
+          return;
+        }
+        auto sender = self->current_sender();
+        if (!sender) return;
+        auto addr = caf::actor_cast<caf::actor_addr>(sender);
+        auto [it, fresh] = st.board_owners.try_emplace(addr);
+        if (fresh) self->monitor(caf::actor_cast<caf::actor>(sender));
+        it->second.insert(j["id"].get<std::string>());
+      },
+      [self](wire::dashboard_atom, const std::string& token, const std::string& view, const std::string& a,
+             const std::string& b) -> caf::result<caf::message> {
+        auto& st = self->state;
+        if (!token_equal(token, st.opt.token))
+          return caf::make_message(wire::dashboard_atom::value, 401, nlohmann::json{{"error", wrong_token()}}.dump());
+        auto rp = self->make_response_promise<caf::message>();
+        // The board's own views need no status; the rest are joined with it.
+        if (view == "experiments" || view == "experiment" || view == "trial") {
+          auto [code, body] = dashboard_view(self, nlohmann::json::object(), view, a, b);
+          rp.deliver(caf::make_message(wire::dashboard_atom::value, code, std::move(body)));
+          return rp;
+        }
+        collect_status(
+            self,
+            [self, rp, view, a, b](nlohmann::json j) mutable {
+              auto [code, body] = dashboard_view(self, j, view, a, b);
+              rp.deliver(caf::make_message(wire::dashboard_atom::value, code, std::move(body)));
+            },
+            [rp](const std::string& why) mutable {
+              rp.deliver(caf::make_message(wire::dashboard_atom::value, 503, nlohmann::json{{"error", why}}.dump()));
+            });
+        return rp;
       },
       [self](wire::rebalance_atom, const std::string& token) {
         if (!token_equal(token, self->state.opt.token))

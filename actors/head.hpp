@@ -26,6 +26,7 @@ struct head_options {
   std::string address;  // how people reach it, for status ("10.0.0.1:6380")
   std::chrono::milliseconds heartbeat_timeout = wire::heartbeat_timeout;
   groups_options groups;
+  std::string dashboard;  // the dashboard's URL, for status ("http://10.0.0.1:8265/"; empty: none)
 };
 
 caf::actor spawn_head(caf::actor_system& sys, head_options opt);

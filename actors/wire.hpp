@@ -132,6 +132,13 @@ using route_atom = caf::atom_constant<caf::atom("route")>;
 using rebalance_atom = caf::atom_constant<caf::atom("rebalance")>;
 using drain_atom = caf::atom_constant<caf::atom("drain")>;
 using pg_move_atom = caf::atom_constant<caf::atom("pgmove")>;
+// An experiment's controller reports to the head's board (tune/cluster/board.hpp):
+// (board_atom, token, report JSON), no answer.
+using board_atom = caf::atom_constant<caf::atom("board")>;
+// The dashboard asks the head: (dashboard_atom, token, view, arg1, arg2) ->
+// (dashboard_atom, http status, body). Views: cluster, nodes, gpus, groups,
+// experiments, experiment (arg1 = id), trial (arg1 = experiment, arg2 = trial), metrics.
+using dashboard_atom = caf::atom_constant<caf::atom("dashboard")>;
 
 // Timing of the liveness protocol.
 constexpr auto heartbeat_period = std::chrono::milliseconds(500);

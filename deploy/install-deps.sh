@@ -17,6 +17,9 @@ packages=(
   zlib1g-dev                              # reading the gzip-compressed IDX files
   dataset-fashion-mnist                   # the training data
   iproute2                                # network namespaces for the multi-host tests
+  pkg-config libcpp-httplib-dev           # the head's web dashboard (HTTP)
+  prometheus                              # promtool checks the /metrics page in the tests
+  chromium chromium-driver python3-selenium  # the dashboard's tests in a real browser
 )
 
 missing=()

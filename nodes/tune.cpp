@@ -29,6 +29,7 @@
 #include "address.hpp"
 #include "client.hpp"
 #include "daemon.hpp"
+#include "dashboard.hpp"
 #include "gate.hpp"
 #include "head.hpp"
 #include "log.hpp"
@@ -59,6 +60,7 @@ const char* usage =
     "  resume   continue an experiment whose tuning program died (runs that program again)\n"
     "  rebalance  even the GPU load across nodes (trials move, from their checkpoints)\n"
     "  drain    move every trial off a node and place nothing new there (maintenance)\n"
+    "  dashboard  print the head's web dashboard address (with a link that signs in)\n"
     "\n"
     "`tune <command> --help` describes a command's options; `tune --version` prints the version.\n";
 
@@ -156,7 +158,25 @@ int start_head(const po::variables_map& vm, const std::string& dir) {
     std::string shown_host = host.empty() ? hostname() : host;  // the head probes no GPU
     groups_options groups;
     groups.orphan_grace = std::chrono::milliseconds(static_cast<int64_t>(orphan_grace_s * 1000));
-    auto head = spawn_head(sys, {token->token, shown_host + ":" + std::to_string(actual), wire::heartbeat_timeout, groups});
+    head_options hopt{token->token, shown_host + ":" + std::to_string(actual), wire::heartbeat_timeout, groups};
+    std::unique_ptr<dashboard_server> dashboard;
+    if (!vm.count("no-dashboard")) {
+      dashboard_options dopt;
+      dopt.host = vm.count("dashboard-host") ? vm["dashboard-host"].as<std::string>() : host.empty() ? "0.0.0.0" : host;
+      dopt.port = vm["dashboard-port"].as<int>();
+      dopt.any_port_if_taken = vm["dashboard-port"].defaulted();
+      dopt.token = token->token;
+      auto bound = dashboard_server::bind(sys, dopt);
+      if (!bound) {
+        ready.failed("tune start: " + bound.error().message());
+        return 1;
+      }
+      dashboard = std::move(*bound);
+      std::string dhost = dopt.host == "0.0.0.0" || dopt.host == "::" ? shown_host : dopt.host;
+      hopt.dashboard = "http://" + dhost + ":" + std::to_string(dashboard->port()) + "/";
+    }
+    auto head = spawn_head(sys, hopt);
+    if (dashboard) dashboard->serve(head);
     auto published = sys.middleman().publish(head, 0, "127.0.0.1", true);
     if (!published) {
       caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
@@ -175,12 +195,14 @@ int start_head(const po::variables_map& vm, const std::string& dir) {
     ready.ready("tune: head started at " + address + " (pid " + std::to_string(::getpid()) + ")\n" +
                 "  runtime dir: " + dir + "\n" + (block ? "" : "  log: " + dir + "/head-" + std::to_string(port) + ".log\n") +
                 "  token file:  " + token_path + "\n" +
+                (hopt.dashboard.empty() ? "" : "  dashboard:   " + hopt.dashboard + " (tune dashboard prints a link that signs in)\n") +
                 "  nodes join with: tune start --address " + address + " --token-file " + token_path);
     int sig = 0;
     sigwait(&signals, &sig);
     log_line(std::string{"stopping ("} + strsignal(sig) + ")");
     exit_watchdog(std::chrono::seconds(10));
     gate->reset();
+    dashboard.reset();
     sys.middleman().unpublish(head, *published);
     caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
     ::unlink(pid_file.c_str());
@@ -246,6 +268,9 @@ int start_node(const po::variables_map& vm, const std::string& dir) {
   if (vm.count("host")) return fail("start", "--host is for the head (--head)", 2);
   if (!vm["port"].defaulted()) return fail("start", "--port is for the head; a node connects to --address", 2);
   if (!vm["orphan-grace"].defaulted()) return fail("start", "--orphan-grace is for the head (--head)", 2);
+  for (auto opt : {"dashboard-host", "no-dashboard"})
+    if (vm.count(opt)) return fail("start", std::string{"--"} + opt + " is for the head (--head)", 2);
+  if (!vm["dashboard-port"].defaulted()) return fail("start", "--dashboard-port is for the head (--head)", 2);
   auto token_path = vm["token-file"].as<std::string>();
   auto token = read_token(token_path);
   if (!token) return fail("start", token.error().message());
@@ -370,6 +395,10 @@ int cmd_start(const std::vector<std::string>& args) {
       ("address", po::value<std::string>(), "HOST:PORT of the head to join (start a node)")
       ("port", po::value<int>()->default_value(default_port), "head: the port to listen on (0: any free port)")
       ("host", po::value<std::string>(), "head: the address to listen on (default: all)")
+      ("dashboard-port", po::value<int>()->default_value(8265),
+       "head: the web dashboard's port (0: any free port; the default, if taken, becomes any free port)")
+      ("dashboard-host", po::value<std::string>(), "head: the address the dashboard listens on (default: --host, else all)")
+      ("no-dashboard", "head: serve no dashboard (nor /metrics)")
       ("orphan-grace", po::value<double>()->default_value(60),
        "head: seconds to keep bundles that nodes hold for placement groups this head does not know "
        "(after a head restart), for their owners to claim by creating the group again")
@@ -455,6 +484,38 @@ std::variant<connected, int> connect_head(const std::string& command, const po::
   std::cout.flush();
   std::cerr.flush();
   std::_Exit(rc);
+}
+
+// --- tune dashboard ------------------------------------------------------------
+
+int cmd_dashboard(const std::vector<std::string>& args) {
+  po::options_description desc("tune dashboard options");
+  desc.add_options()("help,h", "show this help")("url-only", "print only the address, without the token");
+  add_client_options(desc);
+  po::variables_map vm;
+  if (int rc = parse("dashboard", args, desc, "tune dashboard --address HOST:PORT [--url-only]", vm, nullptr,
+                     "Prints the web dashboard's address, and a link that signs in with the cluster token (keep it "
+                     "as private as the token file). The head serves it on --dashboard-port (default 8265).");
+      rc >= 0)
+    return rc;
+  auto c = connect_head("dashboard", vm);
+  if (auto* rc = std::get_if<int>(&c)) return *rc;
+  auto& conn = std::get<connected>(c);
+  auto text = conn.client->status_json();
+  if (!text) finish(fail("dashboard", "the head at " + conn.where + ": " + text.error().message()));
+  auto j = nlohmann::json::parse(*text, nullptr, false);
+  std::string url = j.is_object() && j.contains("head") ? j["head"].value("dashboard", "") : "";
+  if (url.empty())
+    finish(fail("dashboard", "the head at " + conn.where + " serves no dashboard (it was started with --no-dashboard)"));
+  if (vm.count("url-only")) {
+    std::cout << url << "\n";
+    finish(0);
+  }
+  auto token = read_token(vm["token-file"].as<std::string>());
+  std::cout << "dashboard: " << url << "\n";
+  if (token) std::cout << "signed in: " << url << "?token=" << token->token << "  (contains the cluster token)\n";
+  std::cout << "metrics:   " << url << "metrics  (Authorization: Bearer <token>)\n";
+  finish(0);
 }
 
 int cmd_status(const std::vector<std::string>& args) {
@@ -771,6 +832,7 @@ int main(int argc, char** argv) {
   if (command == "resume") return cmd_resume(args);
   if (command == "rebalance") return cmd_rebalance(args);
   if (command == "drain") return cmd_drain(args);
+  if (command == "dashboard") return cmd_dashboard(args);
   std::cerr << "tune: unknown command '" << command << "'\n\n" << usage;
   return 2;
 }

@@ -1,0 +1,75 @@
+#include "board_feed.hpp"
+
+#include <gtest/gtest.h>
+
+namespace tune {
+namespace {
+
+engine_trial running(const std::string& id, int64_t it, double v) {
+  engine_trial t;
+  t.id = id;
+  t.state = "running";
+  t.iteration = it;
+  t.value = v;
+  t.cfg = {{"lr", 0.1}};
+  return t;
+}
+
+TEST(BoardFeed, FullThenOnlyWhatChangedAndTheBoardFollows) {
+  board_feed feed{"exp-1", {{"name", "x"}, {"metric", "acc"}, {"mode", "max"}}};
+  std::map<std::string, engine_trial> trials{{"t1", running("t1", 1, 0.5)}, {"t2", running("t2", 0, 0)}};
+  trials["t2"].value.reset();
+  feed.point("t1", 1, 0.5);
+  feed.last_result("t1", R"({"acc": 0.5, "loss": 2})");
+  feed.where("t1", {{"node", "n1"}, {"pid", 7}, {"group", "pg-1"}});
+  experiment_board board;
+
+  auto r1 = feed.report(trials, "running", "", 1.0, 1);
+  ASSERT_TRUE(r1["full"].get<bool>());
+  EXPECT_EQ(r1["name"], "x");
+  EXPECT_EQ(r1["trials"].size(), 2u);
+  ASSERT_TRUE(board.apply(r1, 1));
+
+  EXPECT_TRUE(feed.report(trials, "running", "", 1.5, 1).is_null());  // nothing changed
+
+  trials["t1"].iteration = 2;
+  trials["t1"].value = 0.6;
+  feed.point("t1", 2, 0.6);
+  auto r2 = feed.report(trials, "running", "", 2.0, 2);
+  ASSERT_FALSE(r2.is_null());
+  EXPECT_FALSE(r2["full"].get<bool>());
+  ASSERT_EQ(r2["trials"].size(), 1u);  // t2 did not change
+  EXPECT_EQ(r2["trials"][0]["id"], "t1");
+  EXPECT_EQ(r2["trials"][0]["node"], "n1");  // where it runs stays in the row
+  EXPECT_EQ(r2["points"]["t1"].size(), 1u);
+  EXPECT_FALSE(r2.contains("last"));  // its latest result did not change
+  ASSERT_TRUE(board.apply(r2, 2));
+  auto t1 = board.trial_json("exp-1", "t1");
+  EXPECT_EQ(t1["curve"].size(), 2u);
+  EXPECT_EQ(t1["pid"], 7);
+  EXPECT_EQ(t1["last_result"]["loss"], 2);
+
+  // A head restart: the next report is full again, curves whole.
+  feed.resend_all();
+  auto r3 = feed.report(trials, "running", "", 3.0, 2);
+  EXPECT_TRUE(r3["full"].get<bool>());
+  EXPECT_EQ(r3["points"]["t1"].size(), 2u);
+  experiment_board fresh;
+  ASSERT_TRUE(fresh.apply(r3, 3));
+  EXPECT_EQ(fresh.trial_json("exp-1", "t1")["curve"].size(), 2u);
+
+  // The end is reported even when no trial changed.
+  auto r4 = feed.report(trials, "done", "", 4.0, 2);
+  ASSERT_FALSE(r4.is_null());
+  EXPECT_EQ(r4["state"], "done");
+}
+
+TEST(BoardFeed, IdsDependOnHostAndFolder) {
+  EXPECT_EQ(board_feed::experiment_id("h", "/a"), board_feed::experiment_id("h", "/a"));
+  EXPECT_NE(board_feed::experiment_id("h", "/a"), board_feed::experiment_id("h", "/b"));
+  EXPECT_NE(board_feed::experiment_id("h", "/a"), board_feed::experiment_id("g", "/a"));
+  EXPECT_EQ(board_feed::experiment_id("h", "/a").rfind("exp-", 0), 0u);
+}
+
+}  // namespace
+}  // namespace tune

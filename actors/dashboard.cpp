@@ -1,0 +1,212 @@
+#include "dashboard.hpp"
+
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "log.hpp"
+#include "tune/cluster/token.hpp"
+#include "wire.hpp"
+
+namespace tune {
+
+namespace {
+
+constexpr const char* cookie_name = "tune_token";
+
+// The token a request carries: Bearer header, then the cookie.
+std::string presented_token(const httplib::Request& req) {
+  auto auth = req.get_header_value("Authorization");
+  if (auth.rfind("Bearer ", 0) == 0) return auth.substr(7);
+  auto cookies = req.get_header_value("Cookie");
+  std::string key = std::string{cookie_name} + "=";
+  for (size_t pos = 0; pos < cookies.size();) {
+    size_t end = cookies.find(';', pos);
+    if (end == std::string::npos) end = cookies.size();
+    auto item = cookies.substr(pos, end - pos);
+    item.erase(0, item.find_first_not_of(' '));
+    if (item.rfind(key, 0) == 0) return item.substr(key.size());
+    pos = end + 1;
+  }
+  return {};
+}
+
+void security_headers(httplib::Response& res) {
+  res.set_header("Content-Security-Policy",
+                 "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'");
+  res.set_header("X-Content-Type-Options", "nosniff");
+  res.set_header("Referrer-Policy", "no-referrer");
+  res.set_header("Cache-Control", "no-store");
+}
+
+std::string login_page(const std::string& message) {
+  std::string page = find_dashboard_asset("/login")->body;
+  auto at = page.find("@MESSAGE@");
+  std::string escaped;
+  for (char c : message) escaped += c == '<' ? std::string{"&lt;"} : c == '&' ? std::string{"&amp;"} : std::string(1, c);
+  if (at != std::string::npos) page.replace(at, 9, escaped);
+  return page;
+}
+
+void json_error(httplib::Response& res, int code, const std::string& message) {
+  res.status = code;
+  res.set_content(nlohmann::json{{"error", message}}.dump(), "application/json");
+}
+
+}  // namespace
+
+struct dashboard_server::impl {
+  caf::actor_system* sys = nullptr;
+  caf::actor head;
+  dashboard_options opt;
+  httplib::Server server;
+  std::thread thread;
+  int port = 0;
+
+  bool signed_in(const httplib::Request& req) const {
+    auto t = presented_token(req);
+    return !t.empty() && token_equal(t, opt.token);
+  }
+
+  // Asks the head for a view; answers with its status and body.
+  void ask(httplib::Response& res, const std::string& view, const std::string& a = "", const std::string& b = "",
+           const char* type = "application/json") {
+    caf::scoped_actor self{*sys};
+    int code = 503;
+    std::string body;
+    self->request(head, wire::request_timeout, wire::dashboard_atom::value, opt.token, view, a, b)
+        .receive([&](wire::dashboard_atom, int c, std::string& text) { code = c, body = std::move(text); },
+                 [&](caf::error& err) {
+                   body = nlohmann::json{{"error", "the head did not answer: " + sys->render(err)}}.dump();
+                 });
+    res.status = code;
+    res.set_content(body, code == 200 ? type : "application/json");
+  }
+
+  void routes() {
+    auto& s = server;
+    s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      security_headers(res);
+      if (req.path == "/login" || req.path == "/healthz" || req.path == "/style.css") return httplib::Server::HandlerResponse::Unhandled;
+      // The token in the address (the link `tune dashboard` prints): kept in a cookie,
+      // and the address shown without it.
+      if (req.method == "GET" && req.has_param("token")) {
+        if (token_equal(req.get_param_value("token"), opt.token)) {
+          res.set_header("Set-Cookie", std::string{cookie_name} + "=" + opt.token + "; HttpOnly; SameSite=Strict; Path=/");
+          res.set_redirect(req.path, 303);
+        } else {
+          res.status = 401;
+          res.set_content(login_page("That token is not this cluster's."), "text/html; charset=utf-8");
+        }
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      if (signed_in(req)) return httplib::Server::HandlerResponse::Unhandled;
+      res.status = 401;
+      if (req.path.rfind("/api/", 0) == 0)
+        res.set_content(nlohmann::json{{"error", "sign in with the cluster token: an Authorization: Bearer TOKEN header "
+                                                 "or the tune_token cookie (see docs/dashboard.md)"}}.dump(),
+                        "application/json");
+      else if (req.path == "/metrics")
+        res.set_content("the cluster token is needed: Authorization: Bearer TOKEN (Prometheus: authorization.credentials_file)\n",
+                        "text/plain");
+      else
+        res.set_content(login_page(""), "text/html; charset=utf-8");
+      return httplib::Server::HandlerResponse::Handled;
+    });
+    s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
+    s.Get("/login", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(login_page(""), "text/html; charset=utf-8");
+    });
+    s.Post("/login", [this](const httplib::Request& req, httplib::Response& res) {
+      if (req.has_param("token") && token_equal(req.get_param_value("token"), opt.token)) {
+        res.set_header("Set-Cookie", std::string{cookie_name} + "=" + opt.token + "; HttpOnly; SameSite=Strict; Path=/");
+        res.set_redirect("/", 303);
+        return;
+      }
+      res.status = 401;
+      res.set_content(login_page("That token is not this cluster's."), "text/html; charset=utf-8");
+    });
+    for (auto path : {"/", "/app.js", "/style.css"})
+      s.Get(path, [path](const httplib::Request&, httplib::Response& res) {
+        auto* a = find_dashboard_asset(path);
+        res.set_content(a->body, a->content_type);
+      });
+    s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      ask(res, "metrics", "", "", "text/plain; version=0.0.4; charset=utf-8");
+    });
+    for (auto view : {"cluster", "nodes", "gpus", "groups", "experiments"})
+      s.Get(std::string{"/api/"} + view, [this, view](const httplib::Request&, httplib::Response& res) { ask(res, view); });
+    s.Get(R"(/api/experiments/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      ask(res, "experiment", req.matches[1]);
+    });
+    s.Get(R"(/api/experiments/([^/]+)/trials/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      ask(res, "trial", req.matches[1], req.matches[2]);
+    });
+    s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (res.status != 404 || !res.body.empty()) return;
+      json_error(res, 404, "no page " + req.path + " (the API: /api/cluster, /api/nodes, /api/gpus, /api/groups, "
+                           "/api/experiments, /api/experiments/ID, /api/experiments/ID/trials/TRIAL; /metrics)");
+    });
+    s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string what = "unknown";
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      log_line("dashboard: " + what);
+      json_error(res, 500, "the dashboard failed: " + what);
+    });
+    // Not httplib's default SO_REUSEPORT: a second head on the same port must fail, not
+    // share the port with the first (the kernel would split requests between them).
+    s.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
+    s.set_payload_max_length(64 * 1024);
+    s.set_read_timeout(10);
+    s.set_write_timeout(10);
+  }
+};
+
+dashboard_server::dashboard_server(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+dashboard_server::~dashboard_server() {
+  if (impl_->thread.joinable()) impl_->server.stop();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+int dashboard_server::port() const { return impl_->port; }
+
+void dashboard_server::serve(caf::actor head) {
+  if (impl_->thread.joinable()) return;
+  impl_->head = std::move(head);
+  auto* raw = impl_.get();
+  impl_->thread = std::thread([raw] { raw->server.listen_after_bind(); });
+}
+
+expected<std::unique_ptr<dashboard_server>> dashboard_server::bind(caf::actor_system& sys, dashboard_options opt) {
+  if (opt.port < 0 || opt.port > 65535) return status{errc::invalid_argument, "--dashboard-port must be between 0 and 65535"};
+  auto p = std::make_unique<impl>();
+  p->sys = &sys;
+  p->opt = std::move(opt);
+  p->routes();
+  auto& o = p->opt;
+  std::string host = o.host.empty() ? "0.0.0.0" : o.host;
+  if (o.port == 0) p->port = p->server.bind_to_any_port(host);
+  else if (p->server.bind_to_port(host, o.port)) p->port = o.port;
+  else if (o.any_port_if_taken) {
+    p->port = p->server.bind_to_any_port(host);
+    if (p->port > 0) log_line("dashboard: port " + std::to_string(o.port) + " is taken; listening on " + std::to_string(p->port));
+  }
+  if (p->port <= 0)
+    return status{errc::invalid_argument,
+                  "the dashboard cannot listen on " + host + ":" + std::to_string(o.port) +
+                      " (in use, or not an address of this machine); give --dashboard-port another port, 0 for any "
+                      "free one, or --no-dashboard"};
+  return std::unique_ptr<dashboard_server>(new dashboard_server(std::move(p)));
+}
+
+}  // namespace tune

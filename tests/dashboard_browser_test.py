@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""The head's dashboard in a real browser: headless Chromium (Debian's), driven through
+Selenium, against a live cluster on loopback (a head, two nodes with logical GPUs, and
+the Fashion-MNIST tuning script running trials on them).
+
+Every page is loaded; each must show what the cluster really has (the node ids, GPU
+UUIDs, placement groups and trials that `tune status` and the JSON API report), the
+learning-curve plot must gain points while the page is open, and the browser's console
+must stay free of errors. A screenshot of each page goes to --screenshots.
+
+Exits 77 (ctest: skipped) when Chromium, chromedriver or Selenium is missing.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+SKIP = 77
+
+
+def log(*a):
+    print("[dashboard-test]", *a, flush=True)
+
+
+class Cluster:
+    def __init__(self, tune, work):
+        self.tune = tune
+        self.work = work
+        self.env = dict(os.environ, TUNE_RUNTIME_DIR=os.path.join(work, "rt"))
+        os.makedirs(self.env["TUNE_RUNTIME_DIR"], mode=0o700)
+        self.token_file = os.path.join(work, "token")
+        self.program = None
+
+    def run(self, *args):
+        r = subprocess.run([self.tune, *args, "--token-file", self.token_file], env=self.env,
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            raise RuntimeError(f"tune {' '.join(args)} failed ({r.returncode}): {r.stdout}{r.stderr}")
+        return r.stdout
+
+    def start(self, nodes):
+        out = self.run("start", "--head", "--host", "127.0.0.1", "--port", "0", "--dashboard-port", "0")
+        self.address = re.search(r"head started at (\S+)", out).group(1)
+        self.dashboard = re.search(r"dashboard:\s+(http://\S+)", out).group(1)
+        for _ in range(nodes):
+            self.run("start", "--address", self.address, "--num-gpus", "2", "--num-cpus", "2")
+        with open(self.token_file) as f:
+            self.token = f.readline().strip()
+
+    def api(self, path):
+        req = urllib.request.Request(self.dashboard.rstrip("/") + path,
+                                     headers={"Authorization": "Bearer " + self.token})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.load(r)
+
+    def stop(self):
+        if self.program and self.program.poll() is None:
+            self.program.send_signal(signal.SIGINT)
+            try:
+                self.program.wait(20)
+            except subprocess.TimeoutExpired:
+                self.program.kill()
+        subprocess.run([self.tune, "stop"], env=self.env, capture_output=True, timeout=60)
+
+
+def wait_for(what, check, timeout=60, every=0.25):
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        try:
+            last = check()
+            if last:
+                return last
+        except Exception as e:  # the page or the API is not there yet
+            last = e
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--tune", required=True, help="the tune program")
+    ap.add_argument("--program", required=True, help="the tuning script (examples/fashion_mnist)")
+    ap.add_argument("--screenshots", help="folder for a screenshot of each page")
+    ap.add_argument("--settle", type=float, default=0,
+                    help="seconds to let the experiment run before the screenshots (for docs/)")
+    ap.add_argument("--chromium", default="/usr/bin/chromium")
+    ap.add_argument("--chromedriver", default="/usr/bin/chromedriver")
+    args = ap.parse_args()
+
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+        from selenium.webdriver.common.by import By
+    except ImportError:
+        log("skipped: Selenium is not installed (deploy/install-deps.sh installs python3-selenium)")
+        return SKIP
+    for exe in (args.chromium, args.chromedriver):
+        if not os.access(exe, os.X_OK):
+            log(f"skipped: {exe} is missing (deploy/install-deps.sh installs chromium and chromium-driver)")
+            return SKIP
+
+    work = tempfile.mkdtemp(prefix="tune-dashboard-")
+    cluster = Cluster(args.tune, work)
+    driver = None
+    try:
+        cluster.start(nodes=2)
+        log("cluster at", cluster.address, "dashboard at", cluster.dashboard)
+        cluster.program = subprocess.Popen(
+            [args.program, "--address", cluster.address, "--token-file", cluster.token_file,
+             "--samples", "8", "--epochs", "8", "--gpus-per-trial", "0.5", "--cpus-per-trial", "1",
+             "--progress", "none", "--experiment-dir", os.path.join(work, "experiment")],
+            env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        exp = wait_for("trials running with results",
+                       lambda: next((e for e in cluster.api("/api/experiments")
+                                     if e["trials_by_state"].get("running", 0) >= 2 and e["results"] > 0), None),
+                       timeout=90)
+        log("experiment", exp["id"], "is running")
+        time.sleep(args.settle)
+
+        opts = webdriver.ChromeOptions()
+        opts.binary_location = args.chromium
+        for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                  "--window-size=1400,1100", "--hide-scrollbars"):
+            opts.add_argument(a)
+        opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+        driver = webdriver.Chrome(service=Service(args.chromedriver), options=opts)
+        driver.set_page_load_timeout(30)
+
+        def load(hash_, name):
+            driver.get(cluster.dashboard.rstrip("/") + "/" + hash_)
+            body = lambda: driver.find_element(By.TAG_NAME, "body")
+            wait_for(f"the {name} page to load", lambda: body().get_attribute("data-route") == hash_)
+            return driver.page_source
+
+        def shot(name):
+            if args.screenshots:
+                os.makedirs(args.screenshots, exist_ok=True)
+                driver.save_screenshot(os.path.join(args.screenshots, f"dashboard-{name}.png"))
+
+        # Sign in the way `tune dashboard` does: the token in the address, once.
+        driver.get(cluster.dashboard + "?token=" + cluster.token)
+        assert "token=" not in driver.current_url, f"the token stayed in the address: {driver.current_url}"
+
+        # Cluster: every node and GPU the head reports, and the trials holding GPUs.
+        status = json.loads(cluster.run("status", "--address", cluster.address, "--json"))
+        page = load("#/", "cluster")
+        nodes = [n["id"] for n in status["nodes"]]
+        assert len(nodes) == 2, status
+        for n in nodes:
+            assert n in page, f"node {n} is not on the cluster page"
+        gpus = cluster.api("/api/gpus")
+        assert len(gpus) == 4, gpus
+        for g in gpus:
+            assert f'data-gpu="{g["uuid"]}"' in page, f"GPU {g['uuid']} is not on the cluster page"
+        held = wait_for("a GPU held by a running trial on the page",
+                        lambda: [t for t in re.findall(r"trials/(trial-\d+)", driver.page_source)])
+        log("GPUs held by", sorted(set(held)))
+        shot("cluster")
+
+        page = load("#/groups", "placement groups")
+        groups = [g["id"] for g in cluster.api("/api/groups") if g["state"] == "created"]
+        assert groups, "no placement group placed"
+        assert any(g in page for g in groups), f"none of the groups {groups} is on the groups page"
+        shot("groups")
+
+        page = load("#/experiments", "experiments")
+        assert exp["id"] in page and "fashion_mnist" in page
+        shot("experiments")
+
+        # The experiment: its trials and a plot that grows while the page is open.
+        load(f"#/experiments/{exp['id']}", "experiment")
+        detail = cluster.api(f"/api/experiments/{exp['id']}")
+        for t in detail["trial_table"]:
+            assert t["id"] in driver.page_source, f"trial {t['id']} is not in the trial table"
+        canvas_points = lambda: int(driver.find_element(By.ID, "curves").get_attribute("data-points") or 0)
+        first = wait_for("points on the plot", canvas_points)
+        grown = wait_for("the plot to gain points", lambda: canvas_points() > first and canvas_points(), timeout=60)
+        log(f"plot: {first} points, then {grown}")
+        shot("experiment")
+
+        # A running trial's page: its config, node, PID and GPUs.
+        running = wait_for("a running trial with a pid", lambda: next(
+            (t for t in cluster.api(f"/api/experiments/{exp['id']}")["trial_table"]
+             if t["state"] == "running" and "pid" in t), None))
+        page = load(f"#/experiments/{exp['id']}/trials/{running['id']}", "trial")
+        for text in (running["id"], running["node"], str(running["pid"]), "lr", "batch_size"):
+            assert text in page, f"{text} is not on the trial page"
+        for g in running.get("gpus", []):
+            assert g["uuid"] in page, f"GPU {g['uuid']} of {running['id']} is not on its page"
+        wait_for("the trial's plot", lambda: int(driver.find_element(By.ID, "curves").get_attribute("data-points") or 0) > 0)
+        shot("trial")
+
+        errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+        assert not errors, f"console errors: {errors}"
+        log("all pages loaded, no console errors")
+        return 0
+    except Exception as e:
+        log("FAILED:", e)
+        if driver:
+            try:
+                log("console:", driver.get_log("browser"))
+            except Exception:
+                pass
+        return 1
+    finally:
+        if driver:
+            driver.quit()
+        cluster.stop()
+        if cluster.program:
+            out = cluster.program.stdout.read() if cluster.program.stdout else ""
+            if out:
+                log("tuning script output (tail):", out[-1500:])
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
