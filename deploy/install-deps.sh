@@ -20,6 +20,7 @@ packages=(
   pkg-config libcpp-httplib-dev           # the head's web dashboard (HTTP)
   prometheus                              # promtool checks the /metrics page in the tests
   chromium chromium-driver python3-selenium  # the dashboard's tests in a real browser
+  slurmctld slurmd slurm-client           # the Slurm batch script's test (deploy/slurm)
 )
 
 missing=()
