@@ -1,27 +1,34 @@
 #!/usr/bin/env bash
 # Installs what libtune needs to build, test and run on Debian 12, when it is missing.
 # Idempotent, and quiet when everything is there. Uses sudo when not run as root.
+# LIBTUNE_DEPS=build: only what building and running need (no test tools).
 # CUDA (nvcc, cuBLAS, cuDNN) is optional and not installed here: with it the CUDA
 # parts build too.
 set -euo pipefail
 
+# To build and run.
 packages=(
   cmake ninja-build g++ make file         # build
   libcaf-dev                              # CAF 0.17: actors and remote messaging
   libboost-program-options-dev            # command-line options
-  libgtest-dev libgmock-dev               # tests
   nlohmann-json3-dev                      # JSON
   libssl-dev                              # SHA-256 of programs shipped to nodes
   libsqlite3-dev                          # the experiment store
   libopenblas-dev                         # matrix products of the CPU training path
   zlib1g-dev                              # reading the gzip-compressed IDX files
   dataset-fashion-mnist                   # the training data
-  iproute2                                # network namespaces for the multi-host tests
   pkg-config libcpp-httplib-dev           # the head's web dashboard (HTTP)
-  prometheus                              # promtool checks the /metrics page in the tests
-  chromium chromium-driver python3-selenium  # the dashboard's tests in a real browser
-  slurmctld slurmd slurm-client           # the Slurm batch script's test (deploy/slurm)
 )
+# To test as well (left out with LIBTUNE_DEPS=build, e.g. in the container image).
+if [ "${LIBTUNE_DEPS:-all}" != build ]; then
+  packages+=(
+    libgtest-dev libgmock-dev             # tests
+    iproute2                              # network namespaces for the multi-host tests
+    prometheus                            # promtool checks the /metrics page in the tests
+    chromium chromium-driver python3-selenium  # the dashboard's tests in a real browser
+    slurmctld slurmd slurm-client         # the Slurm batch script's test (deploy/slurm)
+  )
+fi
 
 missing=()
 for p in "${packages[@]}"; do
