@@ -22,6 +22,7 @@
 #include "address.hpp"
 #include "client.hpp"
 #include "controller.hpp"
+#include "dashboard.hpp"
 #include "head.hpp"
 #include "log.hpp"
 #include "node.hpp"
@@ -107,8 +108,11 @@ struct cluster::impl {
   bool owns_log = false;  // the process's log lines go to this cluster's file
   std::string node_summary;
   std::mutex client_mutex;  // one caller of the client at a time
+  std::unique_ptr<dashboard_server> dashboard;  // embedded, with --dashboard-port
+  std::string dashboard_url;
 
   ~impl() {
+    dashboard.reset();  // no more requests to the head
     client.reset();  // its program server ends
     if (node) caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
     if (head) caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
@@ -183,7 +187,17 @@ expected<std::shared_ptr<cluster::impl>> start_embedded(const cluster_options& o
   st->cfg = std::make_unique<wire::config>(false);
   st->sys = std::make_unique<caf::actor_system>(*st->cfg);
   auto token = random_hex(16);
-  st->head = spawn_head(*st->sys, {token, "embedded", wire::heartbeat_timeout, {}});
+  head_options hopt{token, "embedded", wire::heartbeat_timeout, {}};
+  if (opt.dashboard_port) {
+    // On this machine only: the embedded cluster's token is made up here, for this run.
+    auto bound = dashboard_server::bind(*st->sys, {"127.0.0.1", *opt.dashboard_port, false, token});
+    if (!bound) return bound.error();
+    st->dashboard = std::move(*bound);
+    hopt.dashboard = "http://127.0.0.1:" + std::to_string(st->dashboard->port()) + "/";
+    st->dashboard_url = hopt.dashboard + "?token=" + token;
+  }
+  st->head = spawn_head(*st->sys, hopt);
+  if (st->dashboard) st->dashboard->serve(st->head);
   auto joined = std::make_shared<std::promise<status>>();
   auto joined_future = joined->get_future();
   node_options no;
@@ -241,6 +255,8 @@ expected<cluster> cluster::start(cluster_options opt) {
   if (!st) return st.error();
   cluster c;
   c.impl_ = *st;
+  if (!c.impl_->dashboard_url.empty())
+    std::cerr << "tune: the embedded cluster's dashboard: " << c.impl_->dashboard_url << " (signs in)\n";
   return c;
 }
 
@@ -251,6 +267,8 @@ std::string cluster::description() const {
   if (!embedded()) return "the cluster at " + impl_->address;
   return "an embedded cluster (" + impl_->node_summary + (impl_->own_work_dir ? "" : "; log: " + impl_->work_dir + "/cluster.log") + ")";
 }
+
+std::string cluster::dashboard_url() const { return impl_ ? impl_->dashboard_url : ""; }
 
 expected<std::string> cluster::status_json() const {
   if (!impl_) return status{errc::invalid_argument, "no cluster (use tune::init or cluster::start)"};
@@ -284,7 +302,10 @@ const char* init_help() {
          "  --token-file F       that cluster's token (default: ~/.tune/token)\n"
          "  --num-cpus N         the embedded cluster's CPUs (default: this machine's)\n"
          "  --num-gpus N         the embedded cluster's GPUs (default: this machine's;\n"
-         "                       without cards: N logical GPUs, trials on the CPU)\n";
+         "                       without cards: N logical GPUs, trials on the CPU)\n"
+         "  --dashboard-port N   serve the embedded cluster's web dashboard on\n"
+         "                       127.0.0.1:N (0: any free port; its address, which signs\n"
+         "                       in, goes to standard error)\n";
 }
 
 void run_if_trial_worker(int argc, char** argv) {
@@ -300,9 +321,10 @@ expected<cluster> init(int& argc, char** argv) {
   std::vector<char*> rest{argv[0]};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i], value;
-    bool ours = arg == "--address" || arg == "--token-file" || arg == "--num-cpus" || arg == "--num-gpus";
+    bool ours = arg == "--address" || arg == "--token-file" || arg == "--num-cpus" || arg == "--num-gpus" ||
+                arg == "--dashboard-port";
     bool inline_value = false;
-    for (auto name : {"--address=", "--token-file=", "--num-cpus=", "--num-gpus="})
+    for (auto name : {"--address=", "--token-file=", "--num-cpus=", "--num-gpus=", "--dashboard-port="})
       if (arg.rfind(name, 0) == 0) {
         value = arg.substr(std::string{name}.size());
         arg = arg.substr(0, std::string{name}.size() - 1);
@@ -332,6 +354,10 @@ expected<cluster> init(int& argc, char** argv) {
       if (auto s = number(n); !s) return s;
       if (arg == "--num-cpus") {
         opt.num_cpus = n;
+      } else if (arg == "--dashboard-port") {
+        if (n != std::floor(n) || n < 0 || n > 65535)
+          return status{errc::invalid_argument, "--dashboard-port " + value + ": give a port, 0 to 65535"};
+        opt.dashboard_port = static_cast<int>(n);
       } else {
         if (n != std::floor(n)) return status{errc::invalid_argument, "--num-gpus " + value + ": give a whole number"};
         opt.num_gpus = static_cast<int>(n);
@@ -341,6 +367,9 @@ expected<cluster> init(int& argc, char** argv) {
   if (!opt.address.empty() && (opt.num_cpus || opt.num_gpus))
     return status{errc::invalid_argument,
                   "--num-cpus and --num-gpus are for the embedded cluster; a cluster at --address has its own nodes"};
+  if (!opt.address.empty() && opt.dashboard_port)
+    return status{errc::invalid_argument,
+                  "--dashboard-port is for the embedded cluster; the head at --address serves its own (tune dashboard)"};
   for (size_t i = 0; i < rest.size(); ++i) argv[i] = rest[i];
   argc = static_cast<int>(rest.size());
   argv[argc] = nullptr;

@@ -132,8 +132,32 @@ TEST(TuneInit, BadFlagsAreErrorsThatSayWhatIsWrong) {
   EXPECT_NE(error_of({"p", "--num-gpus", "1.5"}).find("whole number"), std::string::npos);
   EXPECT_NE(error_of({"p", "--address", "127.0.0.1:1", "--num-gpus", "2"}).find("embedded"), std::string::npos);
   EXPECT_NE(error_of({"p", "--address", "nocolon"}).find("--address"), std::string::npos);
+  EXPECT_NE(error_of({"p", "--dashboard-port", "99999"}).find("give a port"), std::string::npos);
+  EXPECT_NE(error_of({"p", "--address", "127.0.0.1:1", "--dashboard-port", "0"}).find("tune dashboard"), std::string::npos);
   auto missing = error_of({"p", "--address", "127.0.0.1:1", "--token-file", "/nonexistent/token"});
   EXPECT_NE(missing.find("/nonexistent/token"), std::string::npos) << missing;
+}
+
+// The embedded cluster's dashboard: on loopback, signed in by the address it prints.
+TEST(TuneInit, TheEmbeddedClusterServesItsDashboardWhenAsked) {
+  std::vector<std::string> args{"prog", "--num-cpus", "1", "--dashboard-port=0"};
+  auto argv = argv_of(args);
+  int argc = static_cast<int>(args.size());
+  auto c = tune::init(argc, argv.data());
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(argc, 1);
+  auto url = c->dashboard_url();
+  ASSERT_EQ(url.rfind("http://127.0.0.1:", 0), 0u) << url;
+  EXPECT_NE(url.find("/?token="), std::string::npos);
+  auto status = nlohmann::json::parse(*c->status_json());
+  EXPECT_EQ(url.substr(0, url.find('?')), status["head"]["dashboard"].get<std::string>());
+  // Without the flag: none.
+  std::vector<std::string> plain{"prog", "--num-cpus", "1"};
+  auto argv2 = argv_of(plain);
+  int argc2 = static_cast<int>(plain.size());
+  auto c2 = tune::init(argc2, argv2.data());
+  ASSERT_TRUE(c2) << c2.error().message();
+  EXPECT_EQ(c2->dashboard_url(), "");
 }
 
 class TuneEmbedded : public ::testing::Test {

@@ -73,6 +73,7 @@ struct cluster_options {
                                    // default: a fresh folder in /tmp, removed at the end
   bool keep_work_dir = false;      // keep that default folder (its path is in description())
   int gpu_audit_ms = 200;          // the node's GPU audit (0: off); real cards only
+  std::optional<int> dashboard_port;  // serve the web dashboard on 127.0.0.1 (0: any free port)
 };
 
 struct cluster_capacity {
@@ -91,6 +92,8 @@ class cluster {
   std::string description() const;  // "embedded (1 node: 2 CPUs, no GPU)" or "head at HOST:PORT"
   expected<cluster_capacity> capacity() const;
   expected<std::string> status_json() const;  // as `tune status --json`
+  // The embedded cluster's dashboard, with the token that signs in ("" without one).
+  std::string dashboard_url() const;
 
   struct impl;
   std::shared_ptr<impl> state() const { return impl_; }
@@ -103,6 +106,7 @@ class cluster {
 //   --address HOST:PORT   connect to a cluster (else: an embedded one)
 //   --token-file F        its token (default ~/.tune/token)
 //   --num-cpus N, --num-gpus N   the embedded node's resources
+//   --dashboard-port N    the embedded cluster's web dashboard (127.0.0.1)
 // In a trial's worker process (started by a node) it runs the trainable and exits
 // with its outcome: it never returns there.
 expected<cluster> init(int& argc, char** argv);
