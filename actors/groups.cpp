@@ -277,7 +277,10 @@ nlohmann::json group_json(groups_actor self, const group_table::group& g, time_p
     auto& site = g.site[b];
     bool placing = std::find(g.placing.begin(), g.placing.end(), b) != g.placing.end();
     if (!site) {
-      j["state"] = "waiting";
+      // Not held: waiting for room, or never again (the group is gone or can never fit).
+      j["state"] = g.state == group_state::removed      ? "released"
+                   : g.state == group_state::infeasible ? "infeasible"
+                                                        : "waiting";
       j["node"] = nullptr;
     } else {
       j["state"] = placing ? "preparing" : "held";

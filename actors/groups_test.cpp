@@ -326,11 +326,14 @@ TEST_F(GroupsActorTest, RemovalWhilePendingAndWaitersAreTold) {
   ASSERT_TRUE(ok3);
   EXPECT_EQ(st3, "pending");
   EXPECT_NE(get("waiting")["reason"].get<std::string>().find("waiting for"), std::string::npos);
+  EXPECT_EQ(get("waiting")["bundles"][0]["state"], "waiting");
   auto [ready2, s2, why2] = wait_ready("waiting", 500ms);
   EXPECT_FALSE(ready2);
   EXPECT_NE(why2.find("not ready in time"), std::string::npos) << why2;
   EXPECT_TRUE(remove("waiting"));
   EXPECT_EQ(state("waiting"), "removed");
+  EXPECT_EQ(get("waiting")["bundles"][1]["state"], "released");  // not "waiting" any more
+  EXPECT_EQ(get(id)["bundles"][0]["state"], "infeasible");
   EXPECT_TRUE(remove("big"));
 }
 

@@ -186,10 +186,11 @@ def main():
         log(f"plot: {first} points, then {grown}")
         shot("experiment")
 
-        # A running trial's page: its config, node, PID and GPUs.
-        running = wait_for("a running trial with a pid", lambda: next(
-            (t for t in cluster.api(f"/api/experiments/{exp['id']}")["trial_table"]
-             if t["state"] == "running" and "pid" in t), None))
+        # A trial's page (a running one if any still runs): its config, node, PID and GPUs.
+        def started():
+            rows = [t for t in cluster.api(f"/api/experiments/{exp['id']}")["trial_table"] if "pid" in t]
+            return next((t for t in rows if t["state"] == "running"), rows[0] if rows else None)
+        running = wait_for("a trial that started", started)
         page = load(f"#/experiments/{exp['id']}/trials/{running['id']}", "trial")
         for text in (running["id"], running["node"], str(running["pid"]), "lr", "batch_size"):
             assert text in page, f"{text} is not on the trial page"
