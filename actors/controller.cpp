@@ -880,6 +880,19 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
                         {"pid", static_cast<int64_t>(::getpid())},
                         {"started", wall_now()}};
     st.feed.emplace(board_feed::experiment_id(host, dir), std::move(info));
+    // A resumed experiment: its curves so far, from the store, so that the dashboard
+    // shows them whole.
+    if (st.setup.resumed) {
+      if (auto rows = st.setup.store->results()) {
+        std::map<std::string, const result_row*> latest;  // rows come by trial, then iteration
+        for (auto& r : *rows) {
+          auto m = r.metrics.find(eo.metric);
+          if (m != r.metrics.end() && m->is_number()) st.feed->point(r.trial, r.iteration, m->get<double>());
+          latest[r.trial] = &r;
+        }
+        for (auto& [trial, r] : latest) st.feed->last_result(trial, r->metrics.dump());
+      }
+    }
   }
   self->send(self, flush_atom::value);
   self->send(self->state.setup.head, wire::subscribe_atom::value, self->state.setup.token);  // node deaths

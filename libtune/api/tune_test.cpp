@@ -2,6 +2,7 @@
 // as trial processes, experiments on an embedded cluster and on a cluster of processes
 // (head and node daemons with logical GPUs), the store matching what was returned.
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <csignal>
 #include <filesystem>
@@ -330,6 +331,19 @@ class TuneConnected : public ::testing::Test {
   tune::test::cluster_files files;
   std::string address;
   void TearDown() override { files.tune({"stop", "--grace", "3"}); }  // also after a failed assertion
+  // GET `path` of the head's dashboard (its address from tune status), with the token.
+  nlohmann::json dashboard(const std::string& path) {
+    auto st = files.tune({"status", "--address", address, "--json"});
+    auto url = nlohmann::json::parse(st.out)["head"].value("dashboard", "");  // http://HOST:PORT/
+    auto hostport = url.substr(7, url.size() - 8);
+    std::ifstream tf{files.token_file()};
+    std::string token;
+    std::getline(tf, token);
+    httplib::Client c{hostport.substr(0, hostport.rfind(':')), std::stoi(hostport.substr(hostport.rfind(':') + 1))};
+    auto r = c.Get(path, {{"Authorization", "Bearer " + token}});
+    if (!r || r->status != 200) return nullptr;
+    return nlohmann::json::parse(r->body);
+  }
   // A head on a free port and a node of 4 logical GPUs and 4 CPUs.
   void start_cluster() {
     int port = tune::test::free_port();
@@ -440,6 +454,11 @@ TEST_F(TuneConnected, AKilledTuningProgramIsResumedWithNothingLostOrCountedTwice
     trials_gone = tune::test::processes_running({"--tune-worker", "counter"}) == 0;
   }
   EXPECT_TRUE(trials_gone) << "the dead program's trials still run";
+  // The dashboard: the experiment was left interrupted by its program's death.
+  auto listed = dashboard("/api/experiments");
+  ASSERT_TRUE(listed.is_array() && listed.size() == 1) << listed;
+  EXPECT_EQ(listed[0]["state"], "interrupted") << listed;
+  EXPECT_EQ(listed[0]["dir"], std::filesystem::absolute(dir).lexically_normal().string());
   // The copy each running trial will restart from (the newest of its checkpoints the
   // store knows; a copy made after the last commit is newer and unused) is damaged
   // (truncated): found on resume, reported, and the copy before it used.
@@ -487,6 +506,23 @@ TEST_F(TuneConnected, AKilledTuningProgramIsResumedWithNothingLostOrCountedTwice
   bool resumed_event = false;
   for (auto& e : *events) resumed_event = resumed_event || e.kind == "resumed";
   EXPECT_TRUE(resumed_event);
+  // The dashboard shows the same experiment (same id) done, each trial's curve whole:
+  // iterations 1..60 once each, those from before the kill included.
+  auto id = listed[0]["id"].get<std::string>();
+  nlohmann::json exp;
+  for (int i = 0; i < 50; ++i) {
+    exp = dashboard("/api/experiments/" + id);
+    if (exp.is_object() && exp["state"] == "done") break;
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(exp.is_object()) << "the resumed experiment is not on the dashboard";
+  EXPECT_EQ(exp["state"], "done");
+  ASSERT_EQ(exp["trial_table"].size(), 6u);
+  for (auto& t : exp["trial_table"]) {
+    auto& curve = t["curve"];
+    ASSERT_EQ(curve.size(), 60u) << t["id"] << ": " << curve;
+    for (int64_t i = 0; i < 60; ++i) EXPECT_EQ(curve[i][0], i + 1) << t["id"];
+  }
 }
 
 // Hosts in network namespaces: the head and the tuning program on one, a node on each of

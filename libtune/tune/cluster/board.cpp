@@ -6,6 +6,9 @@
 namespace tune {
 
 void bounded_series::add(int64_t iteration, double value) {
+  // An iteration again (a trial restarted from an earlier checkpoint reports it anew, a
+  // PBT trial continues from its donor's): the curve follows the run that goes on.
+  while (!points_.empty() && points_.back().first >= iteration) points_.pop_back();
   points_.emplace_back(iteration, value);
   if (points_.size() <= max_) return;
   // Every other point of the older part goes; the newest stays.

@@ -23,7 +23,8 @@
 
 namespace tune {
 
-// A learning curve: (iteration, value) pairs in the order they came, bounded.
+// A learning curve: (iteration, value) pairs with rising iterations, bounded. A point
+// whose iteration is not past the last one replaces the points from that iteration on.
 class bounded_series {
  public:
   explicit bounded_series(size_t max_points = 512) : max_(max_points < 4 ? 4 : max_points) {}
