@@ -90,7 +90,7 @@ def main():
     ap.add_argument("--program", required=True, help="the tuning script (examples/fashion_mnist)")
     ap.add_argument("--screenshots", help="folder for a screenshot of each page")
     ap.add_argument("--settle", type=float, default=0,
-                    help="seconds to let the experiment run before the screenshots (for docs/)")
+                    help="seconds to let the experiment run before its own page (longer curves, for docs/)")
     ap.add_argument("--chromium", default="/usr/bin/chromium")
     ap.add_argument("--chromedriver", default="/usr/bin/chromedriver")
     args = ap.parse_args()
@@ -123,7 +123,6 @@ def main():
                                      if e["trials_by_state"].get("running", 0) >= 2 and e["results"] > 0), None),
                        timeout=90)
         log("experiment", exp["id"], "is running")
-        time.sleep(args.settle)
 
         opts = webdriver.ChromeOptions()
         opts.binary_location = args.chromium
@@ -176,6 +175,7 @@ def main():
         shot("experiments")
 
         # The experiment: its trials and a plot that grows while the page is open.
+        time.sleep(args.settle)  # longer curves for the screenshots
         load(f"#/experiments/{exp['id']}", "experiment")
         detail = cluster.api(f"/api/experiments/{exp['id']}")
         for t in detail["trial_table"]:

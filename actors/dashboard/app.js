@@ -24,7 +24,7 @@ function num(v, digits) {
   if (v === null || v === undefined || v === "") return "–";
   if (typeof v !== "number") return esc(v);
   if (Number.isInteger(v)) return String(v);
-  return v.toPrecision(digits || 4);
+  return String(parseFloat(v.toPrecision(digits || 4)));  // no trailing zeros: 0.5, not 0.5000
 }
 function secs(s) {
   if (s === null || s === undefined) return "–";
@@ -247,7 +247,7 @@ async function pageTrial(exp, id) {
     ${kv("Starts / failures", `${esc(t.starts)} / ${esc(t.failures)}`)}
     ${kv("Latest checkpoint", t.checkpoint >= 0 ? "iteration " + esc(t.checkpoint) : "none")}
     ${kv("Trial folder", `<span class="mono">${esc(t.trial_dir)}</span>`)}
-    ${kv("Error", `<span class="error">${esc(t.error)}</span>`)}
+    ${kv("Error", t.error ? `<span class="error">${esc(t.error)}</span>` : '<span class="muted">none</span>')}
     ${t.last_failure ? kv("Last failure", `<span class="error">${esc(t.last_failure)}</span>`) : ""}
   </tbody></table>`;
   const cfg = table(["Parameter", "Value"], Object.entries(t.config || {}).map(([k, v]) =>
