@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <atomic>
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -62,6 +64,7 @@ struct dashboard_server::impl {
   dashboard_options opt;
   httplib::Server server;
   std::thread thread;
+  std::atomic<bool> listen_ended{false};
   int port = 0;
 
   bool signed_in(const httplib::Request& req) const {
@@ -184,7 +187,13 @@ void dashboard_server::serve(caf::actor head) {
   if (impl_->thread.joinable()) return;
   impl_->head = std::move(head);
   auto* raw = impl_.get();
-  impl_->thread = std::thread([raw] { raw->server.listen_after_bind(); });
+  impl_->thread = std::thread([raw] {
+    raw->server.listen_after_bind();
+    raw->listen_ended = true;
+  });
+  // Until its loop runs, httplib's stop() does nothing (it would then block in accept()
+  // for ever, and this object's destructor with it): return once it runs.
+  while (!impl_->server.is_running() && !impl_->listen_ended) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 expected<std::unique_ptr<dashboard_server>> dashboard_server::bind(caf::actor_system& sys, dashboard_options opt) {
