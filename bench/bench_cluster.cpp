@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "head.hpp"
+#include "fake_nodes.hpp"
 #include "procs.hpp"
 #include "tune/cluster/token.hpp"
 #include "tune/cluster/version.hpp"
@@ -35,6 +36,7 @@ using clock_type = std::chrono::steady_clock;
 namespace {
 
 
+using bench::ads_per_s;
 using bench::median;
 
 std::string sh(const std::string& cmd) { return bench::run(cmd); }
@@ -67,86 +69,6 @@ std::optional<clock_type::time_point> await_event(caf::scoped_actor& self, const
     if (got) return got;
     if (timeout) return std::nullopt;
   }
-}
-
-// A simulated node: joins, then sends `n` heartbeats when told, alternating two
-// availability states so that each one changes what the head holds.
-caf::behavior fake_node(caf::event_based_actor* self, caf::actor head, std::string token, std::string id) {
-  resource_set host;
-  host.set_cpu(quantity::whole(64)).set_memory(int64_t{512} << 30);
-  auto n = *node_resources::make(host, logical_gpus(id, 8, int64_t{80} << 30));
-  auto ad = wire::make_ad(id, "bench", "127.0.0.1", n);
-  ad.version = version();
-  auto busy = n;
-  (void)busy.allocate(*resource_set::make({{"gpu", 0.25}, {"cpu", 2}}));
-  auto a = wire::to_wire(n.availability()), b = wire::to_wire(busy.availability());
-  return {
-      // Joins from this actor, so that the head takes it as the node's connection.
-      [=](wire::join_atom) {
-        auto rp = self->make_response_promise();
-        self->request(head, 10s, wire::join_atom::value, token, ad)
-            .then([rp](wire::join_atom, bool ok, std::string& text) mutable { rp.deliver(wire::join_atom::value, ok, text); },
-                  [rp](caf::error& err) mutable { rp.deliver(err); });
-        return rp;
-      },
-      [=](wire::rejoin_atom) {
-        std::cerr << "bench_cluster: the head does not take " << id << "'s heartbeats\n";
-        bench::cleanup_scratch();
-        std::_Exit(1);
-      },
-      [=](wire::beat_atom, uint64_t count) {
-        for (uint64_t i = 0; i < count; ++i)
-          self->send(head, wire::heartbeat_atom::value, token, id, i, i % 2 ? b : a, std::vector<wire::wire_hold>{});
-        return count;
-      },
-  };
-}
-
-// Joins `nodes` simulated nodes, sends `per_node` heartbeats from each, and waits until
-// the head has processed all of them (status counts them). Ads per second.
-double ads_per_s(caf::actor_system& sys, caf::actor head, const std::string& token, int nodes, int per_node) {
-  caf::scoped_actor self{sys};
-  std::vector<caf::actor> fakes;
-  for (int i = 0; i < nodes; ++i) {
-    auto f = sys.spawn(fake_node, head, token, "bench-" + std::to_string(i));
-    bool ok = false;
-    self->request(f, 10s, wire::join_atom::value)
-        .receive([&](wire::join_atom, bool accepted, std::string&) { ok = accepted; }, [](caf::error&) {});
-    if (!ok) {
-      std::cerr << "bench_cluster: a simulated node could not join\n";
-      std::exit(1);
-    }
-    fakes.push_back(f);
-  }
-  auto processed = [&] {
-    int64_t total = -1;
-    self->request(head, 30s, wire::status_atom::value, token, version())
-        .receive(
-            [&](wire::status_atom, bool ok, std::string& text) {
-              if (!ok) return;
-              total = 0;
-              auto status = nlohmann::json::parse(text);
-              for (auto& n : status["nodes"])
-                if (n["id"].get<std::string>().rfind("bench-", 0) == 0) total += n["heartbeats"].get<int64_t>();
-            },
-            [](caf::error&) {});
-    return total;
-  };
-  int64_t before = processed();
-  auto start = clock_type::now();
-  for (auto& f : fakes) self->send(f, wire::beat_atom::value, static_cast<uint64_t>(per_node));
-  int64_t want = before + int64_t{nodes} * per_node;
-  for (int64_t got = processed(); got < want; got = processed()) {
-    if (std::getenv("BENCH_DEBUG")) std::fprintf(stderr, "processed %lld of %lld\n", static_cast<long long>(got), static_cast<long long>(want));
-    if (clock_type::now() - start > 120s) {
-      std::cerr << "bench_cluster: the head did not process every advertisement in 120 s\n";
-      std::exit(1);
-    }
-    std::this_thread::sleep_for(2ms);
-  }
-  double s = std::chrono::duration<double>(clock_type::now() - start).count();
-  for (auto& f : fakes) self->send_exit(f, caf::exit_reason::user_shutdown);
-  return static_cast<double>(want - before) / s;
 }
 
 }  // namespace
