@@ -31,6 +31,19 @@ TEST(BoundedSeries, HalvesTheOlderPointsAndKeepsTheNewest) {
   for (size_t i = 1; i < s.size(); ++i) EXPECT_LT(s.points()[i - 1].first, s.points()[i].first);
 }
 
+TEST(BoundedSeries, AnIterationAgainReplacesTheCurveFromThere) {
+  bounded_series s{16};
+  for (int i = 1; i <= 6; ++i) s.add(i, i * 1.0);
+  s.add(4, 40);  // restarted from the checkpoint of iteration 3
+  s.add(5, 50);
+  ASSERT_EQ(s.size(), 5u);
+  EXPECT_EQ(s.points()[3], (std::pair<int64_t, double>{4, 40}));
+  EXPECT_EQ(s.points().back(), (std::pair<int64_t, double>{5, 50}));
+  s.add(5, 55);  // the same iteration twice: the later one
+  EXPECT_EQ(s.size(), 5u);
+  EXPECT_EQ(s.points().back().second, 55);
+}
+
 TEST(ExperimentBoard, FullReportThenDeltas) {
   experiment_board b;
   ASSERT_TRUE(b.apply(first_report(), 100));
