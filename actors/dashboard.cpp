@@ -67,6 +67,11 @@ struct dashboard_server::impl {
   std::atomic<bool> listen_ended{false};
   int port = 0;
 
+  // The browser keeps the token: only for this site, never for scripts.
+  void sign_in(httplib::Response& res) const {
+    res.set_header("Set-Cookie", std::string{cookie_name} + "=" + opt.token + "; HttpOnly; SameSite=Strict; Path=/");
+  }
+
   bool signed_in(const httplib::Request& req) const {
     auto t = presented_token(req);
     return !t.empty() && token_equal(t, opt.token);
@@ -96,7 +101,7 @@ struct dashboard_server::impl {
       // and the address shown without it.
       if (req.method == "GET" && req.has_param("token")) {
         if (token_equal(req.get_param_value("token"), opt.token)) {
-          res.set_header("Set-Cookie", std::string{cookie_name} + "=" + opt.token + "; HttpOnly; SameSite=Strict; Path=/");
+          sign_in(res);
           res.set_redirect(req.path, 303);
         } else {
           res.status = 401;
@@ -123,7 +128,7 @@ struct dashboard_server::impl {
     });
     s.Post("/login", [this](const httplib::Request& req, httplib::Response& res) {
       if (req.has_param("token") && token_equal(req.get_param_value("token"), opt.token)) {
-        res.set_header("Set-Cookie", std::string{cookie_name} + "=" + opt.token + "; HttpOnly; SameSite=Strict; Path=/");
+        sign_in(res);
         res.set_redirect("/", 303);
         return;
       }
