@@ -46,6 +46,9 @@ struct node_state {
   caf::actor audit;                          // the GPU audit, when there is one
   std::string audit_report;                  // its latest report, for the head
   uint64_t fetches = 0;                       // names programs being fetched
+  // Programs being fetched, by SHA-256: the starts waiting for each (trials started at
+  // once share one fetch, not one each).
+  std::map<std::string, std::vector<std::function<void(const status&)>>> program_fetches;
   static inline const char* name = "tune.node";
 };
 
@@ -311,28 +314,41 @@ caf::response_promise trial_start(node_actor self, const wire::wire_trial_spec& 
     return rp;
   }
   if (!server) return no("program " + spec.program_name + " is not on this node and nobody serves it");
+  auto key_of = hold->key;
+  // This start goes on once the program is in the cache (or fails with the fetch).
+  auto& waiting = st.program_fetches[spec.program_sha256];
+  waiting.push_back([=](const status& got) mutable {
+    if (!got) {
+      std::string text = "cannot fetch program " + spec.program_name + ": " + got.message();
+      log_line("trial " + spec.trial_id + " not started: " + text);
+      rp.deliver(wire::start_answer(false, "node " + self->state.opt.node_id + ": " + text));
+      return;
+    }
+    continue_start(self, started, key_of, cached, server, owner, rp, files, "its program");
+  });
+  if (waiting.size() > 1) return rp;  // being fetched for another start already
   std::error_code ec;
   std::filesystem::create_directories(st.opt.work_dir + "/programs", ec);
   std::string tmp = st.opt.work_dir + "/programs/." + spec.program_sha256 + "." + std::to_string(::getpid()) + "." +
                     std::to_string(++st.fetches);
   std::remove(tmp.c_str());
-  auto key_of = hold->key;
-  fetch_file(self, server, spec.program_sha256, spec.program_size, tmp,
-             [=](const status& got) mutable {
-               auto fail = [&](const std::string& why) {
-                 std::string text = "cannot fetch program " + spec.program_name + ": " + why;
-                 log_line("trial " + spec.trial_id + " not started: " + text);
-                 rp.deliver(wire::start_answer(false, "node " + self->state.opt.node_id + ": " + text));
-               };
-               if (!got) return fail(got.message());
-               ::chmod(tmp.c_str(), 0755);
-               if (std::rename(tmp.c_str(), cached.c_str()) != 0) {
-                 std::remove(tmp.c_str());
-                 return fail("cannot move it into the cache");
-               }
-               log_line("program " + spec.program_name + " (" + spec.program_sha256.substr(0, 12) + ") fetched");
-               continue_start(self, started, key_of, cached, server, owner, rp, files, "its program");
-             });
+  auto sha = spec.program_sha256;
+  auto name = spec.program_name;
+  fetch_file(self, server, sha, spec.program_size, tmp, [self, sha, name, tmp, cached](const status& got) {
+    status outcome = got;
+    if (outcome) {
+      ::chmod(tmp.c_str(), 0755);
+      if (std::rename(tmp.c_str(), cached.c_str()) != 0) {
+        std::remove(tmp.c_str());
+        outcome = status{errc::invalid_argument, "cannot move it into the cache"};
+      } else {
+        log_line("program " + name + " (" + sha.substr(0, 12) + ") fetched");
+      }
+    }
+    auto waiters = std::move(self->state.program_fetches[sha]);
+    self->state.program_fetches.erase(sha);
+    for (auto& w : waiters) w(outcome);
+  });
   return rp;
 }
 

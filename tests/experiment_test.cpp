@@ -211,6 +211,12 @@ TEST_F(ExperimentTest, TrialsWaitingForRoomDoNotHoldUpTheOthers) {
   auto trials = store->trials();
   ASSERT_TRUE(trials);
   for (auto& t : *trials) EXPECT_EQ(t.state, "terminated") << t.id << ": " << t.error;
+  // The first trials started at once on a node without the program: one fetch for all.
+  std::ifstream log(files.dir() + "/" + node_id + ".log");
+  std::string all((std::istreambuf_iterator<char>(log)), {});
+  size_t fetched = 0;
+  for (size_t p = all.find(") fetched"); p != std::string::npos; p = all.find(") fetched", p + 1)) ++fetched;
+  EXPECT_EQ(fetched, 1u) << all;
 }
 
 TEST_F(ExperimentTest, TrialsOfANodeThatDiesEndInErrorAndTheExperimentEnds) {
