@@ -46,9 +46,10 @@ struct node_state {
   caf::actor audit;                          // the GPU audit, when there is one
   std::string audit_report;                  // its latest report, for the head
   uint64_t fetches = 0;                       // names programs being fetched
-  // Programs being fetched, by SHA-256: the starts waiting for each (trials started at
-  // once share one fetch, not one each).
-  std::map<std::string, std::vector<std::function<void(const status&)>>> program_fetches;
+  // Programs being fetched, by SHA-256 and the server they come from: the starts waiting
+  // for each (trials started at once share one fetch, not one each; another client's
+  // trials of the same program fetch from their own, should this one's die mid-fetch).
+  std::map<std::pair<std::string, caf::actor_addr>, std::vector<std::function<void(const status&)>>> program_fetches;
   static inline const char* name = "tune.node";
 };
 
@@ -316,7 +317,8 @@ caf::response_promise trial_start(node_actor self, const wire::wire_trial_spec& 
   if (!server) return no("program " + spec.program_name + " is not on this node and nobody serves it");
   auto key_of = hold->key;
   // This start goes on once the program is in the cache (or fails with the fetch).
-  auto& waiting = st.program_fetches[spec.program_sha256];
+  auto fetch_key = std::make_pair(spec.program_sha256, server.address());
+  auto& waiting = st.program_fetches[fetch_key];
   waiting.push_back([=](const status& got) mutable {
     if (!got) {
       std::string text = "cannot fetch program " + spec.program_name + ": " + got.message();
@@ -334,7 +336,7 @@ caf::response_promise trial_start(node_actor self, const wire::wire_trial_spec& 
   std::remove(tmp.c_str());
   auto sha = spec.program_sha256;
   auto name = spec.program_name;
-  fetch_file(self, server, sha, spec.program_size, tmp, [self, sha, name, tmp, cached](const status& got) {
+  fetch_file(self, server, sha, spec.program_size, tmp, [self, sha, name, tmp, cached, fetch_key](const status& got) {
     status outcome = got;
     if (outcome) {
       ::chmod(tmp.c_str(), 0755);
@@ -345,8 +347,8 @@ caf::response_promise trial_start(node_actor self, const wire::wire_trial_spec& 
         log_line("program " + name + " (" + sha.substr(0, 12) + ") fetched");
       }
     }
-    auto waiters = std::move(self->state.program_fetches[sha]);
-    self->state.program_fetches.erase(sha);
+    auto waiters = std::move(self->state.program_fetches[fetch_key]);
+    self->state.program_fetches.erase(fetch_key);
     for (auto& w : waiters) w(outcome);
   });
   return rp;
