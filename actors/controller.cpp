@@ -16,6 +16,7 @@
 #include "paths.hpp"
 #include "tune/host/detect.hpp"
 #include "tune/cluster/version.hpp"
+#include "tune/core/clock.hpp"
 #include "tune/trial/sha256.hpp"
 
 namespace tune {
@@ -37,10 +38,6 @@ double thread_cpu_now() {
   timespec ts{};
   ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-double wall_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // A checkpoint a trial reported: where it is on its node, and who serves it there.
@@ -661,7 +658,7 @@ void on_results(controller_actor self, const std::string& id, const wire::wire_r
     if (r.names[i] == st.setup.engine->options().metric) col = i;
     keys.push_back(nlohmann::json(r.names[i]).dump() + ":");
   }
-  double now = wall_now();
+  double now = wall_seconds();
   auto& engine = *st.setup.engine;
   for (size_t row = 0; row < r.rows(); ++row) {
     std::string text = "{";
@@ -717,7 +714,7 @@ void on_event(controller_actor self, const std::string& id, const std::string& k
       if (m.is_object() && m.contains(metric) && m[metric].is_number()) st.feed->point(id, it, m[metric].get<double>());
       st.feed->last_result(id, text);
     }
-    st.pending.push_back({id, it, wall_now(), std::move(text)});
+    st.pending.push_back({id, it, wall_seconds(), std::move(text)});
     if (!more) return finish(self, more.error());
     act(self, std::move(*more));
     if (st.pending.size() >= 8192) flush(self);
@@ -878,21 +875,18 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
                         {"dir", dir},
                         {"host", host},
                         {"pid", static_cast<int64_t>(::getpid())},
-                        {"started", wall_now()}};
+                        {"started", wall_seconds()}};
     st.feed.emplace(board_feed::experiment_id(host, dir), std::move(info));
-    // A resumed experiment: its curves so far, from the store, so that the dashboard
-    // shows them whole.
-    if (st.setup.resumed) {
-      if (auto rows = st.setup.store->results()) {
-        std::map<std::string, const result_row*> latest;  // rows come by trial, then iteration
-        for (auto& r : *rows) {
-          auto m = r.metrics.find(eo.metric);
-          if (m != r.metrics.end() && m->is_number()) st.feed->point(r.trial, r.iteration, m->get<double>());
-          latest[r.trial] = &r;
-        }
-        for (auto& [trial, r] : latest) st.feed->last_result(trial, r->metrics.dump());
-      }
+    // A resumed experiment: its curves so far (the results the replay read from the
+    // store), so that the dashboard shows them whole.
+    std::map<std::string, const result_row*> latest;  // rows come by trial, then iteration
+    for (auto& r : st.setup.replayed_results) {
+      auto m = r.metrics.find(eo.metric);
+      if (m != r.metrics.end() && m->is_number()) st.feed->point(r.trial, r.iteration, m->get<double>());
+      latest[r.trial] = &r;
     }
+    for (auto& [trial, r] : latest) st.feed->last_result(trial, r->metrics.dump());
+    std::vector<result_row>{}.swap(st.setup.replayed_results);  // not needed any more
   }
   self->send(self, flush_atom::value);
   self->send(self->state.setup.head, wire::subscribe_atom::value, self->state.setup.token);  // node deaths
@@ -1002,7 +996,7 @@ caf::actor spawn_controller(caf::actor_system& sys, controller_setup setup) {
 
 expected<experiment_summary> run_experiment(cluster_client& client, experiment_engine& engine,
                                             experiment_store& store, const experiment_run_options& opt,
-                                            const resume_plan* resumed) {
+                                            resume_plan* resumed) {
   if (!client.program_server()) return status{errc::invalid_argument, "run_experiment: serve the program first"};
   auto done = std::make_shared<std::promise<expected<experiment_summary>>>();
   auto result = done->get_future();
@@ -1018,6 +1012,7 @@ expected<experiment_summary> run_experiment(cluster_client& client, experiment_e
   if (resumed) {
     setup.resumed = true;
     setup.initial_actions = resumed->actions;
+    setup.replayed_results = std::move(resumed->results);
   }
   setup.head_host = client.head_host();
   setup.head_port = client.head_port();

@@ -74,6 +74,7 @@ struct controller_setup {
   // folder are used for restarts.
   bool resumed = false;
   std::vector<engine_action> initial_actions;
+  std::vector<result_row> replayed_results;  // what the store held (the dashboard's curves so far)
   // A head in another process: where to find it again should it die (0: in this one).
   std::string head_host;
   uint16_t head_port = 0;
@@ -87,6 +88,6 @@ caf::actor spawn_controller(caf::actor_system& sys, controller_setup setup);
 // Runs one experiment to its end through `client`'s head (a controller, waited for).
 expected<experiment_summary> run_experiment(cluster_client& client, experiment_engine& engine,
                                             experiment_store& store, const experiment_run_options& opt,
-                                            const resume_plan* resumed = nullptr);
+                                            resume_plan* resumed = nullptr);
 
 }  // namespace tune

@@ -10,6 +10,7 @@
 #include "tune/cluster/registry.hpp"
 #include "tune/cluster/token.hpp"
 #include "tune/cluster/version.hpp"
+#include "tune/core/clock.hpp"
 
 namespace tune {
 
@@ -68,10 +69,6 @@ caf::message to_groups(head_actor self, const std::string& token, Atom atom, Ts&
   if (!token_equal(token, self->state.opt.token)) return caf::make_message(atom, false, wrong_token());
   self->delegate(self->state.groups, atom, std::forward<Ts>(xs)...);
   return {};
-}
-
-double wall_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // The cluster's status (nodes with their audits and drain marks, the head, placement

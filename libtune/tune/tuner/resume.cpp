@@ -96,6 +96,7 @@ expected<resume_plan> replay_experiment(experiment_engine& engine, const experim
     for (auto& a : *acts) plan.actions.push_back(a);
   }
   for (auto& [id, t] : engine.trials()) plan.finished_trials += t.state == "terminated" || t.state == "error";
+  plan.results = std::move(*results);  // the controller shows them (its dashboard curves): not read twice
   return plan;
 }
 

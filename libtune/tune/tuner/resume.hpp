@@ -23,6 +23,7 @@ struct resume_plan {
   int64_t replayed_results = 0;
   int finished_trials = 0;     // ended before the driver died
   int interrupted_trials = 0;  // were running: start again from their checkpoints
+  std::vector<result_row> results;  // the stored results the replay read (by trial, iteration)
 };
 
 expected<resume_plan> replay_experiment(experiment_engine& engine, const experiment_store& store);

@@ -5,13 +5,11 @@
 #include <chrono>
 #include <filesystem>
 
+#include "tune/core/clock.hpp"
+
 namespace tune {
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // A prepared statement, finalized on scope exit.
 class statement {
@@ -165,7 +163,7 @@ status experiment_store::add_trial(const std::string& id, const nlohmann::json& 
   if (!valid_state(state)) return status{errc::invalid_argument, "unknown trial state \"" + state + "\""};
   statement st{db_, "INSERT INTO trials(id, config, state, created, updated) VALUES(?1, ?2, ?3, ?4, ?4)"};
   if (!st.ok()) return fail("cannot add trial " + id);
-  double t = now_s();
+  double t = wall_seconds();
   int rc = st.text(1, id).text(2, config.dump()).text(3, state).real(4, t).step();
   if (rc == SQLITE_CONSTRAINT) return status{errc::already_exists, "trial " + id + " is already in the experiment"};
   if (rc != SQLITE_DONE) return fail("cannot add trial " + id);
@@ -181,7 +179,7 @@ status experiment_store::update_trial(const std::string& id, const std::string& 
   auto merged = current->info;
   merged.update(info);
   statement st{db_, "UPDATE trials SET state = ?2, error = ?3, info = ?4, updated = ?5 WHERE id = ?1"};
-  if (!st.ok() || st.text(1, id).text(2, state).text(3, error).text(4, merged.dump()).real(5, now_s()).step() != SQLITE_DONE)
+  if (!st.ok() || st.text(1, id).text(2, state).text(3, error).text(4, merged.dump()).real(5, wall_seconds()).step() != SQLITE_DONE)
     return fail("cannot update trial " + id);
   return status::ok();
 }
@@ -246,7 +244,7 @@ expected<size_t> experiment_store::add_results(const std::vector<encoded_result>
 
 status experiment_store::add_event(const std::string& trial, const std::string& kind, const nlohmann::json& body) {
   statement st{db_, "INSERT INTO events(time, trial, kind, body) VALUES(?1, ?2, ?3, ?4)"};
-  if (!st.ok() || st.real(1, now_s()).text(2, trial).text(3, kind).text(4, body.dump()).step() != SQLITE_DONE)
+  if (!st.ok() || st.real(1, wall_seconds()).text(2, trial).text(3, kind).text(4, body.dump()).step() != SQLITE_DONE)
     return fail("cannot store an event");
   return status::ok();
 }
