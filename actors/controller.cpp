@@ -13,7 +13,7 @@
 #include <set>
 
 #include "board_feed.hpp"
-#include "paths.hpp"
+#include "tune/trial/paths.hpp"
 #include "tune/host/detect.hpp"
 #include "tune/cluster/version.hpp"
 #include "tune/core/clock.hpp"

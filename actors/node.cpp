@@ -14,7 +14,7 @@
 
 #include "audit.hpp"
 #include "log.hpp"
-#include "paths.hpp"
+#include "tune/trial/paths.hpp"
 #include "trial.hpp"
 #include "tune/cluster/groups.hpp"
 #include "tune/trial/sha256.hpp"

@@ -12,7 +12,7 @@
 
 #include "audit.hpp"
 #include "log.hpp"
-#include "paths.hpp"
+#include "tune/trial/paths.hpp"
 #include "tune/trial/mps.hpp"
 #include "tune/trial/process.hpp"
 

@@ -18,6 +18,9 @@ packages=(
   zlib1g-dev                              # reading the gzip-compressed IDX files
   dataset-fashion-mnist                   # the training data
   pkg-config libcpp-httplib-dev           # the head's web dashboard (HTTP)
+  libre2-dev                              # metrics read from a program trial's output
+  libyaml-cpp-dev                         # tune run's experiment files
+  python3                                 # the trials' Python module and its tests
 )
 # To test as well (left out with LIBTUNE_DEPS=build, e.g. in the container image).
 if [ "${LIBTUNE_DEPS:-all}" != build ]; then
