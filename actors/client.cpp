@@ -206,6 +206,15 @@ caf::behavior program_server(caf::stateful_actor<program_server_state>* self) {
         self->state.files[*sha] = {path, size};
         return caf::make_message(wire::program_add_atom::value, true, *sha, size);
       },
+      // Files whose hashes the caller took (a working directory it scanned): served as
+      // they are; a node checks each file's hash as it arrives.
+      [self](wire::program_add_atom, const std::vector<std::string>& paths, const std::vector<std::string>& shas,
+             const std::vector<uint64_t>& sizes) {
+        if (paths.size() != shas.size() || paths.size() != sizes.size())
+          return caf::make_message(wire::program_add_atom::value, false, std::string{"paths, hashes and sizes differ in number"});
+        for (size_t i = 0; i < paths.size(); ++i) self->state.files[shas[i]] = {paths[i], sizes[i]};
+        return caf::make_message(wire::program_add_atom::value, true, std::string{});
+      },
       [self](wire::program_get_atom, const std::string& sha, uint64_t offset, uint32_t length) -> caf::result<caf::message> {
         auto it = self->state.files.find(sha);
         if (it == self->state.files.end()) return caf::make_error(caf::sec::invalid_argument, "no such program here");
@@ -240,9 +249,20 @@ expected<program_ref> cluster_client::serve_program(const std::string& path) {
   return out;
 }
 
+status cluster_client::serve_files(const std::vector<std::string>& paths, const std::vector<std::string>& sha256,
+                                   const std::vector<uint64_t>& sizes) {
+  if (!programs_) programs_ = spawn_program_server(sys_);
+  status out{errc::not_found, "no answer"};
+  self_->request(programs_, timeout_, wire::program_add_atom::value, paths, sha256, sizes)
+      .receive([&](wire::program_add_atom, bool ok, std::string& why) { out = ok ? status::ok() : status{errc::invalid_argument, why}; },
+               [&](caf::error& err) { out = status{errc::not_found, describe(sys_, err)}; });
+  return out;
+}
+
 expected<std::string> cluster_client::start_trial(const trial_request& req) {
   wire::wire_trial_spec spec{req.trial_id, req.group, req.bundle, req.program.name, req.program.sha256,
-                             req.program.size, req.args, req.config_json, req.restore_dir, req.restore_files};
+                             req.program.size, req.args, req.config_json, req.restore_dir, req.restore_files,
+                             req.command, req.workdir.sha256, req.workdir.size, req.env, req.output_patterns, req.metric};
   expected<std::string> out = status{errc::not_found, "no answer"};
   // Fetching a large program and starting the worker take longer than a plain request.
   self_->request(head_, timeout_ * 6, wire::trial_start_atom::value, token_, spec, programs_)
@@ -257,15 +277,26 @@ expected<std::string> cluster_client::start_trial(const trial_request& req) {
 }
 
 std::optional<trial_event> cluster_client::next_trial_event(ms timeout) {
+  // Every message from a trial counts; every ack_every of them is acknowledged, or the
+  // trial stops reading its worker (flow control, wire.hpp).
+  auto counted = [&] {
+    auto from = caf::actor_cast<caf::actor>(self_->current_sender());
+    if (!from) return;
+    auto& n = received_[from.address()];
+    if (++n % wire::ack_every == 0) self_->send(from, wire::trial_ack_atom::value, n);
+    if (received_.size() > 4096) received_.erase(received_.begin());  // old trials' counts
+  };
   if (unpacked_.empty()) {
     self_->receive(
         [&](wire::trial_event_atom, std::string& id, std::string& kind, std::string& json) {
+          counted();
           unpacked_.push_back({std::move(id), std::move(kind), std::move(json),
                                caf::actor_cast<caf::actor>(self_->current_sender())});
         },
-        [&](wire::trial_node_atom, std::string&, caf::actor&) {},  // checkpoints are the controller's
+        [&](wire::trial_node_atom, std::string&, caf::actor&) { counted(); },  // checkpoints are the controller's
         // Results as columns: one "result" event each, as the trial's JSON path writes it.
         [&](wire::trial_results_atom, std::string& id, wire::wire_results& r) {
+          counted();
           auto from = caf::actor_cast<caf::actor>(self_->current_sender());
           size_t k = r.names.size();
           if (!r.well_formed()) return;

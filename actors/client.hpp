@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <deque>
+#include <map>
 #include <optional>
 #include <memory>
 #include <string>
@@ -79,6 +80,14 @@ struct trial_request {
   // {"iteration", "files": [{"name", "size", "sha256"}]} (files registered with
   // serve_program); the node fetches it into the trial's folder.
   std::string restore_files = {};
+  // A program trial instead of `program` and `args` (wire_trial_spec): its command line,
+  // its working directory's manifest served by serve_program (empty: none), NAME=VALUE
+  // environment additions, patterns that read `metric` and others from its output.
+  std::vector<std::string> command = {};
+  program_ref workdir = {};
+  std::vector<std::string> env = {};
+  std::vector<std::string> output_patterns = {};
+  std::string metric = {};
 };
 
 struct trial_event {
@@ -131,6 +140,10 @@ class cluster_client {
   // this client's); this client owns the trials it starts: it gets their events and
   // only it may stop them.
   expected<program_ref> serve_program(const std::string& path);
+  // Files whose SHA-256 and size the caller knows (a scanned working directory), served
+  // by hash the same way.
+  status serve_files(const std::vector<std::string>& paths, const std::vector<std::string>& sha256,
+                     const std::vector<uint64_t>& sizes);
   // Starts a trial in a bundle of a created group; answers once the worker runs
   // (its pid, node, cards) or why it could not start.
   expected<std::string> start_trial(const trial_request& req);
@@ -165,6 +178,7 @@ class cluster_client {
   ms timeout_;
   caf::actor programs_;  // this client's program server, made on first use
   std::deque<trial_event> unpacked_;  // results of a "results" event not yet handed out
+  std::map<caf::actor_addr, uint64_t> received_;  // messages from each trial (acknowledged: wire.hpp)
 };
 
 // A CAF error in words.

@@ -74,6 +74,7 @@ struct live_trial {
   bool moving = false;
   std::vector<std::string> move_avoid;
   std::optional<clock_type::time_point> last_move;
+  std::set<std::string> reported;  // the metrics its results named (what an error says it reported)
 };
 
 struct controller_state {
@@ -458,6 +459,16 @@ void send_start(controller_actor self, const engine_action& a, std::string resto
   auto& lt = st.live[a.trial];
   wire::wire_trial_spec spec{a.trial,          lt.group, 0,           opt.program.name, opt.program.sha256,
                              opt.program.size, opt.args, a.cfg.dump(), restore,          files};
+  if (!opt.command.empty()) {  // a program trial: its configuration in its command line
+    auto argv = render_command(opt.command, a.cfg, opt.command_args);
+    if (!argv) return fail_start(self, a.trial, argv.error().message());
+    spec.command = std::move(*argv);
+    spec.workdir_sha256 = opt.workdir.sha256;
+    spec.workdir_size = opt.workdir.size;
+    spec.env = opt.env;
+    spec.output_patterns = opt.output_patterns;
+    spec.metric = st.setup.engine->options().metric;
+  }
   auto id = a.trial;
   uint64_t attempt = lt.attempt;
   bool exploit = !a.restore_from.empty() && a.restore_from != a.trial;
@@ -625,7 +636,8 @@ live_trial* live_for_event(controller_actor self, const std::string& id, bool en
     st.by_actor[sender.address()] = id;
     self->monitor(sender);
   }
-  if (lt.actor && sender == lt.actor) ++lt.received;
+  if (lt.actor && sender == lt.actor && ++lt.received % wire::ack_every == 0)
+    self->send(lt.actor, wire::trial_ack_atom::value, lt.received);  // flow control (wire.hpp)
   if (lt.stop_pending && !ended && lt.actor) {
     lt.stop_pending = false;
     self->send(lt.actor, wire::trial_stop_atom::value, int64_t{st.setup.options.stop_grace.count()});
@@ -654,7 +666,9 @@ void on_results(controller_actor self, const std::string& id, const wire::wire_r
   if (!r.well_formed()) return;  // not from a node of ours
   std::optional<size_t> col;  // the experiment's metric
   std::vector<std::string> keys;
+  auto& reported = st.live[id].reported;
   for (size_t i = 0; i < k; ++i) {
+    if (reported.size() < 64) reported.insert(r.names[i]);
     if (r.names[i] == st.setup.engine->options().metric) col = i;
     keys.push_back(nlohmann::json(r.names[i]).dump() + ":");
   }
@@ -693,6 +707,22 @@ void forget_actor(controller_actor self, live_trial& lt) {
   lt.stop_pending = false;
 }
 
+// What a trial that ended well reported, for the engine's error should it never have
+// reported the experiment's metric: the metrics it did report, lines that were not
+// reports, output that matched no pattern.
+std::string what_it_reported(controller_actor self, const live_trial& lt, const nlohmann::json& ended) {
+  std::string out;
+  for (auto& m : lt.reported) out += (out.empty() ? "it reported " : ", ") + m;
+  if (out.empty()) {
+    out = "it reported no result";
+    if (!self->state.setup.options.output_patterns.empty()) out += " (no line of its output matched the metric pattern)";
+  }
+  if (auto n = ended.value("ignored_lines", int64_t{0}); n > 0)
+    out += "; " + std::to_string(n) + " line(s) on its report channel were not reports, the first: " +
+           ended.value("ignored_example", std::string{});
+  return out;
+}
+
 void on_event(controller_actor self, const std::string& id, const std::string& kind, const std::string& json) {
   auto& st = self->state;
   auto* ltp = live_for_event(self, id, kind == "ended");
@@ -706,6 +736,9 @@ void on_event(controller_actor self, const std::string& id, const std::string& k
     if (!body.is_object()) return;
     int64_t it = body.value("iteration", int64_t{0});
     ++st.ingested;
+    if (body["metrics"].is_object())
+      for (auto& [name, v] : body["metrics"].items())
+        if (lt.reported.size() < 64) lt.reported.insert(name);
     auto more = engine.on_result(id, it, body["metrics"]);
     auto text = body["metrics"].dump();
     if (st.feed) {
@@ -747,7 +780,7 @@ void on_event(controller_actor self, const std::string& id, const std::string& k
     if (!flush(self)) return;  // its last results before its end
     bool ok = body.value("ok", false) || body.value("stopped", false);
     int failures_before = engine.trials().at(id).failures;
-    auto more = engine.on_ended(id, ok, body.value("error", std::string{}));
+    auto more = engine.on_ended(id, ok, ok ? what_it_reported(self, lt, body) : body.value("error", std::string{}));
     if (!more) return finish(self, more.error());
     auto& t = engine.trials().at(id);
     nlohmann::json info{{"exit", body.value("exit", "")},

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "client.hpp"
+#include "tune/trial/command.hpp"
 #include "tune/tuner/engine.hpp"
 #include "tune/tuner/progress.hpp"
 #include "tune/tuner/resume.hpp"
@@ -36,6 +37,16 @@ struct experiment_run_options {
   std::string name = "experiment";
   program_ref program;                 // the trainable, served by the program server
   std::vector<std::string> args;       // the program's command-line arguments
+  // A program trial (docs/programs.md) instead of `program` and `args`: its command,
+  // whose ${name} placeholders (and, with command_args, appended --key value pairs) take
+  // each trial's configuration; its working directory's manifest, served by the program
+  // server (no sha256: none); NAME=VALUE environment additions; patterns that read
+  // metrics from its standard output.
+  std::vector<std::string> command;
+  config_args command_args = config_args::none;
+  program_ref workdir;
+  std::vector<std::string> env;
+  std::vector<std::string> output_patterns;
   std::vector<resource_set> bundles;   // what each trial needs (its placement group)
   strategy strat = strategy::pack;
   std::chrono::milliseconds stop_grace{10000};

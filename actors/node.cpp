@@ -17,7 +17,11 @@
 #include "tune/trial/paths.hpp"
 #include "trial.hpp"
 #include "tune/cluster/groups.hpp"
+#include "tune/core/quantity.hpp"
+#include "tune/trial/command.hpp"
+#include "tune/trial/python_module.hpp"
 #include "tune/trial/sha256.hpp"
+#include "tune/trial/workdir.hpp"
 #include "tune/cluster/reservations.hpp"
 #include "tune/cluster/version.hpp"
 
@@ -45,11 +49,15 @@ struct node_state {
   std::map<std::string, std::vector<std::function<void()>>> after_end;
   caf::actor audit;                          // the GPU audit, when there is one
   std::string audit_report;                  // its latest report, for the head
-  uint64_t fetches = 0;                       // names programs being fetched
-  // Programs being fetched, by SHA-256 and the server they come from: the starts waiting
-  // for each (trials started at once share one fetch, not one each; another client's
-  // trials of the same program fetch from their own, should this one's die mid-fetch).
-  std::map<std::pair<std::string, caf::actor_addr>, std::vector<std::function<void(const status&)>>> program_fetches;
+  uint64_t fetches = 0;                       // names files being fetched
+  // Files being fetched (programs, working-directory files), by their path in the cache
+  // and the server they come from: the starts waiting for each (trials started at once
+  // share one fetch, not one each; another client's trials of the same file fetch from
+  // their own, should this one's die mid-fetch).
+  std::map<std::pair<std::string, caf::actor_addr>, std::vector<std::function<void(const status&)>>> file_fetches;
+  // Working-directory manifests read, by SHA-256 (a few: each start of a trial needs one).
+  std::map<std::string, std::shared_ptr<const workdir_manifest>> manifests;
+  std::string python_path;  // the trials' Python module (empty: not installed)
   static inline const char* name = "tune.node";
 };
 
@@ -99,12 +107,22 @@ bool valid_sha(const std::string& s) {
   return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
+// What a start needs on this node, once fetched: a trainable's program, or a program
+// trial's working directory (none: it runs in its trial folder).
+struct prepared {
+  std::string program;
+  std::shared_ptr<const workdir_manifest> workdir;
+};
+
 void start_trial(node_actor self, const wire::wire_trial_spec& spec, const reservation_table::hold& hold,
-                 const std::string& program, caf::actor owner, caf::response_promise rp) {
+                 const prepared& what, caf::actor owner, caf::response_promise rp) {
   auto& st = self->state;
   trial_options t;
   t.spec = spec;
-  t.program = program;
+  t.program = what.program;
+  t.workdir = what.workdir;
+  t.workdir_blobs = st.opt.work_dir + "/files";
+  t.python_path = st.python_path;
   t.node_id = st.opt.node_id;
   t.trial_dir = st.opt.work_dir + "/trials/" + spec.trial_id;
   std::error_code ec;
@@ -198,6 +216,115 @@ void fetch_file(node_actor self, caf::actor server, std::string sha, uint64_t si
   fetch_more(self, f);
 }
 
+// Makes sure <dir>/<sha> is in this node's cache (fetched from `server` when it is not:
+// starts that need the same file share one fetch; written under a temporary name, moved
+// into place once its hash is checked), then calls `done`.
+// `logged`: its fetch is said in the node's log ("program NAME (sha) fetched").
+void ensure_file(node_actor self, const std::string& dir, const std::string& sha, uint64_t size, const caf::actor& server,
+                 bool executable, const std::string& what, std::function<void(const status&)> done, bool logged = false) {
+  auto& st = self->state;
+  auto path = dir + "/" + sha;
+  if (::access(path.c_str(), executable ? X_OK : R_OK) == 0) return done(status::ok());
+  if (!server) return done(status{errc::not_found, what + " is not on this node and nobody serves it"});
+  auto key = std::make_pair(path, server.address());
+  auto& waiting = st.file_fetches[key];
+  waiting.push_back(std::move(done));
+  if (waiting.size() > 1) return;  // being fetched for another start already
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::string tmp = dir + "/." + sha + "." + std::to_string(::getpid()) + "." + std::to_string(++st.fetches);
+  std::remove(tmp.c_str());
+  fetch_file(self, server, sha, size, tmp, [self, tmp, path, key, executable, logged, what, sha](const status& got) {
+    status outcome = got;
+    if (outcome) {
+      ::chmod(tmp.c_str(), executable ? 0755 : 0444);
+      if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        std::remove(tmp.c_str());
+        outcome = status{errc::invalid_argument, "cannot move it into the cache"};
+      } else if (logged) {
+        log_line(what + " (" + sha.substr(0, 12) + ") fetched");
+      }
+    }
+    auto waiters = std::move(self->state.file_fetches[key]);
+    self->state.file_fetches.erase(key);
+    for (auto& w : waiters) w(outcome);
+  });
+}
+
+// The files of a working directory this node lacks, a few fetches at a time; `done`
+// once all are in (or with the first failure).
+struct files_job {
+  std::vector<workdir_file> wanted;
+  size_t next = 0, finished = 0;
+  bool failed = false;
+  size_t fetched = 0;  // fetches this start began (others it shared with starts before it)
+  uint64_t bytes = 0;  // their bytes
+  std::function<void(const status&)> done;
+};
+
+void ensure_more(node_actor self, std::shared_ptr<files_job> job, caf::actor server) {
+  constexpr size_t at_once = 8;
+  while (!job->failed && job->next < job->wanted.size() && job->next - job->finished < at_once) {
+    auto f = job->wanted[job->next++];
+    auto dir = self->state.opt.work_dir + "/files";
+    if (::access((dir + "/" + f.sha256).c_str(), R_OK) != 0 && server &&
+        !self->state.file_fetches.count({dir + "/" + f.sha256, server.address()})) {
+      ++job->fetched;  // this start fetches it (others it waits for, or finds)
+      job->bytes += f.size;
+    }
+    ensure_file(self, dir, f.sha256, f.size, server, false, "file " + f.path,
+                [self, job, server, f](const status& got) {
+                  ++job->finished;
+                  if (job->failed) return;
+                  if (!got) {
+                    job->failed = true;
+                    return job->done(status{got.code(), "cannot fetch " + f.path + " of the working directory: " + got.message()});
+                  }
+                  if (job->finished == job->wanted.size()) return job->done(status::ok());
+                  ensure_more(self, job, server);
+                });
+  }
+}
+
+// A program trial's working directory on this node: its manifest (fetched and read once
+// per node), then the files the cache lacks. `done` gets the manifest, or why not.
+void prepare_workdir(node_actor self, const wire::wire_trial_spec& spec, const caf::actor& server,
+                     std::function<void(expected<std::shared_ptr<const workdir_manifest>>)> done) {
+  auto& st = self->state;
+  auto files = st.opt.work_dir + "/files";
+  auto sha = spec.workdir_sha256;
+  auto with_manifest = [self, server, files, done](std::shared_ptr<const workdir_manifest> m) {
+    auto job = std::make_shared<files_job>();
+    std::set<std::string> seen;
+    for (auto& f : m->files)
+      if (seen.insert(f.sha256).second && ::access((files + "/" + f.sha256).c_str(), R_OK) != 0) job->wanted.push_back(f);
+    if (job->wanted.empty()) return done(m);
+    std::weak_ptr<files_job> weak = job;
+    job->done = [m, done, weak, total = m->files.size()](const status& got) {
+      if (!got) return done(got);
+      if (auto j = weak.lock(); j && j->fetched > 0)
+        log_line("working directory: fetched " + std::to_string(j->fetched) + " of its " + std::to_string(total) + " files (" +
+                 format_bytes(static_cast<int64_t>(j->bytes)) + ")");
+      done(m);
+    };
+    ensure_more(self, job, server);
+  };
+  if (auto it = st.manifests.find(sha); it != st.manifests.end()) return with_manifest(it->second);
+  ensure_file(self, files, sha, spec.workdir_size, server, false, "the working directory's manifest",
+              [self, files, sha, done, with_manifest](const status& got) {
+                if (!got) return done(status{got.code(), "cannot fetch the working directory's manifest: " + got.message()});
+                std::ifstream in(files + "/" + sha);
+                std::string text{std::istreambuf_iterator<char>(in), {}};
+                auto m = workdir_manifest::from_json(text);
+                if (!m) return done(m.error());
+                auto shared = std::make_shared<const workdir_manifest>(std::move(*m));
+                auto& cache = self->state.manifests;
+                if (cache.size() >= 32) cache.erase(cache.begin());
+                cache[sha] = shared;
+                with_manifest(shared);
+              });
+}
+
 // A checkpoint copy to start from ({"iteration", "files": [{"name", "size", "sha256"}]}):
 // its files, checked (names inside the folder, hashes well-formed), or why not.
 expected<nlohmann::json> restore_manifest(const std::string& text) {
@@ -219,7 +346,7 @@ expected<nlohmann::json> restore_manifest(const std::string& text) {
 // The trial's program is on this node: fetch the checkpoint copy it starts from, when it
 // has one, then start it. The fetches took a while, so the bundle is checked again (its
 // group may be gone, a trial of this id started meanwhile), as trial_start did.
-void continue_start(node_actor self, wire::wire_trial_spec spec, bundle_key key, std::string program,
+void continue_start(node_actor self, wire::wire_trial_spec spec, bundle_key key, prepared program,
                     caf::actor server, caf::actor owner, caf::response_promise rp, nlohmann::json files,
                     const char* fetched = "") {
   auto& st = self->state;
@@ -287,7 +414,17 @@ caf::response_promise trial_start(node_actor self, const wire::wire_trial_spec& 
   auto* hold = st.table.find({key, bundle});
   if (!hold || hold->state != hold_state::committed)
     return no("it holds no committed bundle " + std::to_string(bundle) + " of group " + spec.group);
-  if (!valid_sha(spec.program_sha256)) return no("the program's SHA-256 is not 64 hex digits");
+  bool program_trial = !spec.command.empty();
+  if (!program_trial && !valid_sha(spec.program_sha256)) return no("the program's SHA-256 is not 64 hex digits");
+  if (program_trial) {
+    for (auto& kv : spec.env) {
+      auto eq = kv.find('=');
+      if (auto s = check_env_name(kv.substr(0, eq)); eq == std::string::npos || !s)
+        return no("the trial's environment: " + (eq == std::string::npos ? "\"" + kv + "\" is not NAME=VALUE" : s.message()));
+    }
+    if (!spec.workdir_sha256.empty() && !valid_sha(spec.workdir_sha256))
+      return no("the working directory's SHA-256 is not 64 hex digits");
+  }
   // Where it starts from: a checkpoint folder of this node's (restore_dir), else a copy
   // the client serves (restore_files, fetched into the trial's folder), else afresh.
   nlohmann::json files;
@@ -309,48 +446,35 @@ caf::response_promise trial_start(node_actor self, const wire::wire_trial_spec& 
       files = std::move(*m);
     }
   }
-  std::string cached = st.opt.work_dir + "/programs/" + spec.program_sha256;
-  if (::access(cached.c_str(), X_OK) == 0) {
-    continue_start(self, started, hold->key, cached, server, owner, rp, files);
+  auto key_of = hold->key;
+  // This start goes on once what it needs is in the cache (or fails with the fetch).
+  auto failed = [self, rp, id = spec.trial_id](const std::string& text) mutable {
+    log_line("trial " + id + " not started: " + text);
+    rp.deliver(wire::start_answer(false, "node " + self->state.opt.node_id + ": " + text));
+  };
+  if (program_trial) {
+    if (spec.workdir_sha256.empty()) {
+      continue_start(self, started, key_of, {}, server, owner, rp, files);
+      return rp;
+    }
+    prepare_workdir(self, spec, server, [=](expected<std::shared_ptr<const workdir_manifest>> m) mutable {
+      if (!m) return failed(m.error().message());
+      continue_start(self, started, key_of, {"", *m}, server, owner, rp, files, "its working directory");
+    });
     return rp;
   }
-  if (!server) return no("program " + spec.program_name + " is not on this node and nobody serves it");
-  auto key_of = hold->key;
-  // This start goes on once the program is in the cache (or fails with the fetch).
-  auto fetch_key = std::make_pair(spec.program_sha256, server.address());
-  auto& waiting = st.program_fetches[fetch_key];
-  waiting.push_back([=](const status& got) mutable {
-    if (!got) {
-      std::string text = "cannot fetch program " + spec.program_name + ": " + got.message();
-      log_line("trial " + spec.trial_id + " not started: " + text);
-      rp.deliver(wire::start_answer(false, "node " + self->state.opt.node_id + ": " + text));
-      return;
-    }
-    continue_start(self, started, key_of, cached, server, owner, rp, files, "its program");
-  });
-  if (waiting.size() > 1) return rp;  // being fetched for another start already
-  std::error_code ec;
-  std::filesystem::create_directories(st.opt.work_dir + "/programs", ec);
-  std::string tmp = st.opt.work_dir + "/programs/." + spec.program_sha256 + "." + std::to_string(::getpid()) + "." +
-                    std::to_string(++st.fetches);
-  std::remove(tmp.c_str());
-  auto sha = spec.program_sha256;
-  auto name = spec.program_name;
-  fetch_file(self, server, sha, spec.program_size, tmp, [self, sha, name, tmp, cached, fetch_key](const status& got) {
-    status outcome = got;
-    if (outcome) {
-      ::chmod(tmp.c_str(), 0755);
-      if (std::rename(tmp.c_str(), cached.c_str()) != 0) {
-        std::remove(tmp.c_str());
-        outcome = status{errc::invalid_argument, "cannot move it into the cache"};
-      } else {
-        log_line("program " + name + " (" + sha.substr(0, 12) + ") fetched");
-      }
-    }
-    auto waiters = std::move(self->state.program_fetches[fetch_key]);
-    self->state.program_fetches.erase(fetch_key);
-    for (auto& w : waiters) w(outcome);
-  });
+  std::string programs = st.opt.work_dir + "/programs";
+  std::string cached = programs + "/" + spec.program_sha256;
+  ensure_file(
+      self, programs, spec.program_sha256, spec.program_size, server, true, "program " + spec.program_name,
+      [=](const status& got) mutable {
+        if (!got) {
+          auto why = got.message();
+          return failed(why.rfind("program ", 0) == 0 ? why : "cannot fetch program " + spec.program_name + ": " + why);
+        }
+        continue_start(self, started, key_of, {cached, nullptr}, server, owner, rp, files, "its program");
+      },
+      true);
   return rp;
 }
 
@@ -404,6 +528,10 @@ caf::behavior node(node_actor self, node_options opt) {
   auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch());
   self->state.table = reservation_table{self->state.opt.resources, static_cast<uint64_t>(us.count())};
   self->state.started = self->clock().now();
+  if (!self->state.opt.work_dir.empty()) {
+    if (auto py = install_python_module(self->state.opt.work_dir + "/python")) self->state.python_path = *py;
+    else log_line("trials get no libtune Python module: " + py.error().message());
+  }
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
     if (!st.head || dm.source != st.head.address()) return;

@@ -13,7 +13,9 @@
 #include "audit.hpp"
 #include "log.hpp"
 #include "tune/trial/paths.hpp"
+#include "tune/trial/command.hpp"
 #include "tune/trial/mps.hpp"
+#include "tune/trial/output_metrics.hpp"
 #include "tune/trial/process.hpp"
 
 namespace tune {
@@ -29,6 +31,24 @@ using greet_wait_atom = caf::atom_constant<caf::atom("tgreetw")>;
 struct control {
   std::atomic<int> stop_after_ms{-1};  // >= 0: SIGTERM now, SIGKILL after that long
   std::atomic<bool> kill{false}, pause{false}, resume{false};
+  // Flow control: the owner is behind (too many messages unacknowledged), or the actor is
+  // (lines sent to it not handled yet): the thread stops reading the worker's pipes.
+  std::atomic<bool> hold_reading{false};
+  std::atomic<int64_t> lines_in_flight{0};
+};
+constexpr int64_t max_lines_in_flight = 1 << 16;
+
+// How the watching thread starts the worker: for a program trial it first makes the
+// trial's own copy of the working directory and finds the command's program (off the
+// node actor's thread: a large folder takes a while to copy).
+struct launch {
+  process_spec spec;
+  std::string node_id;
+  std::shared_ptr<const workdir_manifest> workdir;
+  std::string blobs;
+  bool find_program = false;
+  std::vector<std::string> patterns;  // metrics in its standard output
+  std::string metric;
 };
 
 struct trial_state {
@@ -49,6 +69,9 @@ struct trial_state {
   bool released = false;  // its bundle was taken back: nobody waits for what it says
   std::deque<caf::message> sent;
   uint64_t first = 0;  // the number of sent.front()
+  uint64_t acked = 0;  // how many the owner said it received (flow control)
+  int64_t ignored_lines = 0;  // lines on its report channel that were not reports
+  std::string ignored_example;
   uint64_t held_since = 0;  // messages from this number on were not sent (while not greeted)
   uint64_t hold_round = 0;
   static inline const char* name = "tune.trial";
@@ -77,8 +100,26 @@ nlohmann::json gpus_json(const trial_options& opt) {
 }
 
 // The watching thread: starts the worker, reads it, acts on the controls, reaps it.
-void watch(caf::actor self, process_spec spec, std::shared_ptr<control> ctl, std::shared_ptr<spawner> via) {
-  auto p = worker_process::start(spec, via.get());
+void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_ptr<spawner> via) {
+  auto refuse = [&](const std::string& why) { caf::anon_send(self, started_atom::value, 0, 0, "node " + l.node_id + ": " + why); };
+  std::optional<output_metrics> metrics;
+  if (!l.patterns.empty()) {
+    auto m = output_metrics::make(l.patterns, l.metric);
+    if (!m) return refuse(m.error().message());
+    metrics = std::move(*m);
+  }
+  if (l.workdir) {  // a fresh copy on every start: what an earlier run changed is gone
+    std::error_code ec;
+    std::filesystem::remove_all(l.spec.cwd, ec);
+    if (auto s = materialize_workdir(*l.workdir, l.blobs, l.spec.cwd); !s) return refuse("its working directory: " + s.message());
+  }
+  if (l.find_program) {
+    auto path = l.spec.env.count("PATH") ? l.spec.env.at("PATH") : std::string{};
+    auto program = resolve_program(l.spec.argv[0], l.spec.cwd, path);
+    if (!program) return refuse(program.error().message());
+    l.spec.argv[0] = *program;
+  }
+  auto p = worker_process::start(l.spec, via.get());
   if (!p) {
     caf::anon_send(self, started_atom::value, 0, 0, p.error().message());
     return;
@@ -86,20 +127,32 @@ void watch(caf::actor self, process_spec spec, std::shared_ptr<control> ctl, std
   auto& w = **p;
   caf::anon_send(self, started_atom::value, w.pid(), w.group(), std::string{});
   std::optional<std::chrono::steady_clock::time_point> kill_at;
-  std::vector<std::string> lines;
+  std::vector<std::string> lines, output;
+  auto* output_lines = metrics ? &output : nullptr;
+  auto hand_over = [&] {
+    for (auto& o : output)
+      if (auto r = metrics->report_line(o)) lines.push_back(std::move(*r));
+    output.clear();
+    if (lines.empty()) return;
+    ctl->lines_in_flight += static_cast<int64_t>(lines.size());
+    caf::anon_send(self, line_atom::value, std::move(lines));  // one message per read
+    lines.clear();
+  };
   std::optional<exit_info> done;
   int idle_ms = 1;
   while (!done) {
     // poll() returns at once when the worker has closed its output and report channel
     // (it may still run): then this thread sleeps instead of spinning, 1 ms first (a
     // worker that closed them is usually ending: its slot is free again at once), then
-    // twice as long each time up to 50 ms.
-    if (!w.poll(std::chrono::milliseconds(50), lines)) {
+    // twice as long each time up to 50 ms. While the owner or the actor is behind, it
+    // reads nothing (the worker's writes block once the pipes are full).
+    if (ctl->hold_reading || ctl->lines_in_flight > max_lines_in_flight) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    } else if (!w.poll(std::chrono::milliseconds(50), lines, output_lines)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(idle_ms));
       idle_ms = std::min(idle_ms * 2, 50);
     }
-    if (!lines.empty()) caf::anon_send(self, line_atom::value, std::move(lines));  // one message per read
-    lines.clear();
+    hand_over();
     if (int grace = ctl->stop_after_ms.exchange(-1); grace >= 0) {
       w.terminate();
       kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace);
@@ -109,13 +162,31 @@ void watch(caf::actor self, process_spec spec, std::shared_ptr<control> ctl, std
     if (ctl->resume.exchange(false)) w.resume();
     done = w.try_wait();
   }
-  w.poll(std::chrono::milliseconds(0), lines);  // the last words
-  if (!lines.empty()) caf::anon_send(self, line_atom::value, std::move(lines));
-  caf::anon_send(self, ended_atom::value, done->exited, done->code, done->describe(), w.stderr_tail());
+  w.poll(std::chrono::milliseconds(0), lines, output_lines);  // the last words
+  hand_over();
+  caf::anon_send(self, ended_atom::value, done->exited, done->code, done->describe(), w.stderr_tail(),
+                 static_cast<int64_t>(w.overlong_lines()));
+}
+
+// The last line of what a process wrote to its standard error, shortened: what a failed
+// trial's error ends with (a Python traceback's exception, a trainable's message).
+std::string last_line(const std::string& text) {
+  auto end = text.find_last_not_of(" \t\r\n");
+  if (end == std::string::npos) return "";
+  auto start = text.rfind('\n', end);
+  auto line = text.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+  return line.size() > 300 ? line.substr(0, 297) + "..." : line;
 }
 
 constexpr size_t kept_messages = 4096;  // a few seconds of a fast trial; small per trial
 constexpr std::chrono::seconds hold_wait{600};
+
+// Whether the watching thread may read on: the owner is at most ack_window behind.
+void pace(trial_actor self) {
+  auto& st = self->state;
+  uint64_t end = st.first + st.sent.size();
+  st.ctl->hold_reading = st.opt.owner && end > st.acked + wire::ack_window;
+}
 
 void to_owner(trial_actor self, caf::message msg) {
   auto& st = self->state;
@@ -126,12 +197,15 @@ void to_owner(trial_actor self, caf::message msg) {
     st.sent.pop_front();
     ++st.first;
   }
+  pace(self);
 }
 
 // The owner can be reached and has had the first `received` messages: the rest go out,
 // in order; an ended trial is done.
 void greeted(trial_actor self, uint64_t received) {
   auto& st = self->state;
+  st.acked = std::max(st.acked, received);
+  pace(self);
   uint64_t end = st.first + st.sent.size();
   if (st.greeted && received >= end) return;  // nothing missing
   if (received < st.first)
@@ -255,10 +329,25 @@ class plain_result {
 caf::behavior trial(trial_actor self, trial_options opt) {
   auto& st = self->state;
   st.opt = std::move(opt);
-  std::vector<std::string> argv{st.opt.program};
-  argv.insert(argv.end(), st.opt.spec.args.begin(), st.opt.spec.args.end());
-  st.watcher = std::thread(watch, caf::actor_cast<caf::actor>(self),
-                           process_spec{std::move(argv), trial_environment(st.opt), st.opt.trial_dir}, st.ctl, st.opt.workers);
+  launch l;
+  l.node_id = st.opt.node_id;
+  l.spec.env = trial_environment(st.opt);
+  l.spec.cwd = st.opt.trial_dir;
+  if (!st.opt.spec.command.empty()) {  // a program trial: its command, in its working copy
+    l.spec.argv = st.opt.spec.command;
+    l.find_program = true;
+    l.patterns = st.opt.spec.output_patterns;
+    l.metric = st.opt.spec.metric;
+    if (st.opt.workdir) {
+      l.workdir = st.opt.workdir;
+      l.blobs = st.opt.workdir_blobs;
+      l.spec.cwd = st.opt.trial_dir + "/work";
+    }
+  } else {
+    l.spec.argv = {st.opt.program};
+    l.spec.argv.insert(l.spec.argv.end(), st.opt.spec.args.begin(), st.opt.spec.args.end());
+  }
+  st.watcher = std::thread(watch, caf::actor_cast<caf::actor>(self), std::move(l), st.ctl, st.opt.workers);
   auto from_owner = [self] {
     auto& st = self->state;
     return st.opt.owner && self->current_sender() == st.opt.owner.address();
@@ -268,6 +357,11 @@ caf::behavior trial(trial_actor self, trial_options opt) {
   return {
       [self, from_owner](wire::route_atom, uint64_t received) {
         if (from_owner()) greeted(self, received);
+      },
+      [self, from_owner](wire::trial_ack_atom, uint64_t received) {
+        if (!from_owner()) return;
+        self->state.acked = std::max(self->state.acked, received);
+        pace(self);
       },
       [self](greet_wait_atom, uint64_t round) {
         auto& st = self->state;
@@ -324,6 +418,13 @@ caf::behavior trial(trial_actor self, trial_options opt) {
       // any other result as a "result" event; all in the order the worker wrote them.
       [self](line_atom, const std::vector<std::string>& lines) {
         auto& st = self->state;
+        st.ctl->lines_in_flight -= static_cast<int64_t>(lines.size());
+        auto ignore = [&](const std::string& line) {
+          if (st.ignored_lines++ > 0) return;
+          st.ignored_example = line.size() > 200 ? line.substr(0, 197) + "..." : line;
+          log_line("trial " + st.opt.spec.trial_id + ": ignored a line on its report channel that is not a report: " +
+                   st.ignored_example);
+        };
         wire::wire_results batch;
         plain_result row;
         auto flush = [&] {
@@ -344,7 +445,10 @@ caf::behavior trial(trial_actor self, trial_options opt) {
             continue;
           }
           auto j = nlohmann::json::parse(line, nullptr, false);
-          if (j.is_discarded() || !j.is_object() || !j.contains("type") || !j["type"].is_string()) continue;
+          if (j.is_discarded() || !j.is_object() || !j.contains("type") || !j["type"].is_string()) {
+            ignore(line);
+            continue;
+          }
           auto type = j["type"].get<std::string>();
           if (type == "result" && j.contains("metrics") && j["metrics"].is_object()) {
             ++st.results;
@@ -360,14 +464,17 @@ caf::behavior trial(trial_actor self, trial_options opt) {
           } else if (type == "done") {
             flush();
             event(self, "done", {{"message", j.contains("message") && j["message"].is_string() ? j["message"] : ""}});
+          } else {
+            ignore(line);
           }
         }
         flush();
       },
-      [self](ended_atom, bool exited, int code, const std::string& how, const std::string& stderr_tail) {
+      [self](ended_atom, bool exited, int code, const std::string& how, const std::string& stderr_tail, int64_t overlong) {
         auto& st = self->state;
-        // After a stop request, ending by SIGTERM's default action is a clean stop too.
-        bool ok = (exited && code == 0) || (st.stopped && !exited && code == SIGTERM);
+        // After a stop request, ending by SIGTERM's default action (or with its exit status,
+        // 143, as Python's libtune module and shells do) is a clean stop too.
+        bool ok = (exited && code == 0) || (st.stopped && ((!exited && code == SIGTERM) || (exited && code == 128 + SIGTERM)));
         std::string error;
         if (!st.violation.empty()) {
           ok = false;
@@ -379,6 +486,11 @@ caf::behavior trial(trial_actor self, trial_options opt) {
           error = "did not stop within the grace period: killed";
         } else if (!ok) {
           error = "the trial's process ended with " + how + (st.stopped ? " after the stop request" : "");
+          if (auto last = last_line(stderr_tail); !last.empty()) error += ": " + last;
+        }
+        if (overlong > 0) {
+          if (st.ignored_lines == 0) st.ignored_example = "(a line longer than 1 MiB)";
+          st.ignored_lines += overlong;
         }
         nlohmann::json body{{"ok", ok},
                             {"exit", how},
@@ -390,6 +502,10 @@ caf::behavior trial(trial_actor self, trial_options opt) {
                             {"gpu_audited", static_cast<bool>(st.opt.audit)},
                             {"checkpoint", st.last_checkpoint},
                             {"gpu_memory_peak", st.gpu_memory_peak}};
+        if (st.ignored_lines > 0) {
+          body["ignored_lines"] = st.ignored_lines;
+          body["ignored_example"] = st.ignored_example;
+        }
         log_line("trial " + st.opt.spec.trial_id + " ended: " + how);
         event(self, "ended", body);
         if (st.watcher.joinable()) st.watcher.join();
@@ -442,6 +558,9 @@ caf::behavior trial(trial_actor self, trial_options opt) {
 
 std::map<std::string, std::string> trial_environment(const trial_options& opt) {
   auto env = opt.base_env;
+  // What the experiment adds (its names checked by the node: none of those set below).
+  for (auto& kv : opt.spec.env)
+    if (auto eq = kv.find('='); eq != std::string::npos && eq > 0) env[kv.substr(0, eq)] = kv.substr(eq + 1);
   std::string visible;
   for (auto& c : opt.cards) visible += (visible.empty() ? "" : ",") + c.uuid;
   env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
@@ -452,6 +571,9 @@ std::map<std::string, std::string> trial_environment(const trial_options& opt) {
   env["TUNE_TRIAL_CONFIG"] = opt.spec.config_json.empty() ? "{}" : opt.spec.config_json;
   env["TUNE_TRIAL_GPUS"] = gpus_json(opt).dump();
   env["TUNE_REPORT_FD"] = std::to_string(worker_process::report_fd);
+  // The node's Python module first on PYTHONPATH (`import libtune` needs nothing installed).
+  if (!opt.python_path.empty())
+    env["PYTHONPATH"] = opt.python_path + (env.count("PYTHONPATH") && !env["PYTHONPATH"].empty() ? ":" + env["PYTHONPATH"] : "");
   if (!opt.spec.restore_dir.empty()) env["TUNE_RESTORE_DIR"] = opt.spec.restore_dir;
   // Thread pools (OpenMP, OpenBLAS, MKL) sized to the CPUs the trial holds, not to the
   // machine's, unless the node's own environment says otherwise.

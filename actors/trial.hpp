@@ -16,7 +16,17 @@
 //   "checkpoint" {"iteration", "path", "bytes", "files"} (a folder of its trial folder)
 //   "done"     {"message"}
 //   "ended"    {"ok", "exit", "error", "stderr_tail", "results", "stopped", "killed",
-//               "gpu_audited", "gpu_memory_peak", "checkpoint" (the latest, or null)}
+//               "gpu_audited", "gpu_memory_peak", "checkpoint" (the latest, or null),
+//               "ignored_lines" (on its report channel, not reports, or too long),
+//               "ignored_example" (the first of them, shortened)}
+// A program trial's standard output lines that match its output patterns are results too
+// (tune/trial/output_metrics.hpp). The error of a process that failed ends with the last
+// line of its standard error (a Python traceback's exception, say).
+//
+// Flow control: the owner acknowledges what it received (trial_ack_atom, wire.hpp); with
+// more than ack_window messages unacknowledged, or too many lines not yet handled here,
+// the watching thread stops reading the worker's pipes, and a worker that floods its
+// reports blocks on its writes: memory stays bounded on the node and downstream.
 // GPU memory (bytes, all its processes on its cards) is what the node's GPU audit
 // measured; a trial the audit finds on a card it was not given or over its quota is
 // killed and its error says so.
@@ -31,6 +41,7 @@
 
 #include "tune/core/node_resources.hpp"
 #include "tune/trial/process.hpp"
+#include "tune/trial/workdir.hpp"
 #include "wire.hpp"
 
 namespace tune {
@@ -49,6 +60,13 @@ struct trial_options {
   caf::actor node;   // the node actor (it serves the trial's checkpoints)
   caf::actor audit;  // the node's GPU audit (none without NVML or real cards)
   std::shared_ptr<tune::spawner> workers;  // starts the worker (none: a fork of this process)
+  // A program trial (spec.command): before it starts, its own copy of the working
+  // directory is made from this manifest (files from workdir_blobs/<sha256>) in
+  // <trial_dir>/work, anew on every start, and is its working directory; its program is
+  // found there or on its PATH. Without a manifest it runs in its trial folder.
+  std::shared_ptr<const workdir_manifest> workdir;
+  std::string workdir_blobs;
+  std::string python_path;  // the node's Python module folder: first on PYTHONPATH ("" : none)
   caf::response_promise started;  // answered when the worker runs (or could not start)
 };
 

@@ -56,6 +56,11 @@
 //                  numbers, as columns (the fast path; anything else comes as a "result" event),
 //                  in order with the trial's other events
 //   client -> trial (trial_stop_atom, grace_ms) | (trial_kill_atom) | (trial_pause_atom) | (trial_resume_atom)
+//   client -> trial (trial_ack_atom, received)   how many of its messages came (every
+//                  ack_every of them): a trial with more than ack_window messages not yet
+//                  acknowledged stops reading its worker's reports until they are (the
+//                  worker then blocks on its writes), so a report flood holds bounded
+//                  memory on the node, the head and the client
 //   trial -> client (trial_node_atom, trial_id, node actor)   once it runs: where its checkpoints are read
 // Checkpoints are copied from the node in chunks (docs/trials.md), by a token holder:
 //   client -> node (ckpt_list_atom, token, trial_id, path)  -> (ckpt_list_atom, bool, json-or-error)
@@ -129,6 +134,7 @@ using program_get_atom = caf::atom_constant<caf::atom("progget")>;
 using program_add_atom = caf::atom_constant<caf::atom("progadd")>;
 using gpu_audit_atom = caf::atom_constant<caf::atom("gpuaudit")>;
 using route_atom = caf::atom_constant<caf::atom("route")>;
+using trial_ack_atom = caf::atom_constant<caf::atom("trialack")>;
 using rebalance_atom = caf::atom_constant<caf::atom("rebalance")>;
 using drain_atom = caf::atom_constant<caf::atom("drain")>;
 using pg_move_atom = caf::atom_constant<caf::atom("pgmove")>;
@@ -149,6 +155,9 @@ constexpr auto trial_greeting_wait = std::chrono::seconds(10);
 // The most bytes of a file (program, checkpoint) one message carries: never one giant
 // message (CAF.md).
 constexpr uint32_t max_chunk = 4u << 20;
+// Flow control of a trial's messages to its owner (trial_ack_atom).
+constexpr uint64_t ack_every = 64;
+constexpr uint64_t ack_window = 512;
 
 // The answer to a trial start (trial_start_atom, ok, text, trial actor).
 inline caf::message start_answer(bool ok, std::string text, caf::actor trial = {}) {
@@ -270,12 +279,25 @@ struct wire_trial_spec {
   // Else (restore_dir not on this node, or empty) a copy the client serves, fetched by
   // SHA-256 from its program server: {"iteration", "files": [{"name", "size", "sha256"}]}.
   std::string restore_files;
+  // A program trial (docs/programs.md), instead of program_* and args: the command line
+  // (argv, configuration already in it; its program found on the node), run in a copy
+  // of the working directory whose manifest (tune/trial/workdir.hpp) the client serves by
+  // SHA-256 (none: in the trial's folder); `env`: NAME=VALUE added to the node's
+  // environment; `output_patterns`: metrics read from its standard output (one-group
+  // patterns read `metric`).
+  std::vector<std::string> command;
+  std::string workdir_sha256;
+  uint64_t workdir_size = 0;
+  std::vector<std::string> env;
+  std::vector<std::string> output_patterns;
+  std::string metric;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_trial_spec& x) {
   return f(caf::meta::type_name("wire_trial_spec"), x.trial_id, x.group, x.bundle, x.program_name, x.program_sha256,
-           x.program_size, x.args, x.config_json, x.restore_dir, x.restore_files);
+           x.program_size, x.args, x.config_json, x.restore_dir, x.restore_files, x.command, x.workdir_sha256,
+           x.workdir_size, x.env, x.output_patterns, x.metric);
 }
 
 // Results of one trial that name the same metrics, as columns: row r's metric k is

@@ -467,7 +467,36 @@ worker_process::~worker_process() {
   close_fd(rep_);
 }
 
-bool worker_process::poll(std::chrono::milliseconds timeout, std::vector<std::string>& reports) {
+namespace {
+
+// Appends the complete lines of `data` (after what `partial` holds) to `lines`, keeping
+// the unfinished rest in `partial`; a line longer than `limit` is dropped whole.
+void split_lines(const char* data, size_t n, std::string& partial, bool& skipping, size_t limit,
+                 std::vector<std::string>& lines, size_t& overlong) {
+  const char* end = data + n;
+  while (data < end) {
+    auto* nl = static_cast<const char*>(std::memchr(data, '\n', static_cast<size_t>(end - data)));
+    const char* stop = nl ? nl : end;
+    if (!skipping) {
+      partial.append(data, static_cast<size_t>(stop - data));
+      if (partial.size() > limit) {
+        partial.clear();
+        skipping = true;
+        ++overlong;
+      }
+    }
+    if (!nl) break;
+    if (!skipping) lines.push_back(std::move(partial));
+    partial.clear();
+    skipping = false;
+    data = nl + 1;
+  }
+}
+
+}  // namespace
+
+bool worker_process::poll(std::chrono::milliseconds timeout, std::vector<std::string>& reports,
+                          std::vector<std::string>* output_lines) {
   pollfd fds[3];
   int* owners[3];
   nfds_t n = 0;
@@ -486,9 +515,15 @@ bool worker_process::poll(std::chrono::milliseconds timeout, std::vector<std::st
     for (;;) {
       ssize_t got = ::read(fd, buf, sizeof buf);
       if (got > 0) {
-        if (&fd == &out_) keep_tail(out_tail_, buf, static_cast<size_t>(got));
-        else if (&fd == &err_) keep_tail(err_tail_, buf, static_cast<size_t>(got));
-        else rep_partial_.append(buf, static_cast<size_t>(got));
+        auto n = static_cast<size_t>(got);
+        if (&fd == &out_) {
+          keep_tail(out_tail_, buf, n);
+          if (output_lines) split_lines(buf, n, out_partial_, out_skipping_, max_output_line, *output_lines, overlong_);
+        } else if (&fd == &err_) {
+          keep_tail(err_tail_, buf, n);
+        } else {
+          split_lines(buf, n, rep_partial_, rep_skipping_, max_report_line, reports, overlong_);
+        }
         continue;
       }
       if (got < 0 && errno == EINTR) continue;
@@ -496,13 +531,13 @@ bool worker_process::poll(std::chrono::milliseconds timeout, std::vector<std::st
       break;
     }
   }
-  for (size_t nl; (nl = rep_partial_.find('\n')) != std::string::npos;) {
-    reports.push_back(rep_partial_.substr(0, nl));
-    rep_partial_.erase(0, nl + 1);
-  }
   if (rep_ < 0 && !rep_partial_.empty()) {  // a last line without its newline
     reports.push_back(std::move(rep_partial_));
     rep_partial_.clear();
+  }
+  if (out_ < 0 && output_lines && !out_partial_.empty()) {
+    output_lines->push_back(std::move(out_partial_));
+    out_partial_.clear();
   }
   return out_ >= 0 || err_ >= 0 || rep_ >= 0;
 }

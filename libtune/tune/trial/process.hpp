@@ -83,9 +83,14 @@ class worker_process {
   int group() const { return keeper_; }      // its process group (the keeper's pid)
 
   // Waits up to `timeout` for output, then reads what is there. Complete report lines
-  // are appended to `reports`; output and errors go to their tails. False once every
-  // pipe is closed (the process and its children are gone or closed them).
-  bool poll(std::chrono::milliseconds timeout, std::vector<std::string>& reports);
+  // are appended to `reports`; output and errors go to their tails, and complete lines
+  // of standard output to `output_lines` as well when given. A line longer than
+  // max_report_line (reports) or max_output_line (output) is dropped whole and counted
+  // (overlong_lines): a worker that never writes a newline holds bounded memory here.
+  // False once every pipe is closed (the process and its children are gone or closed
+  // them).
+  bool poll(std::chrono::milliseconds timeout, std::vector<std::string>& reports,
+            std::vector<std::string>* output_lines = nullptr);
   // Reaps the process if it has ended.
   std::optional<exit_info> try_wait();
   // Waits until it ends (reading its pipes meanwhile); nothing after `timeout`.
@@ -102,6 +107,9 @@ class worker_process {
 
   static constexpr int report_fd = 3;
   static constexpr size_t tail_bytes = 16 * 1024;
+  static constexpr size_t max_report_line = 1 << 20;
+  static constexpr size_t max_output_line = 64 * 1024;
+  size_t overlong_lines() const { return overlong_; }
 
  private:
   worker_process() = default;
@@ -111,7 +119,9 @@ class worker_process {
   int keeper_ = -1;  // its parent, the group's leader (process.cpp says why)
   bool own_keeper_ = true;  // a child of this process (reaped here); else the spawner's
   int out_ = -1, err_ = -1, rep_ = -1, news_ = -1;  // read ends, -1 once closed
-  std::string out_tail_, err_tail_, rep_partial_;
+  std::string out_tail_, err_tail_, rep_partial_, out_partial_;
+  bool rep_skipping_ = false, out_skipping_ = false;  // inside an overlong line, until its newline
+  size_t overlong_ = 0;
   std::optional<exit_info> exit_;
 };
 

@@ -71,6 +71,24 @@ TEST_P(WorkerProcess, ReportsArriveAsLinesOnTheReportChannel) {
   EXPECT_EQ(p->stdout_tail(), "not-a-report\n");
 }
 
+TEST_P(WorkerProcess, OutputLinesAreSplitAndOverlongLinesDroppedWhole) {
+  // A 3 MiB report without a newline, then a good one; 100 KiB of output without one,
+  // then two lines: the overlong ones are dropped whole (counted), the rest arrive.
+  auto p = sh("head -c 3145728 /dev/zero | tr '\\0' x >&3; echo >&3; echo good >&3; "
+              "head -c 102400 /dev/zero | tr '\\0' y; echo; echo acc=1; printf 'acc=2'");
+  std::vector<std::string> reports, output;
+  std::optional<exit_info> e;
+  auto until = std::chrono::steady_clock::now() + 10s;
+  while (!(e = p->try_wait()) && std::chrono::steady_clock::now() < until)
+    if (!p->poll(20ms, reports, &output)) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(e && e->ok());
+  while (p->poll(0ms, reports, &output)) {
+  }
+  EXPECT_EQ(reports, std::vector<std::string>{"good"});
+  EXPECT_EQ(output, (std::vector<std::string>{"acc=1", "acc=2"}));
+  EXPECT_EQ(p->overlong_lines(), 2u);
+}
+
 TEST_P(WorkerProcess, AProgramThatCannotStartIsAnError) {
   auto p = start({{"/nonexistent/trainer"}, {}, ""});
   ASSERT_FALSE(p);

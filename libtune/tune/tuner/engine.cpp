@@ -250,6 +250,11 @@ expected<std::vector<engine_action>> experiment_engine::on_ended(const std::stri
     if (t.error.empty()) (void)scheduler_.on_trial_complete(id);
     else (void)scheduler_.on_trial_error(id);
     (void)search_.on_complete(id);
+  } else if (ok && !t.value && !opt_.metric.empty()) {
+    t.state = "error";
+    t.error = "it ended without reporting " + opt_.metric + (error.empty() ? "" : " (" + error + ")");
+    (void)scheduler_.on_trial_error(id);
+    (void)search_.on_complete(id);
   } else if (ok) {
     t.state = "terminated";
     (void)scheduler_.on_trial_complete(id);

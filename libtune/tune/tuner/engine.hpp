@@ -90,7 +90,11 @@ class experiment_engine {
   expected<std::vector<engine_action>> on_metric(const std::string& id, int64_t iteration,
                                                  std::optional<double> value);
   void on_checkpoint(const std::string& id, int64_t iteration);
-  // The trial's process ended: ok (exit 0, or ended on our stop/pause) or not (its error).
+  // The trial's process ended: ok (exit 0, or ended on our stop/pause) or not (`error`:
+  // its error). A trial that ended well by itself without ever reporting the metric
+  // ends in error all the same ("it ended without reporting val_acc"), followed by
+  // `error` when ok (what it reported instead); it is not restarted (max_failures): it
+  // would do the same again.
   expected<std::vector<engine_action>> on_ended(const std::string& id, bool ok, const std::string& error = {});
 
   // The trial's process was ended by something that is not its fault (the program that

@@ -319,3 +319,27 @@ TEST(Engine, TheTimeBudgetStopsEveryTrialAndStartsNoMore) {
 
 }  // namespace
 }  // namespace tune
+
+namespace tune {
+namespace {
+
+TEST(Engine, ATrialThatEndsWellWithoutEverReportingTheMetricEndsInErrorAndIsNotRestarted) {
+  auto o = opts(1);
+  o.max_failures = 3;  // it would do the same again: not a failure to retry
+  rig r{fifo{}, 2, o};
+  auto a = r.step();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_TRUE(ok(r.engine->on_result(a[0].trial, 1, {{"loss", 0.5}})).empty());  // another metric only
+  EXPECT_TRUE(r.ended(a[0].trial, true, "it reported loss").empty());
+  EXPECT_EQ(r.state(a[0].trial), "error");
+  EXPECT_EQ(r.engine->trials().at(a[0].trial).error, "it ended without reporting acc (it reported loss)");
+  // One that reported it ends well, as before.
+  auto b = r.step();
+  ASSERT_EQ(b.size(), 1u);
+  r.result(b[0].trial, 1, 0.7);
+  r.ended(b[0].trial);
+  EXPECT_EQ(r.state(b[0].trial), "terminated");
+}
+
+}  // namespace
+}  // namespace tune

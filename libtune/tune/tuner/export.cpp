@@ -34,25 +34,24 @@ expected<std::optional<best_trial>> find_best(const experiment_store& store, con
   if (!trials) return trials.error();
   std::optional<best_trial> best;
   for (auto& t : *trials) {
-    auto history = store.results(t.id);
-    if (!history) return history.error();
     std::optional<std::pair<double, int64_t>> mine;
-    for (auto& r : *history) {
-      if (!r.metrics.is_object() || !r.metrics.contains(metric) || !r.metrics[metric].is_number()) continue;
-      double v = r.metrics[metric].get<double>();
-      if (!std::isfinite(v)) continue;
-      if (s == scope::last || !mine || better(m, v, mine->first)) mine = {v, r.iteration};
-    }
+    auto read = store.for_each_result(
+        [&](const result_row& r) {
+          if (!r.metrics.is_object() || !r.metrics.contains(metric) || !r.metrics[metric].is_number()) return;
+          double v = r.metrics[metric].get<double>();
+          if (!std::isfinite(v)) return;
+          if (s == scope::last || !mine || better(m, v, mine->first)) mine = {v, r.iteration};
+        },
+        t.id);
+    if (!read) return read;
     if (mine && (!best || better(m, mine->first, best->value))) best = best_trial{t.id, mine->first, mine->second, t.config};
   }
   return best;
 }
 
-expected<std::string> results_csv(const experiment_store& store) {
+status write_results_csv(const experiment_store& store, std::ostream& out) {
   auto trials = store.trials();
   if (!trials) return trials.error();
-  auto results = store.results();
-  if (!results) return results.error();
   std::map<std::string, const trial_row*> by_id;
   std::map<std::string, std::map<std::string, std::string>> configs;
   std::set<std::string> config_columns, metric_columns;
@@ -61,15 +60,18 @@ expected<std::string> results_csv(const experiment_store& store) {
     flatten(t.config, "", configs[t.id]);
     for (auto& [k, v] : configs[t.id]) config_columns.insert(k);
   }
-  for (auto& r : *results)
+  // Two passes over the results, one row at a time: the columns, then the rows.
+  auto columns = store.for_each_result([&](const result_row& r) {
     if (r.metrics.is_object())
       for (auto& [k, v] : r.metrics.items()) metric_columns.insert(k);
-  std::ostringstream out;
+  });
+  if (!columns) return columns;
   out << "trial,iteration,time,state,error";
   for (auto& c : config_columns) out << "," << csv_field("config/" + c);
   for (auto& c : metric_columns) out << "," << csv_field(c);
   out << "\r\n";
-  for (auto& r : *results) {
+  std::map<std::string, std::string> metrics;
+  auto rows = store.for_each_result([&](const result_row& r) {
     auto* t = by_id.count(r.trial) ? by_id[r.trial] : nullptr;
     char time[40];
     std::snprintf(time, sizeof time, "%.6f", r.time);
@@ -77,11 +79,19 @@ expected<std::string> results_csv(const experiment_store& store) {
         << csv_field(t ? t->error : "");
     auto& conf = configs[r.trial];
     for (auto& c : config_columns) out << "," << (conf.count(c) ? csv_field(conf[c]) : "");
-    std::map<std::string, std::string> metrics;
+    metrics.clear();
     flatten(r.metrics, "", metrics);
     for (auto& c : metric_columns) out << "," << (metrics.count(c) ? csv_field(metrics[c]) : "");
     out << "\r\n";
-  }
+  });
+  if (!rows) return rows;
+  if (!out) return status{errc::invalid_argument, "cannot write the results"};
+  return status::ok();
+}
+
+expected<std::string> results_csv(const experiment_store& store) {
+  std::ostringstream out;
+  if (auto s = write_results_csv(store, out); !s) return s;
   return out.str();
 }
 

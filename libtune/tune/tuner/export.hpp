@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <ostream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -32,6 +33,8 @@ expected<std::optional<best_trial>> find_best(const experiment_store& store, con
 // flattened ("config/optimizer/lr") and every metric, each a column (the union over
 // all results, sorted); RFC 4180 quoting.
 expected<std::string> results_csv(const experiment_store& store);
+// The same written to `out` as it is read (one result at a time in memory).
+status write_results_csv(const experiment_store& store, std::ostream& out);
 
 // {"settings": {...}, "trials": [{"id", "config", "state", "error", "info",
 //   "history": [{"iteration", "time", "metrics"}]}]}

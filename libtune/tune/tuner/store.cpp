@@ -281,16 +281,21 @@ expected<trial_row> experiment_store::trial(const std::string& id) const {
   return read_trial(st);
 }
 
-expected<std::vector<result_row>> experiment_store::results(const std::string& trial) const {
+status experiment_store::for_each_result(const std::function<void(const result_row&)>& f, const std::string& trial) const {
   statement st{db_, trial.empty() ? "SELECT trial, iteration, time, metrics FROM results ORDER BY trial, iteration"
                                   : "SELECT trial, iteration, time, metrics FROM results WHERE trial = ?1 ORDER BY iteration"};
   if (!st.ok()) return fail("cannot read results");
   if (!trial.empty()) st.text(1, trial);
-  std::vector<result_row> out;
   int rc;
   while ((rc = st.step()) == SQLITE_ROW)
-    out.push_back({st.column_text(0), st.column_int(1), st.column_real(2), parse_or_null(st.column_text(3))});
+    f(result_row{st.column_text(0), st.column_int(1), st.column_real(2), parse_or_null(st.column_text(3))});
   if (rc != SQLITE_DONE) return fail("cannot read results");
+  return status::ok();
+}
+
+expected<std::vector<result_row>> experiment_store::results(const std::string& trial) const {
+  std::vector<result_row> out;
+  if (auto s = for_each_result([&](const result_row& r) { out.push_back(r); }, trial); !s) return s;
   return out;
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -92,6 +93,8 @@ class experiment_store {
   expected<std::vector<trial_row>> trials() const;
   expected<trial_row> trial(const std::string& id) const;
   expected<std::vector<result_row>> results(const std::string& trial = {}) const;  // by trial, iteration
+  // The same one row at a time (a trial with millions of results is never all in memory).
+  status for_each_result(const std::function<void(const result_row&)>& f, const std::string& trial = {}) const;
   expected<std::vector<event_row>> events(const std::string& trial = {}) const;
   expected<int64_t> result_count() const;
 
