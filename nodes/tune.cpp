@@ -34,6 +34,7 @@
 #include "head.hpp"
 #include "log.hpp"
 #include "node.hpp"
+#include "run.hpp"
 #include "tune/cluster/status_text.hpp"
 #include "tune/cluster/token.hpp"
 #include "tune/cluster/version.hpp"
@@ -57,6 +58,7 @@ const char* usage =
     "  status   show the nodes, resources, GPUs and placement groups of a cluster\n"
     "  group    create, show or remove a placement group (bundles reserved across nodes)\n"
     "  stop     stop the heads and nodes this machine started\n"
+    "  run      tune any program (a Python script, ...): tune run experiment.yaml, or -- COMMAND\n"
     "  resume   continue an experiment whose tuning program died (runs that program again)\n"
     "  rebalance  even the GPU load across nodes (trials move, from their checkpoints)\n"
     "  drain    move every trial off a node and place nothing new there (maintenance)\n"
@@ -829,6 +831,7 @@ int main(int argc, char** argv) {
   if (command == "status") return cmd_status(args);
   if (command == "group") return cmd_group(args);
   if (command == "stop") return cmd_stop(args);
+  if (command == "run") return tune::cli::cmd_run(args);
   if (command == "resume") return cmd_resume(args);
   if (command == "rebalance") return cmd_rebalance(args);
   if (command == "drain") return cmd_drain(args);

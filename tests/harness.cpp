@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,7 +26,7 @@ std::string tune_binary() { return built_or_moved("TUNE_BINARY", TUNE_BINARY); }
 }  // namespace
 
 run_result run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-               std::chrono::milliseconds timeout) {
+               std::chrono::milliseconds timeout, const std::string& cwd) {
   run_result r;
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) return r;
@@ -38,6 +39,10 @@ run_result run(const std::vector<std::string>& argv, const std::map<std::string,
     ::dup2(null, 0);
     ::setpgid(0, 0);
     for (auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) {
+      std::fprintf(stderr, "cannot enter %s: %s\n", cwd.c_str(), std::strerror(errno));
+      std::_Exit(127);
+    }
     std::vector<char*> args;
     for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -77,7 +82,9 @@ run_result run(const std::vector<std::string>& argv, const std::map<std::string,
   for (auto& f : fds)
     if (f.fd >= 0) ::close(f.fd);
   int st = 0;
-  ::waitpid(pid, &st, 0);
+  rusage usage{};
+  ::wait4(pid, &st, 0, &usage);
+  r.max_rss_kib = usage.ru_maxrss;
   r.rc = killed ? -1 : (WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
   r.took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
   return r;

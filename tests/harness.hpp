@@ -19,11 +19,13 @@ struct run_result {
   int rc = -1;       // exit code; -1 when it had to be killed at the timeout
   std::string out, err;
   std::chrono::milliseconds took{0};
+  long max_rss_kib = 0;  // the largest resident set of the process (not of its children)
 };
 
-// Runs argv with `env` added to the environment; kills it after `timeout`.
+// Runs argv with `env` added to the environment (in `cwd` when given); kills it after
+// `timeout`.
 run_result run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {},
-               std::chrono::milliseconds timeout = std::chrono::seconds(30));
+               std::chrono::milliseconds timeout = std::chrono::seconds(30), const std::string& cwd = "");
 
 // Polls `ok` every `every` until it is true or `timeout` passes; returns the time it took
 // (or nothing on timeout).

@@ -29,6 +29,8 @@
 #include "tune/cluster/token.hpp"
 #include "tune/host/detect.hpp"
 #include "tune/host/nvml.hpp"
+#include "tune/trial/output_metrics.hpp"
+#include "tune/trial/workdir.hpp"
 #include "tune/tuner/progress.hpp"
 
 namespace tune {
@@ -472,15 +474,127 @@ struct progress_printer {
   }
 };
 
+std::string joined_command(const std::vector<std::string>& argv) {
+  std::string out;
+  for (auto& a : argv) out += (out.empty() ? "" : " ") + a;
+  return out;
+}
+
+// A program trial's parts, checked before anything is written (a bad one leaves no
+// experiment folder behind), then its working directory served to the nodes.
+struct checked_program {
+  std::vector<std::string> env;            // NAME=VALUE
+  std::optional<scanned_workdir> workdir;  // none when nothing is shipped
+  nlohmann::json meta;                     // what the store records of it
+};
+
+expected<checked_program> check_program(bool embedded, const program& p, const search_space& space, const tune_config& c,
+                                        const std::string& dir) {
+  namespace fs = std::filesystem;
+  checked_program out;
+  if (p.command.empty() || p.command[0].empty())
+    return status{errc::invalid_argument, "the program's command is empty: give its argv, e.g. {\"python3\", \"train.py\"}"};
+  // Its placeholders against a configuration of the space.
+  if (auto names = command_placeholders(p.command); !names) return status{errc::invalid_argument, "the command: " + names.error().message()};
+  rng r{c.seed};
+  if (auto sample = space.sample(r); sample) {
+    if (auto argv = render_command(p.command, *sample, p.args); !argv)
+      return status{errc::invalid_argument, argv.error().message() + " (placeholders name the search space's parameters)"};
+  }
+  std::map<std::string, std::string> env = p.env;
+  for (auto& name : p.forward_env) {
+    const char* v = std::getenv(name.c_str());
+    if (!v)
+      return status{errc::invalid_argument, "env " + name + " is to be forwarded from this process, but it is not set here "
+                                            "(set it, or give its value)"};
+    env[name] = v;
+  }
+  for (auto& [k, v] : env) {
+    if (auto s = check_env_name(k); !s) return status{errc::invalid_argument, "env: " + s.message()};
+    out.env.push_back(k + "=" + v);
+  }
+  if (!p.metric_patterns.empty())
+    if (auto m = output_metrics::make(p.metric_patterns, c.metric); !m) return m.error();
+  std::string root;
+  std::error_code ec;
+  if (!p.working_dir.empty()) {
+    auto abs_dir = fs::absolute(dir, ec).lexically_normal().string();
+    auto scanned = scan_workdir(p.working_dir, {.max_bytes = p.working_dir_limit, .max_files = 20000, .exclude = {abs_dir}});
+    if (!scanned) return scanned.error();
+    root = scanned->root;
+    out.meta["working_dir"] = root;
+    out.meta["files"] = scanned->manifest.files.size();
+    out.meta["bytes"] = scanned->manifest.bytes();
+    if (!scanned->skipped.empty()) {
+      std::cerr << "tune: not shipped (not files or folders): ";
+      for (size_t i = 0; i < scanned->skipped.size() && i < 5; ++i) std::cerr << (i ? ", " : "") << scanned->skipped[i];
+      std::cerr << "\n";
+    }
+    out.workdir = std::move(*scanned);
+  }
+  // Its program: a relative path must be in the working directory; on an embedded
+  // cluster (this machine is the node) any other must be found here too.
+  const auto& prog = p.command[0];
+  bool relative_path = prog.find('/') != std::string::npos && !fs::path(prog).is_absolute();
+  if (relative_path && root.empty())
+    return status{errc::invalid_argument, "the command's program " + prog + " is a relative path, but no working directory "
+                                          "is shipped: give the working directory it is in, or an absolute path"};
+  if (relative_path || embedded) {
+    auto path = env.count("PATH") ? env["PATH"] : inherited_trial_env()["PATH"];
+    if (auto found = resolve_program(prog, root.empty() ? fs::current_path(ec).string() : root, path); !found)
+      return found.error();
+  }
+  out.meta["command"] = p.command;
+  out.meta["args"] = p.args == config_args::append ? "append" : "none";
+  nlohmann::json names = nlohmann::json::array();
+  for (auto& [k, v] : env) names.push_back(k);  // the names only: values may be secrets
+  out.meta["env"] = names;
+  out.meta["metric_patterns"] = p.metric_patterns;
+  return out;
+}
+
+// Serves the working directory's files and its manifest (written to the experiment
+// folder as workdir.json) to the nodes; the manifest's reference (none: nothing shipped).
+expected<program_ref> serve_workdir(cluster::impl& st, checked_program& p, const std::string& dir) {
+  if (!p.workdir) {  // nothing to ship; the server still serves checkpoint copies to restarts
+    std::lock_guard lock{st.client_mutex};
+    if (auto s = st.client->serve_files({}, {}, {}); !s) return status{s.code(), "starting the program server: " + s.message()};
+    return program_ref{};
+  }
+  auto& w = *p.workdir;
+  std::vector<std::string> shas;
+  std::vector<uint64_t> sizes;
+  for (auto& f : w.manifest.files) {
+    shas.push_back(f.sha256);
+    sizes.push_back(f.size);
+  }
+  auto manifest_path = dir + "/workdir.json";
+  {
+    std::ofstream m(manifest_path, std::ios::trunc);
+    m << w.manifest.to_json() << "\n";
+    if (!m) return status{errc::invalid_argument, "cannot write " + manifest_path};
+  }
+  std::lock_guard lock{st.client_mutex};
+  if (auto s = st.client->serve_files(w.sources, shas, sizes); !s) return status{s.code(), "serving the working directory: " + s.message()};
+  auto served = st.client->serve_program(manifest_path);
+  if (!served) return status{served.error().code(), "serving the working directory: " + served.error().message()};
+  p.meta["manifest"] = served->sha256;
+  return *served;
+}
+
 }  // namespace
 
 tuner::tuner(cluster c, std::string trainable, search_space space, tune_config cfg)
     : cluster_(std::move(c)), trainable_(std::move(trainable)), space_(std::move(space)), cfg_(std::move(cfg)) {}
 
+tuner::tuner(cluster c, program p, search_space space, tune_config cfg)
+    : cluster_(std::move(c)), trainable_("program: " + joined_command(p.command)), program_(std::move(p)),
+      space_(std::move(space)), cfg_(std::move(cfg)) {}
+
 expected<result_grid> tuner::fit() {
   auto st = cluster_.state();
   if (!st) return status{errc::invalid_argument, "the tuner has no cluster (use tune::init or cluster::start)"};
-  if (!registry().fns.count(trainable_))
+  if (!program_ && !registry().fns.count(trainable_))
     return status{errc::not_found, "no trainable '" + trainable_ + "' in this program (it has: " +
                                        joined(trainable_names()) + "); register it with TUNE_TRAINABLE"};
   auto& c = cfg_;
@@ -581,6 +695,12 @@ expected<result_grid> tuner::fit() {
     std::cerr << "resuming " << dir << ": " << plan->finished_trials << " trial(s) done, " << plan->interrupted_trials
               << " start again from their checkpoints, " << plan->replayed_results << " result(s) kept\n";
   }
+  std::optional<checked_program> checked;  // a program trial: checked before anything is written
+  if (program_) {
+    auto p = check_program(cluster_.embedded(), *program_, space_, c, dir);
+    if (!p) return p.error();
+    checked = std::move(*p);
+  }
   auto store = resumed_store ? expected<std::unique_ptr<experiment_store>>{std::move(resumed_store)} : experiment_store::open(dir);
   if (!store) return store.error();
   if (auto t = (*store)->trials(); !plan && (!t || !t->empty()))
@@ -608,7 +728,18 @@ expected<result_grid> tuner::fit() {
   }
   experiment_run_options ro;
   ro.name = c.name;
-  ro.args = {"--tune-worker", trainable_};
+  if (checked) {
+    auto manifest = serve_workdir(*st, *checked, (*store)->dir());
+    if (!manifest) return manifest.error();
+    if (auto s = (*store)->set_meta("program", checked->meta); !s) return s;
+    ro.command = program_->command;
+    ro.command_args = program_->args;
+    ro.workdir = *manifest;
+    ro.env = checked->env;
+    ro.output_patterns = program_->metric_patterns;
+  } else {
+    ro.args = {"--tune-worker", trainable_};
+  }
   ro.bundles = bundles;
   ro.strat = c.strategy;
   ro.group_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.group_timeout_s * 1000));
@@ -618,7 +749,7 @@ expected<result_grid> tuner::fit() {
   auto style = c.progress;
   if (style == progress_style::automatic) style = ::isatty(2) ? progress_style::table : progress_style::lines;
   if (style != progress_style::none) ro.on_progress = progress_printer{style, {}, 0};
-  {
+  if (!program_) {
     std::lock_guard lock{st->client_mutex};  // the client's own calls, one at a time
     auto program = st->client->serve_program(self_path.string());
     if (!program) return status{program.error().code(), "serving this program to the nodes: " + program.error().message()};

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,6 +38,7 @@
 
 #include "tune/core/placement.hpp"
 #include "tune/core/resource_set.hpp"
+#include "tune/trial/command.hpp"
 #include "tune/trial/context.hpp"
 #include "tune/tuner/engine.hpp"
 #include "tune/tuner/export.hpp"
@@ -59,6 +61,34 @@ bool register_trainable(const std::string& name, trainable_fn fn);
 std::vector<std::string> trainable_names();
 
 #define TUNE_TRAINABLE(fn) [[maybe_unused]] static const bool tune_trainable_registered_##fn = ::tune::register_trainable(#fn, fn)
+
+// --- any program as a trial -------------------------------------------------------
+
+// A program as the trial (docs/programs.md): a Python script, a shell script, any
+// executable, with the same placement, isolation, GPU audit, scheduling, checkpoints and
+// failover as a trainable:
+//
+//   tune::tuner t{cluster, tune::program{.command = {"python3", "train.py", "--lr", "${lr}"}},
+//                 space, cfg};
+//
+// Each node that runs a trial of it gets `working_dir` by content (SHA-256 per file,
+// cached per node, only missing files fetched; .git, __pycache__ and the patterns of a
+// .tuneignore file left out) and runs `command` — an argv, never through a shell — in a
+// copy of its own. The trial gets its configuration from the environment (Python:
+// `import libtune`, put on its PYTHONPATH by the node; libtune.config()), from ${name}
+// placeholders in the command or appended --key value pairs, and reports with
+// libtune.report() or through lines of its output that match `metric_patterns`.
+struct program {
+  std::vector<std::string> command;
+  std::string working_dir = ".";                // shipped to the nodes; "" : nothing shipped (the
+                                                // trial runs in its own folder)
+  uint64_t working_dir_limit = 100ull << 20;    // bytes; a larger folder is refused, naming its largest files
+  std::map<std::string, std::string> env;       // added to the trial's environment
+  std::vector<std::string> forward_env;         // names whose values are taken from this process
+  config_args args = config_args::none;         // append: --key value for each configuration value
+  std::vector<std::string> metric_patterns;     // RE2 patterns read from its standard output
+                                                // (tune/trial/output_metrics.hpp)
+};
 
 // --- the cluster ------------------------------------------------------------------
 
@@ -196,14 +226,17 @@ class result_grid {
 class tuner {
  public:
   tuner(cluster c, std::string trainable, search_space space, tune_config cfg);
+  tuner(cluster c, program p, search_space space, tune_config cfg);
   // Runs the experiment to its end. Errors: a bad configuration (named), an unknown
-  // trainable, a cluster that cannot run a trial at all; trials that fail do not fail
-  // fit() (see result_grid::errors()).
+  // trainable, a program whose command, environment, patterns or working directory are
+  // wrong (checked before any trial starts), a cluster that cannot run a trial at all;
+  // trials that fail do not fail fit() (see result_grid::errors()).
   expected<result_grid> fit();
 
  private:
   cluster cluster_;
   std::string trainable_;
+  std::optional<program> program_;
   search_space space_;
   tune_config cfg_;
 };

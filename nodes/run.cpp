@@ -1,0 +1,259 @@
+// tune run: an experiment whose trials are any program (docs/run.md), described by a
+// file (YAML or JSON) and flags, which override it:
+//
+//   tune run experiment.yaml
+//   tune run experiment.yaml --address HOST:PORT
+//   tune run --metric val_acc --mode max --samples 20 --gpus-per-trial 0.25 \
+//            --space '{"lr": {"loguniform": [1e-4, 0.1]}}' -- python3 train.py --epochs 8
+//
+// Progress goes to standard error; the last line on standard output is one JSON object:
+// best_trial, best_config, best_value, metric, mode, trials, errors, experiment_dir,
+// wall_s. results.csv (every result) and trials.json (every trial) are written into the
+// experiment folder.
+#include "run.hpp"
+
+#include <boost/program_options.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "tune/run/experiment.hpp"
+#include "tune/tune.hpp"
+
+namespace po = boost::program_options;
+
+namespace tune::cli {
+
+namespace {
+
+int fail(const std::string& message, int code = 1) {
+  std::cerr << "tune run: " << message << "\n";
+  return code;
+}
+
+const char* about =
+    "Tunes any program: a Python script, a shell script, any executable. Each trial runs the\n"
+    "command (an argv, never through a shell) in its own copy of the working directory, on\n"
+    "exactly the cards of its bundle, and gets its configuration from `import libtune`\n"
+    "(libtune.config(); put on its PYTHONPATH by the node), from ${name} placeholders in the\n"
+    "command, or from --config-args append (--key value pairs). It reports with\n"
+    "libtune.report(...) or through output lines that match --metric-pattern.\n"
+    "Flags override the experiment file; relative paths in the file are from its folder.\n"
+    "The last line on standard output is one JSON object with the best trial, its config\n"
+    "and metric. docs/run.md has the file's keys.";
+
+// The options that take a value and have no short form: their values may start with '-'.
+status apply_flags(const po::variables_map& vm, experiment_spec& e) {
+  auto& c = e.config;
+  auto& p = e.prog;
+  auto bad = [](const std::string& flag, const std::string& why) { return status{errc::invalid_argument, flag + ": " + why}; };
+  if (vm.count("metric")) c.metric = vm["metric"].as<std::string>();
+  if (vm.count("mode")) {
+    auto m = vm["mode"].as<std::string>();
+    if (m != "max" && m != "min") return bad("--mode", "give max or min, not " + m);
+    c.mode = m == "max" ? mode::max : mode::min;
+  }
+  if (vm.count("samples")) {
+    if (vm["samples"].as<int>() < 1) return bad("--samples", "give at least 1");
+    c.num_samples = vm["samples"].as<int>();
+  }
+  if (vm.count("space")) {
+    auto s = read_search_space(vm["space"].as<std::string>(), "--space");
+    if (!s) return s.error();
+    if (auto v = s->validate(); !v) return bad("--space", v.message());
+    e.space = std::move(*s);
+  }
+  for (auto [flag, name] : {std::pair{"gpus-per-trial", "gpu"}, {"cpus-per-trial", "cpu"}}) {
+    if (!vm.count(flag)) continue;
+    if (!c.bundles.empty())
+      return bad(std::string{"--"} + flag, "sets resources_per_trial, but " + e.source + " gives bundles");
+    auto set = c.resources_per_trial.set.value_or(resource_set{});
+    if (auto s = set.set(name, vm[flag].as<double>()); !s) return bad(std::string{"--"} + flag, s.message());
+    if (auto s = check_request(set); !s) return bad(std::string{"--"} + flag, s.message());
+    c.resources_per_trial = resources(set);
+  }
+  if (vm.count("scheduler")) {
+    auto s = read_scheduler(vm["scheduler"].as<std::string>(), "--scheduler");
+    if (!s) return s.error();
+    c.scheduler = *s;
+  }
+  if (vm.count("search")) {
+    auto s = read_search(vm["search"].as<std::string>(), "--search");
+    if (!s) return s.error();
+    c.search = *s;
+  }
+  if (vm.count("metric-pattern")) p.metric_patterns = vm["metric-pattern"].as<std::vector<std::string>>();
+  if (vm.count("experiment-dir")) c.experiment_dir = vm["experiment-dir"].as<std::string>();
+  if (vm.count("name")) c.name = vm["name"].as<std::string>();
+  if (vm.count("working-dir")) p.working_dir = vm["working-dir"].as<std::string>();
+  if (vm["no-working-dir"].as<bool>()) p.working_dir.clear();
+  if (vm.count("env"))
+    for (auto& kv : vm["env"].as<std::vector<std::string>>()) {
+      auto eq = kv.find('=');
+      auto name = kv.substr(0, eq);
+      if (auto s = check_env_name(name); !s) return bad("--env " + kv, s.message());
+      if (eq == std::string::npos) p.forward_env.push_back(name);
+      else p.env[name] = kv.substr(eq + 1);
+    }
+  if (vm.count("config-args")) {
+    auto a = vm["config-args"].as<std::string>();
+    if (a != "none" && a != "append") return bad("--config-args", "give none or append, not " + a);
+    p.args = a == "append" ? config_args::append : config_args::none;
+  }
+  auto at_least = [&](const char* flag, int64_t least, auto& field) -> status {
+    if (!vm.count(flag)) return status::ok();
+    auto v = vm[flag].as<int64_t>();
+    if (v < least) return bad(std::string{"--"} + flag, "give at least " + std::to_string(least));
+    field = static_cast<std::remove_reference_t<decltype(field)>>(v);
+    return status::ok();
+  };
+  if (auto s = at_least("max-concurrent", 0, c.max_concurrent_trials); !s) return s;
+  if (auto s = at_least("max-failures", 0, c.max_failures); !s) return s;
+  if (auto s = at_least("seed", 0, c.seed); !s) return s;
+  if (vm.count("max-iterations")) {
+    int64_t n = 0;
+    if (auto s = at_least("max-iterations", 1, n); !s) return s;
+    c.stop.max_iterations = n;
+  }
+  if (vm.count("time-budget")) {
+    auto t = vm["time-budget"].as<double>();
+    if (!(t > 0) || !std::isfinite(t)) return bad("--time-budget", "give seconds above 0");
+    c.time_budget_s = t;
+  }
+  if (vm.count("progress")) {
+    auto s = vm["progress"].as<std::string>();
+    if (s == "auto") c.progress = progress_style::automatic;
+    else if (s == "table") c.progress = progress_style::table;
+    else if (s == "lines") c.progress = progress_style::lines;
+    else if (s == "none") c.progress = progress_style::none;
+    else return bad("--progress", "give auto, table, lines or none");
+  }
+  return status::ok();
+}
+
+}  // namespace
+
+int cmd_run(const std::vector<std::string>& all_args) {
+  // Everything after "--" is the command, untouched.
+  std::vector<std::string> args, command;
+  bool after = false;
+  for (auto& a : all_args) {
+    if (!after && a == "--") after = true;
+    else (after ? command : args).push_back(a);
+  }
+  po::options_description exp("experiment (each overrides the file)");
+  exp.add_options()
+      ("metric", po::value<std::string>(), "the reported metric to tune")
+      ("mode", po::value<std::string>(), "max or min")
+      ("samples", po::value<int>(), "trials (x grid points)")
+      ("space", po::value<std::string>(), "the search space, JSON or YAML: '{\"lr\": {\"loguniform\": [1e-4, 0.1]}}'")
+      ("gpus-per-trial", po::value<double>(), "GPUs per trial: a share below 1 (0.25) or whole cards")
+      ("cpus-per-trial", po::value<double>(), "CPUs per trial")
+      ("scheduler", po::value<std::string>(), "fifo, asha, hyperband, median_stopping, pbt, or JSON: '{\"type\": \"asha\", \"max_t\": 8}'")
+      ("search", po::value<std::string>(), "random, grid, tpe, or JSON: '{\"type\": \"tpe\", \"n_startup_trials\": 5}'")
+      ("metric-pattern", po::value<std::vector<std::string>>()->composing(),
+       "read metrics from the program's output lines (RE2; repeatable): 'val_acc=(\\S+)'")
+      ("max-iterations", po::value<int64_t>(), "stop a trial at this iteration")
+      ("max-concurrent", po::value<int64_t>(), "trials at once (0: as many as fit)")
+      ("max-failures", po::value<int64_t>(), "restarts of a failed trial, from its checkpoint")
+      ("time-budget", po::value<double>(), "seconds for the whole experiment")
+      ("seed", po::value<int64_t>(), "the search's seed")
+      ("name", po::value<std::string>(), "the experiment's name")
+      ("experiment-dir", po::value<std::string>(), "where the results go (default tune_results/<name>-<time>)")
+      ("progress", po::value<std::string>(), "auto, table, lines or none (on standard error)");
+  po::options_description prog("the trials' program");
+  prog.add_options()
+      ("working-dir", po::value<std::string>(), "the folder shipped to the nodes (default: this one)")
+      ("no-working-dir", po::bool_switch()->default_value(false), "ship nothing: trials run in their own folders")
+      ("env", po::value<std::vector<std::string>>()->composing(), "NAME=VALUE for the trials, or NAME: this shell's value (repeatable)")
+      ("config-args", po::value<std::string>(), "append: the configuration as --key value arguments");
+  po::options_description where("the cluster");
+  where.add_options()
+      ("address", po::value<std::string>(), "HOST:PORT of a head (default: an embedded cluster on this machine)")
+      ("token-file", po::value<std::string>(), "that cluster's token (default ~/.tune/token)")
+      ("num-cpus", po::value<double>(), "the embedded cluster's CPUs")
+      ("num-gpus", po::value<int>(), "the embedded cluster's GPUs (without cards: logical ones, trials on the CPU)")
+      ("dashboard-port", po::value<int>(), "serve the embedded cluster's dashboard on 127.0.0.1:PORT (0: any)");
+  po::options_description desc("tune run options");
+  desc.add_options()("help,h", "show this help")("file", po::value<std::string>(), "the experiment file (YAML or JSON)");
+  desc.add(exp).add(prog).add(where);
+  po::positional_options_description pos;
+  pos.add("file", 1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    return fail(std::string{e.what()} + " (see tune run --help)", 2);
+  }
+  if (vm.count("help")) {
+    std::cout << "usage: tune run [FILE] [flags] [-- COMMAND...]\n\n" << about << "\n\n" << desc;
+    return 0;
+  }
+  experiment_spec e;
+  if (vm.count("file")) {
+    auto read = read_experiment_file(vm["file"].as<std::string>());
+    if (!read) return fail(read.error().message(), 2);
+    e = std::move(*read);
+  }
+  if (auto s = apply_flags(vm, e); !s) return fail(s.message(), 2);
+  if (!command.empty()) e.prog.command = command;
+  if (e.prog.command.empty())
+    return fail("say what each trial runs: -- COMMAND... after the flags, or command: [python3, train.py] in the file", 2);
+  if (e.config.metric.empty()) return fail("say which metric to tune: --metric NAME, or metric: in the file", 2);
+  if (e.config.name == tune_config{}.name) {  // unnamed: after the file, else the script (train.py: train)
+    auto from = vm.count("file") ? vm["file"].as<std::string>() : e.prog.command[e.prog.command.size() > 1 ? 1 : 0];
+    if (auto stem = std::filesystem::path(from).stem().string(); !stem.empty()) e.config.name = stem;
+  }
+  cluster_options opt;
+  if (vm.count("address")) opt.address = vm["address"].as<std::string>();
+  if (vm.count("token-file")) opt.token_file = vm["token-file"].as<std::string>();
+  if (!opt.address.empty() && (vm.count("num-cpus") || vm.count("num-gpus") || vm.count("dashboard-port")))
+    return fail("--num-cpus, --num-gpus and --dashboard-port are for the embedded cluster; a cluster at --address has its own", 2);
+  if (vm.count("num-cpus")) opt.num_cpus = vm["num-cpus"].as<double>();
+  if (vm.count("num-gpus")) opt.num_gpus = vm["num-gpus"].as<int>();
+  if (vm.count("dashboard-port")) opt.dashboard_port = vm["dashboard-port"].as<int>();
+  auto c = cluster::start(opt);
+  if (!c) return fail(c.error().message());
+  std::cerr << "tune run: " << e.config.num_samples << " trial(s) of `";
+  for (size_t i = 0; i < e.prog.command.size(); ++i) std::cerr << (i ? " " : "") << e.prog.command[i];
+  std::cerr << "` on " << c->description() << "\n";
+  tuner t{*c, e.prog, e.space, e.config};
+  auto results = t.fit();
+  if (!results) return fail(results.error().message());
+  auto best = results->best();
+  if (!best) return fail(best.error().message());
+  // The export, beside the store: every result (written as read: a trial with millions
+  // of results is never all in memory), and every trial.
+  {
+    std::ofstream csv(results->dir() + "/results.csv");
+    if (auto s = write_results_csv(results->store(), csv); !s) std::cerr << "tune run: results.csv: " << s.message() << "\n";
+  }
+  auto trials = results->trials();
+  if (trials) {
+    nlohmann::json list = nlohmann::json::array();
+    for (auto& t : *trials)
+      list.push_back({{"id", t.id}, {"config", t.config}, {"state", t.state}, {"error", t.error}, {"info", t.info}});
+    std::ofstream(results->dir() + "/trials.json") << list.dump(1) << "\n";
+  }
+  nlohmann::json out{{"best_trial", *best ? nlohmann::json((*best)->id) : nlohmann::json()},
+                     {"best_config", *best ? (*best)->config : nlohmann::json()},
+                     {"best_value", *best ? nlohmann::json((*best)->value) : nlohmann::json()},
+                     {"metric", e.config.metric},
+                     {"mode", e.config.mode == mode::max ? "max" : "min"},
+                     {"trials", trials ? trials->size() : 0},
+                     {"errors", results->errors()},
+                     {"results", results->results},
+                     {"wall_s", results->wall_s},
+                     {"experiment_dir", std::filesystem::absolute(results->dir()).lexically_normal().string()}};
+  if (!*best)
+    std::cerr << "tune run: no trial reported " << e.config.metric << " (" << results->errors()
+              << " ended in error; their errors are in " << results->dir() << "/results.csv)\n";
+  std::cout << out.dump() << std::endl;
+  return *best ? 0 : 1;
+}
+
+}  // namespace tune::cli

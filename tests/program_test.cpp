@@ -1,0 +1,682 @@
+// Any program as a trial, end to end through `tune run` (docs/run.md): a real Python
+// script (tests/programs/trial.py, standard library only) reports through the libtune
+// module the nodes install, checkpoints and restores, is stopped early by ASHA and
+// paused and resumed by HyperBand; a script that knows nothing of libtune is read
+// through its output; the configuration reaches the command line without a shell; and
+// every bad input is a clear error that leaves nothing broken. On one machine: an
+// embedded cluster, or a head and two node processes on loopback.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "harness.hpp"
+#include "tune/tuner/store.hpp"
+
+namespace tune::test {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+std::string tune_binary() { return built_or_moved("TUNE_BINARY", TUNE_BINARY); }
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// The JSON lines of a file.
+std::vector<nlohmann::json> json_lines(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    if (auto j = nlohmann::json::parse(line, nullptr, false); !j.is_discarded()) out.push_back(j);
+  return out;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+class ProgramTest : public ::testing::Test {
+ protected:
+  cluster_files files;
+  std::string project, exp, rec;
+
+  void SetUp() override {
+    project = files.dir() + "/project";
+    exp = files.dir() + "/exp";
+    rec = files.dir() + "/record.jsonl";
+    fs::create_directories(project);
+    for (auto name : {"trial.py", "broken.py"}) fs::copy_file(std::string{PROGRAMS_DIR} + "/" + name, project + "/" + name);
+  }
+
+  void write(const std::string& name, const std::string& text) {
+    fs::create_directories(fs::path(project + "/" + name).parent_path());
+    std::ofstream(project + "/" + name) << text;
+  }
+
+  // tune run ARGS in `cwd` (the project by default), on an embedded cluster of 4 CPUs
+  // unless the arguments say otherwise; no card visible.
+  run_result tune_run(std::vector<std::string> args, std::chrono::seconds timeout = 120s, std::string cwd = "",
+                      std::map<std::string, std::string> env = {}) {
+    std::vector<std::string> argv{tune_binary(), "run"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    env.emplace("CUDA_VISIBLE_DEVICES", "");
+    auto r = run(argv, env, timeout, cwd.empty() ? project : cwd);
+    if (std::getenv("PROGRAM_TEST_DEBUG")) std::cerr << r.err;
+    return r;
+  }
+
+  // The last line of standard output: tune run's JSON.
+  static nlohmann::json summary(const run_result& r) {
+    auto end = r.out.find_last_not_of('\n');
+    if (end == std::string::npos) return nullptr;
+    auto start = r.out.rfind('\n', end);
+    auto j = nlohmann::json::parse(r.out.substr(start == std::string::npos ? 0 : start + 1), nullptr, false);
+    return j.is_discarded() ? nlohmann::json() : j;
+  }
+
+  std::unique_ptr<experiment_store> store() {
+    auto s = experiment_store::open(exp);
+    EXPECT_TRUE(s) << s.error().message();
+    return s ? std::move(s).value() : nullptr;
+  }
+
+  // Every trial's results are iterations 1..n, each once.
+  void expect_iterations_once(experiment_store& s) {
+    auto trials = s.trials();
+    ASSERT_TRUE(trials);
+    for (auto& t : *trials) {
+      auto results = s.results(t.id);
+      ASSERT_TRUE(results);
+      for (size_t i = 0; i < results->size(); ++i) EXPECT_EQ((*results)[i].iteration, static_cast<int64_t>(i) + 1) << t.id;
+    }
+  }
+
+  // The errors of the stored trials.
+  std::vector<std::string> errors() {
+    std::vector<std::string> out;
+    auto s = store();
+    if (!s) return out;
+    if (auto trials = s->trials())
+      for (auto& t : *trials) out.push_back(t.error);
+    return out;
+  }
+
+  // The experiment file `name` in the project: `body` after the lines every test has.
+  std::string experiment(const std::string& name, const std::string& body) {
+    write(name, "working_dir: .\nexperiment_dir: " + exp + "\nmetric: val_acc\nmode: max\nprogress: lines\n" + body);
+    return project + "/" + name;
+  }
+};
+
+TEST_F(ProgramTest, ALibtuneScriptReportsCheckpointsAndIsStoppedEarlyByAsha) {
+  auto file = experiment("experiment.yaml", "command: [python3, trial.py, --record, " + rec + "]\n" +
+                                                R"(num_samples: 8
+max_concurrent_trials: 4
+space:
+  x: {uniform: [0.0, 1.0]}
+  epochs: 6
+  sleep: 0.05
+scheduler: {type: asha, max_t: 6, grace_period: 1, reduction_factor: 2}
+)");
+  auto r = tune_run({file, "--num-cpus", "4"});
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  auto j = summary(r);
+  EXPECT_EQ(j["trials"], 8) << j;
+  EXPECT_EQ(j["errors"], 0) << j;
+  EXPECT_EQ(j["metric"], "val_acc");
+  EXPECT_EQ(j["experiment_dir"], exp);
+  ASSERT_TRUE(j["best_trial"].is_string()) << j;
+  EXPECT_TRUE(j["best_config"].contains("x")) << j;
+  EXPECT_GT(j["best_value"].get<double>(), 0.5);
+  auto s = store();
+  ASSERT_TRUE(s);
+  auto trials = s->trials();
+  ASSERT_TRUE(trials);
+  int early = 0;
+  std::set<std::string> dirs;
+  for (auto& t : *trials) {
+    EXPECT_EQ(t.state, "terminated") << t.id << ": " << t.error;
+    auto results = s->results(t.id);
+    ASSERT_TRUE(results);
+    early += results->size() < 6;
+    // Its checkpoints were copied into the experiment folder as it reported them.
+    auto copies = s->checkpoint_dir(t.id);
+    ASSERT_TRUE(fs::exists(copies + "/" + std::to_string(results->size()) + "/state.json")) << t.id;
+  }
+  EXPECT_GE(early, 1) << "ASHA stopped no trial early";
+  expect_iterations_once(*s);
+  // Each trial ran in a copy of the project of its own, with `import libtune` from the
+  // node: nothing was installed.
+  auto seen = json_lines(rec);
+  ASSERT_EQ(seen.size(), 8u);
+  for (auto& e : seen) {
+    auto cwd = e["cwd"].get<std::string>();
+    EXPECT_TRUE(contains(cwd, "/trials/" + e["trial"].get<std::string>() + "/work")) << cwd;
+    dirs.insert(cwd);
+  }
+  EXPECT_EQ(dirs.size(), 8u);
+  EXPECT_TRUE(contains(read_all(exp + "/results.csv"), "trial-00008"));
+  auto manifest = nlohmann::json::parse(read_all(exp + "/workdir.json"));
+  std::set<std::string> shipped;
+  for (auto& f : manifest["files"]) shipped.insert(f["path"]);
+  EXPECT_TRUE(shipped.count("trial.py") && shipped.count("experiment.yaml")) << manifest;
+}
+
+TEST_F(ProgramTest, HyperBandPausesTrialsAndTheyResumeFromTheirCheckpoints) {
+  auto file = experiment("hb.yaml", "command: [python3, trial.py, --record, " + rec + "]\n" +
+                                        R"(num_samples: 9
+max_concurrent_trials: 3
+space:
+  x: {uniform: [0.0, 1.0]}
+  epochs: 9
+  sleep: 0.02
+scheduler: {type: hyperband, max_t: 9, reduction_factor: 3, brackets: 1}
+)");
+  auto r = tune_run({file, "--num-cpus", "3"});
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  auto s = store();
+  ASSERT_TRUE(s);
+  expect_iterations_once(*s);
+  int resumed = 0;
+  for (auto& e : json_lines(rec)) resumed += e["restored_from"].get<int>() > 0;
+  EXPECT_GE(resumed, 3) << "the trials HyperBand promoted go on from their checkpoints";
+  auto best = summary(r);
+  ASSERT_TRUE(best["best_trial"].is_string()) << best;
+  auto results = s->results(best["best_trial"]);
+  ASSERT_TRUE(results);
+  EXPECT_EQ(results->size(), 9u) << "the best trial ran to max_t";
+}
+
+TEST_F(ProgramTest, AScriptThatKnowsNothingOfLibtuneIsReadThroughItsOutput) {
+  // Flags only, the working directory the one tune run started in, the configuration
+  // in the command's placeholders.
+  auto r = tune_run({"--metric", "val_acc", "--samples", "3", "--space", R"({"x": {"uniform": [0, 1]}})", "--metric-pattern",
+                     R"(val_acc=(\S+))", "--experiment-dir", exp, "--num-cpus", "3", "--progress", "none", "--", "python3",
+                     "trial.py", "--mode", "stdout", "--epochs", "4", "--sleep", "0.01", "--x", "${x}"});
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  auto s = store();
+  ASSERT_TRUE(s);
+  auto trials = s->trials();
+  ASSERT_TRUE(trials);
+  ASSERT_EQ(trials->size(), 3u);
+  for (auto& t : *trials) {
+    auto results = s->results(t.id);
+    ASSERT_TRUE(results);
+    ASSERT_EQ(results->size(), 4u) << t.id;
+    double x = t.config["x"];
+    for (auto& row : *results) {
+      double want = 1.0 - (x - 0.3) * (x - 0.3) - 0.1 / static_cast<double>(row.iteration);
+      EXPECT_NEAR(row.metrics["val_acc"].get<double>(), want, 1e-4) << t.id << " " << row.metrics;
+    }
+  }
+  // Named groups: several metrics, and the iteration the line names.
+  fs::remove_all(exp);
+  auto named = tune_run({"--metric", "val_acc", "--samples", "1", "--metric-pattern",
+                         R"(epoch (?P<iteration>\d+): loss=(?P<loss>\S+) val_acc=(?P<val_acc>[0-9.]+))", "--experiment-dir", exp,
+                         "--progress", "none", "--", "python3", "trial.py", "--mode", "stdout", "--epochs", "3", "--sleep", "0"});
+  ASSERT_EQ(named.rc, 0) << named.out << named.err;
+  auto results = store()->results("trial-00001");
+  ASSERT_TRUE(results);
+  ASSERT_EQ(results->size(), 3u);
+  EXPECT_NEAR((*results)[2].metrics["loss"].get<double>(), 1.0 / 3, 1e-4);
+  EXPECT_EQ((*results)[2].iteration, 3);
+}
+
+TEST_F(ProgramTest, TheConfigurationReachesTheCommandLineWithNoShellToInjectInto) {
+  std::string evil = "a b; touch PWNED; $(touch PWNED2) `touch PWNED3` | tee PWNED4 > PWNED5 && echo \"q'";
+  auto file = experiment("argv.yaml", "command: [python3, trial.py, --mode, argv, --record, " + rec +
+                                          ", '--name=${name}', --x, '${x}']\n" + R"(config_args: append
+env:
+  MY_VAR: hello world
+  FORWARDED:
+space:
+  x: 0.25
+  name: {choice: [)" + nlohmann::json(evil).dump() + "]}\n");
+  auto r = tune_run({file}, 60s, "", {{"FORWARDED", "from the shell"}});
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  auto seen = json_lines(rec);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0]["argv"], nlohmann::json({"--mode", "argv", "--record", rec, "--name=" + evil, "--x", "0.25", "--name",
+                                             evil, "--x", "0.25"}));
+  EXPECT_EQ(seen[0]["env"]["MY_VAR"], "hello world");
+  EXPECT_EQ(seen[0]["env"]["FORWARDED"], "from the shell");
+  EXPECT_EQ(seen[0]["env"]["CUDA_VISIBLE_DEVICES"], "");  // no card: none visible
+  EXPECT_TRUE(contains(seen[0]["env"]["PYTHONPATH"].get<std::string>(), "/python"));
+  for (auto& f : seen[0]["files"]) EXPECT_FALSE(contains(f.get<std::string>(), "PWNED")) << f;
+  for (auto& p : fs::recursive_directory_iterator(files.dir()))
+    EXPECT_FALSE(contains(p.path().filename().string(), "PWNED")) << p.path();
+}
+
+TEST_F(ProgramTest, TuneignoreAndTheExperimentFolderAreNotShipped) {
+  write(".tuneignore", "# what the trials do not need\ndata/\n*.bin\n");
+  write("data/train.csv", "1,2,3\n");
+  write("weights.bin", std::string(4096, 'w'));
+  write("lib/util.py", "X = 1\n");
+  exp = project + "/runs/exp";  // inside the folder that is shipped
+  auto file = experiment("e.yaml", "command: [python3, trial.py, --mode, argv, --record, " + rec + "]\n");
+  auto r = tune_run({file});
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  auto seen = json_lines(rec);
+  ASSERT_EQ(seen.size(), 1u);
+  std::set<std::string> got;
+  for (auto& f : seen[0]["files"]) got.insert(f);
+  EXPECT_TRUE(got.count("lib/util.py") && got.count("trial.py") && got.count(".tuneignore")) << seen[0]["files"];
+  for (auto& f : got) {
+    EXPECT_FALSE(contains(f, "data/") || contains(f, ".bin") || contains(f, "runs/")) << f << " was shipped";
+  }
+}
+
+TEST_F(ProgramTest, AScriptWithASyntaxErrorFailsWithPythonsError) {
+  auto r = tune_run({"--metric", "val_acc", "--samples", "2", "--experiment-dir", exp, "--progress", "none", "--", "python3",
+                     "broken.py"});
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;  // no trial reported the metric
+  auto j = summary(r);
+  EXPECT_EQ(j["errors"], 2) << r.out;
+  EXPECT_TRUE(j["best_trial"].is_null());
+  for (auto& e : errors()) EXPECT_TRUE(contains(e, "exit code 1") && contains(e, "SyntaxError")) << e;
+}
+
+TEST_F(ProgramTest, AProgramThatExitsAtOnceFailsWithTheEndOfItsStandardError) {
+  auto r = tune_run({"--metric", "val_acc", "--experiment-dir", exp, "--progress", "none", "--", "python3", "trial.py", "--mode",
+                     "exit"});
+  EXPECT_EQ(r.rc, 1);
+  auto e = errors();
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_TRUE(contains(e[0], "exit code 3: cannot load the data set: /data/missing.npz")) << e[0];
+}
+
+TEST_F(ProgramTest, ACommandThatCannotBeFoundIsAnErrorBeforeAnyTrialStarts) {
+  auto r = tune_run({"--metric", "val_acc", "--experiment-dir", exp, "--", "python9", "trial.py"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_TRUE(contains(r.err, "command 'python9' not found on PATH=")) << r.err;
+  EXPECT_FALSE(fs::exists(exp)) << "nothing is written for an experiment that cannot run";
+  auto relative = tune_run({"--metric", "val_acc", "--experiment-dir", exp, "--", "./missing.sh"});
+  EXPECT_TRUE(contains(relative.err, "./missing.sh does not exist in the working directory")) << relative.err;
+  auto not_exec = tune_run({"--metric", "val_acc", "--experiment-dir", exp, "--", "./trial.py"});
+  EXPECT_TRUE(contains(not_exec.err, "not an executable file")) << not_exec.err;
+  auto no_command = tune_run({"--metric", "val_acc"});
+  EXPECT_EQ(no_command.rc, 2);
+  EXPECT_TRUE(contains(no_command.err, "-- COMMAND")) << no_command.err;
+  auto no_metric = tune_run({"--", "python3", "trial.py"});
+  EXPECT_TRUE(contains(no_metric.err, "--metric NAME")) << no_metric.err;
+  auto placeholder = tune_run({"--metric", "val_acc", "--space", R"({"x": 1})", "--", "python3", "trial.py", "--lr", "${lr}"});
+  EXPECT_TRUE(contains(placeholder.err, "${lr}") && contains(placeholder.err, "it has: x")) << placeholder.err;
+  auto bad_file = tune_run({project + "/nope.yaml"});
+  EXPECT_TRUE(contains(bad_file.err, "no experiment file")) << bad_file.err;
+  write("bad.yaml", "metric: val_acc\nnum_samples: lots\n");
+  auto bad_key = tune_run({project + "/bad.yaml", "--", "python3", "trial.py"});
+  EXPECT_EQ(bad_key.rc, 2);
+  EXPECT_TRUE(contains(bad_key.err, "bad.yaml:2:14: num_samples")) << bad_key.err;
+  auto env = tune_run({"--metric", "val_acc", "--env", "CUDA_VISIBLE_DEVICES=0", "--", "python3", "trial.py"});
+  EXPECT_TRUE(contains(env.err, "set by libtune")) << env.err;
+  auto unset = tune_run({"--metric", "val_acc", "--env", "NOT_SET_ANYWHERE_42", "--", "python3", "trial.py"});
+  EXPECT_TRUE(contains(unset.err, "NOT_SET_ANYWHERE_42 is to be forwarded")) << unset.err;
+  EXPECT_FALSE(fs::exists(exp));
+}
+
+TEST_F(ProgramTest, AMetricNeverReportedIsAnErrorThatSaysWhatWasReported) {
+  auto r = tune_run({"--metric", "val_acc", "--experiment-dir", exp, "--", "python3", "trial.py", "--mode", "no-metric"});
+  EXPECT_EQ(r.rc, 1);
+  auto e = errors();
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0], "it ended without reporting val_acc (it reported loss)");
+  // Output that matches no pattern says so.
+  fs::remove_all(exp);
+  auto quiet = tune_run({"--metric", "val_acc", "--metric-pattern", R"(accuracy=(\S+))", "--experiment-dir", exp, "--", "python3",
+                         "trial.py", "--mode", "stdout", "--epochs", "2", "--sleep", "0"});
+  auto q = errors();
+  ASSERT_EQ(q.size(), 1u);
+  EXPECT_TRUE(contains(q[0], "no line of its output matched the metric pattern")) << q[0];
+}
+
+TEST_F(ProgramTest, ANonNumericMetricStopsTheTrialSayingWhatItReported) {
+  auto r = tune_run({"--metric", "val_acc", "--experiment-dir", exp, "--", "python3", "trial.py", "--mode", "not-a-number"});
+  EXPECT_EQ(r.rc, 1);
+  auto e = errors();
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_TRUE(contains(e[0], "it reported val_acc = \"high\", not a finite number")) << e[0];
+}
+
+TEST_F(ProgramTest, LinesThatAreNotReportsAreCountedAndTheTrialGoesOn) {
+  auto r = tune_run({"--metric", "val_acc", "--experiment-dir", exp, "--", "python3", "trial.py", "--mode", "garbage"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto s = store();
+  auto events = s->events("trial-00001");
+  ASSERT_TRUE(events);
+  bool counted = false;
+  for (auto& ev : *events)
+    if (ev.kind == "ended") counted = ev.body.value("ignored_lines", 0) == 3 && ev.body["ignored_example"] == "this is not json";
+  EXPECT_TRUE(counted) << "the ended event counts the 3 lines that were not reports";
+}
+
+TEST_F(ProgramTest, ATrialThatIgnoresSigtermIsKilledAfterTheGracePeriod) {
+  auto file = experiment("t.yaml", "command: [python3, trial.py, --mode, ignore-term]\ntime_budget_s: 1.5\nstop_grace_s: 1\n");
+  auto r = tune_run({file}, 60s);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_LT(r.took, 20s);
+  auto events = store()->events("trial-00001");
+  ASSERT_TRUE(events);
+  std::string ended;
+  for (auto& ev : *events)
+    if (ev.kind == "ended") ended = ev.body.value("error", "");
+  EXPECT_EQ(ended, "did not stop within the grace period: killed");
+}
+
+TEST_F(ProgramTest, WorkingDirectoryProblemsAreErrorsBeforeAnyTrial) {
+  auto missing = tune_run({"--metric", "val_acc", "--experiment-dir", exp, "--working-dir", files.dir() + "/nowhere", "--",
+                           "python3", "trial.py"});
+  EXPECT_EQ(missing.rc, 1);
+  EXPECT_TRUE(contains(missing.err, "the working directory " + files.dir() + "/nowhere does not exist")) << missing.err;
+  write("big/blob.dat", std::string(3 << 20, 'b'));
+  write("small.txt", "s");
+  write("limit.yaml", "working_dir: .\nworking_dir_limit: 1MiB\nmetric: val_acc\ncommand: [python3, trial.py]\n");
+  auto large = tune_run({project + "/limit.yaml", "--experiment-dir", exp});
+  EXPECT_EQ(large.rc, 1);
+  EXPECT_TRUE(contains(large.err, "over the limit of 1 MiB") && contains(large.err, "big/blob.dat (3 MiB)") &&
+              contains(large.err, ".tuneignore"))
+      << large.err;
+  fs::remove_all(project + "/big");
+  fs::create_symlink("/etc", project + "/etc-link");
+  auto link = tune_run({"--metric", "val_acc", "--experiment-dir", exp, "--", "python3", "trial.py"});
+  EXPECT_TRUE(contains(link.err, "link etc-link points outside")) << link.err;
+  fs::remove(project + "/etc-link");
+  // A file the driver cannot read (as another user when run as root: root reads all).
+  write("secret.key", "k");
+  fs::permissions(project + "/secret.key", fs::perms::owner_read | fs::perms::owner_write);
+  std::vector<std::string> as_user;
+  if (::geteuid() == 0) {
+    if (run({"setpriv", "--version"}).rc != 0) GTEST_SKIP() << "no setpriv to run tune as another user";
+    run({"chown", "-R", "65534:65534", files.dir()});
+    run({"chown", "0:0", project + "/secret.key"});
+    as_user = {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"};
+  } else {
+    fs::permissions(project + "/secret.key", fs::perms::none);
+  }
+  std::vector<std::string> argv = as_user;
+  argv.insert(argv.end(), {tune_binary(), "run", "--metric", "val_acc", "--experiment-dir", exp, "--", "python3", "trial.py"});
+  auto unreadable = run(argv, {{"CUDA_VISIBLE_DEVICES", ""}, {"HOME", files.dir()}}, 60s, project);
+  EXPECT_EQ(unreadable.rc, 1);
+  EXPECT_TRUE(contains(unreadable.err, "cannot read " + project + "/secret.key") && contains(unreadable.err, ".tuneignore"))
+      << unreadable.err;
+  EXPECT_FALSE(fs::exists(exp));
+}
+
+TEST_F(ProgramTest, AReportFloodHoldsBoundedMemoryAndLosesNothing) {
+  auto file = experiment("flood.yaml", "command: [python3, trial.py, --mode, flood, --record, " + rec + "]\n" +
+                                           "space: {flood_s: 4}\n");
+  auto r = tune_run({file}, 120s);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto seen = json_lines(rec);
+  ASSERT_EQ(seen.size(), 1u);
+  int64_t flooded = seen[0]["flooded"];
+  auto results = store()->results("trial-00001");
+  ASSERT_TRUE(results);
+  EXPECT_EQ(static_cast<int64_t>(results->size()), flooded + 1) << "every line it wrote is stored";
+  EXPECT_GT(flooded, 20000) << "not much of a flood";
+  // The driver and the embedded node (one process): bounded, however fast it wrote.
+  EXPECT_LT(r.max_rss_kib, 300 * 1024) << flooded << " reports of 230 bytes";
+  std::cerr << "flood: " << flooded << " reports in 4 s; tune run's largest resident set " << r.max_rss_kib / 1024 << " MiB\n";
+}
+
+// A head and two nodes on loopback (2 CPUs each), tune run against them.
+class ProgramClusterTest : public ProgramTest {
+ protected:
+  int port = free_port();
+  std::string address = "127.0.0.1:" + std::to_string(port);
+  std::vector<std::pair<std::string, int>> nodes;  // id, pid
+
+  void SetUp() override {
+    ProgramTest::SetUp();
+    auto h = files.tune({"start", "--head", "--port", std::to_string(port), "--host", "127.0.0.1"});
+    ASSERT_EQ(h.rc, 0) << h.out << h.err;
+    for (int i = 0; i < 2; ++i) {
+      auto n = files.tune({"start", "--address", address, "--num-cpus", "2"});
+      ASSERT_EQ(n.rc, 0) << n.out << n.err;
+      nodes.emplace_back(node_id_in(n.out), pid_in(n.out));
+    }
+  }
+  void TearDown() override { files.tune({"stop", "--grace", "3"}); }
+
+  std::vector<std::string> at_cluster(std::vector<std::string> args) {
+    args.insert(args.end(), {"--address", address, "--token-file", files.token_file()});
+    return args;
+  }
+
+  // tune run in the background; its pid.
+  pid_t start_driver(const std::vector<std::string>& args) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setpgid(0, 0);
+      if (::chdir(project.c_str()) != 0) ::_exit(127);
+      int null = ::open("/dev/null", O_WRONLY);
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+      std::vector<std::string> argv{tune_binary(), "run"};
+      argv.insert(argv.end(), args.begin(), args.end());
+      std::vector<char*> c;
+      for (auto& a : argv) c.push_back(a.data());
+      c.push_back(nullptr);
+      ::execv(c[0], c.data());
+      ::_exit(127);
+    }
+    return pid;
+  }
+
+  int64_t stored() {
+    if (!fs::exists(exp + "/experiment.db")) return 0;
+    auto s = experiment_store::open(exp);
+    if (!s) return 0;
+    auto n = (*s)->result_count();
+    return n ? *n : 0;
+  }
+};
+
+TEST_F(ProgramClusterTest, ATrialWhoseNodeIsKilledGoesOnElsewhereFromItsCheckpoint) {
+  auto file = experiment("ft.yaml", "command: [python3, trial.py, --record, " + rec + "]\n" + R"(num_samples: 2
+max_failures: 2
+resources_per_trial: {cpu: 1}
+space:
+  x: {uniform: [0.0, 1.0]}
+  epochs: 40
+  sleep: 0.1
+)");
+  pid_t driver = start_driver(at_cluster({file}));
+  ASSERT_TRUE(wait_until([&] { return stored() >= 10; }, 60s)) << "no results";
+  // The node that runs a trial (both may: PACK puts them together).
+  auto trials = store()->trials();
+  ASSERT_TRUE(trials);
+  std::string victim = trials->front().info.value("node", "");
+  ASSERT_FALSE(victim.empty());
+  for (auto& [id, pid] : nodes)
+    if (id == victim) ::kill(pid, SIGKILL);
+  int st = 0;
+  ASSERT_TRUE(wait_until([&] { return ::waitpid(driver, &st, WNOHANG) == driver; }, 120s)) << "the experiment did not end";
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  auto s = store();
+  auto done = s->trials();
+  ASSERT_TRUE(done);
+  int restarted = 0;
+  for (auto& t : *done) {
+    EXPECT_EQ(t.state, "terminated") << t.id << ": " << t.error;
+    auto results = s->results(t.id);
+    ASSERT_TRUE(results);
+    EXPECT_EQ(results->size(), 40u) << t.id;
+    if (auto ev = s->events(t.id))
+      for (auto& e : *ev) restarted += e.kind == "restart";
+  }
+  EXPECT_GE(restarted, 1);
+  expect_iterations_once(*s);
+  int from_checkpoint = 0;
+  for (auto& e : json_lines(rec)) from_checkpoint += e["restored_from"].get<int>() > 0;
+  EXPECT_GE(from_checkpoint, 1) << "the restarted trial went on from its checkpoint";
+}
+
+TEST_F(ProgramClusterTest, AKilledDriverIsResumedWithTuneResume) {
+  auto file = experiment("resume.yaml", R"(command: [python3, trial.py]
+num_samples: 3
+max_concurrent_trials: 3
+resources_per_trial: {cpu: 1}
+space:
+  x: {uniform: [0.0, 1.0]}
+  epochs: 30
+  sleep: 0.1
+)");
+  pid_t driver = start_driver(at_cluster({file}));
+  // Killed once results are stored and a checkpoint copy of each trial is (committed).
+  auto copied = [&] {
+    auto s = experiment_store::open(exp);
+    if (!s) return false;
+    auto trials = (*s)->trials();
+    if (!trials || trials->size() < 3) return false;
+    for (auto& t : *trials) {
+      auto events = (*s)->events(t.id);
+      if (!events || std::none_of(events->begin(), events->end(), [](auto& e) { return e.kind == "checkpoint_stored"; }))
+        return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE(wait_until([&] { return stored() >= 15 && copied(); }, 60s, 50ms)) << "no results";
+  ::kill(-driver, SIGKILL);
+  ::waitpid(driver, nullptr, 0);
+  // Its trials end with it.
+  EXPECT_TRUE(wait_until([&] { return processes_running({"trial.py"}) == 0; }, 10s)) << "the dead driver's trials run on";
+  auto resumed = files.tune({"resume", exp});
+  ASSERT_EQ(resumed.rc, 0) << resumed.out << resumed.err;
+  EXPECT_TRUE(contains(resumed.err, "start again from their checkpoints")) << resumed.err;
+  auto s = store();
+  auto trials = s->trials();
+  ASSERT_TRUE(trials);
+  ASSERT_EQ(trials->size(), 3u);
+  int restored = 0;
+  for (auto& t : *trials) {
+    EXPECT_EQ(t.state, "terminated") << t.id << ": " << t.error;
+    auto results = s->results(t.id);
+    ASSERT_TRUE(results);
+    EXPECT_EQ(results->size(), 30u) << t.id;
+    restored += t.info.contains("restored_from");
+  }
+  EXPECT_EQ(restored, 3) << "each went on from its checkpoint";
+  expect_iterations_once(*s);
+  EXPECT_NE(summary(resumed)["best_trial"], nullptr) << resumed.out;
+}
+
+TEST_F(ProgramClusterTest, AProgramMissingOnTheNodesFailsItsTrialsAndTheClusterRunsOn) {
+  // The driver cannot know a remote node's PATH: each trial fails to start, saying so.
+  auto r = tune_run(at_cluster({"--metric", "val_acc", "--samples", "2", "--experiment-dir", exp, "--progress", "none", "--",
+                                "python9", "trial.py"}));
+  EXPECT_EQ(r.rc, 1) << r.err;
+  for (auto& e : errors())
+    EXPECT_TRUE(contains(e, ": command 'python9' not found on PATH=") && contains(e, "node node-")) << e;
+  fs::remove_all(exp);
+  auto ok = tune_run(at_cluster({"--metric", "val_acc", "--samples", "2", "--experiment-dir", exp, "--progress", "none", "--",
+                                 "python3", "trial.py", "--epochs", "2", "--sleep", "0"}));
+  ASSERT_EQ(ok.rc, 0) << ok.err;
+  EXPECT_EQ(summary(ok)["errors"], 0);
+  auto status = files.status(address);
+  ASSERT_TRUE(status.is_object());
+  int alive = 0;
+  for (auto& n : status["nodes"]) alive += n.value("alive", false);
+  EXPECT_EQ(alive, 2);
+}
+
+}  // namespace
+}  // namespace tune::test
+
+namespace tune::test {
+namespace {
+
+// Shipping the working directory between hosts: the head on host 0, a node on host 1, and
+// tune run on host 2 with the project only in a tmpfs of its own mount namespace, so that
+// no other process can read it by any path: the node gets it by content, over the network.
+class ProgramNetnsTest : public ProgramTest {
+ protected:
+  std::unique_ptr<netns_lab> lab;
+  std::string head = netns_lab::address(0) + ":6380";
+  std::string node_id;
+
+  void SetUp() override {
+    ProgramTest::SetUp();
+    if (::geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+    if (run({"ip", "netns", "list"}).rc != 0) GTEST_SKIP() << "no `ip netns` here";
+    lab = std::make_unique<netns_lab>(3);
+    if (!lab->ok()) {
+      auto why = lab->why();
+      lab.reset();
+      GTEST_SKIP() << "cannot make network namespaces here: " << why;
+    }
+    auto h = files.tune({"start", "--head", "--host", netns_lab::address(0)}, lab->on(0), runtime(0));
+    ASSERT_EQ(h.rc, 0) << h.out << h.err;
+    auto n = files.tune({"start", "--address", head, "--num-cpus", "2"}, lab->on(1), runtime(1));
+    ASSERT_EQ(n.rc, 0) << n.out << n.err;
+    node_id = node_id_in(n.out);
+  }
+  void TearDown() override {
+    if (!lab) return;
+    for (int h : {1, 0}) files.tune({"stop", "--grace", "3"}, lab->on(h), runtime(h));
+    lab.reset();
+  }
+  std::string runtime(int host) const { return files.dir() + "/host" + std::to_string(host); }
+  std::string node_dir() const { return runtime(1) + "/" + node_id; }
+
+  // tune run on host 2, from a private copy of the project.
+  run_result drive(const std::string& name) {
+    std::string own = files.dir() + "/driver-only";
+    fs::create_directories(own);
+    std::string script =
+        "own=\"$1\" src=\"$2\" tune=\"$3\"; shift 3; "
+        "mount -t tmpfs tune-driver \"$own\" && cp -a \"$src\"/. \"$own\"/ && cd \"$own\" && exec \"$tune\" run \"$@\"";
+    std::vector<std::string> argv = lab->on(2);
+    argv.insert(argv.end(), {"sh", "-c", script, "sh", own, project, tune_binary(), name, "--address", head, "--token-file",
+                             files.token_file()});
+    auto r = run(argv, {{"CUDA_VISIBLE_DEVICES", ""}}, 90s);
+    EXPECT_TRUE(fs::is_empty(own)) << "the driver's copy is visible outside it";
+    return r;
+  }
+};
+
+TEST_F(ProgramNetnsTest, AWorkingDirectoryOnlyTheDriverHasIsShippedToANodeOnAnotherHost) {
+  write("lib/model.py", "DEPTH = 3\n");
+  write("data/big.bin", std::string(2 << 20, 'd'));
+  write(".tuneignore", "data/\n");
+  write("e.yaml", "working_dir: .\nmetric: val_acc\nexperiment_dir: " + exp + "\nnum_samples: 2\nprogress: none\n" +
+                      "command: [python3, trial.py, --mode, argv, --record, " + rec + "]\n");
+  auto r = drive("e.yaml");
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  auto seen = json_lines(rec);
+  ASSERT_EQ(seen.size(), 2u);
+  for (auto& e : seen) {
+    EXPECT_TRUE(contains(e["cwd"].get<std::string>(), node_dir() + "/trials/trial-0000")) << e["cwd"] << " not on host 1's node";
+    std::set<std::string> got(e["files"].begin(), e["files"].end());
+    EXPECT_TRUE(got.count("lib/model.py") && got.count("trial.py") && !got.count("data/big.bin")) << e["files"];
+  }
+  // The node's cache holds every shipped file under its SHA-256 (by sha256sum, another
+  // implementation than ours), and not the ignored one.
+  auto manifest = nlohmann::json::parse(read_all(exp + "/workdir.json"));
+  for (auto& f : manifest["files"]) {
+    auto cached = node_dir() + "/files/" + f["sha256"].get<std::string>();
+    auto sum = run({"sha256sum", cached});
+    ASSERT_EQ(sum.rc, 0) << f << " not in the node's cache";
+    EXPECT_EQ(sum.out.substr(0, 64), f["sha256"]);
+  }
+  EXPECT_EQ(manifest["files"].size(), 5u) << manifest;  // .tuneignore, broken.py, e.yaml, lib/model.py, trial.py
+  // A second experiment fetches nothing: the node has it all.
+  fs::remove_all(exp);
+  auto again = drive("e.yaml");
+  ASSERT_EQ(again.rc, 0) << again.out << again.err;
+  auto log = read_all(runtime(1) + "/" + node_id + ".log");
+  size_t fetches = 0;
+  for (auto p = log.find("working directory: fetched"); p != std::string::npos; p = log.find("working directory: fetched", p + 1))
+    ++fetches;
+  EXPECT_EQ(fetches, 1u) << log;
+}
+
+}  // namespace
+}  // namespace tune::test
