@@ -6,6 +6,10 @@
 // experiment's wall time over it, median of --repeats runs. Everything real: a head and
 // node daemons, a placement group and a worker process per trial, every result stored.
 // Last line: {"wall_over_ideal": ..., "wall_s": ..., "ideal_s": ..., ...}.
+//
+// --python: the trial is bench/python/sleeper.py (the same workload, reporting through the
+// libtune Python module), run as `PYTHON sleeper.py` in its shipped working directory;
+// --both runs the C++ and the Python trials alternately, side by side, and reports both.
 #include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -31,6 +35,10 @@ int main(int argc, char** argv) {
   tune::run_if_trial_worker(argc, argv);  // first: trials run this program
   int trials = 2000, reports = 10, sleep_ms = 50, nodes = 4, gpus_per_node = 16, repeats = 1;
   std::string keep;  // experiments kept here (for a look at their timelines)
+  bool cpp = true, python = false;
+  std::string python_bin = ::access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+  const char* moved = std::getenv("BENCH_PYTHON_DIR");  // the sources moved to another machine
+  std::string python_dir = moved && *moved ? moved : BENCH_PYTHON_DIR;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> int {
@@ -46,10 +54,18 @@ int main(int argc, char** argv) {
     else if (a == "--nodes") nodes = next();
     else if (a == "--gpus-per-node") gpus_per_node = next();
     else if (a == "--repeats") repeats = next();
-    else if (a == "--help" || a == "-h") {
+    else if (a == "--python") cpp = false, python = true;
+    else if (a == "--both") cpp = python = true;
+    else if (a == "--python-bin") {
+      if (i + 1 >= argc) tune::bench::die("--python-bin needs a program");
+      python_bin = argv[++i];
+    } else if (a == "--help" || a == "-h") {
       std::cout << "usage: bench_overhead [--trials 2000] [--reports 10] [--sleep-ms 50] [--nodes 4]\n"
                    "                      [--gpus-per-node 16] [--repeats 1] [--keep DIR]\n"
-                   "  --keep DIR  write the experiments to DIR/exp-N and keep them (else a scratch folder)\n";
+                   "                      [--python | --both] [--python-bin /usr/bin/python3]\n"
+                   "  --keep DIR  write the experiments to DIR/exp-N and keep them (else a scratch folder)\n"
+                   "  --python    the trials are bench/python/sleeper.py (same workload), not the C++ sleeper\n"
+                   "  --both      C++ and Python trials alternately, each run --repeats times\n";
       return 0;
     } else {
       tune::bench::die("unknown option " + a + " (see --help)");
@@ -68,39 +84,53 @@ int main(int argc, char** argv) {
   if (!c) tune::bench::die(c.error().message());
   int slots = nodes * gpus_per_node;
   double ideal = static_cast<double>(trials) * reports * sleep_ms / 1000.0 / slots;
-  std::vector<double> ratios, walls;
-  nlohmann::json runs = nlohmann::json::array();
+  struct kind {
+    std::string name;
+    std::vector<double> ratios, walls;
+    nlohmann::json runs = nlohmann::json::array();
+  };
+  std::vector<kind> kinds;
+  if (cpp) kinds.push_back({"cpp"});
+  if (python) kinds.push_back({"python"});
   for (int k = 0; k < repeats; ++k) {
-    tune::tune_config cfg;
-    cfg.name = "bench_overhead";
-    cfg.metric = "score";
-    cfg.num_samples = trials;
-    cfg.resources_per_trial = tune::resources{{"gpu", 1}};
-    cfg.progress = tune::progress_style::none;
-    cfg.experiment_dir = (keep.empty() ? dir : keep) + "/exp-" + std::to_string(k);
-    tune::tuner t{*c, "sleeper", tune::search_space{{"reports", reports}, {"sleep_ms", sleep_ms}}, cfg};
-    auto r = t.fit();
-    if (!r) tune::bench::die(r.error().message());
-    if (r->results != static_cast<int64_t>(trials) * reports || r->errors() > 0)
-      tune::bench::die("stored " + std::to_string(r->results) + " results, " + std::to_string(r->errors()) +
-                       " trials failed (see " + cfg.experiment_dir + ")");
-    double ratio = r->wall_s / ideal;
-    std::cerr << "run " << k + 1 << ": " << trials << " trials in " << r->wall_s << " s, ideal " << ideal
-              << " s: " << ratio << "\n";
-    ratios.push_back(ratio);
-    walls.push_back(r->wall_s);
-    runs.push_back({{"wall_s", r->wall_s}, {"wall_over_ideal", ratio}, {"controller_cpu_s", r->controller_cpu_s}});
+    for (auto& kd : kinds) {  // alternately: both see the same machine
+      tune::tune_config cfg;
+      cfg.name = "bench_overhead";
+      cfg.metric = "score";
+      cfg.num_samples = trials;
+      cfg.resources_per_trial = tune::resources{{"gpu", 1}};
+      cfg.progress = tune::progress_style::none;
+      cfg.experiment_dir = (keep.empty() ? dir : keep) + "/exp-" + kd.name + "-" + std::to_string(k);
+      tune::search_space space{{"reports", reports}, {"sleep_ms", sleep_ms}};
+      auto r = kd.name == "cpp" ? tune::tuner{*c, "sleeper", space, cfg}.fit()
+                                : tune::tuner{*c, tune::program{.command = {python_bin, "sleeper.py"}, .working_dir = python_dir},
+                                              space, cfg}
+                                      .fit();
+      if (!r) tune::bench::die(r.error().message());
+      if (r->results != static_cast<int64_t>(trials) * reports || r->errors() > 0)
+        tune::bench::die("stored " + std::to_string(r->results) + " results, " + std::to_string(r->errors()) +
+                         " trials failed (see " + cfg.experiment_dir + ")");
+      double ratio = r->wall_s / ideal;
+      std::cerr << kd.name << " run " << k + 1 << ": " << trials << " trials in " << r->wall_s << " s, ideal " << ideal
+                << " s: " << ratio << "\n";
+      kd.ratios.push_back(ratio);
+      kd.walls.push_back(r->wall_s);
+      kd.runs.push_back({{"wall_s", r->wall_s}, {"wall_over_ideal", ratio}, {"controller_cpu_s", r->controller_cpu_s}});
+    }
   }
-  nlohmann::json j{{"wall_over_ideal", tune::bench::median(ratios)},
-                   {"wall_s", tune::bench::median(walls)},
-                   {"ideal_s", ideal},
+  nlohmann::json j{{"ideal_s", ideal},
                    {"trials", trials},
                    {"reports", reports},
                    {"sleep_ms", sleep_ms},
                    {"slots", slots},
                    {"nodes", nodes},
-                   {"cpus", std::thread::hardware_concurrency()},
-                   {"runs", runs}};
+                   {"cpus", std::thread::hardware_concurrency()}};
+  for (auto& kd : kinds) {
+    nlohmann::json part{{"wall_over_ideal", tune::bench::median(kd.ratios)}, {"wall_s", tune::bench::median(kd.walls)}, {"runs", kd.runs}};
+    if (kinds.size() == 1) j.update(part);  // one kind: its numbers at the top, as before
+    else j[kd.name] = part;
+  }
+  if (python) j["python_bin"] = python_bin;
   std::cout << j.dump() << std::endl;
   return 0;
 }

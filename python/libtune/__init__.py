@@ -24,16 +24,16 @@ Contracts that hold for the whole module:
   ``report()`` prints to stderr, checkpoints raise ``RuntimeError``.
 """
 
-import copy
+# Only modules that cost little to import: a trial's start-up is its interpreter's plus
+# this (json is the one import of note, and config() needs it). No dataclasses, copy,
+# threading or select: they would double the time `import libtune` takes.
+import _thread
 import json
 import math
 import operator
 import os
-import select
 import signal
 import sys
-import threading
-from dataclasses import dataclass
 
 __version__ = "0.1.0"
 
@@ -48,20 +48,32 @@ class ReportError(RuntimeError):
     """A report could not be written to the node (it is gone, or the fd is unusable)."""
 
 
-@dataclass(frozen=True)
-class Gpu:
-    """One card the trial holds. ``local`` is CUDA's device number inside the trial
-    (0..k-1, the only valid ``device_ids``); ``index``, ``uuid`` and ``pci_bus_id``
-    name the physical card; ``memory_quota`` is in bytes; a ``logical`` card is one
-    the node declared without a real device behind it (CUDA does not see it)."""
+class Gpu(tuple):
+    """One card the trial holds, an immutable record (a named tuple). ``local`` is CUDA's
+    device number inside the trial (0..k-1, the only valid ``device_ids``); ``index``,
+    ``uuid`` and ``pci_bus_id`` name the physical card; ``memory_quota`` is in bytes; a
+    ``logical`` card is one the node declared without a real device behind it (CUDA
+    does not see it). ``_asdict()`` gives it as a dict."""
 
-    local: int
-    index: int
-    uuid: str
-    pci_bus_id: str
-    share: float
-    memory_quota: int
-    logical: bool
+    __slots__ = ()
+    _fields = ("local", "index", "uuid", "pci_bus_id", "share", "memory_quota", "logical")
+
+    def __new__(cls, local, index, uuid, pci_bus_id, share, memory_quota, logical):
+        return tuple.__new__(cls, (local, index, uuid, pci_bus_id, share, memory_quota, logical))
+
+    local = property(lambda self: self[0])
+    index = property(lambda self: self[1])
+    uuid = property(lambda self: self[2])
+    pci_bus_id = property(lambda self: self[3])
+    share = property(lambda self: self[4])
+    memory_quota = property(lambda self: self[5])
+    logical = property(lambda self: self[6])
+
+    def _asdict(self):
+        return dict(zip(self._fields, self))
+
+    def __repr__(self):
+        return "Gpu(" + ", ".join("%s=%r" % kv for kv in zip(self._fields, self)) + ")"
 
 
 # ---------------------------------------------------------------------------------------
@@ -88,8 +100,8 @@ def trial_dir():
     return os.environ.get("TUNE_TRIAL_DIR", "") if in_trial() else ""
 
 
-_parse_lock = threading.Lock()
-_config = None  # the parsed TUNE_TRIAL_CONFIG, once valid
+_parse_lock = _thread.allocate_lock()
+_config = None  # the TUNE_TRIAL_CONFIG text, once it parsed as an object
 _gpus = None    # the parsed TUNE_TRIAL_GPUS, once valid
 
 
@@ -115,8 +127,9 @@ def config():
             if not isinstance(value, dict):
                 raise ValueError("TUNE_TRIAL_CONFIG must be a JSON object, not %s: %.200r"
                                  % (type(value).__name__, os.environ.get("TUNE_TRIAL_CONFIG")))
-            _config = value
-        return copy.deepcopy(_config)
+            _config = os.environ.get("TUNE_TRIAL_CONFIG", "").strip() or "{}"
+            return value
+        return json.loads(_config)  # a fresh copy: parsed again
 
 
 def _field(entry, position, key, kind, default):
@@ -190,7 +203,7 @@ def restore_iteration():
 # Reporting
 # ---------------------------------------------------------------------------------------
 
-_write_lock = threading.Lock()  # one line at a time, and the iteration counter with it
+_write_lock = _thread.allocate_lock()  # one line at a time, and the iteration counter with it
 _last_iteration = None          # the iteration of the last result; None before the first
 
 # Stop state, shared with the SIGTERM handler. Plain module globals: the handler runs in
@@ -226,6 +239,7 @@ def _write_all(data):
         except InterruptedError:
             continue
         except BlockingIOError:  # a non-blocking fd: wait until it takes more
+            import select
             select.select([], [fd], [])
             continue
         except BrokenPipeError as e:
@@ -245,7 +259,7 @@ class _Writing:
     # released, so the handler never raises while this thread holds the lock.
     def __enter__(self):
         global _main_writing
-        self.main = threading.current_thread() is threading.main_thread()
+        self.main = _main_ident is not None and _thread.get_ident() == _main_ident
         if self.main:
             _main_writing = True
         _write_lock.acquire()
@@ -431,13 +445,18 @@ def _on_sigterm(signum, frame):
     _exit_now()
 
 
+_main_ident = None  # the main thread's, once the handler is installed (only it may be)
+
+
 def _install_stop_handler():
-    if not in_trial() or threading.current_thread() is not threading.main_thread():
+    global _main_ident
+    if not in_trial():
         return
     try:
         if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, _on_sigterm)
-    except (ValueError, OSError):  # not the main interpreter, or no signals here
+            signal.signal(signal.SIGTERM, _on_sigterm)  # ValueError outside the main thread
+            _main_ident = _thread.get_ident()
+    except (ValueError, OSError):  # not the main thread or interpreter, or no signals here
         pass
 
 

@@ -158,14 +158,13 @@ class ConfigAndEnvironment(TrialTestCase):
                  {"local": 1, "index": 5, "uuid": "GPU-77aa", "pci_bus_id": "00000000:0A:00.0",
                   "share": 1, "memory_quota": 143000000000, "logical": False}]
         out, _, _ = self.run_script("""
-            import dataclasses
             g = libtune.gpus()
             try:
                 g[0].share = 1.0
                 frozen = False
-            except dataclasses.FrozenInstanceError:
+            except AttributeError:
                 frozen = True
-            print(json.dumps({"gpus": [dataclasses.asdict(x) for x in g], "ids": libtune.device_ids(),
+            print(json.dumps({"gpus": [x._asdict() for x in g], "ids": libtune.device_ids(),
                               "frozen": frozen, "types": [type(x.share).__name__ for x in g]}))
         """, self.env(TUNE_TRIAL_GPUS=json.dumps(cards), TUNE_GPU_MEMORY_QUOTA="35788000000"))
         got = json.loads(out)
