@@ -58,6 +58,7 @@ struct node_state {
   // Working-directory manifests read, by SHA-256 (a few: each start of a trial needs one).
   std::map<std::string, std::shared_ptr<const workdir_manifest>> manifests;
   std::string python_path;  // the trials' Python module (empty: not installed)
+  std::shared_ptr<python_spawners> pythons;  // warm interpreters for Python trials (none: off)
   static inline const char* name = "tune.node";
 };
 
@@ -123,6 +124,7 @@ void start_trial(node_actor self, const wire::wire_trial_spec& spec, const reser
   t.workdir = what.workdir;
   t.workdir_blobs = st.opt.work_dir + "/files";
   t.python_path = st.python_path;
+  t.pythons = st.pythons;
   t.node_id = st.opt.node_id;
   t.trial_dir = st.opt.work_dir + "/trials/" + spec.trial_id;
   std::error_code ec;
@@ -529,8 +531,14 @@ caf::behavior node(node_actor self, node_options opt) {
   self->state.table = reservation_table{self->state.opt.resources, static_cast<uint64_t>(us.count())};
   self->state.started = self->clock().now();
   if (!self->state.opt.work_dir.empty()) {
-    if (auto py = install_python_module(self->state.opt.work_dir + "/python")) self->state.python_path = *py;
-    else log_line("trials get no libtune Python module: " + py.error().message());
+    if (auto py = install_python_module(self->state.opt.work_dir + "/python")) {
+      self->state.python_path = *py;
+      // Python trials fork from warm interpreters, unless the node is told not to.
+      if (const char* fresh = std::getenv("LIBTUNE_FRESH_PYTHON"); !fresh || !*fresh)
+        self->state.pythons = std::make_shared<python_spawners>(*py, self->state.opt.trial_env);
+    } else {
+      log_line("trials get no libtune Python module: " + py.error().message());
+    }
   }
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;

@@ -49,6 +49,7 @@ struct launch {
   bool find_program = false;
   std::vector<std::string> patterns;  // metrics in its standard output
   std::string metric;
+  std::shared_ptr<python_spawners> pythons;  // a warm interpreter for a Python command
 };
 
 struct trial_state {
@@ -119,7 +120,9 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
     if (!program) return refuse(program.error().message());
     l.spec.argv[0] = *program;
   }
-  auto p = worker_process::start(l.spec, via.get());
+  // A Python command starts as a fork of a warm interpreter (no start-up of its own).
+  auto warm = l.find_program && l.pythons ? l.pythons->for_program(l.spec.argv[0]) : nullptr;
+  auto p = worker_process::start(l.spec, warm ? warm.get() : via.get());
   if (!p) {
     caf::anon_send(self, started_atom::value, 0, 0, p.error().message());
     return;
@@ -336,6 +339,7 @@ caf::behavior trial(trial_actor self, trial_options opt) {
   if (!st.opt.spec.command.empty()) {  // a program trial: its command, in its working copy
     l.spec.argv = st.opt.spec.command;
     l.find_program = true;
+    l.pythons = st.opt.pythons;
     l.patterns = st.opt.spec.output_patterns;
     l.metric = st.opt.spec.metric;
     if (st.opt.workdir) {

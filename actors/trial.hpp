@@ -41,6 +41,7 @@
 
 #include "tune/core/node_resources.hpp"
 #include "tune/trial/process.hpp"
+#include "tune/trial/python_spawners.hpp"
 #include "tune/trial/workdir.hpp"
 #include "wire.hpp"
 
@@ -67,6 +68,9 @@ struct trial_options {
   std::shared_ptr<const workdir_manifest> workdir;
   std::string workdir_blobs;
   std::string python_path;  // the node's Python module folder: first on PYTHONPATH ("" : none)
+  // Warm interpreters for Python commands (tune/trial/python_spawners.hpp; none: every
+  // worker is exec'd).
+  std::shared_ptr<python_spawners> pythons;
   caf::response_promise started;  // answered when the worker runs (or could not start)
 };
 

@@ -27,6 +27,11 @@ namespace fs = std::filesystem;
 
 std::string tune_binary() { return built_or_moved("TUNE_BINARY", TUNE_BINARY); }
 
+// The trials' interpreter: Debian's python3 where there is one, an ELF file, which nodes
+// run warm (tune/trial/python_spawners.hpp); else the first on the PATH (a wrapper
+// script is exec'd as it is).
+std::string py() { return ::access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3"; }
+
 std::string read_all(const std::string& path) {
   std::ifstream in(path);
   return {std::istreambuf_iterator<char>(in), {}};
@@ -117,7 +122,7 @@ class ProgramTest : public ::testing::Test {
 };
 
 TEST_F(ProgramTest, ALibtuneScriptReportsCheckpointsAndIsStoppedEarlyByAsha) {
-  auto file = experiment("experiment.yaml", "command: [python3, trial.py, --record, " + rec + "]\n" +
+  auto file = experiment("experiment.yaml", "command: [" + py() + ", trial.py, --record, " + rec + "]\n" +
                                                 R"(num_samples: 8
 max_concurrent_trials: 4
 space:
@@ -171,7 +176,7 @@ scheduler: {type: asha, max_t: 6, grace_period: 1, reduction_factor: 2}
 }
 
 TEST_F(ProgramTest, HyperBandPausesTrialsAndTheyResumeFromTheirCheckpoints) {
-  auto file = experiment("hb.yaml", "command: [python3, trial.py, --record, " + rec + "]\n" +
+  auto file = experiment("hb.yaml", "command: [" + py() + ", trial.py, --record, " + rec + "]\n" +
                                         R"(num_samples: 9
 max_concurrent_trials: 3
 space:
@@ -199,7 +204,7 @@ TEST_F(ProgramTest, AScriptThatKnowsNothingOfLibtuneIsReadThroughItsOutput) {
   // Flags only, the working directory the one tune run started in, the configuration
   // in the command's placeholders.
   auto r = tune_run({"--metric", "val_acc", "--samples", "3", "--space", R"({"x": {"uniform": [0, 1]}})", "--metric-pattern",
-                     R"(val_acc=(\S+))", "--experiment-dir", exp, "--num-cpus", "3", "--progress", "none", "--", "python3",
+                     R"(val_acc=(\S+))", "--experiment-dir", exp, "--num-cpus", "3", "--progress", "none", "--", py(),
                      "trial.py", "--mode", "stdout", "--epochs", "4", "--sleep", "0.01", "--x", "${x}"});
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   auto s = store();
@@ -221,7 +226,7 @@ TEST_F(ProgramTest, AScriptThatKnowsNothingOfLibtuneIsReadThroughItsOutput) {
   fs::remove_all(exp);
   auto named = tune_run({"--metric", "val_acc", "--samples", "1", "--metric-pattern",
                          R"(epoch (?P<iteration>\d+): loss=(?P<loss>\S+) val_acc=(?P<val_acc>[0-9.]+))", "--experiment-dir", exp,
-                         "--progress", "none", "--", "python3", "trial.py", "--mode", "stdout", "--epochs", "3", "--sleep", "0"});
+                         "--progress", "none", "--", py(), "trial.py", "--mode", "stdout", "--epochs", "3", "--sleep", "0"});
   ASSERT_EQ(named.rc, 0) << named.out << named.err;
   auto results = store()->results("trial-00001");
   ASSERT_TRUE(results);
@@ -232,7 +237,7 @@ TEST_F(ProgramTest, AScriptThatKnowsNothingOfLibtuneIsReadThroughItsOutput) {
 
 TEST_F(ProgramTest, TheConfigurationReachesTheCommandLineWithNoShellToInjectInto) {
   std::string evil = "a b; touch PWNED; $(touch PWNED2) `touch PWNED3` | tee PWNED4 > PWNED5 && echo \"q'";
-  auto file = experiment("argv.yaml", "command: [python3, trial.py, --mode, argv, --record, " + rec +
+  auto file = experiment("argv.yaml", "command: [" + py() + ", trial.py, --mode, argv, --record, " + rec +
                                           ", '--name=${name}', --x, '${x}']\n" + R"(config_args: append
 env:
   MY_VAR: hello world
@@ -261,7 +266,7 @@ TEST_F(ProgramTest, TuneignoreAndTheExperimentFolderAreNotShipped) {
   write("weights.bin", std::string(4096, 'w'));
   write("lib/util.py", "X = 1\n");
   exp = project + "/runs/exp";  // inside the folder that is shipped
-  auto file = experiment("e.yaml", "command: [python3, trial.py, --mode, argv, --record, " + rec + "]\n");
+  auto file = experiment("e.yaml", "command: [" + py() + ", trial.py, --mode, argv, --record, " + rec + "]\n");
   auto r = tune_run({file});
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   auto seen = json_lines(rec);
@@ -275,7 +280,7 @@ TEST_F(ProgramTest, TuneignoreAndTheExperimentFolderAreNotShipped) {
 }
 
 TEST_F(ProgramTest, AScriptWithASyntaxErrorFailsWithPythonsError) {
-  auto r = tune_run({"--metric", "val_acc", "--samples", "2", "--experiment-dir", exp, "--progress", "none", "--", "python3",
+  auto r = tune_run({"--metric", "val_acc", "--samples", "2", "--experiment-dir", exp, "--progress", "none", "--", py(),
                      "broken.py"});
   EXPECT_EQ(r.rc, 1) << r.out << r.err;  // no trial reported the metric
   auto j = summary(r);
@@ -285,7 +290,7 @@ TEST_F(ProgramTest, AScriptWithASyntaxErrorFailsWithPythonsError) {
 }
 
 TEST_F(ProgramTest, AProgramThatExitsAtOnceFailsWithTheEndOfItsStandardError) {
-  auto r = tune_run({"--metric", "val_acc", "--experiment-dir", exp, "--progress", "none", "--", "python3", "trial.py", "--mode",
+  auto r = tune_run({"--metric", "val_acc", "--experiment-dir", exp, "--progress", "none", "--", py(), "trial.py", "--mode",
                      "exit"});
   EXPECT_EQ(r.rc, 1);
   auto e = errors();
@@ -305,32 +310,32 @@ TEST_F(ProgramTest, ACommandThatCannotBeFoundIsAnErrorBeforeAnyTrialStarts) {
   auto no_command = tune_run({"--metric", "val_acc"});
   EXPECT_EQ(no_command.rc, 2);
   EXPECT_TRUE(contains(no_command.err, "-- COMMAND")) << no_command.err;
-  auto no_metric = tune_run({"--", "python3", "trial.py"});
+  auto no_metric = tune_run({"--", py(), "trial.py"});
   EXPECT_TRUE(contains(no_metric.err, "--metric NAME")) << no_metric.err;
-  auto placeholder = tune_run({"--metric", "val_acc", "--space", R"({"x": 1})", "--", "python3", "trial.py", "--lr", "${lr}"});
+  auto placeholder = tune_run({"--metric", "val_acc", "--space", R"({"x": 1})", "--", py(), "trial.py", "--lr", "${lr}"});
   EXPECT_TRUE(contains(placeholder.err, "${lr}") && contains(placeholder.err, "it has: x")) << placeholder.err;
   auto bad_file = tune_run({project + "/nope.yaml"});
   EXPECT_TRUE(contains(bad_file.err, "no experiment file")) << bad_file.err;
   write("bad.yaml", "metric: val_acc\nnum_samples: lots\n");
-  auto bad_key = tune_run({project + "/bad.yaml", "--", "python3", "trial.py"});
+  auto bad_key = tune_run({project + "/bad.yaml", "--", py(), "trial.py"});
   EXPECT_EQ(bad_key.rc, 2);
   EXPECT_TRUE(contains(bad_key.err, "bad.yaml:2:14: num_samples")) << bad_key.err;
-  auto env = tune_run({"--metric", "val_acc", "--env", "CUDA_VISIBLE_DEVICES=0", "--", "python3", "trial.py"});
+  auto env = tune_run({"--metric", "val_acc", "--env", "CUDA_VISIBLE_DEVICES=0", "--", py(), "trial.py"});
   EXPECT_TRUE(contains(env.err, "set by libtune")) << env.err;
-  auto unset = tune_run({"--metric", "val_acc", "--env", "NOT_SET_ANYWHERE_42", "--", "python3", "trial.py"});
+  auto unset = tune_run({"--metric", "val_acc", "--env", "NOT_SET_ANYWHERE_42", "--", py(), "trial.py"});
   EXPECT_TRUE(contains(unset.err, "NOT_SET_ANYWHERE_42 is to be forwarded")) << unset.err;
   EXPECT_FALSE(fs::exists(exp));
 }
 
 TEST_F(ProgramTest, AMetricNeverReportedIsAnErrorThatSaysWhatWasReported) {
-  auto r = tune_run({"--metric", "val_acc", "--experiment-dir", exp, "--", "python3", "trial.py", "--mode", "no-metric"});
+  auto r = tune_run({"--metric", "val_acc", "--experiment-dir", exp, "--", py(), "trial.py", "--mode", "no-metric"});
   EXPECT_EQ(r.rc, 1);
   auto e = errors();
   ASSERT_EQ(e.size(), 1u);
   EXPECT_EQ(e[0], "it ended without reporting val_acc (it reported loss)");
   // Output that matches no pattern says so.
   fs::remove_all(exp);
-  auto quiet = tune_run({"--metric", "val_acc", "--metric-pattern", R"(accuracy=(\S+))", "--experiment-dir", exp, "--", "python3",
+  auto quiet = tune_run({"--metric", "val_acc", "--metric-pattern", R"(accuracy=(\S+))", "--experiment-dir", exp, "--", py(),
                          "trial.py", "--mode", "stdout", "--epochs", "2", "--sleep", "0"});
   auto q = errors();
   ASSERT_EQ(q.size(), 1u);
@@ -338,7 +343,7 @@ TEST_F(ProgramTest, AMetricNeverReportedIsAnErrorThatSaysWhatWasReported) {
 }
 
 TEST_F(ProgramTest, ANonNumericMetricStopsTheTrialSayingWhatItReported) {
-  auto r = tune_run({"--metric", "val_acc", "--experiment-dir", exp, "--", "python3", "trial.py", "--mode", "not-a-number"});
+  auto r = tune_run({"--metric", "val_acc", "--experiment-dir", exp, "--", py(), "trial.py", "--mode", "not-a-number"});
   EXPECT_EQ(r.rc, 1);
   auto e = errors();
   ASSERT_EQ(e.size(), 1u);
@@ -346,7 +351,7 @@ TEST_F(ProgramTest, ANonNumericMetricStopsTheTrialSayingWhatItReported) {
 }
 
 TEST_F(ProgramTest, LinesThatAreNotReportsAreCountedAndTheTrialGoesOn) {
-  auto r = tune_run({"--metric", "val_acc", "--experiment-dir", exp, "--", "python3", "trial.py", "--mode", "garbage"});
+  auto r = tune_run({"--metric", "val_acc", "--experiment-dir", exp, "--", py(), "trial.py", "--mode", "garbage"});
   ASSERT_EQ(r.rc, 0) << r.err;
   auto s = store();
   auto events = s->events("trial-00001");
@@ -358,7 +363,7 @@ TEST_F(ProgramTest, LinesThatAreNotReportsAreCountedAndTheTrialGoesOn) {
 }
 
 TEST_F(ProgramTest, ATrialThatIgnoresSigtermIsKilledAfterTheGracePeriod) {
-  auto file = experiment("t.yaml", "command: [python3, trial.py, --mode, ignore-term]\ntime_budget_s: 1.5\nstop_grace_s: 1\n");
+  auto file = experiment("t.yaml", "command: [" + py() + ", trial.py, --mode, ignore-term]\ntime_budget_s: 1.5\nstop_grace_s: 1\n");
   auto r = tune_run({file}, 60s);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_LT(r.took, 20s);
@@ -372,12 +377,12 @@ TEST_F(ProgramTest, ATrialThatIgnoresSigtermIsKilledAfterTheGracePeriod) {
 
 TEST_F(ProgramTest, WorkingDirectoryProblemsAreErrorsBeforeAnyTrial) {
   auto missing = tune_run({"--metric", "val_acc", "--experiment-dir", exp, "--working-dir", files.dir() + "/nowhere", "--",
-                           "python3", "trial.py"});
+                           py(), "trial.py"});
   EXPECT_EQ(missing.rc, 1);
   EXPECT_TRUE(contains(missing.err, "the working directory " + files.dir() + "/nowhere does not exist")) << missing.err;
   write("big/blob.dat", std::string(3 << 20, 'b'));
   write("small.txt", "s");
-  write("limit.yaml", "working_dir: .\nworking_dir_limit: 1MiB\nmetric: val_acc\ncommand: [python3, trial.py]\n");
+  write("limit.yaml", "working_dir: .\nworking_dir_limit: 1MiB\nmetric: val_acc\ncommand: [" + py() + ", trial.py]\n");
   auto large = tune_run({project + "/limit.yaml", "--experiment-dir", exp});
   EXPECT_EQ(large.rc, 1);
   EXPECT_TRUE(contains(large.err, "over the limit of 1 MiB") && contains(large.err, "big/blob.dat (3 MiB)") &&
@@ -385,7 +390,7 @@ TEST_F(ProgramTest, WorkingDirectoryProblemsAreErrorsBeforeAnyTrial) {
       << large.err;
   fs::remove_all(project + "/big");
   fs::create_symlink("/etc", project + "/etc-link");
-  auto link = tune_run({"--metric", "val_acc", "--experiment-dir", exp, "--", "python3", "trial.py"});
+  auto link = tune_run({"--metric", "val_acc", "--experiment-dir", exp, "--", py(), "trial.py"});
   EXPECT_TRUE(contains(link.err, "link etc-link points outside")) << link.err;
   fs::remove(project + "/etc-link");
   // A file the driver cannot read (as another user when run as root: root reads all).
@@ -401,7 +406,7 @@ TEST_F(ProgramTest, WorkingDirectoryProblemsAreErrorsBeforeAnyTrial) {
     fs::permissions(project + "/secret.key", fs::perms::none);
   }
   std::vector<std::string> argv = as_user;
-  argv.insert(argv.end(), {tune_binary(), "run", "--metric", "val_acc", "--experiment-dir", exp, "--", "python3", "trial.py"});
+  argv.insert(argv.end(), {tune_binary(), "run", "--metric", "val_acc", "--experiment-dir", exp, "--", py(), "trial.py"});
   auto unreadable = run(argv, {{"CUDA_VISIBLE_DEVICES", ""}, {"HOME", files.dir()}}, 60s, project);
   EXPECT_EQ(unreadable.rc, 1);
   EXPECT_TRUE(contains(unreadable.err, "cannot read " + project + "/secret.key") && contains(unreadable.err, ".tuneignore"))
@@ -410,8 +415,9 @@ TEST_F(ProgramTest, WorkingDirectoryProblemsAreErrorsBeforeAnyTrial) {
 }
 
 TEST_F(ProgramTest, AReportFloodHoldsBoundedMemoryAndLosesNothing) {
-  auto file = experiment("flood.yaml", "command: [python3, trial.py, --mode, flood, --record, " + rec + "]\n" +
-                                           "space: {flood_s: 4}\n");
+  // Exec'd, not forked from a warm interpreter: that path is covered as well.
+  auto file = experiment("flood.yaml", "command: [" + py() + ", trial.py, --mode, flood, --record, " + rec + "]\n" +
+                                           "space: {flood_s: 4}\nenv: {LIBTUNE_FRESH_PYTHON: '1'}\n");
   auto r = tune_run({file}, 120s);
   ASSERT_EQ(r.rc, 0) << r.err;
   auto seen = json_lines(rec);
@@ -480,7 +486,7 @@ class ProgramClusterTest : public ProgramTest {
 };
 
 TEST_F(ProgramClusterTest, ATrialWhoseNodeIsKilledGoesOnElsewhereFromItsCheckpoint) {
-  auto file = experiment("ft.yaml", "command: [python3, trial.py, --record, " + rec + "]\n" + R"(num_samples: 2
+  auto file = experiment("ft.yaml", "command: [" + py() + ", trial.py, --record, " + rec + "]\n" + R"(num_samples: 2
 max_failures: 2
 resources_per_trial: {cpu: 1}
 space:
@@ -489,14 +495,24 @@ space:
   sleep: 0.1
 )");
   pid_t driver = start_driver(at_cluster({file}));
-  ASSERT_TRUE(wait_until([&] { return stored() >= 10; }, 60s)) << "no results";
-  // The node that runs a trial (both may: PACK puts them together).
-  auto trials = store()->trials();
-  ASSERT_TRUE(trials);
-  std::string victim = trials->front().info.value("node", "");
-  ASSERT_FALSE(victim.empty());
+  // The node that runs a trial (both may: PACK puts them together), once results are in.
+  std::string victim;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        if (stored() < 10) return false;
+        auto s = experiment_store::open(exp);
+        auto trials = s ? (*s)->trials() : expected<std::vector<trial_row>>{status{errc::not_found, ""}};
+        if (trials)
+          for (auto& t : *trials)
+            if (t.state == "running" && !t.info.value("node", "").empty()) victim = t.info.value("node", "");
+        return !victim.empty();
+      },
+      60s, 50ms))
+      << "no results";
+  int killed = 0;
   for (auto& [id, pid] : nodes)
-    if (id == victim) ::kill(pid, SIGKILL);
+    if (id == victim) killed += ::kill(pid, SIGKILL) == 0;
+  ASSERT_EQ(killed, 1) << victim << " is not one of the nodes";
   int st = 0;
   ASSERT_TRUE(wait_until([&] { return ::waitpid(driver, &st, WNOHANG) == driver; }, 120s)) << "the experiment did not end";
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
@@ -520,7 +536,7 @@ space:
 }
 
 TEST_F(ProgramClusterTest, AKilledDriverIsResumedWithTuneResume) {
-  auto file = experiment("resume.yaml", R"(command: [python3, trial.py]
+  auto file = experiment("resume.yaml", "command: [" + py() + R"(, trial.py]
 num_samples: 3
 max_concurrent_trials: 3
 resources_per_trial: {cpu: 1}
@@ -577,7 +593,7 @@ TEST_F(ProgramClusterTest, AProgramMissingOnTheNodesFailsItsTrialsAndTheClusterR
     EXPECT_TRUE(contains(e, ": command 'python9' not found on PATH=") && contains(e, "node node-")) << e;
   fs::remove_all(exp);
   auto ok = tune_run(at_cluster({"--metric", "val_acc", "--samples", "2", "--experiment-dir", exp, "--progress", "none", "--",
-                                 "python3", "trial.py", "--epochs", "2", "--sleep", "0"}));
+                                 py(), "trial.py", "--epochs", "2", "--sleep", "0"}));
   ASSERT_EQ(ok.rc, 0) << ok.err;
   EXPECT_EQ(summary(ok)["errors"], 0);
   auto status = files.status(address);
@@ -647,7 +663,7 @@ TEST_F(ProgramNetnsTest, AWorkingDirectoryOnlyTheDriverHasIsShippedToANodeOnAnot
   write("data/big.bin", std::string(2 << 20, 'd'));
   write(".tuneignore", "data/\n");
   write("e.yaml", "working_dir: .\nmetric: val_acc\nexperiment_dir: " + exp + "\nnum_samples: 2\nprogress: none\n" +
-                      "command: [python3, trial.py, --mode, argv, --record, " + rec + "]\n");
+                      "command: [" + py() + ", trial.py, --mode, argv, --record, " + rec + "]\n");
   auto r = drive("e.yaml");
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   auto seen = json_lines(rec);

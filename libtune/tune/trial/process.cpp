@@ -366,6 +366,51 @@ expected<std::shared_ptr<spawner>> spawner::start() {
   return s;
 }
 
+expected<std::shared_ptr<spawner>> spawner::start_program(const std::vector<std::string>& argv,
+                                                          const std::map<std::string, std::string>& env) {
+  if (argv.empty()) return status{errc::invalid_argument, "no spawner program"};
+  std::vector<std::string> env_strings;
+  for (auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> args, envp;
+  for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  for (auto& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    return status{errc::insufficient, std::string{"socketpair: "} + ::strerror(errno)};
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    int e = errno;
+    ::close(sv[0]);
+    ::close(sv[1]);
+    return status{errc::insufficient, std::string{"fork: "} + ::strerror(e)};
+  }
+  if (pid == 0) {  // only async-signal-safe calls until exec
+    int channel = ::fcntl(sv[1], F_DUPFD, 100);  // out of the way of 0..3 first
+    int null = ::open("/dev/null", O_RDWR);
+    if (channel < 0 || null < 0) ::_exit(127);
+    for (int fd = 0; fd < 3; ++fd) ::dup2(null, fd);
+    if (::dup2(channel, 3) < 0) ::_exit(127);  // a dup: not close-on-exec
+    ::syscall(SYS_close_range, 4u, ~0u, 0u);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execve(args[0], args.data(), envp.data());
+    ::_exit(127);
+  }
+  ::close(sv[1]);
+  std::shared_ptr<spawner> s{new spawner};
+  s->sock_ = sv[0];
+  s->pid_ = pid;
+  return s;
+}
+
+bool spawner::gone() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return gone_;
+}
+
 spawner::~spawner() {
   if (sock_ >= 0) ::close(sock_);
   int st = 0;

@@ -51,7 +51,12 @@ class spawner {
   // Forks the spawner now. Do it while the process is small, from a thread that lives
   // as long as the spawner is used.
   static expected<std::shared_ptr<spawner>> start();
+  // Another program that speaks the spawner's protocol on fd 3 (its end of the channel;
+  // 0-2 on /dev/null), started with exactly `env`: tune/trial/python_spawner.py.
+  static expected<std::shared_ptr<spawner>> start_program(const std::vector<std::string>& argv,
+                                                          const std::map<std::string, std::string>& env);
   ~spawner();  // closes the channel and reaps it: workers it started are killed
+  bool gone();  // it closed its channel (ended, crashed): nothing more starts through it
   spawner(const spawner&) = delete;
   spawner& operator=(const spawner&) = delete;
   int pid() const { return pid_; }

@@ -11,9 +11,12 @@
 namespace tune {
 
 const char* python_module_source();
+// The warm interpreter's script (tune/trial/python_spawner.py, python_spawners.hpp).
+const char* python_spawner_source();
 
-// Writes the module as <dir>/libtune/__init__.py (atomically, replacing an older one);
-// the folder to put on PYTHONPATH (`dir`), or why not.
+// Writes the module as <dir>/libtune/__init__.py and the warm interpreter's script as
+// <dir>/_libtune_spawner.py (each atomically, replacing an older one); the folder to put
+// on PYTHONPATH (`dir`), or why not.
 expected<std::string> install_python_module(const std::string& dir);
 
 }  // namespace tune

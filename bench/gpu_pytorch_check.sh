@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# On the GPU machine: the PyTorch example (examples/pytorch) tuned with `tune run` on an
+# embedded cluster over this machine's card(s), 0.25 GPU per trial, then what each trial
+# saw and used: CUDA's device count inside it, its card by UUID, the GPU memory the
+# node's audit measured, where its start-up went (import torch, CUDA context, data, the
+# first epoch), the test accuracy and wall time; then the GPU isolation tests and the
+# program tests on this machine.
+#
+#   bench/gpu_pytorch_check.sh BUILD_DIR OUT_DIR     (from the repository's root)
+set -uo pipefail
+build=${1:?}; out=${2:?}
+mkdir -p "$out"
+nvidia-smi -L | tee "$out/nvidia-smi.txt"
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "devices", torch.cuda.device_count())' | tee -a "$out/nvidia-smi.txt"
+exp=/tmp/tune-pytorch-exp; rm -rf "$exp"
+start=$(date +%s.%N)
+"$build/nodes/tune" run examples/pytorch/experiment.yaml --experiment-dir "$exp" --progress lines \
+  > "$out/tune-run.json" 2> "$out/tune-run.log"
+rc=$?
+end=$(date +%s.%N)
+echo "tune run exit $rc, $(python3 -c "print(round($end - $start, 1))") s"; tail -1 "$out/tune-run.json"
+cp "$exp/trials.json" "$out/trials.json" 2>/dev/null
+python3 - "$exp" "$out/tune-run.json" <<'PY' | tee "$out/summary.txt"
+import csv, json, sqlite3, statistics, sys
+exp, summary = sys.argv[1], json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+trials = json.load(open(exp + "/trials.json"))
+rows = list(csv.DictReader(open(exp + "/results.csv")))
+db = sqlite3.connect(exp + "/experiment.db")
+created = dict(db.execute("SELECT id, created FROM trials"))
+first = dict(db.execute("SELECT trial, min(time) FROM results GROUP BY trial"))
+def num(r, k):
+    try: return float(r[k])
+    except (KeyError, ValueError): return None
+startup = {k: [] for k in ("import_torch_s", "cuda_context_s", "data_s", "first_epoch_s")}
+devices, to_first = [], []
+print("trial        state       uuid of its card                          GPU peak  start->1st result  epochs")
+for t in trials:
+    mine = [r for r in rows if r["trial"] == t["id"]]
+    one = mine[0] if mine else {}
+    for k in startup:
+        v = num(one, k)
+        if v is not None: startup[k].append(v)
+    if num(one, "devices") is not None: devices.append(int(num(one, "devices")))
+    lat = first[t["id"]] - created[t["id"]] if t["id"] in first else None
+    if lat is not None: to_first.append(lat)
+    uuid = ",".join(g["uuid"] for g in t["info"].get("gpus", []))
+    peak = t["info"].get("gpu_memory_peak", 0) / 2**20
+    print(f'{t["id"]}  {t["state"]:10}  {uuid:40}  {peak:6.0f} MiB  {lat or 0:8.2f} s  {len(mine)}')
+best = summary.get("best_trial")
+test_acc = [num(r, "test_acc") for r in rows if r["trial"] == best and num(r, "test_acc") is not None]
+print("devices seen inside the trials:", sorted(set(devices)), "(want [1])")
+print("start-up, medians over trials (s):", {k: round(statistics.median(v), 3) for k, v in startup.items() if v})
+print("start request -> first result, median (s):", round(statistics.median(to_first), 2) if to_first else None)
+print("best:", best, "val_acc", summary.get("best_value"), "test_acc", test_acc[-1] if test_acc else None,
+      "trials", summary.get("trials"), "errors", summary.get("errors"), "wall_s", round(summary.get("wall_s", 0), 1))
+peaks = [t["info"].get("gpu_memory_peak", 0) for t in trials]
+print("GPU memory peaks recorded for", sum(1 for p in peaks if p > 0), "of", len(trials), "trials; max",
+      round(max(peaks) / 2**20), "MiB")
+print("CHECK", "ok" if set(devices) == {1} and all(p > 0 for p in peaks) and summary.get("errors") == 0 else "FAILED")
+PY
+"$build/tests/gpu_isolation_test" > "$out/gpu_isolation_test.log" 2>&1; echo "gpu_isolation_test exit $?"; tail -3 "$out/gpu_isolation_test.log"
+"$build/tests/program_test" > "$out/program_test.log" 2>&1; echo "program_test exit $?"; tail -3 "$out/program_test.log"
+"$build/bench/bench_start" 2>/dev/null | tail -1 | tee "$out/bench_start.json"

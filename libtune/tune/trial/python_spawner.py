@@ -1,0 +1,330 @@
+"""A warm Python interpreter that starts Python trials by forking (docs/programs.md).
+
+A node starts one of these per Python interpreter its trials use, with the module folder
+of libtune on PYTHONPATH and its end of a socket on fd 3, and asks it to start workers
+exactly as it asks its C++ spawner (tune/trial/process.cpp: the same frames, the same
+answers, the same keeper and the same five pipes). A worker whose command is this
+interpreter running a script (`python3 train.py ...` or `python3 -m pkg ...`) is a fork
+of this process that sets up the trial's descriptors, signals, environment, folder,
+argv and sys.path as a fresh interpreter would have them and runs the script with
+runpy: no interpreter start-up, no imports of json and the like again (a trial's
+process costs about 8 ms of CPU instead of 20 on the development machine). Any other
+command, or one whose environment would change how the interpreter starts (PYTHON*
+variables other than PYTHONPATH, LD_LIBRARY_PATH, LD_PRELOAD, the locale, HOME), or
+LIBTUNE_FRESH_PYTHON set, is exec'd as it is. What a script could tell: the modules
+this process imported (json, socket, ctypes, runpy, ...) are already in sys.modules, so
+a file of the same name beside the script does not shadow them; the hash seed is this
+process's.
+
+Never imported here: random (its state would be every trial's), libtune (a script
+imports it itself, and its SIGTERM handler must come with that import), anything a
+script might shadow needlessly. Single-threaded; the only frames between a forked
+worker and the interpreter's exit have no try/finally, so its SystemExit ends it as
+it would end `python3 train.py`.
+"""
+import errno
+import fcntl
+import importlib
+import json  # noqa: F401 (the warm part: a trial's `import libtune` needs it)
+import gc
+import os
+import pkgutil  # noqa: F401 (runpy.run_path imports it: here, once)
+import runpy
+import select
+import signal
+import socket
+import struct
+import sys
+
+import ctypes
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
+_DEATH = signal.SIGRTMIN + 7  # as the C++ keeper: a signal nobody sends by habit
+_QUIET = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGPIPE)
+_ENV = dict(os.environ)
+# What an interpreter reads as it starts (beyond PYTHON*): the loader's paths, the
+# locale (the streams' encoding), HOME (the user's site-packages).
+_STARTUP = ("LD_LIBRARY_PATH", "LD_PRELOAD", "LD_AUDIT", "LANG", "LANGUAGE", "HOME")
+_OWN_PATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+# sys.path as a fresh interpreter builds it, less the script's folder and PYTHONPATH.
+_BASE_PATH = [p for p in sys.path[1:] if p not in _OWN_PATH]
+
+
+def _read_full(sock, n):
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def _decode(body):
+    at = 0
+
+    def take():
+        nonlocal at
+        (n,) = struct.unpack_from("=I", body, at)
+        at += 4
+        s = body[at:at + n]
+        at += n
+        return s.decode("utf-8", "surrogateescape")
+
+    argv = [take() for _ in range(int(take()))]
+    env = {}
+    for _ in range(int(take())):
+        k = take()
+        env[k] = take()
+    cwd = take()
+    if at != len(body) or not argv:
+        raise ValueError("a malformed request")
+    return argv, env, cwd
+
+
+def _warm(argv, env):
+    """Whether the worker may run here instead of exec'ing a new interpreter."""
+    if len(argv) < 2 or env.get("LIBTUNE_FRESH_PYTHON"):
+        return False
+    # The same interpreter by the same path (a venv's python3 links to the system's one
+    # but finds its venv through its own path).
+    if os.path.abspath(argv[0]) != os.path.abspath(sys.executable):
+        return False
+    if argv[1] == "-m":
+        if len(argv) < 3:
+            return False
+    elif argv[1].startswith("-"):
+        return False
+    for k in set(env) | set(_ENV):
+        startup = (k.startswith("PYTHON") and k != "PYTHONPATH") or k.startswith("LC_") or k in _STARTUP
+        if startup and env.get(k) != _ENV.get(k):
+            return False
+    return True
+
+
+def _fail(fd, code):
+    try:
+        os.write(fd, struct.pack("=i", code))
+    finally:
+        os._exit(127)
+
+
+def _print_exception(script, exc):
+    """As the interpreter prints an uncaught exception, from the script's own frames on."""
+    import traceback
+    if sys.excepthook is not sys.__excepthook__:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+        return
+    tb = exc.__traceback__
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != script:
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb)
+
+
+def _show_as(argv):
+    """Makes `ps` and /proc show this process as the trial's command, not as the warm
+    interpreter: its argument area (as long as the spawner's own, padded for this) is
+    overwritten with `argv`, and its name is the script's."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48 and 49)
+        data = b"\0".join(a.encode("utf-8", "surrogateescape") for a in argv) + b"\0"
+        size = end - start
+        if size > 0:
+            data = data[:size - 1] + b"\0" if len(data) >= size else data + b"\0" * (size - len(data))
+            ctypes.memmove(start, data, size)
+        name = os.path.basename(argv[2] if argv[1] == "-m" else argv[1]).encode()[:15]
+        _libc.prctl(_PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0)
+    except (OSError, ValueError, IndexError):
+        pass
+
+
+def _run_here(argv, env):
+    """Runs the script in this (forked) process as `argv` would run it; never returns."""
+    _show_as(argv)
+    os.environ.clear()
+    os.environ.update(env)
+    sys.argv = argv[1:] if argv[1] != "-m" else argv[2:]
+    try:
+        sys.orig_argv = list(argv)
+    except AttributeError:
+        pass
+    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if argv[1] == "-m":
+        first, script = os.getcwd(), None
+    else:
+        script = os.path.abspath(argv[1])
+        first = os.path.dirname(script)
+    sys.path[:] = [first] + extra + _BASE_PATH
+    sys.path_importer_cache.clear()
+    importlib.invalidate_caches()
+    code = 0
+    try:
+        if script is None:
+            runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+        elif not os.path.exists(script):
+            sys.stderr.write("%s: can't open file %r: [Errno %d] %s\n"
+                             % (argv[0], argv[1], errno.ENOENT, os.strerror(errno.ENOENT)))
+            code = 2
+        else:
+            runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        code = e.code
+    except KeyboardInterrupt:
+        code = 128 + signal.SIGINT
+    except BaseException as e:  # noqa: B902 (what the interpreter does with it)
+        _print_exception(script or "", e)
+        code = 1
+    raise SystemExit(code)  # the interpreter's own exit: atexit handlers, flushed streams
+
+
+def _worker(argv, env, cwd, out_w, err_w, rep_w, fail_w, keeper):
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # it dies with its keeper
+    if os.getppid() != keeper:
+        os._exit(127)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    for s in range(1, signal.NSIG):
+        if s in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        try:
+            signal.signal(s, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+    # What a fresh interpreter sets itself.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    fail = fcntl.fcntl(fail_w, fcntl.F_DUPFD_CLOEXEC, 64)
+    try:
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.dup2(rep_w, 3)
+        for fd in range(4):  # kept by an exec (os.open and a dup2 onto itself leave close-on-exec)
+            os.set_inheritable(fd, True)
+        os.closerange(4, fail)
+        os.closerange(fail + 1, 1 << 20)
+        if cwd:
+            os.chdir(cwd)
+    except OSError as e:
+        _fail(fail, e.errno or errno.EIO)
+    if not _warm(argv, env):
+        try:
+            os.execve(argv[0], argv, env)
+        except OSError as e:
+            _fail(fail, e.errno or errno.ENOEXEC)
+    os.close(fail)  # as an exec that worked: the node now waits for the worker's end
+    _run_here(argv, env)
+
+
+def _keeper(argv, env, cwd, fds, node):
+    """The first child, leader of the trial's process group, parent of the worker
+    (tune/trial/process.cpp's run_keeper, in Python)."""
+    out_w, err_w, rep_w, fail_w, news_w = fds
+    os.setpgid(0, 0)
+    me = os.getpid()
+
+    def on_node_death(signum, frame):
+        os.killpg(me, signal.SIGKILL)
+
+    signal.signal(_DEATH, on_node_death)
+    for s in _QUIET:
+        signal.signal(s, lambda signum, frame: None)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    _libc.prctl(_PR_SET_PDEATHSIG, int(_DEATH), 0, 0, 0)
+    if os.getppid() != node:
+        on_node_death(0, None)
+    worker = os.fork()
+    if worker == 0:
+        _worker(argv, env, cwd, out_w, err_w, rep_w, fail_w, me)
+    for fd in (out_w, err_w, rep_w, fail_w):
+        os.close(fd)
+    os.write(news_w, struct.pack("=i", worker))
+    _, status = os.waitpid(worker, 0)
+    os.write(news_w, struct.pack("=i", status))
+    os.close(news_w)
+    os.killpg(me, signal.SIGKILL)  # the worker's children, then the keeper itself
+    os._exit(0)
+
+
+def _start(sock, argv, env, cwd):
+    """Forks a keeper; its pid and the read ends of the five pipes."""
+    pipes = [os.pipe2(os.O_CLOEXEC) for _ in range(5)]
+    me = os.getpid()
+    keeper = os.fork()
+    if keeper == 0:
+        # The keeper and, after its fork, the worker. A worker's end (SystemExit) goes up
+        # through here to the interpreter's exit; anything else raised on the way must
+        # not return into the spawner's loop in a child.
+        try:
+            sock.close()
+            for r, _ in pipes:
+                os.close(r)
+            writes = [w for _, w in pipes]
+            start = 0
+            for fd in sorted(writes):
+                os.closerange(start, fd)
+                start = fd + 1
+            os.closerange(start, 1 << 20)
+            _keeper(argv, env, cwd, writes, me)
+        except Exception:  # noqa: B902
+            os._exit(127)
+    try:
+        os.setpgid(keeper, keeper)  # also here: no moment in which a signal to the group misses it
+    except OSError:
+        pass  # it did it itself already (or is gone)
+    for _, w in pipes:
+        os.close(w)
+    return keeper, [r for r, _ in pipes]
+
+
+def main():
+    # Warm: what the first run of a script sets up (runpy's imports, the parser's state)
+    # is done here once; then everything is moved out of the collector's reach, so that
+    # no collection in a fork writes to (and copies) the pages it shares with this one.
+    runpy.run_path(os.devnull, run_name="__warmup__")
+    gc.freeze()
+    sock = socket.socket(fileno=3)
+    for s in _QUIET:
+        signal.signal(s, signal.SIG_IGN)
+    while True:
+        ready, _, _ = select.select([sock], [], [], 1.0)
+        while True:  # keepers that ended
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        if not ready:
+            continue
+        head = _read_full(sock, 4)
+        if head is None:
+            break  # the node is gone: its keepers kill their groups
+        body = _read_full(sock, struct.unpack("=I", head)[0])
+        if body is None:
+            break
+        answer, fds = [0, 0], []
+        try:
+            argv, env, cwd = _decode(body)
+            answer[0], fds = _start(sock, argv, env, cwd)
+        except (ValueError, struct.error, UnicodeDecodeError):
+            answer[1] = errno.EINVAL
+        except OSError as e:
+            answer[1] = e.errno or errno.EAGAIN
+        data = struct.pack("=ii", *answer)
+        if fds:
+            sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("=%di" % len(fds), *fds))])
+            for fd in fds:
+                os.close(fd)
+        else:
+            sock.sendall(data)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
