@@ -31,7 +31,8 @@ first = dict(db.execute("SELECT trial, min(time) FROM results GROUP BY trial"))
 def num(r, k):
     try: return float(r[k])
     except (KeyError, ValueError): return None
-startup = {k: [] for k in ("import_torch_s", "cuda_context_s", "data_s", "first_epoch_s")}
+startup = {k: [] for k in ("interpreter_s", "import_torch_s", "cuda_context_s", "data_s", "first_epoch_s")}
+before_process = []  # the trial's start (the controller's) to its process's start: libtune's part
 devices, to_first = [], []
 print("trial        state       uuid of its card                          GPU peak  start->1st result  epochs")
 for t in trials:
@@ -43,6 +44,7 @@ for t in trials:
     if num(one, "devices") is not None: devices.append(int(num(one, "devices")))
     lat = first[t["id"]] - created[t["id"]] if t["id"] in first else None
     if lat is not None: to_first.append(lat)
+    if num(one, "process_started_at") is not None: before_process.append(num(one, "process_started_at") - created[t["id"]])
     uuid = ",".join(g["uuid"] for g in t["info"].get("gpus", []))
     peak = t["info"].get("gpu_memory_peak", 0) / 2**20
     print(f'{t["id"]}  {t["state"]:10}  {uuid:40}  {peak:6.0f} MiB  {lat or 0:8.2f} s  {len(mine)}')
@@ -51,6 +53,8 @@ test_acc = [num(r, "test_acc") for r in rows if r["trial"] == best and num(r, "t
 print("devices seen inside the trials:", sorted(set(devices)), "(want [1])")
 print("start-up, medians over trials (s):", {k: round(statistics.median(v), 3) for k, v in startup.items() if v})
 print("start request -> first result, median (s):", round(statistics.median(to_first), 2) if to_first else None)
+print("start request -> its process started (placement, working directory, spawn), median (s):",
+      round(statistics.median(before_process), 3) if before_process else None, "max", round(max(before_process), 3) if before_process else None)
 print("best:", best, "val_acc", summary.get("best_value"), "test_acc", test_acc[-1] if test_acc else None,
       "trials", summary.get("trials"), "errors", summary.get("errors"), "wall_s", round(summary.get("wall_s", 0), 1))
 peaks = [t["info"].get("gpu_memory_peak", 0) for t in trials]

@@ -33,6 +33,19 @@ import libtune  # noqa: E402 (put on PYTHONPATH by the node; outside a trial too
 MEAN, STD = 0.2860, 0.3530
 
 
+def process_start_time():
+    """When this process was started (seconds since the epoch, to the clock tick), from
+    /proc: what went before T0 is the interpreter's own start-up. None off Linux."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
 def read_idx(path):
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rb") as f:
@@ -161,6 +174,9 @@ def main():
         if epoch == start + 1:  # where the start-up went
             metrics.update({"import_torch_s": T_IMPORT - T0, "cuda_context_s": t_cuda - T_IMPORT,
                             "data_s": t_data - t_cuda, "first_epoch_s": seconds, "devices": visible})
+            started = process_start_time()
+            if started is not None:
+                metrics.update({"process_started_at": started, "interpreter_s": T0 - started})
         if epoch == epochs:
             metrics["test_acc"] = accuracy(model, xte, yte)
         if libtune.in_trial():

@@ -299,7 +299,10 @@ def _metric_value(name, value):
         raise TypeError("metric %r must be a single number, not %s: float() says %s"
                         % (name, type(value).__name__, e)) from None
     if not math.isfinite(number):
-        raise ValueError("metric %r is %r: metrics must be finite numbers" % (name, number))
+        # JSON has no NaN: sent as text ("nan", "inf", "-inf"), so that a diverged run's
+        # other metrics still count; the experiment ends a trial whose *tuned* metric is
+        # not a finite number, saying so.
+        return "nan" if number != number else ("inf" if number > 0 else "-inf")
     return number
 
 
@@ -318,7 +321,9 @@ def report(metrics=None, *, iteration=None, **kw):
 
     - Values: int, float, or any non-str/bytes object with ``__float__`` (numpy scalars,
       0-dim tensors). bool raises TypeError; another type raises TypeError naming the
-      metric; NaN and inf raise ValueError naming it. Names are non-empty strings,
+      metric; NaN and infinities are sent as the texts "nan", "inf" and "-inf" (JSON has
+      no NaN): the trial goes on, and the experiment ends it in error only when its tuned
+      metric is not a finite number. Names are non-empty strings,
       each given once (a name in both the dict and the keywords is a ValueError). No
       metrics at all is a ValueError. Nothing is written when any of this fails.
     - ``iteration``: by default the previous result's plus one, starting at 1, or after
