@@ -1,10 +1,13 @@
-// tune: start and stop libtune's head and nodes, and show the cluster.
+// tune: start and stop libtune's head and nodes, show the cluster, and tune programs
+// (docs/cli.md has every command).
 //
 //   tune start --head [--port 6380] [--host ADDR] [--token-file F] [--block]
 //   tune start --address HOST:PORT [--num-gpus N | --gpus 0,2] [--num-cpus N]
 //              [--resources '{"tpu":2}'] [--mps] [--gpu-audit-ms N] [--token-file F] [--block]
 //   tune status --address HOST:PORT [--json] [--token-file F]
 //   tune group create --bundles JSON [--strategy S] [--wait S] | get ID | remove ID
+//   tune run [FILE] [flags] [-- COMMAND...]   (run.cpp)
+//   tune resume DIR | rebalance | drain NODE | dashboard
 //   tune stop
 #include <pthread.h>
 #include <signal.h>
