@@ -57,6 +57,7 @@ struct node_state {
   std::map<std::pair<std::string, caf::actor_addr>, std::vector<std::function<void(const status&)>>> file_fetches;
   // Working-directory manifests read, by SHA-256 (a few: each start of a trial needs one).
   std::map<std::string, std::shared_ptr<const workdir_manifest>> manifests;
+  std::set<std::string> complete_workdirs;  // manifests whose every file is in the cache
   std::string python_path;  // the trials' Python module (empty: not installed)
   std::shared_ptr<python_spawners> pythons;  // warm interpreters for Python trials (none: off)
   static inline const char* name = "tune.node";
@@ -220,10 +221,12 @@ void fetch_file(node_actor self, caf::actor server, std::string sha, uint64_t si
 
 // Makes sure <dir>/<sha> is in this node's cache (fetched from `server` when it is not:
 // starts that need the same file share one fetch; written under a temporary name, moved
-// into place once its hash is checked), then calls `done`.
-// `logged`: its fetch is said in the node's log ("program NAME (sha) fetched").
+// into place once its hash is checked), then calls `done` (its error names `what`).
+// `logged`: its fetch is said in the node's log ("program NAME (sha) fetched");
+// `fetching`: called when this call begins a fetch (not when it waits for another's).
 void ensure_file(node_actor self, const std::string& dir, const std::string& sha, uint64_t size, const caf::actor& server,
-                 bool executable, const std::string& what, std::function<void(const status&)> done, bool logged = false) {
+                 bool executable, const std::string& what, std::function<void(const status&)> done, bool logged = false,
+                 const std::function<void()>& fetching = {}) {
   auto& st = self->state;
   auto path = dir + "/" + sha;
   if (::access(path.c_str(), executable ? X_OK : R_OK) == 0) return done(status::ok());
@@ -232,17 +235,18 @@ void ensure_file(node_actor self, const std::string& dir, const std::string& sha
   auto& waiting = st.file_fetches[key];
   waiting.push_back(std::move(done));
   if (waiting.size() > 1) return;  // being fetched for another start already
+  if (fetching) fetching();
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   std::string tmp = dir + "/." + sha + "." + std::to_string(::getpid()) + "." + std::to_string(++st.fetches);
   std::remove(tmp.c_str());
   fetch_file(self, server, sha, size, tmp, [self, tmp, path, key, executable, logged, what, sha](const status& got) {
-    status outcome = got;
+    status outcome = got ? got : status{got.code(), "cannot fetch " + what + ": " + got.message()};
     if (outcome) {
       ::chmod(tmp.c_str(), executable ? 0755 : 0444);
       if (std::rename(tmp.c_str(), path.c_str()) != 0) {
         std::remove(tmp.c_str());
-        outcome = status{errc::invalid_argument, "cannot move it into the cache"};
+        outcome = status{errc::invalid_argument, "cannot move " + what + " into the cache"};
       } else if (logged) {
         log_line(what + " (" + sha.substr(0, 12) + ") fetched");
       }
@@ -268,23 +272,23 @@ void ensure_more(node_actor self, std::shared_ptr<files_job> job, caf::actor ser
   constexpr size_t at_once = 8;
   while (!job->failed && job->next < job->wanted.size() && job->next - job->finished < at_once) {
     auto f = job->wanted[job->next++];
-    auto dir = self->state.opt.work_dir + "/files";
-    if (::access((dir + "/" + f.sha256).c_str(), R_OK) != 0 && server &&
-        !self->state.file_fetches.count({dir + "/" + f.sha256, server.address()})) {
-      ++job->fetched;  // this start fetches it (others it waits for, or finds)
-      job->bytes += f.size;
-    }
-    ensure_file(self, dir, f.sha256, f.size, server, false, "file " + f.path,
-                [self, job, server, f](const status& got) {
-                  ++job->finished;
-                  if (job->failed) return;
-                  if (!got) {
-                    job->failed = true;
-                    return job->done(status{got.code(), "cannot fetch " + f.path + " of the working directory: " + got.message()});
-                  }
-                  if (job->finished == job->wanted.size()) return job->done(status::ok());
-                  ensure_more(self, job, server);
-                });
+    ensure_file(
+        self, self->state.opt.work_dir + "/files", f.sha256, f.size, server, false, f.path + " of the working directory",
+        [self, job, server](const status& got) {
+          ++job->finished;
+          if (job->failed) return;
+          if (!got) {
+            job->failed = true;
+            return job->done(got);
+          }
+          if (job->finished == job->wanted.size()) return job->done(status::ok());
+          ensure_more(self, job, server);
+        },
+        false,
+        [job, size = f.size] {  // this start fetches it (others it waits for, or finds)
+          ++job->fetched;
+          job->bytes += size;
+        });
   }
 }
 
@@ -295,15 +299,21 @@ void prepare_workdir(node_actor self, const wire::wire_trial_spec& spec, const c
   auto& st = self->state;
   auto files = st.opt.work_dir + "/files";
   auto sha = spec.workdir_sha256;
-  auto with_manifest = [self, server, files, done](std::shared_ptr<const workdir_manifest> m) {
+  auto with_manifest = [self, server, files, done, sha](std::shared_ptr<const workdir_manifest> m) {
+    // Once all its files were in, they stay (nothing is taken out of the cache).
+    if (self->state.complete_workdirs.count(sha)) return done(m);
     auto job = std::make_shared<files_job>();
     std::set<std::string> seen;
     for (auto& f : m->files)
       if (seen.insert(f.sha256).second && ::access((files + "/" + f.sha256).c_str(), R_OK) != 0) job->wanted.push_back(f);
-    if (job->wanted.empty()) return done(m);
+    if (job->wanted.empty()) {
+      self->state.complete_workdirs.insert(sha);
+      return done(m);
+    }
     std::weak_ptr<files_job> weak = job;
-    job->done = [m, done, weak, total = m->files.size()](const status& got) {
+    job->done = [self, m, done, weak, sha, total = m->files.size()](const status& got) {
       if (!got) return done(got);
+      self->state.complete_workdirs.insert(sha);
       if (auto j = weak.lock(); j && j->fetched > 0)
         log_line("working directory: fetched " + std::to_string(j->fetched) + " of its " + std::to_string(total) + " files (" +
                  format_bytes(static_cast<int64_t>(j->bytes)) + ")");
@@ -314,7 +324,7 @@ void prepare_workdir(node_actor self, const wire::wire_trial_spec& spec, const c
   if (auto it = st.manifests.find(sha); it != st.manifests.end()) return with_manifest(it->second);
   ensure_file(self, files, sha, spec.workdir_size, server, false, "the working directory's manifest",
               [self, files, sha, done, with_manifest](const status& got) {
-                if (!got) return done(status{got.code(), "cannot fetch the working directory's manifest: " + got.message()});
+                if (!got) return done(got);
                 std::ifstream in(files + "/" + sha);
                 std::string text{std::istreambuf_iterator<char>(in), {}};
                 auto m = workdir_manifest::from_json(text);
@@ -470,10 +480,7 @@ caf::response_promise trial_start(node_actor self, const wire::wire_trial_spec& 
   ensure_file(
       self, programs, spec.program_sha256, spec.program_size, server, true, "program " + spec.program_name,
       [=](const status& got) mutable {
-        if (!got) {
-          auto why = got.message();
-          return failed(why.rfind("program ", 0) == 0 ? why : "cannot fetch program " + spec.program_name + ": " + why);
-        }
+        if (!got) return failed(got.message());
         continue_start(self, started, key_of, {cached, nullptr}, server, owner, rp, files, "its program");
       },
       true);
