@@ -22,7 +22,8 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-const char* python = "/usr/bin/python3";
+// Debian's python3, or $WARM_PYTHON (another version to check the warm interpreter against).
+const char* python = std::getenv("WARM_PYTHON") && *std::getenv("WARM_PYTHON") ? std::getenv("WARM_PYTHON") : "/usr/bin/python3";
 
 class WarmPython : public ::testing::Test {
  protected:
@@ -83,7 +84,7 @@ os.write(3, (json.dumps(seen) + "\n").encode())
 )";
 
 TEST_F(WarmPython, AWorkerSeesWhatAFreshInterpreterWould) {
-  auto path = script("inspect.py", inspect_script);
+  auto path = script("probe.py", inspect_script);
   auto p = start({python, path, "--lr", "0.1"}, {{"TUNE_TRIAL_ID", "t1"}, {"MY_EXTRA", "x"}});
   ASSERT_TRUE(p);
   std::vector<std::string> reports;
@@ -110,7 +111,7 @@ TEST_F(WarmPython, AWorkerSeesWhatAFreshInterpreterWould) {
   EXPECT_EQ(seen["ppid"], p->group()) << "its keeper is its parent";
   EXPECT_EQ(seen["pgid"], p->group());
   EXPECT_EQ(seen["cmdline"], nlohmann::json({python, path, "--lr", "0.1"})) << "ps shows the trial's command";
-  EXPECT_EQ(seen["comm"], "inspect.py");
+  EXPECT_EQ(seen["comm"], "probe.py");
   EXPECT_EQ(p->stdout_tail(), "to stdout\n");
   // The same open descriptors as the same script exec'd (0-3, and listdir's own).
   auto fresh = start({python, path}, {{"LIBTUNE_FRESH_PYTHON", "1"}});
@@ -178,7 +179,7 @@ TEST_F(WarmPython, ModulesRunWithDashM) {
 }
 
 TEST_F(WarmPython, WhatAWarmInterpreterCannotStandInForIsExecd) {
-  auto path = script("inspect.py", inspect_script);
+  auto path = script("probe.py", inspect_script);
   for (auto env : std::vector<std::map<std::string, std::string>>{
            {{"PYTHONHASHSEED", "1"}}, {{"LD_PRELOAD", ""}}, {{"LIBTUNE_FRESH_PYTHON", "1"}}, {{"HOME", "/root"}}}) {
     auto p = start({python, path}, env);
@@ -238,6 +239,43 @@ TEST_F(WarmPython, NothingOutlivesItsNodeAndLibtuneWorksAsInAFreshOne) {
   int worker = q->pid();
   pythons.reset();
   EXPECT_TRUE(test::wait_until([&] { return test::process_gone(worker); }, 5s)) << "a worker outlived its node";
+}
+
+}  // namespace
+}  // namespace tune
+
+namespace tune {
+namespace {
+
+TEST_F(WarmPython, ItsExitDoesWhatTheInterpretersDoes) {
+  // Unclosed files flushed, non-daemon threads waited for, atexit run after them,
+  // sys.exit's codes and texts.
+  auto path = script("ends.py", R"(
+import atexit, os, sys, threading, time
+f = open(os.path.join(os.path.dirname(__file__), "unclosed.txt"), "w")
+f.write("kept")
+def late():
+    time.sleep(0.3)
+    with open(os.path.join(os.path.dirname(__file__), "thread.txt"), "w") as g:
+        g.write("done")
+threading.Thread(target=late).start()
+atexit.register(lambda: os.write(3, (open(os.path.join(os.path.dirname(__file__), "thread.txt")).read() + "\n").encode()))
+sys.stdout.write("no newline")
+sys.exit(int(os.environ.get("CODE", "0")) if os.environ.get("CODE", "0").isdigit() else os.environ["CODE"])
+)");
+  std::vector<std::string> r;
+  auto p = start({python, path});
+  auto e = p->wait(10s, r);
+  ASSERT_TRUE(e && e->ok()) << p->stderr_tail();
+  EXPECT_EQ(r, std::vector<std::string>{"done"}) << "the thread first, then atexit";
+  std::ifstream in(dir / "unclosed.txt");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "kept") << "an unclosed file is flushed";
+  EXPECT_EQ(p->stdout_tail(), "no newline");
+  auto code = start({python, path}, {{"CODE", "7"}});
+  EXPECT_EQ(code->wait(10s, r)->describe(), "exit code 7");
+  auto text = start({python, path}, {{"CODE", "bad input"}});
+  EXPECT_EQ(text->wait(10s, r)->describe(), "exit code 1");
+  EXPECT_NE(text->stderr_tail().find("bad input"), std::string::npos);
 }
 
 }  // namespace
