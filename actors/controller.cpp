@@ -715,7 +715,7 @@ std::string what_it_reported(controller_actor self, const live_trial& lt, const 
   for (auto& m : lt.reported) out += (out.empty() ? "it reported " : ", ") + m;
   if (out.empty()) {
     out = "it reported no result";
-    if (!self->state.setup.options.output_patterns.empty()) out += " (no line of its output matched the metric pattern)";
+    if (!self->state.setup.options.output_patterns.empty()) out += ": no line of its output matched the metric pattern";
   }
   if (auto n = ended.value("ignored_lines", int64_t{0}); n > 0)
     out += "; " + std::to_string(n) + " line(s) on its report channel were not reports, the first: " +

@@ -62,6 +62,35 @@ print("GPU memory peaks recorded for", sum(1 for p in peaks if p > 0), "of", len
       round(max(peaks) / 2**20), "MiB")
 print("CHECK", "ok" if set(devices) == {1} and all(p > 0 for p in peaks) and summary.get("errors") == 0 else "FAILED")
 PY
+# Warm interpreters against fresh ones for PyTorch trials: 8 trials of 2 epochs each way.
+for how in ${PAIRS:-fresh warm}; do
+  e=/tmp/tune-pytorch-$how; rm -rf "$e"
+  extra=(); [ $how = fresh ] && extra=(--env LIBTUNE_FRESH_PYTHON=1)
+  "$build/nodes/tune" run examples/pytorch/experiment.yaml --samples 8 --experiment-dir "$e" --progress none \
+    --space '{"lr": {"loguniform": [0.01, 0.1]}, "momentum": 0.9, "weight_decay": 0.0001, "batch_size": 128, "model": "cnn", "epochs": 2}' \
+    "${extra[@]}" > /dev/null 2>&1
+  python3 - "$e" "$how" <<'PY' | tee -a "$out/summary.txt"
+import csv, sqlite3, statistics, sys
+exp, how = sys.argv[1], sys.argv[2]
+db = sqlite3.connect(exp + "/experiment.db")
+created = dict(db.execute("SELECT id, created FROM trials"))
+first = dict(db.execute("SELECT trial, min(time) FROM results GROUP BY trial"))
+rows = {}
+for r in csv.DictReader(open(exp + "/results.csv")):
+    rows.setdefault(r["trial"], r)
+def med(k): return round(statistics.median(float(r[k]) for r in rows.values() if r.get(k)), 3)
+lat = [first[t] - created[t] for t in first]
+before = [float(r["process_started_at"]) - created[t] for t, r in rows.items() if r.get("process_started_at")]
+print(f"{how}: {len(first)} trials; start request -> first result {statistics.median(lat):.2f} s; -> process started "
+      f"{statistics.median(before):.3f} s; interpreter {med('interpreter_s')} s, import torch {med('import_torch_s')} s, "
+      f"CUDA context {med('cuda_context_s')} s, data {med('data_s')} s, first epoch {med('first_epoch_s')} s (medians)")
+PY
+done
+# The same question without libtune: import torch and a CUDA context in a fork of a warm
+# interpreter against an exec'd one, alternately.
+python3 bench/python/torch_start.py 8 2>/dev/null | tail -1 | tee "$out/torch_start.json"
 "$build/tests/gpu_isolation_test" > "$out/gpu_isolation_test.log" 2>&1; echo "gpu_isolation_test exit $?"; tail -3 "$out/gpu_isolation_test.log"
-"$build/tests/program_test" > "$out/program_test.log" 2>&1; echo "program_test exit $?"; tail -3 "$out/program_test.log"
+"$build/libtune/python_spawners_test" > "$out/python_spawners_test.log" 2>&1; echo "python_spawners_test exit $?"; tail -2 "$out/python_spawners_test.log"
+[ "${PROGRAM_TEST:-1}" = 1 ] && { "$build/tests/program_test" > "$out/program_test.log" 2>&1; echo "program_test exit $?"; tail -3 "$out/program_test.log"; }
 "$build/bench/bench_start" 2>/dev/null | tail -1 | tee "$out/bench_start.json"
+[ "${BENCH_OVERHEAD:-1}" = 1 ] && "$build/bench/bench_overhead" --both 2>&1 | tail -1 | tee "$out/bench_overhead.json"

@@ -23,6 +23,7 @@ import sys
 import time
 
 T0 = time.time()
+T0_BOOT = time.clock_gettime(time.CLOCK_BOOTTIME) if hasattr(time, "CLOCK_BOOTTIME") else None
 import torch  # noqa: E402 (timed)
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -33,16 +34,14 @@ import libtune  # noqa: E402 (put on PYTHONPATH by the node; outside a trial too
 MEAN, STD = 0.2860, 0.3530
 
 
-def process_start_time():
-    """When this process was started (seconds since the epoch, to the clock tick), from
-    /proc: what went before T0 is the interpreter's own start-up. None off Linux."""
+def interpreter_seconds():
+    """How long this process ran before its first line (its interpreter's start-up): from
+    its start in /proc (clock ticks since boot) to T0. None off Linux."""
     try:
         with open("/proc/self/stat") as f:
             ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/stat") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        return T0_BOOT - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, TypeError):
         return None
 
 
@@ -174,9 +173,9 @@ def main():
         if epoch == start + 1:  # where the start-up went
             metrics.update({"import_torch_s": T_IMPORT - T0, "cuda_context_s": t_cuda - T_IMPORT,
                             "data_s": t_data - t_cuda, "first_epoch_s": seconds, "devices": visible})
-            started = process_start_time()
-            if started is not None:
-                metrics.update({"process_started_at": started, "interpreter_s": T0 - started})
+            before = interpreter_seconds()
+            if before is not None:
+                metrics.update({"process_started_at": T0 - before, "interpreter_s": before})
         if epoch == epochs:
             metrics["test_acc"] = accuracy(model, xte, yte)
         if libtune.in_trial():
