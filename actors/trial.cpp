@@ -36,7 +36,7 @@ struct control {
   std::atomic<bool> hold_reading{false};
   std::atomic<int64_t> lines_in_flight{0};
 };
-constexpr int64_t max_lines_in_flight = 1 << 16;
+constexpr int64_t max_lines_in_flight = 8192;  // lines read from the worker, not yet handled by the actor
 
 // How the watching thread starts the worker: for a program trial it first makes the
 // trial's own copy of the working directory and finds the command's program (off the
