@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <utility>
 
@@ -344,7 +345,7 @@ bool decode(const std::string& in, process_spec& spec) {
 
 }  // namespace
 
-expected<std::shared_ptr<spawner>> spawner::start() {
+expected<std::shared_ptr<spawner>> spawner::start_with(const std::function<void(int)>& child) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
     return status{errc::insufficient, std::string{"socketpair: "} + ::strerror(errno)};
@@ -357,7 +358,8 @@ expected<std::shared_ptr<spawner>> spawner::start() {
   }
   if (pid == 0) {
     ::close(sv[0]);
-    run_spawner(sv[1]);
+    child(sv[1]);
+    ::_exit(127);
   }
   ::close(sv[1]);
   std::shared_ptr<spawner> s{new spawner};
@@ -366,9 +368,14 @@ expected<std::shared_ptr<spawner>> spawner::start() {
   return s;
 }
 
+expected<std::shared_ptr<spawner>> spawner::start() {
+  return start_with([](int channel) { run_spawner(channel); });
+}
+
 expected<std::shared_ptr<spawner>> spawner::start_program(const std::vector<std::string>& argv,
                                                           const std::map<std::string, std::string>& env) {
   if (argv.empty()) return status{errc::invalid_argument, "no spawner program"};
+  // Everything the child needs is built before fork: it may not allocate after.
   std::vector<std::string> env_strings;
   for (auto& [k, v] : env) env_strings.push_back(k + "=" + v);
   std::vector<char*> args, envp;
@@ -376,18 +383,8 @@ expected<std::shared_ptr<spawner>> spawner::start_program(const std::vector<std:
   args.push_back(nullptr);
   for (auto& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
-  int sv[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
-    return status{errc::insufficient, std::string{"socketpair: "} + ::strerror(errno)};
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    int e = errno;
-    ::close(sv[0]);
-    ::close(sv[1]);
-    return status{errc::insufficient, std::string{"fork: "} + ::strerror(e)};
-  }
-  if (pid == 0) {  // only async-signal-safe calls until exec
-    int channel = ::fcntl(sv[1], F_DUPFD, 100);  // out of the way of 0..3 first
+  return start_with([&](int end) {  // only async-signal-safe calls until exec
+    int channel = ::fcntl(end, F_DUPFD, 100);  // out of the way of 0..3 first
     int null = ::open("/dev/null", O_RDWR);
     if (channel < 0 || null < 0) ::_exit(127);
     for (int fd = 0; fd < 3; ++fd) ::dup2(null, fd);
@@ -397,13 +394,7 @@ expected<std::shared_ptr<spawner>> spawner::start_program(const std::vector<std:
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::execve(args[0], args.data(), envp.data());
-    ::_exit(127);
-  }
-  ::close(sv[1]);
-  std::shared_ptr<spawner> s{new spawner};
-  s->sock_ = sv[0];
-  s->pid_ = pid;
-  return s;
+  });
 }
 
 bool spawner::gone() {

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -64,6 +65,9 @@ class spawner {
  private:
   friend class worker_process;
   spawner() = default;
+  // Forks a child that gets its end of a new channel and runs `child` (which must not
+  // return, or it ends with 127).
+  static expected<std::shared_ptr<spawner>> start_with(const std::function<void(int)>& child);
   // The keeper's pid and the read ends of its pipes (worker_process::start's five), or
   // an error; false in `usable` when the spawner itself is gone.
   expected<int> spawn(const process_spec& spec, int fds[5], bool& usable);
