@@ -45,7 +45,7 @@ const char* about =
     "The last line on standard output is one JSON object with the best trial, its config\n"
     "and metric. docs/run.md has the file's keys.";
 
-// The options that take a value and have no short form: their values may start with '-'.
+// The flags, over what the file said; each error names its flag.
 status apply_flags(const po::variables_map& vm, experiment_spec& e) {
   auto& c = e.config;
   auto& p = e.prog;
