@@ -105,9 +105,6 @@ bool from_head(node_actor self) {
 // --- trials -------------------------------------------------------------------
 
 
-bool valid_sha(const std::string& s) {
-  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
-}
 
 // What a start needs on this node, once fetched: a trainable's program, or a program
 // trial's working directory (none: it runs in its trial folder).
@@ -346,7 +343,7 @@ expected<nlohmann::json> restore_manifest(const std::string& text) {
     return status{errc::invalid_argument, "the checkpoint to restore is not a manifest"};
   for (auto& f : m["files"]) {
     if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("sha256") ||
-        !f["sha256"].is_string() || !valid_sha(f["sha256"].get<std::string>()) || !f.contains("size") ||
+        !f["sha256"].is_string() || !is_sha256_hex(f["sha256"].get<std::string>()) || !f.contains("size") ||
         !f["size"].is_number_unsigned())
       return status{errc::invalid_argument, "the checkpoint to restore has a malformed file entry"};
     if (!stays_inside(f["name"].get<std::string>()))
@@ -427,14 +424,14 @@ caf::response_promise trial_start(node_actor self, const wire::wire_trial_spec& 
   if (!hold || hold->state != hold_state::committed)
     return no("it holds no committed bundle " + std::to_string(bundle) + " of group " + spec.group);
   bool program_trial = !spec.command.empty();
-  if (!program_trial && !valid_sha(spec.program_sha256)) return no("the program's SHA-256 is not 64 hex digits");
+  if (!program_trial && !is_sha256_hex(spec.program_sha256)) return no("the program's SHA-256 is not 64 hex digits");
   if (program_trial) {
     for (auto& kv : spec.env) {
       auto eq = kv.find('=');
       if (auto s = check_env_name(kv.substr(0, eq)); eq == std::string::npos || !s)
         return no("the trial's environment: " + (eq == std::string::npos ? "\"" + kv + "\" is not NAME=VALUE" : s.message()));
     }
-    if (!spec.workdir_sha256.empty() && !valid_sha(spec.workdir_sha256))
+    if (!spec.workdir_sha256.empty() && !is_sha256_hex(spec.workdir_sha256))
       return no("the working directory's SHA-256 is not 64 hex digits");
   }
   // Where it starts from: a checkpoint folder of this node's (restore_dir), else a copy

@@ -124,12 +124,9 @@ status apply_flags(const po::variables_map& vm, experiment_spec& e) {
     c.time_budget_s = t;
   }
   if (vm.count("progress")) {
-    auto s = vm["progress"].as<std::string>();
-    if (s == "auto") c.progress = progress_style::automatic;
-    else if (s == "table") c.progress = progress_style::table;
-    else if (s == "lines") c.progress = progress_style::lines;
-    else if (s == "none") c.progress = progress_style::none;
-    else return bad("--progress", "give auto, table, lines or none");
+    auto style = parse_progress_style(vm["progress"].as<std::string>());
+    if (!style) return bad("--progress", "give auto, table, lines or none");
+    c.progress = *style;
   }
   return status::ok();
 }

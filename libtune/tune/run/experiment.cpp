@@ -544,6 +544,14 @@ fs::path from_base(const std::string& base, const std::string& p) {
 
 const std::vector<std::string>& experiment_keys() { return top_keys; }
 
+std::optional<progress_style> parse_progress_style(const std::string& text) {
+  if (text == "auto") return progress_style::automatic;
+  if (text == "table") return progress_style::table;
+  if (text == "lines") return progress_style::lines;
+  if (text == "none") return progress_style::none;
+  return std::nullopt;
+}
+
 expected<search_space> read_search_space(const std::string& text, const std::string& source) {
   return read_part<search_space>(text, source, [](const reader& r, const YAML::Node& n, const std::string&) {
     return space_from(r, n, "space");
@@ -724,8 +732,7 @@ expected<experiment_spec> read_experiment(const std::string& text, const std::st
     } else if (key == "progress") {
       auto t = r.one_of(v, key, {"auto", "table", "lines", "none"});
       if (!t) s = t.error();
-      else c.progress = *t == "table" ? progress_style::table : *t == "lines" ? progress_style::lines
-                        : *t == "none" ? progress_style::none : progress_style::automatic;
+      else c.progress = *parse_progress_style(*t);
     }
     if (!s) return s;
   }

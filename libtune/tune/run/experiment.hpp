@@ -24,6 +24,7 @@
 // any other value a constant.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,10 @@ expected<experiment_spec> read_experiment(const std::string& text, const std::st
 expected<search_space> read_search_space(const std::string& text, const std::string& source);
 expected<scheduler_spec> read_scheduler(const std::string& text, const std::string& source);
 expected<search_spec> read_search(const std::string& text, const std::string& source);
+
+// "auto", "table", "lines" or "none" (the file's progress: and tune run's --progress);
+// nothing for another text.
+std::optional<progress_style> parse_progress_style(const std::string& text);
 
 // The keys an experiment file may have.
 const std::vector<std::string>& experiment_keys();

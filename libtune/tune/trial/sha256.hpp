@@ -11,6 +11,10 @@
 namespace tune {
 
 std::string sha256_hex(std::string_view bytes);
+// Whether `s` is a SHA-256 as these functions write one: 64 lowercase hex digits.
+inline bool is_sha256_hex(std::string_view s) {
+  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
 expected<std::string> sha256_file(const std::string& path);
 
 // The same over bytes that come in pieces (a file received in chunks).

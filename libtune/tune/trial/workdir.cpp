@@ -35,10 +35,6 @@ std::vector<std::string> split(const std::string& path) {
   return parts;
 }
 
-bool hex64(const std::string& s) {
-  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
-}
-
 // A manifest path: relative, '/'-separated, no empty, "." or ".." part.
 bool clean_relative(const std::string& p) {
   if (p.empty() || p.size() > 4096 || p.front() == '/' || p.find('\0') != std::string::npos) return false;
@@ -167,7 +163,7 @@ expected<workdir_manifest> workdir_manifest::from_json(const std::string& text) 
   }
   for (auto& f : j["files"]) {
     if (!f.is_object() || !f.contains("path") || !f.contains("size") || !f["size"].is_number_unsigned() ||
-        !f.contains("sha256") || !f["sha256"].is_string() || !hex64(f["sha256"].get<std::string>()))
+        !f.contains("sha256") || !f["sha256"].is_string() || !is_sha256_hex(f["sha256"].get<std::string>()))
       return bad("has a malformed file entry: " + f.dump().substr(0, 200));
     auto p = take(f["path"]);
     if (!p) return p.error();
