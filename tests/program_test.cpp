@@ -536,7 +536,8 @@ space:
 }
 
 TEST_F(ProgramClusterTest, AKilledDriverIsResumedWithTuneResume) {
-  auto file = experiment("resume.yaml", "command: [" + py() + R"(, trial.py]
+  // --record names this test's trials alone (other tests' trials may run beside them).
+  auto file = experiment("resume.yaml", "command: [" + py() + ", trial.py, --record, " + rec + R"(]
 num_samples: 3
 max_concurrent_trials: 3
 resources_per_trial: {cpu: 1}
@@ -560,10 +561,11 @@ space:
     return true;
   };
   ASSERT_TRUE(wait_until([&] { return stored() >= 15 && copied(); }, 60s, 50ms)) << "no results";
+  ASSERT_GT(processes_running({"--record", rec}), 0) << "the check below would see nothing";
   ::kill(-driver, SIGKILL);
   ::waitpid(driver, nullptr, 0);
   // Its trials end with it.
-  EXPECT_TRUE(wait_until([&] { return processes_running({"trial.py"}) == 0; }, 10s)) << "the dead driver's trials run on";
+  EXPECT_TRUE(wait_until([&] { return processes_running({"--record", rec}) == 0; }, 10s)) << "the dead driver's trials run on";
   auto resumed = files.tune({"resume", exp});
   ASSERT_EQ(resumed.rc, 0) << resumed.out << resumed.err;
   EXPECT_TRUE(contains(resumed.err, "start again from their checkpoints")) << resumed.err;
