@@ -69,6 +69,24 @@ void keep_tail(std::string& tail, const char* data, size_t n) {
   fail_with(fail, errno);
 }
 
+// fork(), but the child starts in the cgroup v2 folder `cgroup` (an open descriptor):
+// clone3 with CLONE_INTO_CGROUP (Linux 5.7). -1 with errno when the kernel cannot.
+pid_t fork_into_cgroup(int cgroup) {
+#if defined(SYS_clone3)
+  struct {
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
+  } args{};
+  args.flags = 0x200000000ULL;  // CLONE_INTO_CGROUP
+  args.exit_signal = SIGCHLD;
+  args.cgroup = static_cast<uint64_t>(cgroup);
+  return static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
+#else
+  (void)cgroup;
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
 // Closes every descriptor but these (async-signal-safe: no allocation).
 void close_all_but(int a, int b, int c, int d, int e) {
   int keep[5] = {a, b, c, d, e};
@@ -82,11 +100,83 @@ void close_all_but(int a, int b, int c, int d, int e) {
   ::syscall(SYS_close_range, from, ~0u, 0u);
 }
 
-// The keeper's group, for its death-signal handler.
+// The keeper's group, its cgroup.kill file and how it contains the trial, for its
+// death-signal handler.
 volatile sig_atomic_t keeper_group = 0;
+volatile sig_atomic_t keeper_kill_fd = -1;
+volatile sig_atomic_t keeper_subreaper = 0;
+volatile sig_atomic_t keeper_node_died = 0;
 
-void keeper_on_node_death(int) { ::kill(-static_cast<pid_t>(keeper_group), SIGKILL); }
+// The node died: in a cgroup, everything in it dies (the keeper too); else the group
+// dies, or, for a subreaper, its main loop kills every descendant (it must live for that).
+void keeper_on_node_death(int) {
+  keeper_node_died = 1;
+  if (keeper_kill_fd >= 0 && ::write(keeper_kill_fd, "1", 1) == 1) return;
+  if (!keeper_subreaper) ::kill(-static_cast<pid_t>(keeper_group), SIGKILL);
+}
 void keeper_ignore(int) {}
+
+// Decimal digits of a positive number into `out` (at least 12 bytes); their count.
+size_t put_decimal(char* out, long v) {
+  char rev[24];
+  size_t n = 0;
+  do rev[n++] = static_cast<char>('0' + v % 10), v /= 10;
+  while (v > 0 && n < sizeof rev);
+  for (size_t i = 0; i < n; ++i) out[i] = rev[n - 1 - i];
+  return n;
+}
+
+// As a child subreaper, after the worker ended: kills every process still below the
+// keeper (the worker's children, and orphans reparented to it: setsid, double forks)
+// until none is left, reaping them. How many had left the keeper's process group
+// (escaped: without a subreaper they would have lived on). Async-signal-safe.
+int kill_descendants() {
+  char path[64] = "/proc/self/task/";
+  size_t at = 16;
+  at += put_decimal(path + at, ::getpid());
+  const char tail[] = "/children";
+  for (size_t i = 0; i < sizeof tail; ++i) path[at + i] = tail[i];
+  int escaped = 0;
+  int seen[256];
+  size_t nseen = 0;
+  for (int round = 0; round < 100000; ++round) {
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    char buf[8192];
+    ssize_t n = -1;
+    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      n = ::read(fd, buf, sizeof buf - 1);
+      ::close(fd);
+    }
+    if (n <= 0) {
+      if (::waitpid(-1, nullptr, WNOHANG) < 0 && errno == ECHILD) break;  // none left
+      timespec ms{0, 1000000};
+      ::nanosleep(&ms, nullptr);
+      continue;
+    }
+    long pid = 0;
+    for (ssize_t i = 0; i <= n; ++i) {
+      char c = i < n ? buf[i] : ' ';
+      if (c >= '0' && c <= '9') {
+        pid = pid * 10 + (c - '0');
+        continue;
+      }
+      if (pid > 0) {
+        bool counted = false;
+        for (size_t k = 0; k < nseen; ++k) counted |= seen[k] == pid;
+        if (!counted) {
+          if (::getpgid(static_cast<pid_t>(pid)) != keeper_group) ++escaped;
+          if (nseen < 256) seen[nseen++] = static_cast<int>(pid);
+        }
+        ::kill(static_cast<pid_t>(pid), SIGKILL);
+      }
+      pid = 0;
+    }
+    ::waitpid(-1, nullptr, 0);  // one of them has died (its children are ours now)
+  }
+  return escaped;
+}
 
 bool write_all(int fd, const void* data, size_t n) {
   auto* p = static_cast<const char*>(data);
@@ -108,16 +198,33 @@ bool write_all(int fd, const void* data, size_t n) {
 // end, its wait status on `status_w`, then kills what is left of the group, itself
 // last. Single-threaded copy of the node: only async-signal-safe calls.
 [[noreturn]] void run_keeper(const process_spec& spec, char* const* argv, char* const* envp, int out_w, int err_w,
-                             int rep_w, int fail_w, int status_w, pid_t node, int death_signal) {
+                             int rep_w, int fail_w, int status_w, pid_t node, int death_signal, const char* join_v2) {
   ::setpgid(0, 0);
-  // It does not exec, so it would keep every descriptor of the node open (other
+  // It does not exec, so it would keep every descendant of the node open (other
   // trials' pipes, sockets): it keeps only its own.
   close_all_but(out_w, err_w, rep_w, fail_w, status_w);
   keeper_group = ::getpid();
+  pid_t keeper = ::getpid();
+  // Into the trial's cgroups before anything else: the worker and all it starts are
+  // born there. A failure is the start's error (negative: not exec's).
+  char me[24];
+  size_t me_len = put_decimal(me, keeper);
+  auto join = [&](const char* file) {
+    int fd = ::open(file, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || ::write(fd, me, me_len) != static_cast<ssize_t>(me_len)) fail_with(fail_w, -(errno ? errno : EIO));
+    ::close(fd);
+  };
+  if (join_v2) join(join_v2);  // not born in its cgroup (no clone3): it moves itself
+  for (auto& file : spec.contain.join) join(file.c_str());
+  if (!spec.contain.kill.empty()) keeper_kill_fd = ::open(spec.contain.kill.c_str(), O_WRONLY | O_CLOEXEC);
+  if (spec.contain.subreaper) {
+    keeper_subreaper = 1;
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  }
   struct sigaction sa {};
   sa.sa_handler = keeper_on_node_death;
   sigemptyset(&sa.sa_mask);
-  ::sigaction(death_signal, &sa, nullptr);
+  ::sigaction(death_signal, &sa, nullptr);  // no SA_RESTART: a subreaper's wait returns
   // Group signals meant for the worker (stop, interrupt) must not end the keeper.
   sa.sa_handler = keeper_ignore;
   for (int s : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) ::sigaction(s, &sa, nullptr);
@@ -126,21 +233,30 @@ bool write_all(int fd, const void* data, size_t n) {
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
   ::prctl(PR_SET_PDEATHSIG, death_signal);
   if (::getppid() != node) keeper_on_node_death(0);  // the node died before the line above
-  pid_t keeper = ::getpid();
   // vfork: the worker borrows the keeper's memory until exec, so starting it copies no
   // page tables (a fork here cost a copy of the node's whole address space per trial).
   // Until exec it changes only its own descriptors, signal dispositions and mask.
-  pid_t worker = ::vfork();
-  if (worker < 0) fail_with(fail_w, errno);
+  pid_t worker = keeper_node_died ? -1 : ::vfork();
+  if (worker < 0 && !keeper_node_died) fail_with(fail_w, errno);
   if (worker == 0) exec_worker(spec, argv, envp, out_w, err_w, rep_w, fail_w, keeper);
   for (int fd : {out_w, err_w, rep_w, fail_w}) ::close(fd);
-  int32_t words[2] = {worker, 0};
+  int32_t words[3] = {worker, 0, -1};
   write_all(status_w, &words[0], sizeof words[0]);
   int st = 0;
-  while (::waitpid(worker, &st, 0) < 0 && errno == EINTR) {
+  for (;;) {  // a subreaper reaps the orphans that come to it meanwhile
+    if (keeper_node_died && keeper_subreaper) {
+      kill_descendants();
+      ::_exit(0);
+    }
+    pid_t got = ::waitpid(keeper_subreaper ? -1 : worker, &st, 0);
+    if (got == worker || (got < 0 && errno != EINTR)) break;
   }
   words[1] = st;
   write_all(status_w, &words[1], sizeof words[1]);
+  if (keeper_subreaper) {  // what the trial left running dies, and the node hears how much escaped
+    words[2] = kill_descendants();
+    write_all(status_w, &words[2], sizeof words[2]);
+  }
   ::close(status_w);
   ::kill(-keeper, SIGKILL);  // the worker's children, then the keeper itself
   ::_exit(0);
@@ -180,7 +296,19 @@ expected<int> fork_keeper(const process_spec& spec, int read_ends[5]) {
   // The keeper's news of its parent's death: a real-time signal nobody sends by habit
   // (a trial signalling its own process group with SIGUSR1 must not end itself).
   int death_signal = SIGRTMIN + 7;
-  pid_t keeper = ::fork();
+  // Born in the trial's cgroup when it has one (no move: tune/trial/cgroup.hpp says why).
+  std::string procs = spec.contain.into.empty() ? "" : spec.contain.into + "/cgroup.procs";
+  int cgroup = -1;
+  if (!spec.contain.into.empty() && (cgroup = ::open(spec.contain.into.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+    int e = errno;
+    close_made();
+    return status{errc::insufficient, "its cgroup " + spec.contain.into + ": " + ::strerror(e)};
+  }
+  pid_t keeper = cgroup >= 0 ? fork_into_cgroup(cgroup) : ::fork();
+  bool born_inside = cgroup >= 0 && keeper >= 0;
+  if (keeper < 0 && cgroup >= 0 && (errno == ENOSYS || errno == EINVAL || errno == E2BIG || errno == EPERM))
+    keeper = ::fork();  // a kernel without clone3 into cgroups: the keeper moves itself
+  if (cgroup >= 0) ::close(cgroup);
   if (keeper < 0) {
     int e = errno;
     close_made();
@@ -188,7 +316,8 @@ expected<int> fork_keeper(const process_spec& spec, int read_ends[5]) {
   }
   if (keeper == 0) {
     ::close(news[0]);
-    run_keeper(spec, argv.data(), envp.data(), out[1], err[1], rep[1], fail[1], news[1], parent, death_signal);
+    run_keeper(spec, argv.data(), envp.data(), out[1], err[1], rep[1], fail[1], news[1], parent, death_signal,
+               born_inside || procs.empty() ? nullptr : procs.c_str());
   }
   ::setpgid(keeper, keeper);  // also here: no window in which a signal to the group misses it
   for (int i = 0; i < 5; ++i) {
@@ -246,6 +375,11 @@ std::string encode(const process_spec& spec) {
   put(body, std::to_string(spec.env.size()));
   for (auto& [k, v] : spec.env) put(body, k), put(body, v);
   put(body, spec.cwd);
+  put(body, spec.contain.into);
+  put(body, std::to_string(spec.contain.join.size()));
+  for (auto& j : spec.contain.join) put(body, j);
+  put(body, spec.contain.kill);
+  put(body, spec.contain.subreaper ? "1" : "0");
   std::string frame;
   put(frame, body);
   return frame;
@@ -256,6 +390,7 @@ bool decode(const std::string& in, process_spec& spec) {
   std::string count;
   if (!take(in, at, count)) return false;
   size_t n = std::strtoul(count.c_str(), nullptr, 10);
+  if (n > in.size()) return false;  // each takes 4 bytes at least
   spec.argv.resize(n);
   for (auto& a : spec.argv)
     if (!take(in, at, a)) return false;
@@ -266,7 +401,16 @@ bool decode(const std::string& in, process_spec& spec) {
     if (!take(in, at, k) || !take(in, at, v)) return false;
     spec.env[k] = v;
   }
-  return take(in, at, spec.cwd) && at == in.size() && !spec.argv.empty();
+  if (!take(in, at, spec.cwd) || !take(in, at, spec.contain.into) || !take(in, at, count)) return false;
+  n = std::strtoul(count.c_str(), nullptr, 10);
+  if (n > in.size()) return false;
+  spec.contain.join.resize(n);
+  for (auto& j : spec.contain.join)
+    if (!take(in, at, j)) return false;
+  std::string subreaper;
+  if (!take(in, at, spec.contain.kill) || !take(in, at, subreaper)) return false;
+  spec.contain.subreaper = subreaper == "1";
+  return at == in.size() && !spec.argv.empty();
 }
 
 // The spawner's life: one request at a time on `sock` (a frame: the encoded spec), one
@@ -475,6 +619,10 @@ expected<std::unique_ptr<worker_process>> worker_process::start(const process_sp
     int st = 0;
     while (own && ::waitpid(keeper, &st, 0) < 0 && errno == EINTR) {
     }
+    if (exec_failed && child_errno < 0)  // the keeper could not join the trial's cgroups
+      return status{errc::insufficient, "cannot move " + spec.argv[0] + " into its cgroup (" +
+                                            (spec.contain.join.empty() ? std::string{"?"} : spec.contain.join.front()) +
+                                            "): " + ::strerror(-child_errno)};
     return status{errc::invalid_argument, "cannot start " + spec.argv[0] + ": " +
                                               (exec_failed ? ::strerror(child_errno) : "its keeper process died")};
   }
@@ -482,6 +630,7 @@ expected<std::unique_ptr<worker_process>> worker_process::start(const process_sp
   p->pid_ = worker;
   p->keeper_ = keeper;
   p->own_keeper_ = own;
+  p->subreaper_ = spec.contain.subreaper;
   p->out_ = out;
   p->err_ = err;
   p->rep_ = rep;
@@ -492,7 +641,7 @@ expected<std::unique_ptr<worker_process>> worker_process::start(const process_sp
 
 worker_process::~worker_process() {
   if (!exit_) {
-    signal_group(SIGKILL);
+    signal_group(SIGKILL);  // a subreaper keeper then sweeps what is left before it ends
     int st = 0;
     while (own_keeper_ && ::waitpid(keeper_, &st, 0) < 0 && errno == EINTR) {
     }
@@ -588,9 +737,15 @@ std::optional<exit_info> worker_process::try_wait() {
   do n = ::read(news_, &worker_status, sizeof worker_status);
   while (n < 0 && errno == EINTR);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return std::nullopt;
-  close_fd(news_);
   int st = 0;
   bool passed_on = n == static_cast<ssize_t>(sizeof worker_status);
+  if (passed_on && subreaper_) {
+    // A subreaper kills what the trial left behind, then says how many had escaped
+    // its group (a closed channel without it: the keeper was killed).
+    pollfd p{news_, POLLIN, 0};
+    int32_t left = -1;
+    if (::poll(&p, 1, 10000) > 0 && ::read(news_, &left, sizeof left) == static_cast<ssize_t>(sizeof left)) left_behind_ = left;
+  }
   if (own_keeper_) {
     while (::waitpid(keeper_, &st, 0) < 0 && errno == EINTR) {
     }
@@ -604,6 +759,7 @@ std::optional<exit_info> worker_process::try_wait() {
     e.exited = false;
     e.code = SIGKILL;
   }
+  close_fd(news_);
   exit_ = e;
   // The worker is gone; anything left in its group goes with it.
   ::kill(-keeper_, SIGKILL);
@@ -625,7 +781,11 @@ std::optional<exit_info> worker_process::wait(std::chrono::milliseconds timeout,
 }
 
 void worker_process::signal_group(int sig) {
-  if (keeper_ > 0 && !exit_) ::kill(-keeper_, sig);
+  if (keeper_ <= 0 || exit_) return;
+  // A subreaper must outlive the worker to kill what it leaves behind: SIGKILL goes to the
+  // worker, and the keeper kills the rest of the group and every orphan when it ends.
+  if (sig == SIGKILL && subreaper_) ::kill(pid_, SIGKILL);
+  else ::kill(-keeper_, sig);
 }
 
 void worker_process::terminate() { signal_group(SIGTERM); }

@@ -6,8 +6,11 @@
 // worker's own children with it. A small keeper process (a fork of the caller, no
 // exec) leads the group and is the worker's parent: when the thread that started it
 // dies (the node killed with SIGKILL), the keeper kills the whole group, the worker's
-// children included, so nothing is orphaned. (A child that leaves the group with
-// setsid/setpgid escapes this; the node's GPU audit still sees it on a card.)
+// children included, so nothing is orphaned. A child that leaves the group with
+// setsid/setpgid does not escape either: in a cgroup (spec.contain.join) it stays in the
+// trial's cgroup, which the keeper kills when the node dies and the node kills at the
+// end; without cgroups the keeper is a child subreaper, orphans come back to it, and it
+// kills every descendant it has at the end (left_behind() counts them).
 //
 // Threads: start, poll and wait from one thread, which must outlive the process (the
 // death signal is tied to the thread that forked). Signals may come from any thread.
@@ -31,6 +34,7 @@
 #include <vector>
 
 #include "tune/core/status.hpp"
+#include "tune/trial/cgroup.hpp"
 
 namespace tune {
 
@@ -38,6 +42,11 @@ struct process_spec {
   std::vector<std::string> argv;           // argv[0]: the program (a path)
   std::map<std::string, std::string> env;  // the whole environment
   std::string cwd;                         // empty: the current one
+  // How the keeper contains it (tune/trial/cgroup.hpp): the cgroups it joins before the
+  // worker starts (everything the worker starts stays in them), the cgroup.kill file it
+  // writes when the node dies, or, without cgroups, as a child subreaper that kills every
+  // descendant it ever had at the end.
+  containment_spec contain = {};
 };
 
 struct exit_info {
@@ -119,6 +128,9 @@ class worker_process {
   static constexpr size_t max_report_line = 1 << 20;
   static constexpr size_t max_output_line = 64 * 1024;
   size_t overlong_lines() const { return overlong_; }
+  // After the end, as a subreaper: how many processes the keeper found left behind
+  // (started by the trial, alive after its worker ended) and killed; -1: not known.
+  int left_behind() const { return left_behind_; }
 
  private:
   worker_process() = default;
@@ -127,10 +139,12 @@ class worker_process {
   int pid_ = -1;     // the worker
   int keeper_ = -1;  // its parent, the group's leader (process.cpp says why)
   bool own_keeper_ = true;  // a child of this process (reaped here); else the spawner's
+  bool subreaper_ = false;  // the keeper is a subreaper (spec.contain.subreaper)
   int out_ = -1, err_ = -1, rep_ = -1, news_ = -1;  // read ends, -1 once closed
   std::string out_tail_, err_tail_, rep_partial_, out_partial_;
   bool rep_skipping_ = false, out_skipping_ = false;  // inside an overlong line, until its newline
   size_t overlong_ = 0;
+  int left_behind_ = -1;
   std::optional<exit_info> exit_;
 };
 

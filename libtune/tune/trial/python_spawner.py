@@ -40,6 +40,7 @@ import ctypes
 _libc = ctypes.CDLL(None, use_errno=True)
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
+_PR_SET_CHILD_SUBREAPER = 36
 _DEATH = signal.SIGRTMIN + 7  # as the C++ keeper: a signal nobody sends by habit
 _QUIET = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGPIPE)
 _ENV = dict(os.environ)
@@ -78,9 +79,13 @@ def _decode(body):
         k = take()
         env[k] = take()
     cwd = take()
+    into = take()
+    join = [take() for _ in range(int(take()))]
+    kill = take()
+    subreaper = take() == "1"
     if at != len(body) or not argv:
         raise ValueError("a malformed request")
-    return argv, env, cwd
+    return argv, env, cwd, (into, join, kill, subreaper)
 
 
 def _warm(argv, env):
@@ -263,14 +268,71 @@ def _worker(argv, env, cwd, out_w, err_w, rep_w, fail_w, keeper):
     _run_here(argv, env)
 
 
-def _keeper(argv, env, cwd, fds, node):
+def _kill_descendants():
+    """As a child subreaper after the worker ended (process.cpp's kill_descendants): kills
+    every process still below the keeper until none is left; how many had left its group."""
+    me = os.getpid()
+    path = "/proc/self/task/%d/children" % me
+    seen, escaped = set(), 0
+    while True:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            return escaped
+        try:
+            with open(path) as f:
+                kids = [int(p) for p in f.read().split()]
+        except (OSError, ValueError):
+            kids = []
+        for pid in kids:
+            if pid not in seen:
+                seen.add(pid)
+                try:
+                    if os.getpgid(pid) != me:
+                        escaped += 1
+                except OSError:
+                    pass
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return escaped
+
+
+def _keeper(argv, env, cwd, fds, node, contain):
     """The first child, leader of the trial's process group, parent of the worker
     (tune/trial/process.cpp's run_keeper, in Python)."""
     out_w, err_w, rep_w, fail_w, news_w = fds
+    into, join, kill, subreaper, born_inside = contain
     os.setpgid(0, 0)
     me = os.getpid()
+    if into and not born_inside:  # no clone3 here: it moves itself
+        join = [into + "/cgroup.procs"] + join
+    for path in join:  # into the trial's cgroups before the worker starts
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            os.write(fd, str(me).encode())
+            os.close(fd)
+        except OSError as e:
+            _fail(fail_w, -(e.errno or errno.EIO))
+    kill_fd = os.open(kill, os.O_WRONLY | os.O_CLOEXEC) if kill else -1
+    if subreaper:
+        _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
     def on_node_death(signum, frame):
+        if kill_fd >= 0:
+            try:
+                os.write(kill_fd, b"1")  # everything in the cgroup, the keeper too
+                return
+            except OSError:
+                pass
+        if subreaper:
+            _kill_descendants()
+            os._exit(0)
         os.killpg(me, signal.SIGKILL)
 
     signal.signal(_DEATH, on_node_death)
@@ -286,18 +348,60 @@ def _keeper(argv, env, cwd, fds, node):
     for fd in (out_w, err_w, rep_w, fail_w):
         os.close(fd)
     os.write(news_w, struct.pack("=i", worker))
-    _, status = os.waitpid(worker, 0)
+    while True:  # a subreaper reaps the orphans that come to it meanwhile
+        pid, status = os.waitpid(-1 if subreaper else worker, 0)
+        if pid == worker:
+            break
     os.write(news_w, struct.pack("=i", status))
+    if subreaper:
+        os.write(news_w, struct.pack("=i", _kill_descendants()))
     os.close(news_w)
     os.killpg(me, signal.SIGKILL)  # the worker's children, then the keeper itself
     os._exit(0)
 
 
-def _start(sock, argv, env, cwd):
+class _CloneArgs(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "flags", "pidfd", "child_tid", "parent_tid", "exit_signal", "stack", "stack_size", "tls", "set_tid",
+        "set_tid_size", "cgroup")]
+
+
+_SYS_CLONE3 = 435  # x86-64 and arm64 alike
+_CLONE_INTO_CGROUP = 0x200000000
+
+
+def _fork_into(cgroup_dir):
+    """os.fork(), the child born in the cgroup v2 folder `cgroup_dir` (clone3 with
+    CLONE_INTO_CGROUP: no move, which would wait for an RCU grace period); with the
+    interpreter's own fork hooks around it, as C code that forks must call them. None
+    when the kernel cannot (the caller forks and the child moves itself)."""
+    fd = os.open(cgroup_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        args = _CloneArgs(flags=_CLONE_INTO_CGROUP, exit_signal=int(signal.SIGCHLD), cgroup=fd)
+        api = ctypes.pythonapi  # holds the GIL through the calls, as os.fork does
+        api.PyOS_BeforeFork()
+        pid = api.syscall(ctypes.c_long(_SYS_CLONE3), ctypes.byref(args), ctypes.c_size_t(ctypes.sizeof(args)))
+        if pid == 0:
+            api.PyOS_AfterFork_Child()
+            return 0
+        api.PyOS_AfterFork_Parent()
+        return pid if pid > 0 else None
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _start(sock, argv, env, cwd, contain):
     """Forks a keeper; its pid and the read ends of the five pipes."""
     pipes = [os.pipe2(os.O_CLOEXEC) for _ in range(5)]
     me = os.getpid()
-    keeper = os.fork()
+    into = contain[0]
+    keeper = _fork_into(into) if into else None
+    contain = tuple(contain) + (keeper is not None,)
+    if keeper is None:
+        keeper = os.fork()
     if keeper == 0:
         # The keeper and, after its fork, the worker: neither returns (os._exit); should
         # anything be raised on the way, it must not return into the spawner's loop in a
@@ -312,7 +416,7 @@ def _start(sock, argv, env, cwd):
                 os.closerange(start, fd)
                 start = fd + 1
             os.closerange(start, 1 << 20)
-            _keeper(argv, env, cwd, writes, me)
+            _keeper(argv, env, cwd, writes, me, contain)
         except Exception:  # noqa: B902
             os._exit(127)
     try:
@@ -352,8 +456,8 @@ def main():
             break
         answer, fds = [0, 0], []
         try:
-            argv, env, cwd = _decode(body)
-            answer[0], fds = _start(sock, argv, env, cwd)
+            argv, env, cwd, contain = _decode(body)
+            answer[0], fds = _start(sock, argv, env, cwd, contain)
         except (ValueError, struct.error, UnicodeDecodeError):
             answer[1] = errno.EINVAL
         except OSError as e:
