@@ -1,11 +1,13 @@
 #include "audit.hpp"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
 #include "log.hpp"
 #include "tune/trial/audit.hpp"
+#include "tune/core/quantity.hpp"
 
 namespace tune {
 
@@ -18,6 +20,15 @@ struct audit_state {
   std::map<std::string, std::pair<int64_t, int64_t>> told;  // what each trial actor last heard: now, peak
   std::string last_report, last_error;
   caf::actor_clock::time_point last_sent{};
+  std::map<std::string, std::vector<int>> last_pids;  // each trial's processes on cards at the last look
+  // Final checks under way (audit_end_atom), by trial.
+  struct ending {
+    caf::response_promise rp;
+    caf::actor_clock::time_point since;
+    nlohmann::json killed = nlohmann::json::array();
+    std::set<int> pids;  // what belonged to it
+  };
+  std::map<std::string, ending> endings;
   static inline const char* name = "tune.audit";
 };
 
@@ -59,6 +70,7 @@ void tick(audit_actor self) {
       self->send(t->second, audit_violation_atom::value, v.message);
   }
   for (auto& [id, use] : r.trials) {
+    if (!use.pids.empty()) st.last_pids[id] = use.pids;
     auto t = st.trials.find(id);
     if (t == st.trials.end()) continue;
     auto now = std::make_pair(use.total, use.peak);
@@ -76,6 +88,44 @@ void tick(audit_actor self) {
   self->send(st.opt.node, audit_report_atom::value, text);
 }
 
+using audit_recheck_atom = caf::atom_constant<caf::atom("auditrck")>;
+
+// A trial's final check: what of it is still on a card is killed; done when none is.
+void final_check(audit_actor self, const std::string& id) {
+  auto& st = self->state;
+  auto e = st.endings.find(id);
+  if (e == st.endings.end()) return;
+  auto& end = e->second;
+  auto cards = st.opt.lib->sample();
+  auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(self->clock().now() - end.since).count();
+  nlohmann::json still = nlohmann::json::array();
+  if (cards) {
+    auto r = st.rules->check(*cards);
+    if (auto u = r.trials.find(id); u != r.trials.end()) end.pids.insert(u->second.pids.begin(), u->second.pids.end());
+    for (auto& c : *cards)
+      for (auto& p : c.processes) {
+        if (!end.pids.count(p.pid)) continue;
+        auto lineage = read_lineage(p.pid);
+        std::string what = "pid " + std::to_string(p.pid) + (lineage ? " (" + lineage->name + ")" : "") + " on GPU " +
+                           std::to_string(c.index) + (p.memory > 0 ? ", " + format_bytes(p.memory) : "");
+        still.push_back(what);
+        if (lineage && ::kill(p.pid, SIGKILL) == 0) {  // alive: a process of the trial's that outlived it
+          end.killed.push_back(what);
+          log_line("trial " + id + ": GPU audit: " + what + " outlived the trial: killed");
+        }
+      }
+  }
+  if (still.empty() || waited >= 3000 || !cards) {
+    nlohmann::json out{{"freed", cards && still.empty()}, {"killed", end.killed}, {"waited_ms", waited}};
+    if (!still.empty()) out["still"] = still;
+    if (!cards) out["error"] = cards.error().message();
+    end.rp.deliver(out.dump());
+    st.endings.erase(e);
+    return;
+  }
+  self->delayed_send(self, std::chrono::milliseconds(50), audit_recheck_atom::value, id);
+}
+
 caf::behavior audit(audit_actor self, audit_options opt) {
   auto& st = self->state;
   st.opt = std::move(opt);
@@ -86,16 +136,29 @@ caf::behavior audit(audit_actor self, audit_options opt) {
       if (it->second.address() == dm.source) {
         st.rules->remove(it->first);
         st.told.erase(it->first);
+        st.last_pids.erase(it->first);
         st.trials.erase(it);
         return;
       }
   });
   self->send(self, audit_tick_atom::value);
   return {
-      [self](audit_add_atom, const std::string& id, int pid, int group, const std::string& quota_json,
-             const caf::actor& trial) {
+      [self](audit_end_atom, const std::string& id) -> caf::result<std::string> {
         auto& st = self->state;
-        audited_trial t{id, pid, group, {}};
+        if (!st.trials.count(id) || st.endings.count(id)) return std::string{R"({"freed":true,"killed":[]})"};
+        auto rp = self->make_response_promise<std::string>();
+        auto& end = st.endings[id];
+        end.rp = rp;
+        end.since = self->clock().now();
+        if (auto l = st.last_pids.find(id); l != st.last_pids.end()) end.pids.insert(l->second.begin(), l->second.end());
+        final_check(self, id);
+        return rp;
+      },
+      [self](audit_recheck_atom, const std::string& id) { final_check(self, id); },
+      [self](audit_add_atom, const std::string& id, int pid, int group, const std::string& cgroup,
+             const std::string& quota_json, const caf::actor& trial) {
+        auto& st = self->state;
+        audited_trial t{id, pid, group, {}, cgroup};
         auto q = nlohmann::json::parse(quota_json, nullptr, false);
         if (q.is_object())
           for (auto& [uuid, bytes] : q.items())

@@ -25,6 +25,7 @@ using audit_tick_atom = caf::atom_constant<caf::atom("audittick")>;
 using audit_violation_atom = caf::atom_constant<caf::atom("auditbad")>;
 using audit_usage_atom = caf::atom_constant<caf::atom("auditmem")>;
 using audit_report_atom = caf::atom_constant<caf::atom("auditrep")>;
+using audit_end_atom = caf::atom_constant<caf::atom("auditend")>;
 
 struct audit_options {
   std::shared_ptr<nvml> lib;
@@ -34,8 +35,13 @@ struct audit_options {
 };
 
 // Messages it takes:
-//   (audit_add_atom, trial_id, worker_pid, group, quota_json {"uuid": bytes, ...}, trial_actor)
+//   (audit_add_atom, trial_id, worker_pid, group, cgroup, quota_json {"uuid": bytes, ...}, trial_actor)
 // A trial is audited until its actor ends (monitored).
+//   (audit_end_atom, trial_id) -> json: after the trial's processes ended, whether its
+//   GPU memory is back: any of its processes still on a card (the ones last seen, and
+//   any that is in its cgroup or below its keeper) is killed, and the cards are looked
+//   at again until none is left (at most 3 s). {"freed": bool, "killed": ["pid P
+//   (name) on GPU I, N MiB"], "still": [...], "waited_ms"}.
 caf::actor spawn_gpu_audit(caf::local_actor* parent, audit_options opt);
 
 }  // namespace tune

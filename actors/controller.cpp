@@ -786,11 +786,22 @@ void on_event(controller_actor self, const std::string& id, const std::string& k
     nlohmann::json info{{"exit", body.value("exit", "")},
                         {"results", body.value("results", 0)},
                         {"gpu_memory_peak", body.value("gpu_memory_peak", int64_t{0})}};
+    // What its cgroup measured (tune/trial/cgroup.hpp), and what it left behind.
+    for (auto key : {"containment", "host_memory_peak", "cpu_seconds", "left_behind_count"})
+      if (body.contains(key)) info[key] = body[key];
     if ((t.state == "error" || t.failures > failures_before) && body.contains("stderr_tail"))
       info["stderr_tail"] = body["stderr_tail"];
     if (t.failures > 0) info["failures"] = t.failures;
     if (auto s = st.setup.store->update_trial(id, t.state, t.error, info); !s) return finish(self, s);
     (void)st.setup.store->add_event(id, "ended", body);
+    if (body.contains("left_behind_count") || body.contains("gpu_after_end")) {
+      auto gpu = body.value("gpu_after_end", nlohmann::json::object());
+      if (body.contains("left_behind_count") || !gpu.value("killed", nlohmann::json::array()).empty() || !gpu.value("freed", true))
+        (void)st.setup.store->add_event(id, "left_behind",
+                                        {{"processes", body.value("left_behind_count", 0)},
+                                         {"which", body.value("left_behind", nlohmann::json::array())},
+                                         {"gpu", gpu}});
+    }
     if (t.failures > failures_before) {
       // Started again (max_failures): from its latest checkpoint, on any node.
       nlohmann::json why{{"attempt", t.failures + 1}, {"after", t.last_failure}, {"exit", body.value("exit", "")}};

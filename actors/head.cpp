@@ -26,6 +26,8 @@ struct head_state {
   std::vector<caf::actor> subscribers;
   caf::actor groups;  // the placement-group actor, linked to this one
   std::map<node_id, nlohmann::json> audits;  // each alive node's latest GPU audit report
+  std::map<node_id, nlohmann::json> containment;  // how each alive node contains its trials
+  std::map<node_id, nlohmann::json> host_use;     // its trials' host memory and CPU, by trial
   std::set<node_id> draining;                // `tune drain`: no new work there
   experiment_board board;                    // what experiments' controllers report
   std::map<caf::actor_addr, std::set<std::string>> board_owners;  // controller -> its experiments
@@ -56,6 +58,8 @@ void notify(head_actor self, const node_id& id, std::string_view state, const st
 void node_gone(head_actor self, const node_id& id, bool tell_groups = true) {
   if (tell_groups) self->send(self->state.groups, wire::node_down_atom::value, id);
   self->state.audits.erase(id);
+  self->state.containment.erase(id);
+  self->state.host_use.erase(id);
   auto it = self->state.addr_of.find(id);
   if (it == self->state.addr_of.end()) return;
   self->state.node_of.erase(it->second);
@@ -81,6 +85,8 @@ void collect_status(head_actor self, Then then, Failed failed) {
   auto j = nlohmann::json::parse(st.registry.status_json(now));
   for (auto& n : j["nodes"]) {
     if (auto a = st.audits.find(n.value("id", "")); a != st.audits.end()) n["gpu_audit"] = a->second;
+    if (auto c = st.containment.find(n.value("id", "")); c != st.containment.end()) n["containment"] = c->second;
+    if (auto h = st.host_use.find(n.value("id", "")); h != st.host_use.end()) n["trial_host"] = h->second;
     bool draining = st.draining.count(n.value("id", "")) > 0;
     n["draining"] = draining;
     if (draining && n.value("alive", false)) n["state"] = "draining";
@@ -216,7 +222,10 @@ caf::behavior head(head_actor self, head_options opt) {
         auto it = st.addr_of.find(id);
         if (!token_equal(token, st.opt.token) || it == st.addr_of.end() || it->second != self->current_sender()) return;
         auto j = nlohmann::json::parse(report, nullptr, false);
-        if (j.is_object() && j.contains("cards") && j["cards"].is_array()) st.audits[id] = std::move(j["cards"]);
+        if (!j.is_object()) return;
+        if (j.contains("cards") && j["cards"].is_array()) st.audits[id] = std::move(j["cards"]);
+        if (j.contains("containment") && j["containment"].is_object()) st.containment[id] = std::move(j["containment"]);
+        if (j.contains("trials") && j["trials"].is_object()) st.host_use[id] = std::move(j["trials"]);
       },
       [self](wire::leave_atom, const std::string& token, const node_id& id) {
         auto& st = self->state;

@@ -49,6 +49,10 @@ struct node_state {
   std::map<std::string, std::vector<std::function<void()>>> after_end;
   caf::actor audit;                          // the GPU audit, when there is one
   std::string audit_report;                  // its latest report, for the head
+  // Each running trial's host usage from its cgroup (json), for the head's status.
+  std::map<std::string, std::string> host_use;
+  bool report_due = false;  // a report to the head is scheduled
+  std::string last_report;  // the last one sent
   uint64_t fetches = 0;                       // names files being fetched
   // Files being fetched (programs, working-directory files), by their path in the cache
   // and the server they come from: the starts waiting for each (trials started at once
@@ -106,6 +110,44 @@ bool from_head(node_actor self) {
 
 
 
+using report_atom = caf::atom_constant<caf::atom("nodereport")>;
+
+// What the head shows of this node beyond its resources: the GPU audit's cards, how its
+// trials are contained and what each uses of the host (memory, CPU), at most once a
+// second and only when it changed.
+std::string node_report(node_actor self) {
+  auto& st = self->state;
+  nlohmann::json j = nlohmann::json::object();
+  auto audit = nlohmann::json::parse(st.audit_report.empty() ? "{}" : st.audit_report, nullptr, false);
+  if (audit.is_object() && audit.contains("cards")) j["cards"] = audit["cards"];
+  if (st.opt.contain) {
+    auto& caps = st.opt.contain->caps();
+    j["containment"] = {{"kind", caps.kind()}, {"description", caps.describe()}, {"memory", caps.memory},
+                        {"cpu", caps.cpu}, {"pids", caps.pids}};
+  }
+  nlohmann::json trials = nlohmann::json::object();
+  for (auto& [id, use] : st.host_use)
+    if (auto u = nlohmann::json::parse(use, nullptr, false); u.is_object()) trials[id] = u;
+  j["trials"] = trials;
+  return j.dump();
+}
+
+void send_report(node_actor self, bool now = false) {
+  auto& st = self->state;
+  if (!st.joined || !st.head) return;
+  if (!now) {
+    if (!st.report_due) {
+      st.report_due = true;
+      self->delayed_send(self, std::chrono::seconds(1), report_atom::value);
+    }
+    return;
+  }
+  auto text = node_report(self);
+  if (text == st.last_report) return;
+  st.last_report = text;
+  self->send(st.head, wire::gpu_audit_atom::value, st.opt.token, st.opt.node_id, text);
+}
+
 // What a start needs on this node, once fetched: a trainable's program, or a program
 // trial's working directory (none: it runs in its trial folder).
 struct prepared {
@@ -140,6 +182,10 @@ void start_trial(node_actor self, const wire::wire_trial_spec& spec, const reser
   t.owner = std::move(owner);
   t.audit = st.audit;
   t.workers = st.opt.workers;
+  t.contain = st.opt.contain;
+  t.limits.memory = hold.request.memory();
+  t.limits.cpus = hold.request.cpu().to_double();
+  t.limits.pids = st.opt.trial_max_pids;
   t.node = caf::actor_cast<caf::actor>(self);
   t.started = std::move(rp);
   auto a = spawn_trial(self, std::move(t));
@@ -506,8 +552,8 @@ void send_join(node_actor self) {
             st.ever_joined = true;
             report_first(self, status::ok());
             self->send(self, wire::beat_atom::value, ++st.generation);
-            if (!st.audit_report.empty())
-              self->send(st.head, wire::gpu_audit_atom::value, st.opt.token, st.opt.node_id, st.audit_report);
+            st.last_report.clear();
+            send_report(self, true);
           },
           [self](caf::error& err) { schedule_retry(self, "join: " + to_string(err)); });
 }
@@ -569,6 +615,7 @@ caf::behavior node(node_actor self, node_options opt) {
     if (it != trials.end()) {
       auto id = it->first;
       trials.erase(it);
+      if (self->state.host_use.erase(id)) send_report(self);
       if (auto w = self->state.after_end.find(id); w != self->state.after_end.end()) {
         auto waiting = std::move(w->second);
         self->state.after_end.erase(w);
@@ -578,6 +625,7 @@ caf::behavior node(node_actor self, node_options opt) {
     }
     self->quit(m.reason);
   });
+  if (self->state.opt.contain) log_line("containment: " + self->state.opt.contain->caps().describe());
   if (self->state.opt.gpu_library) {
     std::set<std::string> cards;
     for (auto& g : self->state.opt.resources.gpus())
@@ -720,7 +768,18 @@ caf::behavior node(node_actor self, node_options opt) {
         auto& st = self->state;
         if (!st.audit || self->current_sender() != st.audit.address()) return;
         st.audit_report = report;
-        if (st.joined) self->send(st.head, wire::gpu_audit_atom::value, st.opt.token, st.opt.node_id, report);
+        send_report(self, true);
+      },
+      [self](trial_host_atom, const std::string& id, const std::string& usage) {
+        auto& st = self->state;
+        auto t = st.trials.find(id);
+        if (t == st.trials.end() || self->current_sender() != t->second.actor.address()) return;
+        st.host_use[id] = usage;
+        send_report(self);
+      },
+      [self](report_atom) {
+        self->state.report_due = false;
+        send_report(self, true);
       },
       [self](wire::expire_atom) {
         auto& st = self->state;

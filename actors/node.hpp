@@ -31,6 +31,7 @@
 #include <string>
 
 #include "tune/core/node_resources.hpp"
+#include "tune/trial/cgroup.hpp"
 #include "tune/trial/process.hpp"
 #include "wire.hpp"
 
@@ -55,6 +56,10 @@ struct node_options {
   // NVML, for the GPU audit of this node's real cards (actors/audit.hpp); none: no audit.
   std::shared_ptr<tune::nvml> gpu_library;
   std::chrono::milliseconds audit_interval{200};
+  // How trials are contained (tune/trial/cgroup.hpp): each in a cgroup of its own, or
+  // with a subreaper keeper; none: not contained (tests of the actors alone).
+  std::shared_ptr<tune::containment> contain;
+  int64_t trial_max_pids = 0;  // each trial's pids.max (0: none)
   // A head in this process (an embedded cluster, benchmarks): joined without a
   // connection. head_host and head_port are then only for messages.
   caf::actor head_actor;

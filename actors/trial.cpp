@@ -17,6 +17,7 @@
 #include "tune/trial/mps.hpp"
 #include "tune/trial/output_metrics.hpp"
 #include "tune/trial/process.hpp"
+#include "tune/core/quantity.hpp"
 
 namespace tune {
 
@@ -26,6 +27,7 @@ using started_atom = caf::atom_constant<caf::atom("tstarted")>;
 using line_atom = caf::atom_constant<caf::atom("tline")>;
 using ended_atom = caf::atom_constant<caf::atom("tended")>;
 using greet_wait_atom = caf::atom_constant<caf::atom("tgreetw")>;
+using host_atom = caf::atom_constant<caf::atom("thost")>;
 
 // What the actor asks of the watching thread; the thread acts on it between polls.
 struct control {
@@ -50,7 +52,19 @@ struct launch {
   std::vector<std::string> patterns;  // metrics in its standard output
   std::string metric;
   std::shared_ptr<python_spawners> pythons;  // a warm interpreter for a Python command
+  std::string trial_id;
+  std::shared_ptr<containment> contain;  // its cgroup comes from here (none: not contained)
+  host_limits limits;
 };
+
+nlohmann::json usage_json(const host_usage& u) {
+  nlohmann::json j = nlohmann::json::object();
+  if (u.memory >= 0) j["memory"] = u.memory;
+  if (u.memory_peak >= 0) j["memory_peak"] = u.memory_peak;
+  if (u.cpu_seconds >= 0) j["cpu_seconds"] = u.cpu_seconds;
+  if (u.pids >= 0) j["pids"] = u.pids;
+  return j;
+}
 
 struct trial_state {
   trial_options opt;
@@ -61,6 +75,8 @@ struct trial_state {
   std::string violation;  // the GPU audit's finding, when it killed the trial
   nlohmann::json last_checkpoint;  // the latest one reported, or null
   int64_t gpu_memory = 0, gpu_memory_peak = 0;
+  nlohmann::json host = nlohmann::json::object();  // its cgroup's latest usage
+  bool started_ok = false;  // its worker ran
   // What goes to the owner, numbered from 0: the latest `kept_messages` (all of them
   // while held), so that what a broken route lost can be sent again. Nothing goes out
   // until the owner's first message (route_atom, wire.hpp) has come (or
@@ -102,7 +118,9 @@ nlohmann::json gpus_json(const trial_options& opt) {
 
 // The watching thread: starts the worker, reads it, acts on the controls, reaps it.
 void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_ptr<spawner> via) {
-  auto refuse = [&](const std::string& why) { caf::anon_send(self, started_atom::value, 0, 0, "node " + l.node_id + ": " + why); };
+  auto refuse = [&](const std::string& why) {
+    caf::anon_send(self, started_atom::value, 0, 0, "node " + l.node_id + ": " + why, std::string{});
+  };
   std::optional<output_metrics> metrics;
   if (!l.patterns.empty()) {
     auto m = output_metrics::make(l.patterns, l.metric);
@@ -120,15 +138,24 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
     if (!program) return refuse(program.error().message());
     l.spec.argv[0] = *program;
   }
+  // Its cgroup, with its host limits, which its keeper joins before the worker starts.
+  std::unique_ptr<trial_cgroup> cg;
+  if (l.contain) {
+    auto made = l.contain->make(l.trial_id, l.limits);
+    if (!made) return refuse(made.error().message());
+    cg = std::move(*made);
+    l.spec.contain = cg->spec();
+  }
   // A Python command starts as a fork of a warm interpreter (no start-up of its own).
   auto warm = l.find_program && l.pythons ? l.pythons->for_program(l.spec.argv[0]) : nullptr;
   auto p = worker_process::start(l.spec, warm ? warm.get() : via.get());
   if (!p) {
-    caf::anon_send(self, started_atom::value, 0, 0, p.error().message());
+    caf::anon_send(self, started_atom::value, 0, 0, p.error().message(), std::string{});
     return;
   }
   auto& w = **p;
-  caf::anon_send(self, started_atom::value, w.pid(), w.group(), std::string{});
+  caf::anon_send(self, started_atom::value, w.pid(), w.group(), std::string{}, cg ? cg->path() : std::string{});
+  auto next_sample = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
   std::optional<std::chrono::steady_clock::time_point> kill_at;
   std::vector<std::string> lines, output;
   auto* output_lines = metrics ? &output : nullptr;
@@ -164,11 +191,38 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
     if (ctl->pause.exchange(false)) w.pause();
     if (ctl->resume.exchange(false)) w.resume();
     done = w.try_wait();
+    // What its cgroup uses (host memory, CPU), about once a second.
+    if (cg && !cg->path().empty() && std::chrono::steady_clock::now() >= next_sample) {
+      next_sample = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      caf::anon_send(self, host_atom::value, usage_json(cg->usage()).dump());
+    }
   }
   w.poll(std::chrono::milliseconds(0), lines, output_lines);  // the last words
   hand_over();
+  // The end of the trial is the end of all it started: its cgroup is killed, waited for
+  // until empty and removed (as a subreaper, the keeper has killed what was left).
+  nlohmann::json host = nlohmann::json::object();
+  if (cg) {
+    auto u = cg->usage();
+    host = usage_json(u);
+    host["containment"] = l.contain->caps().kind();
+    if (u.oom_kills > 0) host["oom_kills"] = u.oom_kills;
+    if (u.pids_refused > 0) host["pids_refused"] = u.pids_refused;
+    nlohmann::json left = nlohmann::json::array();
+    auto escaped = cg->end(w.group());
+    if (escaped) {
+      for (auto& e : *escaped) left.push_back(e);
+    } else {
+      host["containment_error"] = escaped.error().message();
+    }
+    if (w.left_behind() > 0) host["left_behind_count"] = w.left_behind();
+    if (!left.empty()) {
+      host["left_behind"] = left;
+      host["left_behind_count"] = left.size();
+    }
+  }
   caf::anon_send(self, ended_atom::value, done->exited, done->code, done->describe(), w.stderr_tail(),
-                 static_cast<int64_t>(w.overlong_lines()));
+                 static_cast<int64_t>(w.overlong_lines()), host.dump());
 }
 
 // The last line of what a process wrote to its standard error, shortened: what a failed
@@ -334,6 +388,9 @@ caf::behavior trial(trial_actor self, trial_options opt) {
   st.opt = std::move(opt);
   launch l;
   l.node_id = st.opt.node_id;
+  l.trial_id = st.opt.spec.trial_id;
+  l.contain = st.opt.contain;
+  l.limits = st.opt.limits;
   l.spec.env = trial_environment(st.opt);
   l.spec.cwd = st.opt.trial_dir;
   if (!st.opt.spec.command.empty()) {  // a program trial: its command, in its working copy
@@ -389,7 +446,7 @@ caf::behavior trial(trial_actor self, trial_options opt) {
         st.held_since = st.first + st.sent.size();
         self->delayed_send(self, hold_wait, greet_wait_atom::value, ++st.hold_round);
       },
-      [self](started_atom, int pid, int group, const std::string& error) {
+      [self](started_atom, int pid, int group, const std::string& error, const std::string& cgroup) {
         auto& st = self->state;
         if (pid == 0) {
           log_line("trial " + st.opt.spec.trial_id + " could not start: " + error);
@@ -404,6 +461,7 @@ caf::behavior trial(trial_actor self, trial_options opt) {
                             {"trial_dir", st.opt.trial_dir}};
         if (!st.opt.spec.restore_dir.empty()) info["restore_dir"] = st.opt.spec.restore_dir;
         log_line("trial " + st.opt.spec.trial_id + " started, pid " + std::to_string(pid));
+        st.started_ok = true;
         st.opt.started.deliver(wire::start_answer(true, info.dump(), caf::actor_cast<caf::actor>(self)));
         if (st.opt.node) to_owner(self, caf::make_message(wire::trial_node_atom::value, st.opt.spec.trial_id, st.opt.node));
         event(self, "started", info);
@@ -411,7 +469,7 @@ caf::behavior trial(trial_actor self, trial_options opt) {
           nlohmann::json quota = nlohmann::json::object();
           for (size_t i = 0; i < st.opt.cards.size(); ++i)
             if (!st.opt.cards[i].logical) quota[st.opt.cards[i].uuid] = st.opt.grants[i].memory;
-          self->send(st.opt.audit, audit_add_atom::value, st.opt.spec.trial_id, pid, group, quota.dump(),
+          self->send(st.opt.audit, audit_add_atom::value, st.opt.spec.trial_id, pid, group, cgroup, quota.dump(),
                      caf::actor_cast<caf::actor>(self));
         }
       },
@@ -474,8 +532,18 @@ caf::behavior trial(trial_actor self, trial_options opt) {
         }
         flush();
       },
-      [self](ended_atom, bool exited, int code, const std::string& how, const std::string& stderr_tail, int64_t overlong) {
+      [self](host_atom, const std::string& usage) {
         auto& st = self->state;
+        auto j = nlohmann::json::parse(usage, nullptr, false);
+        if (!j.is_object()) return;
+        st.host = j;
+        if (st.opt.node) self->send(st.opt.node, trial_host_atom::value, st.opt.spec.trial_id, usage);
+      },
+      [self](ended_atom, bool exited, int code, const std::string& how, const std::string& stderr_tail, int64_t overlong,
+             const std::string& host_json) {
+        auto& st = self->state;
+        auto host = nlohmann::json::parse(host_json, nullptr, false);
+        if (!host.is_object()) host = nlohmann::json::object();
         // After a stop request, ending by SIGTERM's default action (or with its exit status,
         // 143, as Python's libtune module and shells do) is a clean stop too.
         bool ok = (exited && code == 0) || (st.stopped && ((!exited && code == SIGTERM) || (exited && code == 128 + SIGTERM)));
@@ -486,11 +554,20 @@ caf::behavior trial(trial_actor self, trial_options opt) {
         } else if (st.killed) {
           ok = false;
           error = "killed on request";
+        } else if (host.value("oom_kills", 0) > 0 && st.opt.limits.memory > 0) {
+          // The kernel's OOM killer ended it at its memory.max: this trial alone.
+          ok = false;
+          error = "killed by the kernel's OOM killer: it used all of its " + format_bytes(st.opt.limits.memory) +
+                  " of host memory (its memory request; peak " + format_bytes(host.value("memory_peak", st.opt.limits.memory)) +
+                  "). Ask for more memory in its resources, or make it use less";
         } else if (st.stopped && !exited && code == SIGKILL) {
           error = "did not stop within the grace period: killed";
         } else if (!ok) {
           error = "the trial's process ended with " + how + (st.stopped ? " after the stop request" : "");
           if (auto last = last_line(stderr_tail); !last.empty()) error += ": " + last;
+          if (host.value("pids_refused", 0) > 0)
+            error += " (" + std::to_string(host.value("pids_refused", 0)) + " process starts were refused at its limit of " +
+                     std::to_string(st.opt.limits.pids) + " processes and threads, pids.max)";
         }
         if (overlong > 0) {
           if (st.ignored_lines == 0) st.ignored_example = "(a line longer than 1 MiB)";
@@ -506,15 +583,33 @@ caf::behavior trial(trial_actor self, trial_options opt) {
                             {"gpu_audited", static_cast<bool>(st.opt.audit)},
                             {"checkpoint", st.last_checkpoint},
                             {"gpu_memory_peak", st.gpu_memory_peak}};
+        for (auto& [k, v] : host.items()) body[k == "memory_peak" ? "host_memory_peak" : k == "memory" ? "host_memory" : k] = v;
+        if (host.contains("left_behind_count"))
+          log_line("trial " + st.opt.spec.trial_id + ": " + std::to_string(host.value("left_behind_count", 0)) +
+                   " process(es) it started had left its process group and were still running at its end: killed" +
+                   (host.contains("left_behind") ? " (" + host["left_behind"].dump() + ")" : ""));
         if (st.ignored_lines > 0) {
           body["ignored_lines"] = st.ignored_lines;
           body["ignored_example"] = st.ignored_example;
         }
         log_line("trial " + st.opt.spec.trial_id + " ended: " + how);
-        event(self, "ended", body);
-        if (st.watcher.joinable()) st.watcher.join();
-        st.over = true;
-        if (st.greeted || st.released) self->quit();
+        auto finish = [self](nlohmann::json body) {
+          auto& st = self->state;
+          event(self, "ended", body);
+          if (st.watcher.joinable()) st.watcher.join();
+          st.over = true;
+          if (st.greeted || st.released) self->quit();
+        };
+        if (!st.opt.audit || !st.started_ok) return finish(std::move(body));
+        // Its GPU memory must be back: the audit kills what of it is still on a card.
+        self->request(st.opt.audit, std::chrono::seconds(10), audit_end_atom::value, st.opt.spec.trial_id)
+            .then(
+                [finish, body](const std::string& after) mutable {
+                  auto j = nlohmann::json::parse(after, nullptr, false);
+                  if (j.is_object()) body["gpu_after_end"] = j;
+                  finish(std::move(body));
+                },
+                [finish, body](caf::error&) mutable { finish(std::move(body)); });
       },
       [self, from_owner](wire::trial_stop_atom, int64_t grace_ms) {
         if (!from_owner()) return;

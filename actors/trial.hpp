@@ -18,7 +18,14 @@
 //   "ended"    {"ok", "exit", "error", "stderr_tail", "results", "stopped", "killed",
 //               "gpu_audited", "gpu_memory_peak", "checkpoint" (the latest, or null),
 //               "ignored_lines" (on its report channel, not reports, or too long),
-//               "ignored_example" (the first of them, shortened)}
+//               "ignored_example" (the first of them, shortened),
+//               and from its cgroup (tune/trial/cgroup.hpp): "containment" ("cgroup" or
+//               "subreaper"), "host_memory", "host_memory_peak", "cpu_seconds", "pids",
+//               "oom_kills", "pids_refused", and "left_behind_count" / "left_behind"
+//               (["pid (name)"]): processes it started that had left its process group and
+//               still ran at its end, killed then}
+// While it runs, the node gets its cgroup's usage about once a second:
+//   (trial_host_atom, trial_id, json {"memory", "memory_peak", "cpu_seconds", "pids"}).
 // A program trial's standard output lines that match its output patterns are results too
 // (tune/trial/output_metrics.hpp). The error of a process that failed ends with the last
 // line of its standard error (a Python traceback's exception, say).
@@ -40,6 +47,7 @@
 #include <vector>
 
 #include "tune/core/node_resources.hpp"
+#include "tune/trial/cgroup.hpp"
 #include "tune/trial/process.hpp"
 #include "tune/trial/python_spawners.hpp"
 #include "tune/trial/workdir.hpp"
@@ -71,6 +79,10 @@ struct trial_options {
   // Warm interpreters for Python commands (tune/trial/python_spawners.hpp; none: every
   // worker is exec'd).
   std::shared_ptr<python_spawners> pythons;
+  // The node's containment: the trial runs in a cgroup of its own made from it, with
+  // these host limits (none: not contained, e.g. in tests of the actor alone).
+  std::shared_ptr<containment> contain;
+  host_limits limits;
   caf::response_promise started;  // answered when the worker runs (or could not start)
 };
 
@@ -86,6 +98,9 @@ using trial_release_atom = caf::atom_constant<caf::atom("trialrel")>;
 // owner is gone: what the trial reports is kept (in order) until the owner greets it
 // again (route_atom, received) and then sent from the first message the owner missed.
 using trial_hold_atom = caf::atom_constant<caf::atom("trialhold")>;
+
+// To the node: the trial's host usage from its cgroup (json), about once a second.
+using trial_host_atom = caf::atom_constant<caf::atom("trialhost")>;
 
 // The environment a trial's worker gets, from the options (exposed for tests).
 std::map<std::string, std::string> trial_environment(const trial_options& opt);

@@ -173,7 +173,10 @@ int cmd_run(const std::vector<std::string>& all_args) {
       ("token-file", po::value<std::string>(), "that cluster's token (default ~/.tune/token)")
       ("num-cpus", po::value<double>(), "the embedded cluster's CPUs")
       ("num-gpus", po::value<int>(), "the embedded cluster's GPUs (without cards: logical ones, trials on the CPU)")
-      ("dashboard-port", po::value<int>(), "serve the embedded cluster's dashboard on 127.0.0.1:PORT (0: any)");
+      ("dashboard-port", po::value<int>(), "serve the embedded cluster's dashboard on 127.0.0.1:PORT (0: any)")
+      ("containment", po::value<std::string>(),
+       "how the embedded cluster contains trials: auto (a cgroup each where it can, else a subreaper), cgroup, subreaper")
+      ("trial-max-pids", po::value<int64_t>(), "the embedded cluster's limit of processes and threads per trial (0: none)");
   po::options_description desc("tune run options");
   desc.add_options()("help,h", "show this help")("file", po::value<std::string>(), "the experiment file (YAML or JSON)");
   desc.add(exp).add(prog).add(where);
@@ -208,8 +211,20 @@ int cmd_run(const std::vector<std::string>& all_args) {
   cluster_options opt;
   if (vm.count("address")) opt.address = vm["address"].as<std::string>();
   if (vm.count("token-file")) opt.token_file = vm["token-file"].as<std::string>();
-  if (!opt.address.empty() && (vm.count("num-cpus") || vm.count("num-gpus") || vm.count("dashboard-port")))
-    return fail("--num-cpus, --num-gpus and --dashboard-port are for the embedded cluster; a cluster at --address has its own", 2);
+  if (!opt.address.empty() && (vm.count("num-cpus") || vm.count("num-gpus") || vm.count("dashboard-port") ||
+                               vm.count("containment") || vm.count("trial-max-pids")))
+    return fail("--num-cpus, --num-gpus, --dashboard-port, --containment and --trial-max-pids are for the embedded cluster; "
+                "a cluster at --address has its own (tune start's options)", 2);
+  if (vm.count("containment")) {
+    opt.containment = vm["containment"].as<std::string>();
+    if (opt.containment != "auto" && opt.containment != "cgroup" && opt.containment != "subreaper")
+      return fail("--containment " + opt.containment + ": use auto, cgroup or subreaper", 2);
+  }
+  if (vm.count("trial-max-pids")) {
+    opt.trial_max_pids = vm["trial-max-pids"].as<int64_t>();
+    if (opt.trial_max_pids < 0 || (opt.trial_max_pids > 0 && opt.trial_max_pids < 8))
+      return fail("--trial-max-pids must be 0 (no limit) or at least 8", 2);
+  }
   if (vm.count("num-cpus")) opt.num_cpus = vm["num-cpus"].as<double>();
   if (vm.count("num-gpus")) opt.num_gpus = vm["num-gpus"].as<int>();
   if (vm.count("dashboard-port")) opt.dashboard_port = vm["dashboard-port"].as<int>();

@@ -287,6 +287,22 @@ int start_node(const po::variables_map& vm, const std::string& dir) {
   int audit_ms = vm["gpu-audit-ms"].as<int>();
   if (audit_ms < 0 || (audit_ms > 0 && audit_ms < 10) || audit_ms > 600'000)
     return fail("start", "--gpu-audit-ms must be 0 (off) or between 10 and 600000", 2);
+  auto containment_mode = vm["containment"].as<std::string>();
+  if (containment_mode != "auto" && containment_mode != "cgroup" && containment_mode != "subreaper")
+    return fail("start", "--containment " + containment_mode + ": use auto, cgroup or subreaper", 2);
+  std::vector<std::string> require_limits;
+  if (vm.count("require-limits"))
+    for (std::stringstream list(vm["require-limits"].as<std::string>()); list.good();) {
+      std::string r;
+      std::getline(list, r, ',');
+      if (r.empty()) continue;
+      if (r != "memory" && r != "cpu" && r != "pids")
+        return fail("start", "--require-limits: \"" + r + "\" is not a limit; give a list of memory, cpu, pids", 2);
+      require_limits.push_back(r);
+    }
+  auto max_pids = vm["trial-max-pids"].as<int64_t>();
+  if (max_pids < 0 || (max_pids > 0 && max_pids < 8))
+    return fail("start", "--trial-max-pids must be 0 (no limit) or at least 8", 2);
   bool block = vm.count("block") > 0;
   std::string log_file = dir + "/" + id + ".log";
   return cli::run_service(block, log_file, 30, [&](cli::readiness& ready) {
@@ -295,6 +311,13 @@ int start_node(const po::variables_map& vm, const std::string& dir) {
     // CAF's threads and memory (tune/trial/process.hpp says why).
     auto workers = spawner::start();
     if (!workers) log_line("workers start from the node process itself: " + workers.error().message());
+    // Each trial in a cgroup of its own (tune/trial/cgroup.hpp), made under this node's
+    // subtree; it ends after the actor system, killing whatever is left.
+    auto contain = containment::open(containment_mode, id, require_limits);
+    if (!contain) {
+      ready.failed("tune start: " + contain.error().message());
+      return 2;
+    }
     wire::config cfg;
     caf::actor_system sys{cfg};
     auto first = std::make_shared<std::promise<status>>();
@@ -310,6 +333,8 @@ int start_node(const po::variables_map& vm, const std::string& dir) {
     opt.work_dir = dir + "/" + id;  // programs/ and trials/ of this node
     opt.trial_env = inherited_trial_env();  // never CUDA_VISIBLE_DEVICES
     if (workers) opt.workers = *workers;
+    opt.contain = *contain;
+    opt.trial_max_pids = max_pids;
     opt.on_first_join = [first](const status& st) { first->set_value(st); };
     opt.on_fatal = [fatal_message](const status& st) {
       *fatal_message = st.message();
@@ -413,6 +438,13 @@ int cmd_start(const std::vector<std::string>& args) {
       ("resources", po::value<std::string>(), "node: custom resources as JSON, e.g. '{\"tpu\": 2}'")
       ("mps", "node: run trials sharing a card under CUDA MPS (a daemon of this node's own): their kernels run "
               "side by side instead of time-sliced, and each trial's memory quota is enforced when it allocates")
+      ("containment", po::value<std::string>()->default_value("auto"),
+       "node: how trials are contained: auto (each in a cgroup of its own where the node can make them: as root, "
+       "or under systemd with Delegate=yes; else a subreaper), cgroup (cgroups or refuse to start), subreaper")
+      ("require-limits", po::value<std::string>(),
+       "node: host limits it must enforce, or refuse to start: a list of memory, cpu, pids (e.g. memory,cpu)")
+      ("trial-max-pids", po::value<int64_t>()->default_value(16384),
+       "node: each trial's limit of processes and threads (pids.max; 0: none), against fork bombs")
       ("gpu-audit-ms", po::value<int>()->default_value(200),
        "node: how often the GPU audit (NVML) looks at what runs on the cards, in ms; 0 turns it off")
       ("token-file", po::value<std::string>()->default_value(default_token_file()),
@@ -428,6 +460,9 @@ int cmd_start(const std::vector<std::string>& args) {
   if (!dir) return fail("start", dir.error().message());
   if (head) {
     if (!vm["gpu-audit-ms"].defaulted()) return fail("start", "--gpu-audit-ms is for a node (--address)", 2);
+    for (auto opt : {"containment", "trial-max-pids"})
+      if (!vm[opt].defaulted()) return fail("start", std::string{"--"} + opt + " is for a node (--address)", 2);
+    if (vm.count("require-limits")) return fail("start", "--require-limits is for a node (--address)", 2);
     if (vm.count("mps")) return fail("start", "--mps is for a node (--address)", 2);
     for (auto opt : {"num-gpus", "gpus", "num-cpus", "resources"})
       if (vm.count(opt)) return fail("start", std::string{"--"} + opt + " is for a node (--address); the head runs no trials", 2);

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "harness.hpp"
+#include "tune/trial/cgroup.hpp"
 #include "tune/tuner/store.hpp"
 
 namespace tune::test {
@@ -112,6 +113,12 @@ class ProgramTest : public ::testing::Test {
     if (auto trials = s->trials())
       for (auto& t : *trials) out.push_back(t.error);
     return out;
+  }
+
+  // The program of the containment tests, in the project.
+  void add_contained() {
+    if (!fs::exists(project + "/contained.py"))
+      fs::copy_file(std::string{PROGRAMS_DIR} + "/contained.py", project + "/contained.py");
   }
 
   // The experiment file `name` in the project: `body` after the lines every test has.
@@ -433,6 +440,183 @@ TEST_F(ProgramTest, AReportFloodHoldsBoundedMemoryAndLosesNothing) {
 }
 
 // A head and two nodes on loopback (2 CPUs each), tune run against them.
+
+// --- containment (docs/containment.md): nothing a trial starts outlives it ----------
+
+// The pids a file lists, one per line.
+std::vector<int> pids_in(const std::string& path) {
+  std::vector<int> out;
+  std::ifstream in(path);
+  for (int p; in >> p;) out.push_back(p);
+  return out;
+}
+
+bool running(int pid) {
+  if (::kill(pid, 0) != 0) return false;
+  auto stat = read_all("/proc/" + std::to_string(pid) + "/stat");
+  auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+}
+
+bool all_gone(const std::vector<int>& pids, std::chrono::milliseconds within = 3000ms) {
+  return wait_until([&] { return std::none_of(pids.begin(), pids.end(), running); }, within, 20ms).has_value();
+}
+
+// A trial's "ended" event.
+nlohmann::json ended_event(experiment_store& s, const std::string& trial) {
+  if (auto ev = s.events(trial))
+    for (auto& e : *ev)
+      if (e.kind == "ended") return e.body;
+  return nullptr;
+}
+
+class ContainmentTest : public ProgramTest, public ::testing::WithParamInterface<std::string> {};
+
+INSTANTIATE_TEST_SUITE_P(Mode, ContainmentTest, ::testing::Values("auto", "subreaper"));
+
+// A helper in a session of its own (setsid, double fork) dies with the trial that
+// started it: when the trial ends, when it is stopped, when its time is up.
+TEST_P(ContainmentTest, HelpersThatLeftTheTrialsProcessGroupDieWithIt) {
+  auto pids = files.dir() + "/helpers";
+  add_contained();
+  auto file = experiment("escape.yaml", "command: [" + py() + ", contained.py, --pids, " + pids + "]\n" + R"(num_samples: 1
+space:
+  mode: {grid_search: [escape, forever]}
+stop: {max_iterations: 5}
+)");
+  auto r = tune_run({file, "--num-cpus", "2", "--containment", GetParam()});
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_EQ(summary(r)["errors"], 0) << r.out;
+  auto helpers = pids_in(pids);
+  ASSERT_EQ(helpers.size(), 2u) << "each trial started its helper";
+  EXPECT_TRUE(all_gone(helpers)) << "a helper outlived its trial";
+  auto s = store();
+  for (auto id : {"trial-00001", "trial-00002"}) {
+    auto end = ended_event(*s, id);
+    EXPECT_EQ(end.value("containment", ""), GetParam() == "auto" ? "cgroup" : "subreaper") << end;
+    EXPECT_EQ(end.value("left_behind_count", 0), 1) << id << ": " << end;
+    auto ev = s->events(id);
+    ASSERT_TRUE(ev);
+    EXPECT_TRUE(std::any_of(ev->begin(), ev->end(), [](auto& e) { return e.kind == "left_behind"; })) << id;
+  }
+  if (GetParam() == "auto" && !ended_event(*s, "trial-00001").contains("host_memory_peak"))
+    GTEST_LOG_(INFO) << "no memory accounting here";
+}
+
+TEST_P(ContainmentTest, ATrialStoppedByTheTimeBudgetTakesItsHelperWithIt) {
+  auto pids = files.dir() + "/helpers";
+  add_contained();
+  auto file = experiment("budget.yaml", "command: [" + py() + ", contained.py, --pids, " + pids + "]\n" + R"(space: {mode: forever}
+time_budget_s: 1.5
+stop_grace_s: 1
+)");
+  auto r = tune_run({file, "--containment", GetParam()});
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  auto helpers = pids_in(pids);
+  ASSERT_EQ(helpers.size(), 1u);
+  EXPECT_TRUE(all_gone(helpers));
+}
+
+// Host limits through the cgroup (root on this machine; skipped where the node cannot
+// enforce them, which it says).
+std::string limits_or_empty() {
+  auto c = containment::open("auto", "probe");
+  return c && (*c)->caps().cgroup ? (*c)->caps().describe() : "";
+}
+
+TEST_F(ProgramTest, AForkBombIsHeldAtItsProcessLimitWhileItsNeighbourCompletes) {
+  auto caps = limits_or_empty();
+  if (caps.find("pids") == std::string::npos || caps.find("not enforced: pids") != std::string::npos)
+    GTEST_SKIP() << "pids not enforced here: " << caps;
+  add_contained();
+  auto file = experiment("bomb.yaml", "command: [" + py() + ", contained.py]\n" + R"(space:
+  mode: {grid_search: [bomb, calm]}
+)");
+  auto r = tune_run({file, "--num-cpus", "2", "--trial-max-pids", "64"});
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  auto s = store();
+  auto trials = s->trials();
+  ASSERT_TRUE(trials);
+  for (auto& t : *trials) {
+    EXPECT_EQ(t.state, "terminated") << t.id << ": " << t.error;
+    auto res = s->results(t.id);
+    ASSERT_TRUE(res);
+    if (t.config.value("mode", "") == "bomb") {
+      ASSERT_EQ(res->size(), 1u);
+      EXPECT_LT((*res)[0].metrics["forked"].get<double>(), 64) << "fork went past pids.max";
+      EXPECT_GT((*res)[0].metrics["forked"].get<double>(), 10);
+    } else {
+      EXPECT_EQ(res->size(), 10u) << "the neighbour did not finish";
+    }
+  }
+}
+
+TEST_F(ProgramTest, AMemoryHogIsKilledAtItsRequestAndSaysSoWhileItsNeighbourCompletes) {
+  auto caps = limits_or_empty();
+  if (caps.find("memory") == std::string::npos || caps.find("not enforced: memory") != std::string::npos)
+    GTEST_SKIP() << "memory not enforced here: " << caps;
+  add_contained();
+  auto file = experiment("hog.yaml", "command: [" + py() + ", contained.py]\n" + R"(space:
+  mode: {grid_search: [hog, calm]}
+resources_per_trial: {cpu: 1, memory: 268435456}
+)");
+  auto r = tune_run({file, "--num-cpus", "2"});
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  auto s = store();
+  auto trials = s->trials();
+  ASSERT_TRUE(trials);
+  ASSERT_EQ(trials->size(), 2u);
+  for (auto& t : *trials) {
+    if (t.config.value("mode", "") == "hog") {
+      EXPECT_EQ(t.state, "error");
+      EXPECT_TRUE(contains(t.error, "OOM killer") && contains(t.error, "256 MiB")) << t.error;
+      auto res = s->results(t.id);
+      ASSERT_TRUE(res);
+      EXPECT_LE(res->size(), 16u) << "it got past 256 MiB";
+      EXPECT_GE(res->size(), 4u);
+    } else {
+      EXPECT_EQ(t.state, "terminated") << t.error;
+    }
+  }
+}
+
+TEST_F(ProgramTest, ACpuHogIsHeldToItsShare) {
+  auto caps = limits_or_empty();
+  if (caps.find("cpu") == std::string::npos || caps.find("not enforced: memory, cpu") != std::string::npos ||
+      caps.find("not enforced: cpu") != std::string::npos)
+    GTEST_SKIP() << "cpu not enforced here: " << caps;
+  add_contained();
+  auto file = experiment("spin.yaml", "command: [" + py() + ", contained.py]\n" + R"(space: {mode: spin, seconds: 3}
+resources_per_trial: {cpu: 0.25}
+)");
+  auto r = tune_run({file, "--num-cpus", "2"});
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  auto s = store();
+  auto res = s->results("trial-00001");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->size(), 1u);
+  double share = (*res)[0].metrics["cpu_share"].get<double>();
+  // Two busy threads (one CPU's worth under the GIL) held to a quarter of a CPU.
+  EXPECT_LT(share, 0.35) << "it used " << share << " of a CPU";
+  EXPECT_GT(share, 0.1);
+  auto t = s->trial("trial-00001");
+  ASSERT_TRUE(t);
+  EXPECT_GT(t->info.value("cpu_seconds", 0.0), 0.3) << t->info;
+  EXPECT_LT(t->info.value("cpu_seconds", 0.0), 1.4) << t->info;
+}
+
+TEST_F(ProgramTest, ANodeThatCannotEnforceAMemoryRequestRefusesTheTrialSayingWhy) {
+  add_contained();
+  auto file = experiment("mem.yaml", "command: [" + py() + ", contained.py]\n" + R"(space: {mode: calm}
+resources_per_trial: {cpu: 1, memory: 268435456}
+max_failures: 0
+)");
+  auto r = tune_run({file, "--containment", "subreaper"});
+  auto errs = errors();
+  ASSERT_FALSE(errs.empty()) << r.out << r.err;
+  EXPECT_TRUE(contains(errs[0], "cannot enforce host memory")) << errs[0];
+}
+
 class ProgramClusterTest : public ProgramTest {
  protected:
   int port = free_port();
@@ -533,6 +717,30 @@ space:
   int from_checkpoint = 0;
   for (auto& e : json_lines(rec)) from_checkpoint += e["restored_from"].get<int>() > 0;
   EXPECT_GE(from_checkpoint, 1) << "the restarted trial went on from its checkpoint";
+}
+
+// A node killed with SIGKILL takes every process of its trials with it, the ones that
+// left their process group too (each trial's keeper kills its cgroup, or sweeps as a
+// subreaper, when the node dies). tune status says how each node contains its trials.
+TEST_F(ProgramClusterTest, ANodeKilledWithSigkillLeavesNoProcessOfItsTrialsBehind) {
+  auto status = files.tune({"status", "--address", address, "--token-file", files.token_file()});
+  ASSERT_EQ(status.rc, 0) << status.err;
+  EXPECT_TRUE(contains(status.out, "containment: ")) << status.out;
+  auto pids = files.dir() + "/helpers";
+  add_contained();
+  auto file = experiment("nodekill.yaml", "command: [" + py() + ", contained.py, --pids, " + pids + "]\n" + R"(num_samples: 2
+max_failures: 3
+resources_per_trial: {cpu: 1}
+space: {mode: forever}
+stop: {max_iterations: 200}
+)");
+  pid_t driver = start_driver(at_cluster({file}));
+  ASSERT_TRUE(wait_until([&] { return pids_in(pids).size() >= 2; }, 60s, 50ms)) << "the trials started no helpers";
+  auto helpers = pids_in(pids);
+  for (auto& [id, pid] : nodes) ::kill(pid, SIGKILL);  // both: every trial's node dies
+  EXPECT_TRUE(all_gone(helpers, 5000ms)) << "a helper outlived its node";
+  ::kill(driver, SIGKILL);
+  ::waitpid(driver, nullptr, 0);
 }
 
 TEST_F(ProgramClusterTest, AKilledDriverIsResumedWithTuneResume) {

@@ -143,18 +143,19 @@ async function pageCluster() {
     <div class="card"><div class="n">${c.experiments.filter(e => e.state === "running").length}</div><div class="l">experiments running</div></div>
     <div class="card"><div class="n">${c.placement_groups.filter(g => g.state === "created").length}</div><div class="l">placement groups placed</div></div>
   </div>`;
-  const nodes = table(["Node", "Host", "State", "#CPUs free", "#GPUs free", "#Memory free", "#Last heartbeat"],
+  const nodes = table(["Node", "Host", "State", "#CPUs free", "#GPUs free", "#Memory free", "Containment", "#Last heartbeat"],
     c.nodes.map(n => {
       const av = (n.resources || {}).available || {}, tot = (n.resources || {}).total || {};
       return `<td class="mono" data-node="${esc(n.id)}">${esc(n.id)}</td><td>${esc(n.host)} <span class="muted">${esc(n.address)}</span></td>
         <td>${badge(n.state)}${n.reason ? ` <span class="muted">${esc(n.reason)}</span>` : ""}</td>
         <td class="num">${num(av.cpu || 0)} / ${num(tot.cpu || 0)}</td><td class="num">${num(av.gpu || 0)} / ${num(tot.gpu || 0)}</td>
         <td class="num">${bytes(av.memory || 0)} / ${bytes(tot.memory || 0)}</td>
+        <td>${n.containment ? `${badge(n.containment.kind)} <span class="muted">${esc(n.containment.description)}</span>` : "–"}</td>
         <td class="num">${n.alive ? Math.round(n.last_heartbeat_ms_ago) + " ms ago" : "–"}</td>`;
     }), "No node has joined yet: start one with tune start --address HOST:PORT.");
   const gpuRows = gpus.map(g => {
     const holders = g.holders.map(h => `<span class="holder">${h.trial ? trialLink(h.experiment, h.trial) : `<span class="mono">${esc(h.group)}</span>`}
-        · ${num(h.share)} GPU · quota ${bytes(h.memory_quota)}${h.memory_used !== null ? ` · uses ${bytes(h.memory_used)}` : ""}</span>`).join("");
+        · ${num(h.share)} GPU · quota ${bytes(h.memory_quota)}${h.memory_used !== null ? ` · uses ${bytes(h.memory_used)}` : ""}${h.host_memory !== undefined ? ` · host ${bytes(h.host_memory)}` : ""}${h.cpu_seconds !== undefined ? ` · ${num(h.cpu_seconds, 1)} CPU-s` : ""}</span>`).join("");
     const foreign = g.foreign.map(f => `<span class="holder error">not ours: pid ${esc(f.pid)} ${esc(f.name)} · ${bytes(f.memory)}</span>`).join("");
     return `<td class="mono">${esc(g.node)}</td><td class="num">${g.index}</td>
       <td>${esc(g.name)}${g.logical ? ' <span class="muted">(logical)</span>' : ""}<br><span class="muted mono">${esc(g.uuid)}</span></td>

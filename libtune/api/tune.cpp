@@ -100,6 +100,7 @@ std::vector<std::string> trainable_names() {
 
 struct cluster::impl {
   std::shared_ptr<spawner> workers;  // the embedded node's (ends after the actor system)
+  std::shared_ptr<containment> contain;  // its trials' cgroups (ends after the actor system)
   std::unique_ptr<wire::config> cfg;
   std::unique_ptr<caf::actor_system> sys;
   std::unique_ptr<cluster_client> client;
@@ -186,6 +187,9 @@ expected<std::shared_ptr<cluster::impl>> start_embedded(const cluster_options& o
   // system's threads (tune/trial/process.hpp says why); without it, from this process.
   if (auto w = spawner::start()) st->workers = *w;
   else log_line("workers start from this process itself: " + w.error().message());
+  auto contain = containment::open(opt.containment, id);
+  if (!contain) return contain.error();
+  st->contain = *contain;
   st->cfg = std::make_unique<wire::config>(false);
   st->sys = std::make_unique<caf::actor_system>(*st->cfg);
   auto token = random_hex(16);
@@ -212,6 +216,8 @@ expected<std::shared_ptr<cluster::impl>> start_embedded(const cluster_options& o
   no.work_dir = st->work_dir;
   no.trial_env = inherited_trial_env();
   no.workers = st->workers;
+  no.contain = st->contain;
+  no.trial_max_pids = opt.trial_max_pids;
   no.head_actor = st->head;
   no.on_first_join = [joined](const status& s) { joined->set_value(s); };
   bool real = false;

@@ -103,6 +103,10 @@ struct cluster_options {
                                    // default: a fresh folder in /tmp, removed at the end
   bool keep_work_dir = false;      // keep that default folder (its path is in description())
   int gpu_audit_ms = 200;          // the node's GPU audit (0: off); real cards only
+  // How the node contains trials (docs/containment.md): "auto" (a cgroup each where it
+  // can make them, else a subreaper), "cgroup" (or fail), "subreaper".
+  std::string containment = "auto";
+  int64_t trial_max_pids = 16384;  // each trial's pids.max (0: none)
   std::optional<int> dashboard_port;  // serve the web dashboard on 127.0.0.1 (0: any free port)
 };
 

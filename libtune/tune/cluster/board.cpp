@@ -277,6 +277,15 @@ nlohmann::json gpus_view(const nlohmann::json& status, const experiment_board& b
             if (t.value("trial", "") == h["trial"].get<std::string>()) h["memory_used"] = t.value("memory", int64_t{0});
         }
       }
+      // Its host memory and CPU, from its cgroup (the node's report).
+      for (auto& h : card["holders"]) {
+        if (!h["trial"].is_string() || !n.contains("trial_host")) continue;
+        auto& use = n["trial_host"];
+        auto id = h["trial"].get<std::string>();
+        if (!use.is_object() || !use.contains(id) || !use[id].is_object()) continue;
+        if (use[id].contains("memory")) h["host_memory"] = use[id]["memory"];
+        if (use[id].contains("cpu_seconds")) h["cpu_seconds"] = use[id]["cpu_seconds"];
+      }
       out.push_back(std::move(card));
     }
   }

@@ -84,6 +84,18 @@ expected<std::string> render_status_text(std::string_view text) {
           << seconds_ago(n.value("last_heartbeat_ms_ago", 0.0));
       if (n.contains("reason")) out << "  " << n["reason"].get<std::string>();
       out << "\n";
+      // How it contains its trials, and what each uses of the host (its cgroup).
+      if (n.value("alive", false) && n.contains("containment") && n["containment"].is_object())
+        out << "         containment: " << n["containment"].value("description", n["containment"].value("kind", "?")) << "\n";
+      if (n.value("alive", false) && n.contains("trial_host") && n["trial_host"].is_object())
+        for (auto& [id, u] : n["trial_host"].items()) {
+          if (!u.is_object()) continue;
+          out << "         trial " << id << ": host memory " << format_bytes(u.value("memory", int64_t{0}));
+          if (u.contains("memory_peak")) out << " (peak " << format_bytes(u.value("memory_peak", int64_t{0})) << ")";
+          if (u.contains("cpu_seconds")) out << ", " << number(u["cpu_seconds"]) << " CPU-s";
+          if (u.contains("pids")) out << ", " << u.value("pids", 0) << " tasks";
+          out << "\n";
+        }
     }
   }
 
