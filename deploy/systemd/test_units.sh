@@ -18,8 +18,19 @@ command -v systemd-analyze >/dev/null || { say "skipped: systemd-analyze is miss
 
 work=$(mktemp -d /tmp/libtune-systemd-XXXXXX)
 pids=()
+# Delegate=yes: systemd starts the unit in a cgroup of its own, which the node may
+# divide. Done here as systemd does it, where this runs as root with cgroup2 mounted.
+cg2=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
+delegated=""
+if [ -n "$cg2" ] && [ -w "$cg2/cgroup.procs" ]; then
+  delegated=$cg2/libtune-systemd-test-$$.slice/libtune-node.service
+fi
 cleanup() {
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  if [ -n "$delegated" ] && [ -d "$delegated" ]; then
+    find "$delegated" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+    rmdir "$(dirname "$delegated")" 2>/dev/null || true
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -58,6 +69,9 @@ run_line() {
         export "${kv%%=*}=$v"
       done < "$envfile"
     fi
+    if [ "$(directive "$unit" Delegate)" = yes ] && [ -n "$delegated" ]; then
+      mkdir -p "$delegated" && echo $BASHPID > "$delegated/cgroup.procs"
+    fi
     eval "exec $line"
   }
 }
@@ -94,6 +108,31 @@ done
 "$tune" status --address "127.0.0.1:$port" --token-file "$token" | grep -q "dashboard: http://127.0.0.1:" ||
   { say "FAILED: the head serves no dashboard"; exit 1; }
 say "ok: the node read the token from its credentials and joined; the head serves its dashboard"
+if [ -n "$delegated" ]; then
+  for _ in $(seq 1 50); do grep -q "containment: cgroup v2 (delegated" "$work/node.log" && break; sleep 0.1; done
+  grep -q "containment: cgroup v2 (delegated" "$work/node.log" ||
+    { say "FAILED: the node did not take its delegated cgroup"; cat "$work/node.log"; exit 1; }
+  [ -d "$delegated/node" ] && [ -d "$delegated/trials" ] && grep -qx "$node_pid" "$delegated/node/cgroup.procs" ||
+    { say "FAILED: the node is not in $delegated/node, or made no trials/ beside it"; ls -R "$delegated"; exit 1; }
+  [ -z "$(cat "$delegated/cgroup.procs")" ] || { say "FAILED: processes left in the unit's own cgroup"; exit 1; }
+  # A trial in it: its cgroup under trials/, gone with the trial.
+  cat > "$work/escape.yaml" <<EOF2
+command: [/bin/sh, -c, "setsid sh -c 'sleep 300 </dev/null >/dev/null 2>&1 & echo \$! > $work/sleeper' ; sleep 0.3; echo 'loss=1'"]
+metric_pattern: 'loss=(?P<loss>[0-9.]+)'
+metric: loss
+mode: min
+num_samples: 1
+EOF2
+  "$tune" run "$work/escape.yaml" --address "127.0.0.1:$port" --token-file "$token" --experiment-dir "$work/exp" \
+    > "$work/run.log" 2>&1 || { say "FAILED: tune run under the delegated node"; cat "$work/run.log"; exit 1; }
+  sleeper=$(cat "$work/sleeper")
+  for _ in $(seq 1 50); do kill -0 "$sleeper" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$sleeper" 2>/dev/null; then say "FAILED: the trial's setsid sleeper $sleeper outlived it"; exit 1; fi
+  [ -z "$(find "$delegated/trials" -mindepth 1 -type d)" ] || { say "FAILED: a trial's cgroup was left in $delegated/trials"; exit 1; }
+  say "ok: under Delegate=yes the node moved into node/, its trial ran in trials/ and its setsid sleeper died with it"
+else
+  say "note: not root or no cgroup2: Delegate=yes not exercised"
+fi
 
 # systemctl stop: SIGTERM to the main process (KillMode=mixed), node first.
 for pid in $node_pid $head_pid; do
