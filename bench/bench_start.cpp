@@ -79,7 +79,13 @@ int main(int argc, char** argv) {
   const char* module = std::getenv("LIBTUNE_PYTHON_DIR");
   std::string module_dir = module && *module ? module : LIBTUNE_PYTHON_DIR;
   tune::bench::make_scratch("bench_start");
-  auto address = tune::bench::start_loopback_cluster(1, "--num-cpus 1");
+  // Two nodes, told apart by a custom resource: one puts each trial in a cgroup of its own
+  // (the default wherever the node can), the other contains them with a subreaper keeper
+  // (no cgroup): the difference is what a cgroup costs a trial's start.
+  auto address = tune::bench::start_loopback_cluster(1, "--num-cpus 1 --containment cgroup --resources '{\"cgroup\": 64}'");
+  auto out = tune::bench::run(tune::bench::tune_binary() + " start --address " + address +
+                              " --num-cpus 1 --containment subreaper --resources '{\"subreaper\": 64}'");
+  if (out.find("joined") == std::string::npos) tune::bench::die("the subreaper node did not start: " + out);
   tune::cluster_options o;
   o.address = address;
   o.token_file = tune::bench::scratch::token_path;
@@ -91,14 +97,15 @@ int main(int argc, char** argv) {
   for (int i = 0; i < trials; ++i) alone.push_back(by_hand(python, dir));
   std::map<std::string, std::vector<double>> latency;
   tune::search_space space{{"reports", 1}, {"sleep_ms", 0}};
-  for (int round = 0; round < 2 * 4; ++round) {  // alternately, in rounds of trials / 4
+  for (int round = 0; round < 4 * 4; ++round) {  // the four kinds in turn, in rounds of trials / 4
     bool py = round % 2 == 1;
+    std::string where = (round / 2) % 2 == 0 ? "cgroup" : "subreaper";
     tune::tune_config cfg;
     cfg.name = "bench_start";
     cfg.metric = "score";
     cfg.num_samples = std::max(1, trials / 4);
     cfg.max_concurrent_trials = 1;
-    cfg.resources_per_trial = tune::resources{{"cpu", 1}};
+    cfg.resources_per_trial = tune::resources{{"cpu", 1}, {where, 1}};
     cfg.progress = tune::progress_style::none;
     cfg.experiment_dir = tune::bench::scratch::dir + "/exp-" + std::to_string(round);
     auto r = py ? tune::tuner{*c, tune::program{.command = {python, "sleeper.py"}, .working_dir = dir}, space, cfg}.fit()
@@ -109,14 +116,22 @@ int main(int argc, char** argv) {
     for (auto& t : *rows) {
       auto h = r->history(t.id);
       if (!h || h->empty()) tune::bench::die(t.id + " reported nothing");
-      latency[py ? "python" : "cpp"].push_back((h->front().time - t.created) * 1000);
+      if (t.info.value("containment", where) != where)
+        tune::bench::die(t.id + " ran with " + t.info.value("containment", std::string{"?"}) + ", not " + where);
+      latency[std::string{py ? "python" : "cpp"} + (where == "cgroup" ? "" : "_subreaper")].push_back((h->front().time - t.created) * 1000);
     }
   }
   double py50 = percentile(latency["python"], 0.5), alone50 = percentile(alone, 0.5);
-  nlohmann::json j{{"cpp_p50_ms", percentile(latency["cpp"], 0.5)},
+  double cpp50 = percentile(latency["cpp"], 0.5), cpp_sr50 = percentile(latency["cpp_subreaper"], 0.5);
+  double py_sr50 = percentile(latency["python_subreaper"], 0.5);
+  nlohmann::json j{{"cpp_p50_ms", cpp50},
                    {"cpp_p90_ms", percentile(latency["cpp"], 0.9)},
                    {"python_p50_ms", py50},
                    {"python_p90_ms", percentile(latency["python"], 0.9)},
+                   {"cpp_subreaper_p50_ms", cpp_sr50},
+                   {"python_subreaper_p50_ms", py_sr50},
+                   {"cgroup_added_cpp_p50_ms", cpp50 - cpp_sr50},
+                   {"cgroup_added_python_p50_ms", py50 - py_sr50},
                    {"python_alone_p50_ms", alone50},
                    {"python_added_p50_ms", py50 - alone50},
                    {"trials", latency["python"].size()},

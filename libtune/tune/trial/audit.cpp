@@ -1,5 +1,7 @@
 #include "tune/trial/audit.hpp"
 
+#include "tune/trial/cgroup.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -28,6 +30,7 @@ std::optional<process_lineage> read_lineage(int pid) {
   process_lineage l;
   int ppid = 0;
   if (pid <= 0 || !read_stat(pid, ppid, l.pgid, &l.name)) return std::nullopt;
+  l.cgroup = cgroup_of(pid);
   for (int hops = 0; ppid > 1 && hops < 64; ++hops) {
     l.ancestors.push_back(ppid);
     int pg = 0;
@@ -50,9 +53,13 @@ const gpu_audit::entry* gpu_audit::owner(int pid, const process_lineage* lineage
   for (auto& [id, e] : trials_) {
     if (e.trial.pid == pid) return &e;
     if (!lineage) continue;
+    auto& cg = e.trial.cgroup;
+    if (!cg.empty() && lineage->cgroup.compare(0, cg.size(), cg) == 0 &&
+        (lineage->cgroup.size() == cg.size() || lineage->cgroup[cg.size()] == '/'))
+      return &e;
     if (e.trial.group > 0 && lineage->pgid == e.trial.group) return &e;
     for (int a : lineage->ancestors)
-      if (a == e.trial.pid) return &e;
+      if (a == e.trial.pid || (e.trial.group > 0 && a == e.trial.group)) return &e;
   }
   return nullptr;
 }

@@ -4,9 +4,10 @@
 // quota, adds up each trial's memory (now and its peak), and lists the processes on
 // the node's cards that belong to no trial ("foreign": someone else's job).
 //
-// A process belongs to a trial when the trial's worker is among its ancestors or it
-// is in the trial's process group (a worker's child that left the group is still found
-// through its parents, as long as they live).
+// A process belongs to a trial when it is in the trial's cgroup (however it was started:
+// setsid, a double fork, reparented to init), or, without cgroups, when the trial's
+// worker or keeper is among its ancestors (a subreaper keeper gets the orphans) or it is
+// in the trial's process group.
 #pragma once
 
 #include <cstdint>
@@ -22,11 +23,12 @@
 
 namespace tune {
 
-// What /proc says about a process: its group and its ancestors (parent first).
+// What /proc says about a process: its group, its ancestors (parent first), its cgroup.
 struct process_lineage {
   int pgid = 0;
   std::vector<int> ancestors;
-  std::string name;  // its command name (comm)
+  std::string name;    // its command name (comm)
+  std::string cgroup;  // its cgroup v2 path ("" : none)
 };
 
 // From /proc; nothing when the process is gone (or in another PID namespace).
@@ -35,8 +37,9 @@ std::optional<process_lineage> read_lineage(int pid);
 struct audited_trial {
   std::string id;
   int pid = 0;    // the worker
-  int group = 0;  // its process group
+  int group = 0;  // its process group (the keeper's pid)
   std::map<std::string, int64_t> quota;  // the cards it was given (UUID) and each card's quota in bytes
+  std::string cgroup;  // its cgroup v2 path, as /proc/<pid>/cgroup names it ("" : none)
 };
 
 struct audit_violation {
