@@ -100,16 +100,20 @@ void final_check(audit_actor self, const std::string& id) {
   auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(self->clock().now() - end.since).count();
   nlohmann::json still = nlohmann::json::array();
   if (cards) {
+    // Killed: what the rules still give to the trial now (its cgroup, its keeper's
+    // descendants, its group). Waited for: what was the trial's at the last look and
+    // NVML still lists (a process that has ended, its memory not yet freed).
     auto r = st.rules->check(*cards);
-    if (auto u = r.trials.find(id); u != r.trials.end()) end.pids.insert(u->second.pids.begin(), u->second.pids.end());
+    std::set<int> now;
+    if (auto u = r.trials.find(id); u != r.trials.end()) now.insert(u->second.pids.begin(), u->second.pids.end());
     for (auto& c : *cards)
       for (auto& p : c.processes) {
-        if (!end.pids.count(p.pid)) continue;
+        if (!end.pids.count(p.pid) && !now.count(p.pid)) continue;
         auto lineage = read_lineage(p.pid);
         std::string what = "pid " + std::to_string(p.pid) + (lineage ? " (" + lineage->name + ")" : "") + " on GPU " +
                            std::to_string(c.index) + (p.memory > 0 ? ", " + format_bytes(p.memory) : "");
         still.push_back(what);
-        if (lineage && ::kill(p.pid, SIGKILL) == 0) {  // alive: a process of the trial's that outlived it
+        if (now.count(p.pid) && ::kill(p.pid, SIGKILL) == 0) {  // a process of the trial's that outlived it
           end.killed.push_back(what);
           log_line("trial " + id + ": GPU audit: " + what + " outlived the trial: killed");
         }

@@ -172,14 +172,14 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
   int idle_ms = 1;
   while (!done) {
     // poll() returns at once when the worker has closed its output and report channel
-    // (it may still run): then this thread sleeps instead of spinning, 1 ms first (a
-    // worker that closed them is usually ending: its slot is free again at once), then
-    // twice as long each time up to 50 ms. While the owner or the actor is behind, it
+    // (it may still run): then this thread waits for the keeper's news of its end
+    // instead of spinning (the end is seen the moment it comes), 1 ms first, then twice
+    // as long each time up to 50 ms, between looks at the controls. While the owner or the actor is behind, it
     // reads nothing (the worker's writes block once the pipes are full).
     if (ctl->hold_reading || ctl->lines_in_flight > max_lines_in_flight) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     } else if (!w.poll(std::chrono::milliseconds(50), lines, output_lines)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(idle_ms));
+      w.wait_for_end(std::chrono::milliseconds(idle_ms));  // wakes at the worker's end
       idle_ms = std::min(idle_ms * 2, 50);
     }
     hand_over();

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   tune::run_if_trial_worker(argc, argv);  // first: trials run this program
   int trials = 2000, reports = 10, sleep_ms = 50, nodes = 4, gpus_per_node = 16, repeats = 1;
   std::string keep;  // experiments kept here (for a look at their timelines)
+  std::string containment = "auto";  // the nodes' --containment
   bool cpp = true, python = false;
   std::string python_bin = ::access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
   const char* moved = std::getenv("BENCH_PYTHON_DIR");  // the sources moved to another machine
@@ -48,6 +49,9 @@ int main(int argc, char** argv) {
     if (a == "--keep") {
       if (i + 1 >= argc) tune::bench::die("--keep needs a folder");
       keep = argv[++i];
+    } else if (a == "--containment") {
+      if (i + 1 >= argc) tune::bench::die("--containment needs auto, cgroup or subreaper");
+      containment = argv[++i];
     } else if (a == "--trials") trials = next();
     else if (a == "--reports") reports = next();
     else if (a == "--sleep-ms") sleep_ms = next();
@@ -63,6 +67,7 @@ int main(int argc, char** argv) {
       std::cout << "usage: bench_overhead [--trials 2000] [--reports 10] [--sleep-ms 50] [--nodes 4]\n"
                    "                      [--gpus-per-node 16] [--repeats 1] [--keep DIR]\n"
                    "                      [--python | --both] [--python-bin /usr/bin/python3]\n"
+                   "                      [--containment auto|cgroup|subreaper]\n"
                    "  --keep DIR  write the experiments to DIR/exp-N and keep them (else a scratch folder)\n"
                    "  --python    the trials are bench/python/sleeper.py (same workload), not the C++ sleeper\n"
                    "  --both      C++ and Python trials alternately, each run --repeats times\n";
@@ -76,7 +81,8 @@ int main(int argc, char** argv) {
   tune::bench::make_scratch("bench_overhead");
   auto& dir = tune::bench::scratch::dir;
   auto address = tune::bench::start_loopback_cluster(nodes, "--num-gpus " + std::to_string(gpus_per_node) +
-                                                                  " --num-cpus " + std::to_string(gpus_per_node));
+                                                                  " --num-cpus " + std::to_string(gpus_per_node) +
+                                                                  " --containment " + containment);
   tune::cluster_options o;
   o.address = address;
   o.token_file = tune::bench::scratch::token_path;
@@ -124,7 +130,8 @@ int main(int argc, char** argv) {
                    {"sleep_ms", sleep_ms},
                    {"slots", slots},
                    {"nodes", nodes},
-                   {"cpus", std::thread::hardware_concurrency()}};
+                   {"cpus", std::thread::hardware_concurrency()},
+                   {"containment", containment}};
   for (auto& kd : kinds) {
     nlohmann::json part{{"wall_over_ideal", tune::bench::median(kd.ratios)}, {"wall_s", tune::bench::median(kd.walls)}, {"runs", kd.runs}};
     if (kinds.size() == 1) j.update(part);  // one kind: its numbers at the top, as before

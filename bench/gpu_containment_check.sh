@@ -6,7 +6,7 @@
 # must include the helper's. Prints one JSON line per mode; exits 1 on a failed check.
 #   bench/gpu_containment_check.sh TUNE_BINARY OUT_DIR [PYTHON]
 set -u
-tune=$1; out=$2; python=${3:-python3}
+tune=$(readlink -f "$1"); out=$(readlink -f "$2"); python=${3:-python3}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 fail=0

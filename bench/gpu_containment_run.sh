@@ -2,7 +2,8 @@
 # Everything issue 18 runs on the GPU machine, in one go (from the repository's root,
 # the build unpacked at its absolute path): the cgroup layout seen there, the containment
 # unit tests, the GPU escape check (bench/gpu_containment_check.sh), the containment and
-# GPU isolation tests, bench_start (cgroup vs subreaper) and bench_overhead.
+# GPU isolation tests, bench_start (cgroup vs subreaper), the cost of each cgroup step and bench_overhead with
+# cgroups and with the subreaper.
 #   bench/gpu_containment_run.sh BUILD_DIR OUT_DIR
 set -uo pipefail
 build=${1:?}; out=${2:?}
@@ -17,7 +18,12 @@ cat "$out/escape.log"
 "$build/tests/gpu_isolation_test" > "$out/gpu_isolation_test.log" 2>&1; step gpu_isolation_test $?
 "$build/bench/bench_start" --trials 40 > "$out/bench_start.json" 2> "$out/bench_start.err"; step bench_start $?
 cat "$out/bench_start.json"
-"$build/bench/bench_overhead" --both --repeats 1 > "$out/bench_overhead.json" 2> "$out/bench_overhead.err"; step bench_overhead $?
-tail -3 "$out/bench_overhead.json"
+python3 bench/python/cgroup_cost.py 40 > "$out/cgroup_cost.json" 2>&1; step cgroup_cost $?
+cat "$out/cgroup_cost.json"
+for mode in cgroup subreaper; do
+  "$build/bench/bench_overhead" --both --repeats 1 --containment $mode > "$out/bench_overhead-$mode.json" 2> "$out/bench_overhead-$mode.err"
+  step "bench_overhead $mode" $?
+  tail -1 "$out/bench_overhead-$mode.json"
+done
 ls /sys/fs/cgroup/libtune 2>/dev/null > "$out/cgroups-after.txt"
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv >> "$out/cgroups-after.txt" 2>&1

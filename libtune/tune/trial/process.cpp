@@ -775,9 +775,14 @@ std::optional<exit_info> worker_process::wait(std::chrono::milliseconds timeout,
     }
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return std::nullopt;
-    if (!poll(std::min(left, std::chrono::milliseconds(20)), reports))
-      std::this_thread::sleep_for(std::min(left, std::chrono::milliseconds(5)));
+    if (!poll(std::min(left, std::chrono::milliseconds(20)), reports)) wait_for_end(std::min(left, std::chrono::milliseconds(20)));
   }
+}
+
+void worker_process::wait_for_end(std::chrono::milliseconds timeout) {
+  if (exit_ || news_ < 0) return;
+  pollfd p{news_, POLLIN, 0};
+  ::poll(&p, 1, static_cast<int>(timeout.count()));
 }
 
 void worker_process::signal_group(int sig) {

@@ -111,6 +111,9 @@ class worker_process {
             std::vector<std::string>* output_lines = nullptr);
   // Reaps the process if it has ended.
   std::optional<exit_info> try_wait();
+  // Waits up to `timeout` for the keeper's news (the worker's end): what to do instead
+  // of sleeping once poll() says every pipe is closed, so an end is seen at once.
+  void wait_for_end(std::chrono::milliseconds timeout);
   // Waits until it ends (reading its pipes meanwhile); nothing after `timeout`.
   std::optional<exit_info> wait(std::chrono::milliseconds timeout, std::vector<std::string>& reports);
 
