@@ -787,8 +787,11 @@ void on_event(controller_actor self, const std::string& id, const std::string& k
                         {"results", body.value("results", 0)},
                         {"gpu_memory_peak", body.value("gpu_memory_peak", int64_t{0})}};
     // What its cgroup measured (tune/trial/cgroup.hpp), and what it left behind.
+    nlohmann::json used = nlohmann::json::object();
     for (auto key : {"containment", "host_memory_peak", "cpu_seconds", "left_behind_count"})
-      if (body.contains(key)) info[key] = body[key];
+      if (body.contains(key)) info[key] = used[key] = body[key];
+    used["gpu_memory_peak"] = info["gpu_memory_peak"];
+    if (st.feed) st.feed->where(id, used);  // the dashboard's trial page shows them
     if ((t.state == "error" || t.failures > failures_before) && body.contains("stderr_tail"))
       info["stderr_tail"] = body["stderr_tail"];
     if (t.failures > 0) info["failures"] = t.failures;

@@ -242,6 +242,9 @@ async function pageTrial(exp, id) {
     ${kv("Node", `<span class="mono">${esc(t.node)}</span>`)}
     ${kv("PID", t.pid === undefined ? "–" : esc(t.pid))}
     ${kv("GPUs", gpus || '<span class="muted">none</span>')}
+    ${t.containment ? kv("Contained by", `${esc(t.containment)}${t.left_behind_count ? ` <span class="error">· ${esc(t.left_behind_count)} process(es) it left behind were killed</span>` : ""}`) : ""}
+    ${t.host_memory_peak !== undefined || t.gpu_memory_peak !== undefined ? kv("Peak memory", `host ${t.host_memory_peak !== undefined ? bytes(t.host_memory_peak) : "–"} · GPU ${t.gpu_memory_peak !== undefined ? bytes(t.gpu_memory_peak) : "–"}`) : ""}
+    ${t.cpu_seconds !== undefined ? kv("CPU time", num(t.cpu_seconds, 2) + " s") : ""}
     ${kv("Placement group", `<span class="mono">${esc(t.group)}</span>`)}
     ${kv("Iteration", esc(t.iteration))}
     ${kv(`Latest ${t.metric}`, num(t.value))}

@@ -43,7 +43,10 @@ bool valid_trial_field(const std::string& key, const nlohmann::json& v) {
   if (key == "value") return v.is_number() || v.is_null();
   if (key == "config") return v.is_object();
   if (key == "gpus") return v.is_array();
-  if (key == "run_s") return v.is_number();
+  if (key == "run_s" || key == "host_memory_peak" || key == "cpu_seconds" || key == "gpu_memory_peak" ||
+      key == "left_behind_count")
+    return v.is_number();
+  if (key == "containment") return v.is_string();
   return false;  // unknown keys are left out
 }
 

@@ -80,6 +80,24 @@ TEST(ExperimentBoard, FullReportThenDeltas) {
   EXPECT_TRUE(b.experiment_json("nope", false).is_null());
 }
 
+TEST(ExperimentBoard, AnEndedTrialKeepsWhatItsCgroupMeasured) {
+  experiment_board b;
+  ASSERT_TRUE(b.apply(first_report(), 100));
+  auto end = nlohmann::json::parse(R"({"id": "e1", "trials": [{"id": "t1", "state": "terminated",
+    "containment": "cgroup", "host_memory_peak": 1048576, "cpu_seconds": 2.5, "gpu_memory_peak": 2097152,
+    "left_behind_count": 1}, {"id": "t2", "state": "running", "host_memory_peak": "lots", "containment": 3}]})");
+  ASSERT_TRUE(b.apply(end, 101));
+  auto t1 = b.trial_json("e1", "t1");
+  EXPECT_EQ(t1["containment"], "cgroup");
+  EXPECT_EQ(t1["host_memory_peak"], 1048576);
+  EXPECT_DOUBLE_EQ(t1["cpu_seconds"].get<double>(), 2.5);
+  EXPECT_EQ(t1["gpu_memory_peak"], 2097152);
+  EXPECT_EQ(t1["left_behind_count"], 1);
+  auto t2 = b.trial_json("e1", "t2");  // wrong types are left out
+  EXPECT_FALSE(t2.contains("host_memory_peak"));
+  EXPECT_FALSE(t2.contains("containment"));
+}
+
 TEST(ExperimentBoard, MalformedReportsChangeNothing) {
   experiment_board b;
   EXPECT_FALSE(b.apply(nlohmann::json::array(), 1));
