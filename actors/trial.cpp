@@ -174,8 +174,9 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
     // poll() returns at once when the worker has closed its output and report channel
     // (it may still run): then this thread waits for the keeper's news of its end
     // instead of spinning (the end is seen the moment it comes), 1 ms first, then twice
-    // as long each time up to 50 ms, between looks at the controls. While the owner or the actor is behind, it
-    // reads nothing (the worker's writes block once the pipes are full).
+    // as long each time up to 50 ms, between looks at the controls. While the owner or
+    // the actor is behind, it reads nothing (the worker's writes block once the pipes
+    // are full).
     if (ctl->hold_reading || ctl->lines_in_flight > max_lines_in_flight) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     } else if (!w.poll(std::chrono::milliseconds(50), lines, output_lines)) {
@@ -554,7 +555,7 @@ caf::behavior trial(trial_actor self, trial_options opt) {
         } else if (st.killed) {
           ok = false;
           error = "killed on request";
-        } else if (host.value("oom_kills", 0) > 0 && st.opt.limits.memory > 0) {
+        } else if (!ok && host.value("oom_kills", 0) > 0 && st.opt.limits.memory > 0) {
           // The kernel's OOM killer ended it at its memory.max: this trial alone.
           ok = false;
           error = "killed by the kernel's OOM killer: it used all of its " + format_bytes(st.opt.limits.memory) +
