@@ -9,32 +9,15 @@
 
 namespace tune {
 
-namespace {
-
-// /proc/<pid>/stat: "pid (comm) state ppid pgrp ..."; comm may hold spaces and ')'.
-bool read_stat(int pid, int& ppid, int& pgid, std::string* name) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!in || !std::getline(in, line)) return false;
-  auto open = line.find('('), close = line.rfind(')');
-  if (open == std::string::npos || close == std::string::npos || close < open) return false;
-  if (name) *name = line.substr(open + 1, close - open - 1);
-  std::istringstream rest(line.substr(close + 1));
-  char state = 0;
-  return static_cast<bool>(rest >> state >> ppid >> pgid);
-}
-
-}  // namespace
-
 std::optional<process_lineage> read_lineage(int pid) {
   process_lineage l;
   int ppid = 0;
-  if (pid <= 0 || !read_stat(pid, ppid, l.pgid, &l.name)) return std::nullopt;
+  if (pid <= 0 || !read_proc_stat(pid, ppid, l.pgid, &l.name)) return std::nullopt;
   l.cgroup = cgroup_of(pid);
   for (int hops = 0; ppid > 1 && hops < 64; ++hops) {
     l.ancestors.push_back(ppid);
     int pg = 0;
-    if (!read_stat(ppid, ppid, pg, nullptr)) break;
+    if (!read_proc_stat(ppid, ppid, pg, nullptr)) break;
   }
   return l;
 }

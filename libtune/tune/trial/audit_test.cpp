@@ -73,6 +73,28 @@ TEST_F(AuditTest, AProcessOnACardItWasNotGivenIsFoundThroughItsParentsOrGroup) {
   }
 }
 
+// Containment (docs/containment.md): a process in the trial's cgroup is the trial's,
+// however it was started (its own session, parents gone, reparented to init); and a
+// subreaper keeper's orphans (their parent is the keeper, the group's leader) too.
+TEST_F(AuditTest, AProcessInTheTrialsCgroupOrBelowItsKeeperIsTheTrials) {
+  procs[400] = {400, {1}, "daemon", "/libtune/n.1/t3"};        // setsid, parents gone: only its cgroup says
+  procs[401] = {401, {1}, "daemon", "/libtune/n.1/t3/inner"};  // a cgroup the trial made inside its own
+  procs[402] = {402, {1}, "other", "/libtune/n.1/t30"};        // a prefix of another trial's is not its
+  procs[500] = {500, {98, 50}, "orphan"};                      // reparented to t4's subreaper keeper 98
+  audit.add({"t3", 600, 599, {{"GPU-a", 4 * GiB}}, "/libtune/n.1/t3"});
+  audit.add({"t4", 601, 98, {{"GPU-a", 4 * GiB}}});
+  auto r = audit.check({card(0, "GPU-a", {{400, 1 * GiB}, {401, 1 * GiB}, {402, 1 * GiB}, {500, 2 * GiB}})});
+  EXPECT_EQ(r.trials["t3"].total, 2 * GiB);
+  EXPECT_EQ(r.trials["t3"].peak, 2 * GiB);  // its recorded peak includes the escaped process
+  EXPECT_EQ(r.trials["t4"].total, 2 * GiB);
+  ASSERT_EQ(r.foreign.size(), 1u);
+  EXPECT_EQ(r.foreign[0].pid, 402);
+  // On a card it was not given, the escaped process breaks its trial's rule.
+  r = audit.check({card(1, "GPU-b", {{400, 1 * GiB}})});
+  ASSERT_EQ(r.violations.size(), 1u);
+  EXPECT_EQ(r.violations[0].trial, "t3");
+}
+
 TEST_F(AuditTest, OverQuotaIsAViolationOnceWithTheNumbers) {
   auto r = audit.check({card(0, "GPU-a", {{100, 3 * GiB}, {101, 2 * GiB}, {200, 4 * GiB}})});
   ASSERT_EQ(r.violations.size(), 1u);

@@ -131,24 +131,12 @@ std::vector<int> procs(const std::string& dir) {
   return out;
 }
 
-// The parent pid, the group and the name of a process (false when it is gone).
-bool stat_of(int pid, int& ppid, int& pgid, std::string& name) {
-  auto t = read_text("/proc/" + std::to_string(pid) + "/stat");
-  if (!t) return false;
-  auto open = t->find('('), close = t->rfind(')');
-  if (open == std::string::npos || close == std::string::npos) return false;
-  name = t->substr(open + 1, close - open - 1);
-  std::istringstream rest(t->substr(close + 1));
-  char state;
-  return static_cast<bool>(rest >> state >> ppid >> pgid);
-}
-
 bool descends_from(int pid, int ancestor) {
   for (int hops = 0; pid > 1 && hops < 64; ++hops) {
     if (pid == ancestor) return true;
     int ppid = 0, pgid = 0;
     std::string name;
-    if (!stat_of(pid, ppid, pgid, name)) return false;
+    if (!read_proc_stat(pid, ppid, pgid, &name)) return false;
     pid = ppid;
   }
   return false;
@@ -248,6 +236,17 @@ std::string containment_caps::describe() const {
     if (!on) missing += std::string{missing.empty() ? "" : ", "} + name;
   return "cgroup v2 (" + how + ", " + root + "): " + (limits.empty() ? "no" : limits) + " limits enforced" +
          (missing.empty() ? "" : "; not enforced: " + missing);
+}
+
+bool read_proc_stat(int pid, int& ppid, int& pgid, std::string* name) {
+  auto t = read_text("/proc/" + std::to_string(pid) + "/stat");
+  if (!t) return false;
+  auto open = t->find('('), close = t->rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close < open) return false;
+  if (name) *name = t->substr(open + 1, close - open - 1);
+  std::istringstream rest(t->substr(close + 1));
+  char state = 0;
+  return static_cast<bool>(rest >> state >> ppid >> pgid);
 }
 
 std::string cgroup_of(int pid) {
@@ -552,7 +551,7 @@ expected<std::vector<std::string>> trial_cgroup::end(int group, std::chrono::mil
   for (int p : procs(v2_)) {
     int ppid = 0, pgid = 0;
     std::string name;
-    if (stat_of(p, ppid, pgid, name) && pgid != group) escaped.push_back(std::to_string(p) + " (" + name + ")");
+    if (read_proc_stat(p, ppid, pgid, &name) && pgid != group) escaped.push_back(std::to_string(p) + " (" + name + ")");
   }
   (void)write_text(v2_ + "/cgroup.kill", "1");
   auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -147,4 +147,8 @@ class containment {
 // The cgroup v2 path of a process, as /proc/<pid>/cgroup names it ("" : none or gone).
 std::string cgroup_of(int pid);
 
+// /proc/<pid>/stat's parent, process group and command name (false: gone). The name may
+// hold spaces and ')'.
+bool read_proc_stat(int pid, int& ppid, int& pgid, std::string* name);
+
 }  // namespace tune
