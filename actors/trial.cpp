@@ -189,8 +189,15 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
       kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace);
     }
     if (ctl->kill || (kill_at && std::chrono::steady_clock::now() >= *kill_at)) w.kill();
-    if (ctl->pause.exchange(false)) w.pause();
-    if (ctl->resume.exchange(false)) w.resume();
+    // Paused: its process group stopped and, in a cgroup, everything in it frozen.
+    if (ctl->pause.exchange(false)) {
+      w.pause();
+      if (cg) cg->freeze(true);
+    }
+    if (ctl->resume.exchange(false)) {
+      if (cg) cg->freeze(false);
+      w.resume();
+    }
     done = w.try_wait();
     // What its cgroup uses (host memory, CPU), about once a second.
     if (cg && !cg->path().empty() && std::chrono::steady_clock::now() >= next_sample) {

@@ -13,7 +13,7 @@ step() { echo "== $1: exit $2 ($(date +%T))"; }
 "$build/libtune/cgroup_test" > "$out/cgroup_test.log" 2>&1; step cgroup_test $?
 bench/gpu_containment_check.sh "$build/nodes/tune" "$out" python3 > "$out/escape.log" 2>&1; step gpu_escape $?
 cat "$out/escape.log"
-"$build/tests/program_test" --gtest_filter='*Contain*:*ForkBomb*:*MemoryHog*:*CpuHog*:*CannotEnforce*:*Sigkill*' \
+"$build/tests/program_test" --gtest_filter='*Contain*:*ForkBomb*:*MemoryHog*:*CpuHog*:*CannotEnforce*:*Sigkill*:*FallsBack*' \
   > "$out/program_test.log" 2>&1; step program_test $?
 "$build/tests/gpu_isolation_test" > "$out/gpu_isolation_test.log" 2>&1; step gpu_isolation_test $?
 "$build/bench/bench_start" --trials 40 > "$out/bench_start.json" 2> "$out/bench_start.err"; step bench_start $?

@@ -517,6 +517,26 @@ stop_grace_s: 1
   EXPECT_TRUE(all_gone(helpers));
 }
 
+// Where the node finds no cgroup (here: /sys/fs/cgroup hidden under a tmpfs in a mount
+// namespace of its own, as in some containers), `auto` falls back to the subreaper, says
+// so, and still kills the helper that left the trial's process group.
+TEST_F(ProgramTest, WithoutCgroupsANodeFallsBackToTheSubreaperAndStillLeavesNothing) {
+  if (::geteuid() != 0 || ::access("/usr/bin/unshare", X_OK) != 0) GTEST_SKIP() << "needs root and unshare";
+  add_contained();
+  auto pids = files.dir() + "/helpers";
+  auto file = experiment("hidden.yaml", "command: [" + py() + ", contained.py, --pids, " + pids + "]\nspace: {mode: escape}\n");
+  auto r = run({"/usr/bin/unshare", "-m", "--", "/bin/sh", "-c", "mount -t tmpfs tmpfs /sys/fs/cgroup && exec \"$@\"", "sh",
+                tune_binary(), "run", file},
+               {{"CUDA_VISIBLE_DEVICES", ""}}, 120s, project);
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  auto helpers = pids_in(pids);
+  ASSERT_EQ(helpers.size(), 1u);
+  EXPECT_TRUE(all_gone(helpers));
+  auto end = ended_event(*store(), "trial-00001");
+  EXPECT_EQ(end.value("containment", ""), "subreaper") << end;
+  EXPECT_EQ(end.value("left_behind_count", 0), 1) << end;
+}
+
 // Host limits through the cgroup (root on this machine; skipped where the node cannot
 // enforce them, which it says).
 std::string limits_or_empty() {

@@ -541,6 +541,10 @@ host_usage trial_cgroup::usage() const {
   return u;
 }
 
+bool trial_cgroup::freeze(bool frozen) {
+  return !v2_.empty() && !ended_ && write_text(v2_ + "/cgroup.freeze", frozen ? "1" : "0");
+}
+
 std::vector<int> trial_cgroup::pids() const { return v2_.empty() ? std::vector<int>{} : procs(v2_); }
 
 expected<std::vector<std::string>> trial_cgroup::end(int group, std::chrono::milliseconds timeout) {

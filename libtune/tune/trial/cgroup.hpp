@@ -90,6 +90,9 @@ class trial_cgroup {
   host_usage usage() const;
   // The processes in it now.
   std::vector<int> pids() const;
+  // Freezes (true) or thaws everything in it (cgroup.freeze): a paused trial's
+  // processes all stop, those that left its process group too. False without a cgroup.
+  bool freeze(bool frozen);
   // Kills everything in it (cgroup.kill) and waits until it is empty (at most
   // `timeout`), then removes it. The processes that were still in it and had left the
   // keeper's process group `group` (escaped: setsid, a daemon), by "pid (name)", before

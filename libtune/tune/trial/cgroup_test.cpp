@@ -178,6 +178,40 @@ TEST(Containment, NothingOutlivesANodeKilledWithSigkill) {
   }
 }
 
+TEST(Containment, FreezingStopsEverythingInTheCgroupAndThawingGoesOn) {
+  auto c = open_or_skip();
+  if (!c || !c->caps().cgroup) GTEST_SKIP() << "no cgroups here";
+  auto t = c->make("frozen", {});
+  ASSERT_TRUE(t);
+  // A helper that left the group counts; its count goes to a file.
+  auto count = std::filesystem::temp_directory_path() / ("frozen-" + std::to_string(::getpid()));
+  auto p = worker_process::start({{"/bin/sh", "-c",
+                                   "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > " + count.string() +
+                                       "; sleep 0.01; done' </dev/null >/dev/null 2>&1 3>&- & sleep 30"},
+                                  {{"PATH", "/usr/bin:/bin"}}, "", (*t)->spec()});
+  ASSERT_TRUE(p);
+  std::this_thread::sleep_for(200ms);
+  ASSERT_TRUE((*t)->freeze(true));
+  std::this_thread::sleep_for(100ms);  // frozen by now
+  auto read = [&] {
+    std::ifstream in(count);
+    long v = 0;
+    in >> v;
+    return v;
+  };
+  long at_freeze = read();
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(read(), at_freeze) << "the helper ran on while its trial was frozen";
+  ASSERT_TRUE((*t)->freeze(false));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_GT(read(), at_freeze) << "the helper did not go on after the thaw";
+  (*p)->kill();
+  std::vector<std::string> reports;
+  (*p)->wait(5s, reports);
+  ASSERT_TRUE((*t)->end((*p)->group()));
+  std::filesystem::remove(count);
+}
+
 TEST(Containment, PidsMaxHoldsAForkBomb) {
   auto c = open_or_skip();
   if (!c || !c->caps().pids) GTEST_SKIP() << "pids not enforced here";
