@@ -17,6 +17,7 @@
 #include "tune/trial/paths.hpp"
 #include "trial.hpp"
 #include "tune/cluster/groups.hpp"
+#include "tune/cluster/token.hpp"
 #include "tune/core/quantity.hpp"
 #include "tune/trial/command.hpp"
 #include "tune/trial/python_module.hpp"
@@ -725,7 +726,7 @@ caf::behavior node(node_actor self, node_options opt) {
       // A trial's checkpoint, read by a client in chunks (also after the trial ended).
       [self](wire::ckpt_list_atom, const std::string& token, const std::string& trial, const std::string& path) {
         auto no = [](const std::string& why) { return caf::make_message(wire::ckpt_list_atom::value, false, why); };
-        if (token != self->state.opt.token) return no("wrong cluster token");
+        if (!token_equal(token, self->state.opt.token)) return no("wrong cluster token");
         auto dir = checkpoint_folder(self, trial, path);
         if (!dir) return no(dir.error().message());
         namespace fs = std::filesystem;
@@ -743,7 +744,7 @@ caf::behavior node(node_actor self, node_options opt) {
       [self](wire::ckpt_read_atom, const std::string& token, const std::string& trial, const std::string& path,
              const std::string& name, uint64_t offset, uint32_t length) {
         auto no = [](const std::string& why) { return caf::make_message(wire::ckpt_read_atom::value, false, why); };
-        if (token != self->state.opt.token) return no("wrong cluster token");
+        if (!token_equal(token, self->state.opt.token)) return no("wrong cluster token");
         if (length > wire::max_chunk) return no("at most " + std::to_string(wire::max_chunk) + " bytes at a time");
         auto dir = checkpoint_folder(self, trial, path);
         if (!dir) return no(dir.error().message());

@@ -29,7 +29,7 @@
 #include <nlohmann/json.hpp>
 #include <variant>
 
-#include "address.hpp"
+#include "tune/cluster/address.hpp"
 #include "client.hpp"
 #include "daemon.hpp"
 #include "dashboard.hpp"
@@ -268,7 +268,7 @@ expected<node_resources> node_resources_from(const po::variables_map& vm, const 
 }
 
 int start_node(const po::variables_map& vm, const std::string& dir) {
-  auto head = cli::parse_host_port(vm["address"].as<std::string>(), "--address");
+  auto head = parse_host_port(vm["address"].as<std::string>(), "--address");
   if (!head) return fail("start", head.error().message(), 2);
   if (vm.count("host")) return fail("start", "--host is for the head (--head)", 2);
   if (!vm["port"].defaulted()) return fail("start", "--port is for the head; a node connects to --address", 2);
@@ -328,7 +328,7 @@ int start_node(const po::variables_map& vm, const std::string& dir) {
     opt.token = token->token;
     opt.node_id = id;
     opt.hostname = host.hostname;
-    opt.address = cli::local_address_towards(head->host, head->port);
+    opt.address = local_address_towards(head->host, head->port);
     opt.resources = *resources;
     opt.work_dir = dir + "/" + id;  // programs/ and trials/ of this node
     opt.trial_env = inherited_trial_env();  // never CUDA_VISIBLE_DEVICES
@@ -495,7 +495,7 @@ std::variant<connected, int> connect_head(const std::string& command, const po::
   if (address.empty())
     if (const char* e = std::getenv("TUNE_ADDRESS")) address = e;
   if (address.empty()) return fail(command, "give --address HOST:PORT of the head (or set TUNE_ADDRESS)", 2);
-  auto head = cli::parse_host_port(address, "--address");
+  auto head = parse_host_port(address, "--address");
   if (!head) return fail(command, head.error().message(), 2);
   double timeout_s = vm["timeout"].as<double>();
   if (!(timeout_s > 0 && timeout_s <= 3600)) return fail(command, "--timeout must be between 0 and 3600 seconds", 2);

@@ -2,7 +2,7 @@
 // --address HOST:PORT and --token-file, through the same parsing as the tune CLI.
 #pragma once
 
-#include "address.hpp"
+#include "tune/cluster/address.hpp"
 #include "client.hpp"
 #include "tune/cluster/token.hpp"
 
@@ -10,7 +10,7 @@ namespace tune::test {
 
 inline expected<std::unique_ptr<cluster_client>> connect_client(caf::actor_system& sys, const std::string& address,
                                                                 const std::string& token_file) {
-  auto where = cli::parse_host_port(address, "--address");
+  auto where = parse_host_port(address, "--address");
   if (!where) return where.error();
   auto token = read_token(token_file);
   if (!token) return token.error();

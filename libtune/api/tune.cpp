@@ -19,7 +19,7 @@
 #include <mutex>
 #include <random>
 
-#include "address.hpp"
+#include "tune/cluster/address.hpp"
 #include "client.hpp"
 #include "controller.hpp"
 #include "dashboard.hpp"
@@ -241,7 +241,7 @@ expected<std::shared_ptr<cluster::impl>> start_embedded(const cluster_options& o
 }
 
 expected<std::shared_ptr<cluster::impl>> connect_to(const cluster_options& opt) {
-  auto where = cli::parse_host_port(opt.address, "--address");
+  auto where = parse_host_port(opt.address, "--address");
   if (!where) return where.error();
   auto token = read_token(opt.token_file.empty() ? default_token_file() : opt.token_file);
   if (!token) return token.error();

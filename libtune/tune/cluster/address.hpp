@@ -1,4 +1,5 @@
-// HOST:PORT on the command line, and the local address that reaches a host.
+// HOST:PORT of a head (the command line, cluster_options), and the local address that
+// reaches a host.
 #pragma once
 
 #include <cstdint>
@@ -6,7 +7,7 @@
 
 #include "tune/core/status.hpp"
 
-namespace tune::cli {
+namespace tune {
 
 struct host_port {
   std::string host;
@@ -21,4 +22,4 @@ expected<host_port> parse_host_port(const std::string& text, const std::string& 
 // "" when there is no route.
 std::string local_address_towards(const std::string& host, uint16_t port);
 
-}  // namespace tune::cli
+}  // namespace tune

@@ -1,4 +1,4 @@
-#include "address.hpp"
+#include "tune/cluster/address.hpp"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -7,7 +7,7 @@
 
 #include <cstring>
 
-namespace tune::cli {
+namespace tune {
 
 std::string host_port::to_string() const {
   bool v6 = host.find(':') != std::string::npos;
@@ -64,4 +64,4 @@ std::string local_address_towards(const std::string& host, uint16_t port) {
   return out;
 }
 
-}  // namespace tune::cli
+}  // namespace tune
