@@ -20,6 +20,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "services.hpp"
 #include "tune/run/experiment.hpp"
 #include "tune/tune.hpp"
 
@@ -222,8 +223,7 @@ int cmd_run(const std::vector<std::string>& all_args) {
   }
   if (vm.count("trial-max-pids")) {
     opt.trial_max_pids = vm["trial-max-pids"].as<int64_t>();
-    if (opt.trial_max_pids < 0 || (opt.trial_max_pids > 0 && opt.trial_max_pids < 8))
-      return fail("--trial-max-pids must be 0 (no limit) or at least 8", 2);
+    if (auto s = check_trial_max_pids(opt.trial_max_pids, "--trial-max-pids"); !s) return fail(s.message(), 2);
   }
   if (vm.count("num-cpus")) opt.num_cpus = vm["num-cpus"].as<double>();
   if (vm.count("num-gpus")) opt.num_gpus = vm["num-gpus"].as<int>();

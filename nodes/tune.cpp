@@ -38,6 +38,7 @@
 #include "log.hpp"
 #include "node.hpp"
 #include "run.hpp"
+#include "services.hpp"
 #include "tune/cluster/status_text.hpp"
 #include "tune/cluster/token.hpp"
 #include "tune/cluster/version.hpp"
@@ -285,8 +286,7 @@ int start_node(const po::variables_map& vm, const std::string& dir) {
   auto resources = node_resources_from(vm, host, id);
   if (!resources) return fail("start", resources.error().message(), 2);
   int audit_ms = vm["gpu-audit-ms"].as<int>();
-  if (audit_ms < 0 || (audit_ms > 0 && audit_ms < 10) || audit_ms > 600'000)
-    return fail("start", "--gpu-audit-ms must be 0 (off) or between 10 and 600000", 2);
+  if (auto s = check_gpu_audit_ms(audit_ms, "--gpu-audit-ms"); !s) return fail("start", s.message(), 2);
   auto containment_mode = vm["containment"].as<std::string>();
   if (containment_mode != "auto" && containment_mode != "cgroup" && containment_mode != "subreaper")
     return fail("start", "--containment " + containment_mode + ": use auto, cgroup or subreaper", 2);
@@ -301,21 +301,16 @@ int start_node(const po::variables_map& vm, const std::string& dir) {
       require_limits.push_back(r);
     }
   auto max_pids = vm["trial-max-pids"].as<int64_t>();
-  if (max_pids < 0 || (max_pids > 0 && max_pids < 8))
-    return fail("start", "--trial-max-pids must be 0 (no limit) or at least 8", 2);
+  if (auto s = check_trial_max_pids(max_pids, "--trial-max-pids"); !s) return fail("start", s.message(), 2);
   bool block = vm.count("block") > 0;
   std::string log_file = dir + "/" + id + ".log";
   return cli::run_service(block, log_file, 30, [&](cli::readiness& ready) {
     auto signals = service_signals();
-    // The trials' workers start from a small fork of this process made now, before
-    // CAF's threads and memory (tune/trial/process.hpp says why).
-    auto workers = spawner::start();
-    if (!workers) log_line("workers start from the node process itself: " + workers.error().message());
-    // Each trial in a cgroup of its own (tune/trial/cgroup.hpp), made under this node's
-    // subtree; it ends after the actor system, killing whatever is left.
-    auto contain = containment::open(containment_mode, id, require_limits);
-    if (!contain) {
-      ready.failed("tune start: " + contain.error().message());
+    // The spawner and the trials' containment, before CAF's threads (actors/services.hpp);
+    // they end after the actor system, killing whatever is left.
+    auto host_parts = open_node_host({id, containment_mode, require_limits});
+    if (!host_parts) {
+      ready.failed("tune start: " + host_parts.error().message());
       return 2;
     }
     wire::config cfg;
@@ -331,10 +326,7 @@ int start_node(const po::variables_map& vm, const std::string& dir) {
     opt.address = local_address_towards(head->host, head->port);
     opt.resources = *resources;
     opt.work_dir = dir + "/" + id;  // programs/ and trials/ of this node
-    opt.trial_env = inherited_trial_env();  // never CUDA_VISIBLE_DEVICES
-    if (workers) opt.workers = *workers;
-    opt.contain = *contain;
-    opt.trial_max_pids = max_pids;
+    fill_node_options(opt, *host_parts, audit_ms, max_pids);
     opt.on_first_join = [first](const status& st) { first->set_value(st); };
     opt.on_fatal = [fatal_message](const status& st) {
       *fatal_message = st.message();
@@ -363,15 +355,6 @@ int start_node(const po::variables_map& vm, const std::string& dir) {
       mps = std::move(m).value();
       for (auto& [k, v] : mps->client_env()) opt.trial_env[k] = v;
       log_line("CUDA MPS on (daemon pid " + std::to_string(mps->pid()) + ")");
-    }
-    if (real_cards && audit_ms > 0) {
-      auto lib = nvml::load();
-      if (lib) {
-        opt.gpu_library = *lib;
-        opt.audit_interval = std::chrono::milliseconds(audit_ms);
-      } else {
-        log_line("GPU audit off: " + lib.error().message());
-      }
     }
     auto node = spawn_node(sys, opt);
     auto joined = first->get_future();

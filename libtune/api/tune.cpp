@@ -26,6 +26,7 @@
 #include "head.hpp"
 #include "log.hpp"
 #include "node.hpp"
+#include "services.hpp"
 #include "tune/cluster/token.hpp"
 #include "tune/host/detect.hpp"
 #include "tune/host/nvml.hpp"
@@ -168,8 +169,8 @@ expected<std::shared_ptr<cluster::impl>> start_embedded(const cluster_options& o
   std::string id = "embedded-" + random_hex(4);
   auto res = embedded_resources(opt, host, id);
   if (!res) return res.error();
-  if (opt.gpu_audit_ms < 0 || (opt.gpu_audit_ms > 0 && opt.gpu_audit_ms < 10))
-    return status{errc::invalid_argument, "gpu_audit_ms must be 0 (off) or at least 10"};
+  if (auto s = check_gpu_audit_ms(opt.gpu_audit_ms, "gpu_audit_ms"); !s) return s;
+  if (auto s = check_trial_max_pids(opt.trial_max_pids, "trial_max_pids"); !s) return s;
   st->work_dir = opt.work_dir;
   if (st->work_dir.empty()) {
     auto base = std::filesystem::temp_directory_path() / ("libtune-embedded-" + std::to_string(::getpid()) + "-" + random_hex(3));
@@ -183,13 +184,12 @@ expected<std::shared_ptr<cluster::impl>> start_embedded(const cluster_options& o
   // over the program's output.
   if (auto s = set_log_file(st->work_dir + "/cluster.log"); !s) return s;
   st->owns_log = true;
-  // The trials' workers start from a small fork of this process made before the actor
-  // system's threads (tune/trial/process.hpp says why); without it, from this process.
-  if (auto w = spawner::start()) st->workers = *w;
-  else log_line("workers start from this process itself: " + w.error().message());
-  auto contain = containment::open(opt.containment, id);
-  if (!contain) return contain.error();
-  st->contain = *contain;
+  // The spawner and the trials' containment, before the actor system's threads
+  // (actors/services.hpp).
+  auto host_parts = open_node_host({id, opt.containment, {}});
+  if (!host_parts) return host_parts.error();
+  st->workers = host_parts->workers;
+  st->contain = host_parts->contain;
   st->cfg = std::make_unique<wire::config>(false);
   st->sys = std::make_unique<caf::actor_system>(*st->cfg);
   auto token = random_hex(16);
@@ -214,20 +214,11 @@ expected<std::shared_ptr<cluster::impl>> start_embedded(const cluster_options& o
   no.address = "127.0.0.1";
   no.resources = *res;
   no.work_dir = st->work_dir;
-  no.trial_env = inherited_trial_env();
-  no.workers = st->workers;
-  no.contain = st->contain;
-  no.trial_max_pids = opt.trial_max_pids;
+  fill_node_options(no, *host_parts, opt.gpu_audit_ms, opt.trial_max_pids);
   no.head_actor = st->head;
   no.on_first_join = [joined](const status& s) { joined->set_value(s); };
   bool real = false;
   for (auto& g : res->gpus()) real = real || !g.logical;
-  if (real && opt.gpu_audit_ms > 0) {
-    if (auto lib = nvml::load()) {
-      no.gpu_library = *lib;
-      no.audit_interval = std::chrono::milliseconds(opt.gpu_audit_ms);
-    }
-  }
   st->node = spawn_node(*st->sys, no);
   if (joined_future.wait_for(std::chrono::seconds(15)) != std::future_status::ready)
     return status{errc::insufficient, "the embedded node did not join its head in 15 s"};

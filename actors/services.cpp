@@ -1,0 +1,47 @@
+#include "services.hpp"
+
+#include <algorithm>
+
+#include "log.hpp"
+#include "tune/host/nvml.hpp"
+
+namespace tune {
+
+expected<node_host> open_node_host(const node_host_options& opt) {
+  node_host h;
+  if (auto w = spawner::start()) h.workers = *w;
+  else log_line("workers start from this process itself: " + w.error().message());
+  auto c = containment::open(opt.containment, opt.node_id, opt.require_limits);
+  if (!c) return c.error();
+  h.contain = *c;
+  return h;
+}
+
+status check_gpu_audit_ms(int ms, const std::string& option) {
+  if (ms == 0 || (ms >= min_audit_ms && ms <= max_audit_ms)) return status::ok();
+  return {errc::invalid_argument, option + " must be 0 (off) or between " + std::to_string(min_audit_ms) + " and " +
+                                      std::to_string(max_audit_ms) + " (ms), not " + std::to_string(ms)};
+}
+
+status check_trial_max_pids(int64_t n, const std::string& option) {
+  if (n == 0 || n >= min_trial_pids) return status::ok();
+  return {errc::invalid_argument,
+          option + " must be 0 (no limit) or at least " + std::to_string(min_trial_pids) + ", not " + std::to_string(n)};
+}
+
+void fill_node_options(node_options& opt, const node_host& host, int gpu_audit_ms, int64_t trial_max_pids) {
+  opt.trial_env = inherited_trial_env();  // never CUDA_VISIBLE_DEVICES
+  opt.workers = host.workers;
+  opt.contain = host.contain;
+  opt.trial_max_pids = trial_max_pids;
+  bool real = std::any_of(opt.resources.gpus().begin(), opt.resources.gpus().end(), [](auto& g) { return !g.logical; });
+  if (!real || gpu_audit_ms <= 0) return;
+  if (auto lib = nvml::load()) {
+    opt.gpu_library = *lib;
+    opt.audit_interval = std::chrono::milliseconds(gpu_audit_ms);
+  } else {
+    log_line("GPU audit off: " + lib.error().message());
+  }
+}
+
+}  // namespace tune

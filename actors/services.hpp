@@ -1,0 +1,51 @@
+// One place that assembles a node from its host, for `tune start --address` (nodes/)
+// and for the embedded cluster of the C++ API (libtune/api/): the same checks, the same
+// order, the same defaults (issue 19: the two had drifted).
+//
+// A node's host parts come first, before the actor system's threads exist: the trials'
+// spawner is a fork of this process (tune/trial/process.hpp says why it must be made
+// while the process is small), and the containment (tune/trial/cgroup.hpp) moves this
+// process and that spawner when it takes a delegated cgroup. Then the node's options
+// are filled from them, and NVML is loaded for the GPU audit of real cards.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "node.hpp"
+#include "tune/core/status.hpp"
+#include "tune/trial/cgroup.hpp"
+#include "tune/trial/process.hpp"
+
+namespace tune {
+
+struct node_host_options {
+  std::string node_id;
+  std::string containment = "auto";  // auto, cgroup, subreaper
+  std::vector<std::string> require_limits;  // memory, cpu, pids
+};
+
+struct node_host {
+  std::shared_ptr<spawner> workers;  // none: trials fork from this process (logged)
+  std::shared_ptr<containment> contain;
+};
+
+// The spawner, then the containment. An error (a bad mode, a limit that cannot be
+// enforced, cgroups asked for and not there) names the problem and what to do.
+expected<node_host> open_node_host(const node_host_options& opt);
+
+// The bounds of a GPU audit interval, in ms: 0 (off) or min_audit_ms to max_audit_ms.
+constexpr int min_audit_ms = 10, max_audit_ms = 600'000;
+status check_gpu_audit_ms(int ms, const std::string& option);
+// The bounds of a trial's process limit: 0 (none) or at least min_trial_pids.
+constexpr int64_t min_trial_pids = 8;
+status check_trial_max_pids(int64_t n, const std::string& option);
+
+// What every node takes from its host: the trials' environment (inherited_trial_env),
+// the spawner, the containment and its process limit, and NVML with the audit interval
+// when the node has real cards and the audit is on (a library that does not load is
+// logged: the node runs without the audit).
+void fill_node_options(node_options& opt, const node_host& host, int gpu_audit_ms, int64_t trial_max_pids);
+
+}  // namespace tune

@@ -1,0 +1,54 @@
+// The node assembled from its host, as the CLI and the embedded cluster both do it.
+#include "services.hpp"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+namespace tune {
+namespace {
+
+TEST(Services, TheBoundsAreTheSameForEveryCaller) {
+  EXPECT_TRUE(check_gpu_audit_ms(0, "--gpu-audit-ms"));
+  EXPECT_TRUE(check_gpu_audit_ms(min_audit_ms, "--gpu-audit-ms"));
+  EXPECT_TRUE(check_gpu_audit_ms(max_audit_ms, "--gpu-audit-ms"));
+  for (int bad : {-1, 5, max_audit_ms + 1}) {
+    auto s = check_gpu_audit_ms(bad, "gpu_audit_ms");
+    ASSERT_FALSE(s) << bad;
+    EXPECT_EQ(s.message(), "gpu_audit_ms must be 0 (off) or between 10 and 600000 (ms), not " + std::to_string(bad));
+  }
+  EXPECT_TRUE(check_trial_max_pids(0, "--trial-max-pids"));
+  EXPECT_TRUE(check_trial_max_pids(8, "--trial-max-pids"));
+  auto s = check_trial_max_pids(3, "--trial-max-pids");
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.message(), "--trial-max-pids must be 0 (no limit) or at least 8, not 3");
+}
+
+TEST(Services, ANodeTakesItsHostPartsAndNoAuditWithoutRealCards) {
+  ::setenv("CUDA_VISIBLE_DEVICES", "0", 1);  // the node's own: never the trials'
+  auto host = open_node_host({"svc-test", "subreaper", {}});
+  ASSERT_TRUE(host) << host.error().message();
+  EXPECT_TRUE(host->workers);
+  ASSERT_TRUE(host->contain);
+  EXPECT_EQ(host->contain->caps().kind(), "subreaper");
+  node_options opt;
+  auto res = node_resources::make(resource_set{}.set_cpu(quantity::from_double(2, "cpu").value()), {});
+  ASSERT_TRUE(res);
+  opt.resources = *res;
+  fill_node_options(opt, *host, 200, 64);
+  EXPECT_EQ(opt.workers, host->workers);
+  EXPECT_EQ(opt.contain, host->contain);
+  EXPECT_EQ(opt.trial_max_pids, 64);
+  EXPECT_FALSE(opt.gpu_library);  // no real card: no audit
+  EXPECT_FALSE(opt.trial_env.count("CUDA_VISIBLE_DEVICES"));
+  EXPECT_TRUE(opt.trial_env.count("PATH"));
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+}
+
+TEST(Services, ABadContainmentIsAnErrorBeforeAnythingStarts) {
+  auto host = open_node_host({"svc-test", "jail", {}});
+  ASSERT_FALSE(host);
+  EXPECT_NE(host.error().message().find("auto, cgroup or subreaper"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tune
