@@ -145,10 +145,9 @@ int kill_descendants() {
     char buf[8192];
     ssize_t n = -1;
     int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-      n = ::read(fd, buf, sizeof buf - 1);
-      ::close(fd);
-    }
+    if (fd < 0) break;  // a kernel without /proc/.../children: the group's kill is all there is
+    n = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
     if (n <= 0) {
       if (::waitpid(-1, nullptr, WNOHANG) < 0 && errno == ECHILD) break;  // none left
       timespec ms{0, 1000000};
@@ -246,6 +245,7 @@ bool write_all(int fd, const void* data, size_t n) {
   for (;;) {  // a subreaper reaps the orphans that come to it meanwhile
     if (keeper_node_died && keeper_subreaper) {
       kill_descendants();
+      ::kill(-keeper, SIGKILL);  // what is left of the group, then the keeper itself
       ::_exit(0);
     }
     pid_t got = ::waitpid(keeper_subreaper ? -1 : worker, &st, 0);

@@ -283,7 +283,9 @@ def _kill_descendants():
         try:
             with open(path) as f:
                 kids = [int(p) for p in f.read().split()]
-        except (OSError, ValueError):
+        except OSError:
+            return escaped  # a kernel without /proc/.../children: the group's kill is all there is
+        except ValueError:
             kids = []
         for pid in kids:
             if pid not in seen:
@@ -332,7 +334,6 @@ def _keeper(argv, env, cwd, fds, node, contain):
                 pass
         if subreaper:
             _kill_descendants()
-            os._exit(0)
         os.killpg(me, signal.SIGKILL)
 
     signal.signal(_DEATH, on_node_death)
