@@ -86,7 +86,7 @@ expected<cluster_client::created> cluster_client::create_group(const group_reque
       .receive(
           [&](wire::pg_create_atom, bool ok, std::string& id, std::string& state, std::string& reason) {
             if (ok) out = created{std::move(id), std::move(state), std::move(reason)};
-            else out = status{errc::invalid_argument, std::move(reason)};
+            else out = status{state == "exists" ? errc::already_exists : errc::invalid_argument, std::move(reason)};
           },
           [&](caf::error& err) { out = status{errc::not_found, "create placement group: " + describe(sys_, err)}; });
   return out;

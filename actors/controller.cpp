@@ -482,7 +482,7 @@ void send_start(controller_actor self, const engine_action& a, std::string resto
             auto& st = self->state;
             if (!current_attempt(self, id, attempt)) return;
             auto& lt = st.live[id];
-            if (!ok && lt.reissued && text.find("already runs here") != std::string::npos) {
+            if (!ok && lt.reissued && trial) {  // the node runs it already (wire.hpp's start_answer)
               // Started before the head died (its answer was lost with it): it is ours.
               lt.starting.reset();
               greet(self, id);
@@ -560,7 +560,7 @@ void place(controller_actor self, const engine_action& a) {
             if (!current_attempt(self, a.trial, attempt)) return;
             // Made again after a head restart, it may exist still (the head had not yet
             // noticed this program's old connection was gone): wait for it as it is.
-            bool again = !ok && reason.find("exists already") != std::string::npos && !st.live[a.trial].group.empty();
+            bool again = !ok && state == "exists" && !st.live[a.trial].group.empty();
             if (!ok && !again) return finish(self, status{errc::invalid_argument, reason});  // a bad request: every trial's
             if (again) group = st.live[a.trial].group;
             st.live[a.trial].group = group;
@@ -880,8 +880,8 @@ void head_back(controller_actor self, caf::actor head) {
     auto trial = id;
     self->request(st.setup.head, st.setup.request_timeout, wire::pg_create_atom::value, st.setup.token, version(), spec)
         .then(
-            [self, trial](wire::pg_create_atom, bool ok, std::string&, std::string&, std::string& reason) {
-              if (!ok && reason.find("exists already") == std::string::npos)
+            [self, trial](wire::pg_create_atom, bool ok, std::string&, std::string& state, std::string& reason) {
+              if (!ok && state != "exists")
                 (void)self->state.setup.store->add_event(trial, "group_not_taken_back", {{"error", reason}});
               greet(self, trial);
             },

@@ -339,8 +339,9 @@ caf::message create(groups_actor self, const wire::wire_group_spec& w, caf::acto
     spec.id = w.id;
     if (auto* old = st.table.find(spec.id)) {
       if (old->state != group_state::removed && old->state != group_state::infeasible)
-        return no("placement group " + spec.id + " exists already (" + std::string{to_string(old->state)} +
-                  "); remove it first or choose another id");
+        return caf::make_message(wire::pg_create_atom::value, false, std::string{}, std::string{"exists"},
+                                 "placement group " + spec.id + " exists already (" + std::string{to_string(old->state)} +
+                                     "); remove it first or choose another id");
       st.table.forget(spec.id);
     }
   }

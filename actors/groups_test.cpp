@@ -493,6 +493,8 @@ TEST_F(GroupsActorTest, BadRequestsAreRefusedWithTheReason) {
   EXPECT_TRUE(ok4);
   EXPECT_FALSE(ok5);
   EXPECT_NE(r5.find("exists already"), std::string::npos);
+  EXPECT_EQ(s5, "exists");  // the code the controller acts on, not the sentence
+  EXPECT_EQ(std::get<2>(m), "");  // other failures carry no code
   EXPECT_FALSE(remove("nope"));
   EXPECT_FALSE(std::get<0>(ask<bool, std::string>(wire::pg_get_atom::value, std::string{"bad"}, std::string{"dup"})));
 }

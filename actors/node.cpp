@@ -422,7 +422,9 @@ void continue_start(node_actor self, wire::wire_trial_spec spec, bundle_key key,
                                                      : "";
   if (!why.empty()) {
     log_line("trial " + spec.trial_id + " not started: " + why);
-    rp.deliver(wire::start_answer(false, "node " + st.opt.node_id + ": " + why));
+    auto running = st.trials.find(spec.trial_id);
+    bool runs = running != st.trials.end() && (!now || now->state == hold_state::committed);
+    rp.deliver(wire::start_answer(false, "node " + st.opt.node_id + ": " + why, runs ? running->second.actor : caf::actor{}));
     return;
   }
   if (files.is_object() && !files["files"].empty()) {
@@ -465,8 +467,12 @@ caf::response_promise trial_start(node_actor self, const wire::wire_trial_spec& 
   if (st.opt.work_dir.empty()) return no("this node runs no trials (it has no work folder)");
   if (spec.trial_id.empty() || spec.trial_id.find_first_of("/\\ \t\n") != std::string::npos || spec.trial_id[0] == '.')
     return no("bad trial id \"" + spec.trial_id + "\": no slashes, spaces or leading dot");
-  if (auto old = st.trials.find(spec.trial_id); old != st.trials.end() && !old->second.ending)
-    return no("trial " + spec.trial_id + " already runs here");
+  if (auto old = st.trials.find(spec.trial_id); old != st.trials.end() && !old->second.ending) {
+    // Not started again; the answer names the trial actor that runs it (wire.hpp).
+    rp.deliver(wire::start_answer(false, "node " + st.opt.node_id + ": trial " + spec.trial_id + " already runs here",
+                                  old->second.actor));
+    return rp;
+  }
   auto* hold = st.table.find({key, bundle});
   if (!hold || hold->state != hold_state::committed)
     return no("it holds no committed bundle " + std::to_string(bundle) + " of group " + spec.group);

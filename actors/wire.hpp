@@ -18,7 +18,8 @@
 // Placement groups (docs/placement-groups.md). Clients ask the head, which checks the
 // token and hands the request to its placement-group actor, which answers:
 //   client -> head (pg_create_atom, token, version, wire_group_spec)
-//                  -> (pg_create_atom, bool, id, state, reason-or-error)
+//                  -> (pg_create_atom, bool, id, state, reason-or-error); not ok, `state`
+//                     is the error's code: "exists" (a live group has that id), else ""
 //   client -> head (pg_wait_atom, token, id, timeout_ms)
 //                  -> (pg_wait_atom, bool ready, state, reason)   when created, failed
 //                     or after the timeout, whichever comes first
@@ -159,7 +160,10 @@ constexpr uint32_t max_chunk = 4u << 20;
 constexpr uint64_t ack_every = 64;
 constexpr uint64_t ack_window = 512;
 
-// The answer to a trial start (trial_start_atom, ok, text, trial actor).
+// The answer to a trial start (trial_start_atom, ok, text, trial actor). Not ok with a
+// trial actor: the trial runs on that node already (started before, e.g. by a request
+// whose answer was lost with a head): that actor is it. Not ok without one: it failed,
+// and the text says why.
 inline caf::message start_answer(bool ok, std::string text, caf::actor trial = {}) {
   return caf::make_message(trial_start_atom::value, ok, std::move(text), std::move(trial));
 }
