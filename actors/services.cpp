@@ -44,4 +44,20 @@ void fill_node_options(node_options& opt, const node_host& host, int gpu_audit_m
   }
 }
 
+expected<head_service> start_head_service(caf::actor_system& sys, head_options opt,
+                                          const std::optional<dashboard_options>& dashboard, const std::string& shown_host) {
+  head_service h;
+  if (dashboard) {
+    auto bound = dashboard_server::bind(sys, *dashboard);
+    if (!bound) return bound.error();
+    h.dashboard = std::move(*bound);
+    bool wildcard = dashboard->host == "0.0.0.0" || dashboard->host == "::" || dashboard->host.empty();
+    h.dashboard_url = "http://" + (wildcard ? shown_host : dashboard->host) + ":" + std::to_string(h.dashboard->port()) + "/";
+    opt.dashboard = h.dashboard_url;
+  }
+  h.head = spawn_head(sys, opt);
+  if (h.dashboard) h.dashboard->serve(h.head);
+  return h;
+}
+
 }  // namespace tune

@@ -1,6 +1,6 @@
-// One place that assembles a node from its host, for `tune start --address` (nodes/)
-// and for the embedded cluster of the C++ API (libtune/api/): the same checks, the same
-// order, the same defaults (issue 19: the two had drifted).
+// One place that assembles a node from its host, and a head with its dashboard, for
+// `tune start` (nodes/) and for the embedded cluster of the C++ API (libtune/api/): the
+// same checks, the same order, the same defaults (issue 19: the two had drifted).
 //
 // A node's host parts come first, before the actor system's threads exist: the trials'
 // spawner is a fork of this process (tune/trial/process.hpp says why it must be made
@@ -10,9 +10,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "dashboard.hpp"
+#include "head.hpp"
 #include "node.hpp"
 #include "tune/core/status.hpp"
 #include "tune/trial/cgroup.hpp"
@@ -47,5 +50,17 @@ status check_trial_max_pids(int64_t n, const std::string& option);
 // when the node has real cards and the audit is on (a library that does not load is
 // logged: the node runs without the audit).
 void fill_node_options(node_options& opt, const node_host& host, int gpu_audit_ms, int64_t trial_max_pids);
+
+// A head and, when `dashboard` is given, its dashboard: the dashboard's port is bound
+// first (its address goes into the head's status, `shown_host` for a wildcard address),
+// then the head is spawned and the dashboard serves it. Listening for nodes (the gate,
+// CAF's port) is the caller's: an embedded head has no port.
+struct head_service {
+  caf::actor head;
+  std::unique_ptr<dashboard_server> dashboard;  // none without one
+  std::string dashboard_url;                    // "http://HOST:PORT/" ("" without one)
+};
+expected<head_service> start_head_service(caf::actor_system& sys, head_options opt,
+                                          const std::optional<dashboard_options>& dashboard, const std::string& shown_host);
 
 }  // namespace tune

@@ -44,6 +44,30 @@ TEST(Services, ANodeTakesItsHostPartsAndNoAuditWithoutRealCards) {
   ::unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
+TEST(Services, AHeadWithItsDashboardShowsWhereTheDashboardIs) {
+  wire::config cfg{false};
+  caf::actor_system sys{cfg};
+  head_options hopt{"tok", "h:1", wire::heartbeat_timeout, {}};
+  auto wild = start_head_service(sys, hopt, dashboard_options{"0.0.0.0", 0, false, "tok"}, "gpu-a");
+  ASSERT_TRUE(wild) << wild.error().message();
+  ASSERT_TRUE(wild->dashboard);
+  EXPECT_EQ(wild->dashboard_url, "http://gpu-a:" + std::to_string(wild->dashboard->port()) + "/");
+  auto local = start_head_service(sys, hopt, dashboard_options{"127.0.0.1", 0, false, "tok"}, "gpu-a");
+  ASSERT_TRUE(local);
+  EXPECT_EQ(local->dashboard_url, "http://127.0.0.1:" + std::to_string(local->dashboard->port()) + "/");
+  auto none = start_head_service(sys, hopt, std::nullopt, "gpu-a");
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(none->dashboard);
+  EXPECT_EQ(none->dashboard_url, "");
+  // A port that is taken is the caller's error, not a head without a dashboard.
+  auto taken = start_head_service(sys, hopt, dashboard_options{"127.0.0.1", local->dashboard->port(), false, "tok"}, "gpu-a");
+  EXPECT_FALSE(taken);
+  for (auto* h : {&*wild, &*local, &*none}) {
+    h->dashboard.reset();
+    caf::anon_send_exit(h->head, caf::exit_reason::user_shutdown);
+  }
+}
+
 TEST(Services, ABadContainmentIsAnErrorBeforeAnythingStarts) {
   auto host = open_node_host({"svc-test", "jail", {}});
   ASSERT_FALSE(host);

@@ -165,24 +165,21 @@ int start_head(const po::variables_map& vm, const std::string& dir) {
     groups_options groups;
     groups.orphan_grace = std::chrono::milliseconds(static_cast<int64_t>(orphan_grace_s * 1000));
     head_options hopt{token->token, shown_host + ":" + std::to_string(actual), wire::heartbeat_timeout, groups};
-    std::unique_ptr<dashboard_server> dashboard;
+    std::optional<dashboard_options> dopt;
     if (!vm.count("no-dashboard")) {
-      dashboard_options dopt;
-      dopt.host = vm.count("dashboard-host") ? vm["dashboard-host"].as<std::string>() : host.empty() ? "0.0.0.0" : host;
-      dopt.port = vm["dashboard-port"].as<int>();
-      dopt.any_port_if_taken = vm["dashboard-port"].defaulted();
-      dopt.token = token->token;
-      auto bound = dashboard_server::bind(sys, dopt);
-      if (!bound) {
-        ready.failed("tune start: " + bound.error().message());
-        return 1;
-      }
-      dashboard = std::move(*bound);
-      std::string dhost = dopt.host == "0.0.0.0" || dopt.host == "::" ? shown_host : dopt.host;
-      hopt.dashboard = "http://" + dhost + ":" + std::to_string(dashboard->port()) + "/";
+      dopt.emplace();
+      dopt->host = vm.count("dashboard-host") ? vm["dashboard-host"].as<std::string>() : host.empty() ? "0.0.0.0" : host;
+      dopt->port = vm["dashboard-port"].as<int>();
+      dopt->any_port_if_taken = vm["dashboard-port"].defaulted();
+      dopt->token = token->token;
     }
-    auto head = spawn_head(sys, hopt);
-    if (dashboard) dashboard->serve(head);
+    auto service = start_head_service(sys, hopt, dopt, shown_host);  // actors/services.hpp
+    if (!service) {
+      ready.failed("tune start: " + service.error().message());
+      return 1;
+    }
+    auto head = service->head;
+    hopt.dashboard = service->dashboard_url;
     auto published = sys.middleman().publish(head, 0, "127.0.0.1", true);
     if (!published) {
       caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
@@ -208,7 +205,7 @@ int start_head(const po::variables_map& vm, const std::string& dir) {
     log_line(std::string{"stopping ("} + strsignal(sig) + ")");
     exit_watchdog(std::chrono::seconds(10));
     gate->reset();
-    dashboard.reset();
+    service->dashboard.reset();
     sys.middleman().unpublish(head, *published);
     caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
     ::unlink(pid_file.c_str());

@@ -194,16 +194,14 @@ expected<std::shared_ptr<cluster::impl>> start_embedded(const cluster_options& o
   st->sys = std::make_unique<caf::actor_system>(*st->cfg);
   auto token = random_hex(16);
   head_options hopt{token, "embedded", wire::heartbeat_timeout, {}};
-  if (opt.dashboard_port) {
-    // On this machine only: the embedded cluster's token is made up here, for this run.
-    auto bound = dashboard_server::bind(*st->sys, {"127.0.0.1", *opt.dashboard_port, false, token});
-    if (!bound) return bound.error();
-    st->dashboard = std::move(*bound);
-    hopt.dashboard = "http://127.0.0.1:" + std::to_string(st->dashboard->port()) + "/";
-    st->dashboard_url = hopt.dashboard + "?token=" + token;
-  }
-  st->head = spawn_head(*st->sys, hopt);
-  if (st->dashboard) st->dashboard->serve(st->head);
+  std::optional<dashboard_options> dopt;
+  // On this machine only: the embedded cluster's token is made up here, for this run.
+  if (opt.dashboard_port) dopt = dashboard_options{"127.0.0.1", *opt.dashboard_port, false, token};
+  auto service = start_head_service(*st->sys, hopt, dopt, "127.0.0.1");  // actors/services.hpp
+  if (!service) return service.error();
+  st->head = service->head;
+  st->dashboard = std::move(service->dashboard);
+  if (st->dashboard) st->dashboard_url = service->dashboard_url + "?token=" + token;
   auto joined = std::make_shared<std::promise<status>>();
   auto joined_future = joined->get_future();
   node_options no;
