@@ -51,7 +51,7 @@ struct node_state {
   caf::actor audit;                          // the GPU audit, when there is one
   std::string audit_report;                  // its latest report, for the head
   // Each running trial's host usage from its cgroup (json), for the head's status.
-  std::map<std::string, std::string> host_use;
+  std::map<std::string, nlohmann::json> host_use;
   bool report_due = false;  // a report to the head is scheduled
   std::string last_report;  // the last one sent
   uint64_t fetches = 0;                       // names files being fetched
@@ -127,8 +127,7 @@ std::string node_report(node_actor self) {
                         {"cpu", caps.cpu}, {"pids", caps.pids}};
   }
   nlohmann::json trials = nlohmann::json::object();
-  for (auto& [id, use] : st.host_use)
-    if (auto u = nlohmann::json::parse(use, nullptr, false); u.is_object()) trials[id] = u;
+  for (auto& [id, use] : st.host_use) trials[id] = use;
   j["trials"] = trials;
   return j.dump();
 }
@@ -781,7 +780,9 @@ caf::behavior node(node_actor self, node_options opt) {
         auto& st = self->state;
         auto t = st.trials.find(id);
         if (t == st.trials.end() || self->current_sender() != t->second.actor.address()) return;
-        st.host_use[id] = usage;
+        auto u = nlohmann::json::parse(usage, nullptr, false);
+        if (!u.is_object()) return;
+        st.host_use[id] = std::move(u);
         send_report(self);
       },
       [self](report_atom) {

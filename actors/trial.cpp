@@ -75,7 +75,6 @@ struct trial_state {
   std::string violation;  // the GPU audit's finding, when it killed the trial
   nlohmann::json last_checkpoint;  // the latest one reported, or null
   int64_t gpu_memory = 0, gpu_memory_peak = 0;
-  nlohmann::json host = nlohmann::json::object();  // its cgroup's latest usage
   bool started_ok = false;  // its worker ran
   // What goes to the owner, numbered from 0: the latest `kept_messages` (all of them
   // while held), so that what a broken route lost can be sent again. Nothing goes out
@@ -540,11 +539,8 @@ caf::behavior trial(trial_actor self, trial_options opt) {
         }
         flush();
       },
-      [self](host_atom, const std::string& usage) {
+      [self](host_atom, const std::string& usage) {  // its cgroup's usage, for the node's report
         auto& st = self->state;
-        auto j = nlohmann::json::parse(usage, nullptr, false);
-        if (!j.is_object()) return;
-        st.host = j;
         if (st.opt.node) self->send(st.opt.node, trial_host_atom::value, st.opt.spec.trial_id, usage);
       },
       [self](ended_atom, bool exited, int code, const std::string& how, const std::string& stderr_tail, int64_t overlong,

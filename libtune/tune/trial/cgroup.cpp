@@ -145,10 +145,8 @@ bool descends_from(int pid, int ancestor) {
 // Enables the controllers `want` (those the cgroup may have) for its children; which it has then.
 std::set<std::string> enable(const std::string& dir, const std::set<std::string>& want) {
   auto have = words(dir + "/cgroup.controllers");
-  std::string add;
   for (auto& c : want)
     if (have.count(c)) write_text(dir + "/cgroup.subtree_control", "+" + c);  // one at a time: one may fail alone
-  (void)add;
   return words(dir + "/cgroup.subtree_control");
 }
 
@@ -178,11 +176,6 @@ bool kill_and_remove(const std::string& dir, std::chrono::milliseconds timeout) 
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(20000));
   }
-}
-
-bool populated(const std::string& dir) {
-  auto v = read_key(dir + "/cgroup.events", "populated");
-  return v != 0;  // unknown counts as populated
 }
 
 std::string node_folder(const std::string& name) {
@@ -557,14 +550,7 @@ expected<std::vector<std::string>> trial_cgroup::end(int group, std::chrono::mil
     std::string name;
     if (read_proc_stat(p, ppid, pgid, &name) && pgid != group) escaped.push_back(std::to_string(p) + " (" + name + ")");
   }
-  (void)write_text(v2_ + "/cgroup.kill", "1");
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto pause = std::chrono::microseconds(100);
-  while (populated(v2_) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(20000));
-  }
-  bool ok = kill_and_remove(v2_, std::max(std::chrono::milliseconds(100), std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now())));
+  bool ok = kill_and_remove(v2_, timeout);  // cgroup.kill, then removed once empty
   for (auto& d : v1_) ok = kill_and_remove(d, std::chrono::seconds(2)) && ok;
   if (!ok) return status{errc::insufficient, "its cgroup " + v2_ + " could not be emptied within " + std::to_string(timeout.count()) + " ms"};
   return escaped;
