@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "tune/trial/process.hpp"
@@ -190,21 +191,35 @@ TEST(Containment, FreezingStopsEverythingInTheCgroupAndThawingGoesOn) {
                                        "; sleep 0.01; done' </dev/null >/dev/null 2>&1 3>&- & sleep 30"},
                                   {{"PATH", "/usr/bin:/bin"}}, "", (*t)->spec()});
   ASSERT_TRUE(p);
-  std::this_thread::sleep_for(200ms);
-  ASSERT_TRUE((*t)->freeze(true));
-  std::this_thread::sleep_for(100ms);  // frozen by now
   auto read = [&] {
     std::ifstream in(count);
     long v = 0;
     in >> v;
     return v;
   };
-  long at_freeze = read();
+  auto within = [](std::chrono::milliseconds t, const std::function<bool()>& ok) {
+    for (auto until = std::chrono::steady_clock::now() + t; std::chrono::steady_clock::now() < until;
+         std::this_thread::sleep_for(10ms))
+      if (ok()) return true;
+    return ok();
+  };
+  // The cgroup says when everything in it is frozen (cgroup.events: "frozen 1").
+  auto frozen = [&] {
+    std::ifstream in(c->caps().root + "/frozen/cgroup.events");
+    std::string k;
+    int v = -1;
+    while (in >> k >> v)
+      if (k == "frozen") return v == 1;
+    return false;
+  };
+  ASSERT_TRUE(within(10s, [&] { return read() > 0; })) << "the helper never ran";
+  ASSERT_TRUE((*t)->freeze(true));
+  ASSERT_TRUE(within(10s, frozen)) << "the cgroup did not freeze";
+  long at_freeze = read();  // 0 when frozen mid-write (the file then stays empty)
   std::this_thread::sleep_for(300ms);
   EXPECT_EQ(read(), at_freeze) << "the helper ran on while its trial was frozen";
   ASSERT_TRUE((*t)->freeze(false));
-  std::this_thread::sleep_for(300ms);
-  EXPECT_GT(read(), at_freeze) << "the helper did not go on after the thaw";
+  EXPECT_TRUE(within(10s, [&] { return read() > at_freeze; })) << "the helper did not go on after the thaw";
   (*p)->kill();
   std::vector<std::string> reports;
   (*p)->wait(5s, reports);
