@@ -293,6 +293,16 @@ std::optional<trial_event> cluster_client::next_trial_event(ms timeout) {
           unpacked_.push_back({std::move(id), std::move(kind), std::move(json),
                                caf::actor_cast<caf::actor>(self_->current_sender())});
         },
+        [&](wire::trial_result_atom, std::string& id, wire::wire_result& r) {
+          counted();
+          unpacked_.push_back({std::move(id), "result", wire::to_json(r).dump(),
+                               caf::actor_cast<caf::actor>(self_->current_sender())});
+        },
+        [&](wire::trial_ended_atom, std::string& id, wire::wire_trial_end& e) {
+          counted();
+          unpacked_.push_back({std::move(id), "ended", wire::to_json(e).dump(),
+                               caf::actor_cast<caf::actor>(self_->current_sender())});
+        },
         [&](wire::trial_node_atom, std::string&, caf::actor&) { counted(); },  // checkpoints are the controller's
         // Results as columns: one "result" event each, as the trial's JSON path writes it.
         [&](wire::trial_results_atom, std::string& id, wire::wire_results& r) {

@@ -90,6 +90,9 @@ struct controller_setup {
   std::string head_host;
   uint16_t head_port = 0;
   std::chrono::milliseconds head_wait{300000};
+  // On a thread of its own (the store's writes block); false: on the actor system's
+  // scheduler (its tests, on CAF's deterministic one).
+  bool own_thread = true;
 };
 
 // Starts the controller; it begins at once and quits when done. Sending it an exit

@@ -208,28 +208,24 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
   hand_over();
   // The end of the trial is the end of all it started: its cgroup is killed, waited for
   // until empty and removed (as a subreaper, the keeper has killed what was left).
-  nlohmann::json host = nlohmann::json::object();
+  wire::wire_trial_end host;  // what its cgroup measured
   if (cg) {
     auto u = cg->usage();
-    host = usage_json(u);
-    host["containment"] = l.contain->caps().kind();
-    if (u.oom_kills > 0) host["oom_kills"] = u.oom_kills;
-    if (u.pids_refused > 0) host["pids_refused"] = u.pids_refused;
-    nlohmann::json left = nlohmann::json::array();
+    host.host_memory = u.memory;
+    host.host_memory_peak = u.memory_peak;
+    host.cpu_seconds = u.cpu_seconds;
+    host.pids = u.pids;
+    host.containment = l.contain->caps().kind();
+    host.oom_kills = std::max<int64_t>(u.oom_kills, 0);
+    host.pids_refused = std::max<int64_t>(u.pids_refused, 0);
     auto escaped = cg->end(w.group());
-    if (escaped) {
-      for (auto& e : *escaped) left.push_back(e);
-    } else {
-      host["containment_error"] = escaped.error().message();
-    }
-    if (w.left_behind() > 0) host["left_behind_count"] = w.left_behind();
-    if (!left.empty()) {
-      host["left_behind"] = left;
-      host["left_behind_count"] = left.size();
-    }
+    if (escaped) host.left_behind = *escaped;
+    else host.containment_error = escaped.error().message();
+    host.left_behind_count = host.left_behind.empty() ? static_cast<int64_t>(w.left_behind())
+                                                      : static_cast<int64_t>(host.left_behind.size());
   }
   caf::anon_send(self, ended_atom::value, done->exited, done->code, done->describe(), w.stderr_tail(),
-                 static_cast<int64_t>(w.overlong_lines()), host.dump());
+                 static_cast<int64_t>(w.overlong_lines()), std::move(host));
 }
 
 // The last line of what a process wrote to its standard error, shortened: what a failed
@@ -390,6 +386,77 @@ class plain_result {
   }
 };
 
+// Why a trial's process ended as it did: empty when it ended well (exit 0, or a clean
+// stop: SIGTERM's default action or its exit status 143, as Python's libtune module and
+// shells end on it).
+std::string end_error(trial_actor self, bool exited, int code, const std::string& how, const std::string& stderr_tail,
+                      const wire::wire_trial_end& host, bool& ok) {
+  auto& st = self->state;
+  ok = (exited && code == 0) || (st.stopped && ((!exited && code == SIGTERM) || (exited && code == 128 + SIGTERM)));
+  if (!st.violation.empty()) return ok = false, st.violation;
+  if (st.killed) return ok = false, "killed on request";
+  if (!ok && host.oom_kills > 0 && st.opt.limits.memory > 0)  // the kernel's OOM killer ended it at its memory.max
+    return "killed by the kernel's OOM killer: it used all of its " + format_bytes(st.opt.limits.memory) +
+           " of host memory (its memory request; peak " +
+           format_bytes(host.host_memory_peak >= 0 ? host.host_memory_peak : st.opt.limits.memory) +
+           "). Ask for more memory in its resources, or make it use less";
+  if (st.stopped && !exited && code == SIGKILL) return "did not stop within the grace period: killed";
+  if (ok) return "";
+  std::string error = "the trial's process ended with " + how + (st.stopped ? " after the stop request" : "");
+  if (auto last = last_line(stderr_tail); !last.empty()) error += ": " + last;
+  if (host.pids_refused > 0)
+    error += " (" + std::to_string(host.pids_refused) + " process starts were refused at its limit of " +
+             std::to_string(st.opt.limits.pids) + " processes and threads, pids.max)";
+  return error;
+}
+
+// The worker has ended (and its cgroup with it): its end to the owner, once the GPU
+// audit has made sure its memory is back (it kills what of it is still on a card).
+void ended(trial_actor self, bool exited, int code, const std::string& how, const std::string& stderr_tail,
+           int64_t overlong, wire::wire_trial_end end) {
+  auto& st = self->state;
+  end.error = end_error(self, exited, code, how, stderr_tail, end, end.ok);
+  if (overlong > 0) {
+    if (st.ignored_lines == 0) st.ignored_example = "(a line longer than 1 MiB)";
+    st.ignored_lines += overlong;
+  }
+  end.exit = how;
+  end.stderr_tail = stderr_tail;
+  end.results = st.results;
+  end.stopped = st.stopped;
+  end.killed = st.killed;
+  end.gpu_audited = static_cast<bool>(st.opt.audit);
+  if (st.last_checkpoint.is_object()) {
+    end.checkpoint = st.last_checkpoint.value("iteration", int64_t{-1});
+    end.checkpoint_path = st.last_checkpoint.value("path", "");
+    end.checkpoint_bytes = st.last_checkpoint.value("bytes", int64_t{0});
+    end.checkpoint_files = st.last_checkpoint.value("files", int64_t{0});
+  }
+  end.gpu_memory_peak = st.gpu_memory_peak;
+  end.ignored_lines = st.ignored_lines;
+  end.ignored_example = st.ignored_example;
+  if (end.left_behind_count > 0)
+    log_line("trial " + st.opt.spec.trial_id + ": " + std::to_string(end.left_behind_count) +
+             " process(es) it started had left its process group and were still running at its end: killed" +
+             (end.left_behind.empty() ? "" : " (" + nlohmann::json(end.left_behind).dump() + ")"));
+  log_line("trial " + st.opt.spec.trial_id + " ended: " + how);
+  auto finish = [self](wire::wire_trial_end end) {
+    auto& st = self->state;
+    to_owner(self, caf::make_message(wire::trial_ended_atom::value, st.opt.spec.trial_id, std::move(end)));
+    if (st.watcher.joinable()) st.watcher.join();
+    st.over = true;
+    if (st.greeted || st.released) self->quit();
+  };
+  if (!st.opt.audit || !st.started_ok) return finish(std::move(end));
+  self->request(st.opt.audit, std::chrono::seconds(10), audit_end_atom::value, st.opt.spec.trial_id)
+      .then(
+          [finish, end](const std::string& after) mutable {
+            end.gpu_after_end_json = after;
+            finish(std::move(end));
+          },
+          [finish, end](caf::error&) mutable { finish(std::move(end)); });
+}
+
 caf::behavior trial(trial_actor self, trial_options opt) {
   auto& st = self->state;
   st.opt = std::move(opt);
@@ -525,8 +592,8 @@ caf::behavior trial(trial_actor self, trial_options opt) {
                                  ? j["iteration"].get<int64_t>()
                                  : st.results;
             flush();
-            event(self, "result", {{"iteration", iteration}, {"metrics", std::move(j["metrics"])},
-                                   {"gpu_memory", st.gpu_memory}});
+            to_owner(self, caf::make_message(wire::trial_result_atom::value, st.opt.spec.trial_id,
+                                             wire::wire_result{iteration, j["metrics"].dump(), st.gpu_memory}));
           } else if (type == "checkpoint") {
             flush();
             checkpoint(self, j);
@@ -544,77 +611,7 @@ caf::behavior trial(trial_actor self, trial_options opt) {
         if (st.opt.node) self->send(st.opt.node, trial_host_atom::value, st.opt.spec.trial_id, usage);
       },
       [self](ended_atom, bool exited, int code, const std::string& how, const std::string& stderr_tail, int64_t overlong,
-             const std::string& host_json) {
-        auto& st = self->state;
-        auto host = nlohmann::json::parse(host_json, nullptr, false);
-        if (!host.is_object()) host = nlohmann::json::object();
-        // After a stop request, ending by SIGTERM's default action (or with its exit status,
-        // 143, as Python's libtune module and shells do) is a clean stop too.
-        bool ok = (exited && code == 0) || (st.stopped && ((!exited && code == SIGTERM) || (exited && code == 128 + SIGTERM)));
-        std::string error;
-        if (!st.violation.empty()) {
-          ok = false;
-          error = st.violation;
-        } else if (st.killed) {
-          ok = false;
-          error = "killed on request";
-        } else if (!ok && host.value("oom_kills", 0) > 0 && st.opt.limits.memory > 0) {
-          // The kernel's OOM killer ended it at its memory.max: this trial alone.
-          ok = false;
-          error = "killed by the kernel's OOM killer: it used all of its " + format_bytes(st.opt.limits.memory) +
-                  " of host memory (its memory request; peak " + format_bytes(host.value("memory_peak", st.opt.limits.memory)) +
-                  "). Ask for more memory in its resources, or make it use less";
-        } else if (st.stopped && !exited && code == SIGKILL) {
-          error = "did not stop within the grace period: killed";
-        } else if (!ok) {
-          error = "the trial's process ended with " + how + (st.stopped ? " after the stop request" : "");
-          if (auto last = last_line(stderr_tail); !last.empty()) error += ": " + last;
-          if (host.value("pids_refused", 0) > 0)
-            error += " (" + std::to_string(host.value("pids_refused", 0)) + " process starts were refused at its limit of " +
-                     std::to_string(st.opt.limits.pids) + " processes and threads, pids.max)";
-        }
-        if (overlong > 0) {
-          if (st.ignored_lines == 0) st.ignored_example = "(a line longer than 1 MiB)";
-          st.ignored_lines += overlong;
-        }
-        nlohmann::json body{{"ok", ok},
-                            {"exit", how},
-                            {"error", error},
-                            {"stderr_tail", stderr_tail},
-                            {"results", st.results},
-                            {"stopped", st.stopped},
-                            {"killed", st.killed},
-                            {"gpu_audited", static_cast<bool>(st.opt.audit)},
-                            {"checkpoint", st.last_checkpoint},
-                            {"gpu_memory_peak", st.gpu_memory_peak}};
-        for (auto& [k, v] : host.items()) body[k == "memory_peak" ? "host_memory_peak" : k == "memory" ? "host_memory" : k] = v;
-        if (host.contains("left_behind_count"))
-          log_line("trial " + st.opt.spec.trial_id + ": " + std::to_string(host.value("left_behind_count", 0)) +
-                   " process(es) it started had left its process group and were still running at its end: killed" +
-                   (host.contains("left_behind") ? " (" + host["left_behind"].dump() + ")" : ""));
-        if (st.ignored_lines > 0) {
-          body["ignored_lines"] = st.ignored_lines;
-          body["ignored_example"] = st.ignored_example;
-        }
-        log_line("trial " + st.opt.spec.trial_id + " ended: " + how);
-        auto finish = [self](nlohmann::json body) {
-          auto& st = self->state;
-          event(self, "ended", body);
-          if (st.watcher.joinable()) st.watcher.join();
-          st.over = true;
-          if (st.greeted || st.released) self->quit();
-        };
-        if (!st.opt.audit || !st.started_ok) return finish(std::move(body));
-        // Its GPU memory must be back: the audit kills what of it is still on a card.
-        self->request(st.opt.audit, std::chrono::seconds(10), audit_end_atom::value, st.opt.spec.trial_id)
-            .then(
-                [finish, body](const std::string& after) mutable {
-                  auto j = nlohmann::json::parse(after, nullptr, false);
-                  if (j.is_object()) body["gpu_after_end"] = j;
-                  finish(std::move(body));
-                },
-                [finish, body](caf::error&) mutable { finish(std::move(body)); });
-      },
+             wire::wire_trial_end& end) { ended(self, exited, code, how, stderr_tail, overlong, std::move(end)); },
       [self, from_owner](wire::trial_stop_atom, int64_t grace_ms) {
         if (!from_owner()) return;
         auto& st = self->state;

@@ -8,22 +8,19 @@
 //
 // Once the worker runs, the owner also gets (trial_node_atom, trial_id, node actor):
 // where to read the trial's checkpoints (wire.hpp).
-// Events to the owner: (trial_event_atom, trial_id, kind, json):
-//   "started"  {"pid", "node", "gpus": [{"local","index","uuid","pci_bus_id","share","memory_quota"}], "memory_quota"}
-//   "result"   {"iteration", "metrics": {...}, "gpu_memory"}   a result with a metric that is
-//              not a number; the others, all that came together naming the same metrics,
-//              as (trial_results_atom, trial_id, wire_results), in order with the events
-//   "checkpoint" {"iteration", "path", "bytes", "files"} (a folder of its trial folder)
-//   "done"     {"message"}
-//   "ended"    {"ok", "exit", "error", "stderr_tail", "results", "stopped", "killed",
-//               "gpu_audited", "gpu_memory_peak", "checkpoint" (the latest, or null),
-//               "ignored_lines" (on its report channel, not reports, or too long),
-//               "ignored_example" (the first of them, shortened),
-//               and from its cgroup (tune/trial/cgroup.hpp): "containment" ("cgroup" or
-//               "subreaper"), "host_memory", "host_memory_peak", "cpu_seconds", "pids",
-//               "oom_kills", "pids_refused", and "left_behind_count" / "left_behind"
-//               (["pid (name)"]): processes it started that had left its process group and
-//               still ran at its end, killed then}
+// Messages to the owner, in order:
+//   (trial_event_atom, trial_id, kind, json):
+//     "started"  {"pid", "node", "gpus": [{"local","index","uuid","pci_bus_id","share","memory_quota"}], "memory_quota"}
+//     "checkpoint" {"iteration", "path", "bytes", "files"} (a folder of its trial folder)
+//     "done"     {"message"}
+//   (trial_results_atom, trial_id, wire_results): results whose metrics are all numbers,
+//     those that came together naming the same metrics, as columns
+//   (trial_result_atom, trial_id, wire_result): a result with a metric that is not a number
+//   (trial_ended_atom, trial_id, wire_trial_end): its end, the last message (wire.hpp: how
+//     it ended, its error, its results and latest checkpoint, what its cgroup measured —
+//     containment, host memory and its peak, CPU seconds, OOM kills, refused forks — what
+//     it left behind, killed then, and the GPU audit's final look); wire::to_json gives
+//     the "ended" event the store keeps.
 // While it runs, the node gets its cgroup's usage about once a second:
 //   (trial_host_atom, trial_id, json {"memory", "memory_peak", "cpu_seconds", "pids"}).
 // A program trial's standard output lines that match its output patterns are results too

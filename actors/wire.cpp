@@ -132,6 +132,8 @@ config::config(bool network) {
   add_message_type<wire_group_spec>("tune::wire_group_spec");
   add_message_type<wire_trial_spec>("tune::wire_trial_spec");
   add_message_type<wire_results>("tune::wire_results");
+  add_message_type<wire_result>("tune::wire_result");
+  add_message_type<wire_trial_end>("tune::wire_trial_end");
   add_message_type<std::vector<uint32_t>>("std::vector<uint32_t>");
   add_message_type<std::vector<std::string>>("std::vector<std::string>");
   add_message_type<std::vector<int64_t>>("std::vector<int64_t>");
@@ -144,6 +146,47 @@ config::config(bool network) {
   // that is idle uses no CPU, which trials on the same machine need. Measured on
   // 2 cores (bench_pg): as fast in one process, about twice as fast across processes.
   set("scheduler.policy", caf::atom("sharing"));
+}
+
+nlohmann::json to_json(const wire_trial_end& e) {
+  nlohmann::json j{{"ok", e.ok},
+                   {"exit", e.exit},
+                   {"error", e.error},
+                   {"stderr_tail", e.stderr_tail},
+                   {"results", e.results},
+                   {"stopped", e.stopped},
+                   {"killed", e.killed},
+                   {"gpu_audited", e.gpu_audited},
+                   {"checkpoint", nullptr},
+                   {"gpu_memory_peak", e.gpu_memory_peak}};
+  if (e.checkpoint >= 0)
+    j["checkpoint"] = {{"iteration", e.checkpoint}, {"path", e.checkpoint_path}, {"bytes", e.checkpoint_bytes},
+                       {"files", e.checkpoint_files}};
+  if (!e.containment.empty()) j["containment"] = e.containment;
+  if (!e.containment_error.empty()) j["containment_error"] = e.containment_error;
+  if (e.host_memory >= 0) j["host_memory"] = e.host_memory;
+  if (e.host_memory_peak >= 0) j["host_memory_peak"] = e.host_memory_peak;
+  if (e.cpu_seconds >= 0) j["cpu_seconds"] = e.cpu_seconds;
+  if (e.pids >= 0) j["pids"] = e.pids;
+  if (e.oom_kills > 0) j["oom_kills"] = e.oom_kills;
+  if (e.pids_refused > 0) j["pids_refused"] = e.pids_refused;
+  if (e.left_behind_count > 0) j["left_behind_count"] = e.left_behind_count;
+  if (!e.left_behind.empty()) j["left_behind"] = e.left_behind;
+  if (!e.gpu_after_end_json.empty()) {
+    auto g = nlohmann::json::parse(e.gpu_after_end_json, nullptr, false);
+    if (g.is_object()) j["gpu_after_end"] = std::move(g);
+  }
+  if (e.ignored_lines > 0) {
+    j["ignored_lines"] = e.ignored_lines;
+    j["ignored_example"] = e.ignored_example;
+  }
+  return j;
+}
+
+nlohmann::json to_json(const wire_result& r) {
+  auto metrics = nlohmann::json::parse(r.metrics_json, nullptr, false);
+  if (metrics.is_discarded()) metrics = nlohmann::json::object();
+  return {{"iteration", r.iteration}, {"metrics", std::move(metrics)}, {"gpu_memory", r.gpu_memory}};
 }
 
 }  // namespace tune::wire

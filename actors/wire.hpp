@@ -51,11 +51,12 @@
 //                  stays the sender); `received` is how many of the trial's messages it got,
 //                  and the trial sends again what followed (it keeps its latest 4096).
 //   node -> program_server (program_get_atom, sha256, offset, length) -> (program_get_atom, bytes)
-//   trial -> client (trial_event_atom, trial_id, kind, json)   started, result, checkpoint,
-//                  done, ended
+//   trial -> client (trial_event_atom, trial_id, kind, json)   started, checkpoint, done
 //   trial -> client (trial_results_atom, trial_id, wire_results)   results whose metrics are all
-//                  numbers, as columns (the fast path; anything else comes as a "result" event),
-//                  in order with the trial's other events
+//                  numbers, as columns (the fast path), in order with the trial's other messages
+//   trial -> client (trial_result_atom, trial_id, wire_result)   a result with a metric that
+//                  is not a number (its metrics as the worker's JSON)
+//   trial -> client (trial_ended_atom, trial_id, wire_trial_end)   its end, its last message
 //   client -> trial (trial_stop_atom, grace_ms) | (trial_kill_atom) | (trial_pause_atom) | (trial_resume_atom)
 //   client -> trial (trial_ack_atom, received)   how many of its messages came (every
 //                  ack_every of them): a trial with more than ack_window messages not yet
@@ -90,6 +91,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "tune/cluster/reservations.hpp"
 #include "tune/core/node_resources.hpp"
@@ -128,6 +131,8 @@ using trial_pause_atom = caf::atom_constant<caf::atom("trialpause")>;
 using trial_resume_atom = caf::atom_constant<caf::atom("trialresum")>;
 using trial_event_atom = caf::atom_constant<caf::atom("trialevent")>;
 using trial_results_atom = caf::atom_constant<caf::atom("trialres")>;
+using trial_result_atom = caf::atom_constant<caf::atom("trialres1")>;
+using trial_ended_atom = caf::atom_constant<caf::atom("trialend")>;
 using trial_node_atom = caf::atom_constant<caf::atom("trialnode")>;
 using ckpt_list_atom = caf::atom_constant<caf::atom("ckptlist")>;
 using ckpt_read_atom = caf::atom_constant<caf::atom("ckptread")>;
@@ -322,6 +327,60 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_results& x) {
   return f(caf::meta::type_name("wire_results"), x.names, x.iterations, x.bits, x.gpu_memory);
 }
+
+// One result with a metric that is not a number: its metrics as the JSON object the
+// worker reported (text, stored as it is).
+struct wire_result {
+  int64_t iteration = 0;
+  std::string metrics_json;
+  int64_t gpu_memory = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_result& x) {
+  return f(caf::meta::type_name("wire_result"), x.iteration, x.metrics_json, x.gpu_memory);
+}
+
+// A trial's end (actors/trial.hpp): how its process ended, what it did, and what its
+// cgroup and the GPU audit measured. -1: not measured.
+struct wire_trial_end {
+  bool ok = false;        // exit 0, or ended cleanly on a stop
+  bool stopped = false;   // asked to stop (or pause)
+  bool killed = false;    // killed on request
+  bool gpu_audited = false;
+  std::string exit;       // "exit 0", "signal 9 (Killed)", ...
+  std::string error;      // why it failed (empty when ok)
+  std::string stderr_tail;
+  int64_t results = 0;
+  // Its latest checkpoint (iteration -1: none): where in its trial folder, how big.
+  int64_t checkpoint = -1, checkpoint_bytes = 0, checkpoint_files = 0;
+  std::string checkpoint_path;
+  int64_t gpu_memory_peak = 0;
+  int64_t ignored_lines = 0;    // on its report channel, not reports (or too long)
+  std::string ignored_example;  // the first of them, shortened
+  // Its cgroup (tune/trial/cgroup.hpp): "cgroup" or "subreaper" (empty: none).
+  std::string containment, containment_error;
+  int64_t host_memory = -1, host_memory_peak = -1, pids = -1, oom_kills = 0, pids_refused = 0;
+  double cpu_seconds = -1;
+  // Processes it started that had left its process group and still ran at its end
+  // (killed then): how many, and which ("pid (name)") where known.
+  int64_t left_behind_count = 0;
+  std::vector<std::string> left_behind;
+  std::string gpu_after_end_json;  // the audit's final look ({"freed", "killed"}); empty: none
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_trial_end& x) {
+  return f(caf::meta::type_name("wire_trial_end"), x.ok, x.stopped, x.killed, x.gpu_audited, x.exit, x.error,
+           x.stderr_tail, x.results, x.checkpoint, x.checkpoint_bytes, x.checkpoint_files, x.checkpoint_path, x.gpu_memory_peak, x.ignored_lines, x.ignored_example,
+           x.containment, x.containment_error, x.host_memory, x.host_memory_peak, x.pids, x.oom_kills,
+           x.pids_refused, x.cpu_seconds, x.left_behind_count, x.left_behind, x.gpu_after_end_json);
+}
+
+// As the "ended" event the store keeps (and cluster_client's events show): the keys
+// actors/trial.hpp names, the ones not measured left out.
+nlohmann::json to_json(const wire_trial_end& e);
+nlohmann::json to_json(const wire_result& r);
 
 // A node's advertisement on join: who it is, what it has, what is free, what it holds.
 struct wire_ad {

@@ -1,0 +1,193 @@
+#include "checkpoint_copy.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "client.hpp"
+#include "tune/trial/paths.hpp"
+#include "tune/trial/sha256.hpp"
+#include "wire.hpp"
+
+namespace tune {
+
+namespace {
+
+namespace fs = std::filesystem;
+using clock_type = std::chrono::steady_clock;
+
+struct copier_state {
+  copier_setup setup;
+  static inline const char* name = "tune.checkpoint_copier";
+};
+using copier_actor = caf::stateful_actor<copier_state>*;
+
+// One copy on its way.
+struct copy_job {
+  std::string trial, path, dest, part;
+  int64_t iteration = 0;
+  caf::actor server;
+  caf::response_promise answer;
+  nlohmann::json files;
+  size_t index = 0;
+  uint64_t offset = 0;
+  std::ofstream out;
+  std::unique_ptr<sha256_stream> sha;
+  nlohmann::json manifest = nlohmann::json::array();
+  uint64_t bytes = 0;
+  clock_type::time_point t0 = clock_type::now();
+};
+using job_ptr = std::shared_ptr<copy_job>;
+
+void failed(const job_ptr& job, const std::string& why) {
+  std::error_code ec;
+  if (job->out.is_open()) job->out.close();
+  fs::remove_all(job->part, ec);
+  job->answer.deliver(copy_atom::value, false, why, uint64_t{0});
+}
+
+// Complete: its manifest written, the folder moved into place.
+void complete(const job_ptr& job) {
+  double secs = std::chrono::duration<double>(clock_type::now() - job->t0).count();
+  nlohmann::json m{{"trial", job->trial}, {"iteration", job->iteration}, {"files", job->manifest},
+                   {"bytes", job->bytes},  {"seconds", secs}};
+  std::ofstream manifest(job->part + "/MANIFEST.json");
+  manifest << m.dump(1) << "\n";
+  manifest.close();
+  std::error_code ec;
+  if (manifest) {
+    fs::remove_all(job->dest, ec);
+    fs::rename(job->part, job->dest, ec);
+  }
+  if (!manifest || ec) return failed(job, "cannot write the copy's manifest or move it into place");
+  job->answer.deliver(copy_atom::value, true, m.dump(), job->bytes);
+}
+
+// The next chunk of the current file (or the next file).
+void step(copier_actor self, const job_ptr& job) {
+  auto& setup = self->state.setup;
+  if (job->index == job->files.size()) return complete(job);
+  auto& f = job->files[job->index];
+  if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("size") || !f["size"].is_number_unsigned())
+    return failed(job, "a malformed file entry");
+  fs::path name = f["name"].get<std::string>();
+  if (!stays_inside(name)) return failed(job, "a file outside the checkpoint: " + name.string());
+  uint64_t size = f["size"];
+  if (!job->out.is_open()) {
+    std::error_code ec;
+    auto to = fs::path(job->part) / name;
+    fs::create_directories(to.parent_path(), ec);
+    job->out.open(to, std::ios::binary | std::ios::trunc);
+    if (!job->out) return failed(job, "cannot write " + to.string());
+    job->sha = std::make_unique<sha256_stream>();
+  }
+  if (job->offset >= size) {
+    job->out.close();
+    job->manifest.push_back({{"name", name.string()}, {"size", size}, {"sha256", job->sha->hex()}});
+    job->bytes += size;
+    ++job->index;
+    job->offset = 0;
+    return step(self, job);
+  }
+  auto length = static_cast<uint32_t>(std::min<uint64_t>(wire::max_chunk, size - job->offset));
+  self->request(job->server, setup.request_timeout, wire::ckpt_read_atom::value, setup.token, job->trial, job->path,
+                name.string(), job->offset, length)
+      .then(
+          [self, job, length](wire::ckpt_read_atom, bool ok, const std::string& bytes) {
+            if (!ok) return failed(job, bytes);
+            if (bytes.size() != length) return failed(job, "the file changed on its node while it was copied");
+            job->out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+            if (!job->out) return failed(job, "cannot write a checkpoint file");
+            job->sha->add(bytes);
+            job->offset += length;
+            step(self, job);
+          },
+          [self, job](caf::error& err) { failed(job, "read: " + describe(self->system(), err)); });
+}
+
+void copy(copier_actor self, const job_ptr& job) {
+  auto& setup = self->state.setup;
+  std::error_code ec;
+  fs::remove_all(job->part, ec);
+  fs::create_directories(job->part, ec);
+  if (ec) return failed(job, "cannot create " + job->part + ": " + ec.message());
+  self->request(job->server, setup.request_timeout, wire::ckpt_list_atom::value, setup.token, job->trial, job->path)
+      .then(
+          [self, job](wire::ckpt_list_atom, bool ok, const std::string& text) {
+            if (!ok) return failed(job, text);
+            job->files = nlohmann::json::parse(text, nullptr, false);
+            if (!job->files.is_array()) return failed(job, "a malformed file list");
+            step(self, job);
+          },
+          [self, job](caf::error& err) { failed(job, "list: " + describe(self->system(), err)); });
+}
+
+// A copy's files, one after the other, through the program server.
+struct check_job {
+  std::string dir;
+  nlohmann::json files;
+  size_t index = 0;
+  caf::response_promise answer;
+};
+
+void check_next(copier_actor self, const std::shared_ptr<check_job>& job) {
+  if (job->index == job->files.size()) return job->answer.deliver(check_atom::value, true, std::string{});
+  auto& f = job->files[job->index];
+  if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("sha256"))
+    return job->answer.deliver(check_atom::value, false, std::string{"a malformed manifest"});
+  std::string path = job->dir + "/" + f["name"].get<std::string>();
+  self->request(self->state.setup.programs, self->state.setup.request_timeout, wire::program_add_atom::value, path)
+      .then(
+          [self, job](wire::program_add_atom, bool ok, std::string& sha, uint64_t) {
+            auto& f = job->files[job->index];
+            if (!ok) return job->answer.deliver(check_atom::value, false, sha);
+            if (sha != f["sha256"])
+              return job->answer.deliver(check_atom::value, false,
+                                         f["name"].get<std::string>() + " changed on disk (SHA-256 " + sha + ")");
+            ++job->index;
+            check_next(self, job);
+          },
+          [job](caf::error& err) {
+            job->answer.deliver(check_atom::value, false, "the program server: " + to_string(err));
+          });
+}
+
+caf::behavior copier(copier_actor self, copier_setup setup) {
+  self->state.setup = std::move(setup);
+  return {
+      [self](copy_atom, const std::string& trial, int64_t iteration, const std::string& path, const caf::actor& server,
+             const std::string& dest) {
+        auto job = std::make_shared<copy_job>();
+        job->trial = trial;
+        job->iteration = iteration;
+        job->path = path;
+        job->server = server;
+        job->dest = dest;
+        job->part = dest + ".part";
+        job->answer = self->make_response_promise();
+        copy(self, job);
+      },
+      [self](check_atom, const std::string& dir, const std::string& manifest) {
+        auto job = std::make_shared<check_job>();
+        job->dir = dir;
+        job->answer = self->make_response_promise();
+        auto m = nlohmann::json::parse(manifest, nullptr, false);
+        if (!m.is_object() || !m.contains("files") || !m["files"].is_array()) {
+          job->answer.deliver(check_atom::value, false, std::string{"a malformed manifest"});
+          return;
+        }
+        job->files = m["files"];
+        check_next(self, job);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_checkpoint_copier(caf::actor_system& sys, copier_setup setup) {
+  return sys.spawn(copier, std::move(setup));
+}
+
+}  // namespace tune

@@ -1,0 +1,39 @@
+// The checkpoint copier: an actor that copies one trial checkpoint at a time from the
+// node that holds it into the experiment folder, and checks a copy before a trial
+// starts from it. The controller asks; it answers copied or failed.
+//
+//   (copy_atom, trial, iteration, path, node actor, dest)
+//        -> (copy_atom, true, manifest JSON, bytes) | (copy_atom, false, error, 0)
+//      The checkpoint's files are listed (ckpt_list_atom) and read in chunks of at most
+//      wire::max_chunk (ckpt_read_atom, never one giant message), each hashed as it
+//      comes, into <dest>.part, which is renamed to <dest> when complete, with its
+//      MANIFEST.json ({"trial", "iteration", "files": [{"name", "size", "sha256"}],
+//      "bytes", "seconds"}). A failed copy leaves nothing behind.
+//   (check_atom, dir, manifest JSON)
+//        -> (check_atom, true, "") | (check_atom, false, why)
+//      Every file of the copy taken by the program server (which serves it to the node
+//      that restores from it) and its SHA-256 compared with the manifest's.
+//
+// Copies of different trials proceed side by side (the controller asks for one copy
+// per trial at a time).
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <string>
+
+namespace tune {
+
+using copy_atom = caf::atom_constant<caf::atom("ckcopy")>;
+using check_atom = caf::atom_constant<caf::atom("ckcheck")>;
+
+struct copier_setup {
+  std::string token;                          // the cluster's (the nodes ask for it)
+  caf::actor programs;                        // the program server (for checks)
+  std::chrono::milliseconds request_timeout{10000};
+};
+
+caf::actor spawn_checkpoint_copier(caf::actor_system& sys, copier_setup setup);
+
+}  // namespace tune

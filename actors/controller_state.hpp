@@ -1,0 +1,96 @@
+// The controller's state and its parts, shared by controller.cpp (the actor: messages
+// in, the live trials' commands out to the cluster) and controller_trials.cpp (what it
+// records of each trial: the engine, the store, the dashboard's feed, checkpoints).
+// Internal to tune_controller.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "board_feed.hpp"
+#include "controller.hpp"
+#include "tune/tuner/live_trials.hpp"
+#include "wire.hpp"
+
+namespace tune {
+
+// A checkpoint a trial reported: where it is on its node, and who serves it there.
+struct node_checkpoint {
+  std::string path;
+  caf::actor server;  // the node actor (none: not known, not copied)
+};
+
+// A complete copy in the experiment folder: <dir>/checkpoints/<trial>/<iteration>/,
+// with its MANIFEST.json ({"iteration", "files": [{"name", "size", "sha256"}], ...}).
+struct stored_checkpoint {
+  std::string dir;
+  nlohmann::json manifest;
+};
+
+// What the controller keeps of a trial beside its live state (live_trials).
+struct trial_record {
+  caf::actor node_actor;                           // its node's, for its checkpoints (trial_node_atom)
+  std::map<int64_t, node_checkpoint> checkpoints;  // iteration -> on its node
+  std::map<int64_t, stored_checkpoint> stored;     // iteration -> copy in the experiment folder
+  bool copying = false;
+  int64_t copy_next = -1;          // the newest checkpoint not copied yet (-1: none)
+  std::set<std::string> reported;  // the metrics its results named (what an error says it reported)
+  std::optional<wire::wire_trial_end> end;  // its end, while it is being handled
+};
+
+struct controller_state {
+  controller_setup setup;
+  live_trials table;
+  std::map<std::string, trial_record> records;
+  // Actors are handles in the table: assigned here to each trial actor that speaks.
+  std::map<actor_handle, caf::actor> actors;
+  std::map<caf::actor_addr, actor_handle> handles;
+  actor_handle next_handle = 1;
+  caf::actor copier;  // the checkpoint copier (checkpoint_copy.hpp)
+  live_clock::time_point t0{};
+  std::vector<encoded_result> pending;  // results not yet stored
+  int64_t ingested = 0;
+  int copies = 0;   // checkpoint copies in flight (the experiment ends after them)
+  double cpu0 = 0;  // the thread's CPU time when the controller started
+  live_clock::time_point last_progress{}, last_board{}, last_rebalance_ask{}, head_lost_at{};
+  bool over = false;
+  // The head's process died (a remote head): reconnecting to the same address; the
+  // experiment goes on with the head started again there.
+  bool head_down = false;
+  std::optional<board_feed> feed;  // the head's dashboard board: what changed
+  static inline const char* name = "tune.controller";
+};
+
+using controller_actor = caf::stateful_actor<controller_state>*;
+
+// controller.cpp
+live_clock::time_point now(controller_actor self);
+double elapsed(controller_actor self);
+void finish(controller_actor self, expected<experiment_summary> out);
+bool flush(controller_actor self);
+void advance(controller_actor self);
+// Carries out what the live trials' table said, until it says nothing more.
+void drain(controller_actor self);
+caf::actor actor_of(controller_actor self, actor_handle h);
+// The handle of a trial actor (a new one the first time it is seen).
+actor_handle handle_of(controller_actor self, const caf::actor& a);
+
+// controller_trials.cpp
+void act(controller_actor self, std::vector<engine_action> actions);
+void ingest_results(controller_actor self, const std::string& id, const wire::wire_results& r);
+void ingest_result(controller_actor self, const std::string& id, const wire::wire_result& r);
+void on_checkpoint(controller_actor self, const std::string& id, const nlohmann::json& body);
+void start_failed(controller_actor self, const std::string& id, const std::string& why);
+void trial_ended(controller_actor self, const std::string& id, bool moved);
+void start_trial(controller_actor self, const live::start_trial& c);
+void load_copies(controller_actor self);
+void open_feed(controller_actor self);
+void show(controller_actor self, bool force);
+void board_report(controller_actor self, bool now, const std::string& state = "running", const std::string& error = "");
+
+}  // namespace tune

@@ -1,0 +1,426 @@
+// What the controller records of each trial — the engine told, the store written, the
+// dashboard's feed, checkpoints copied and picked to restore from — as the live trials'
+// table (tune/tuner/live_trials.hpp) moves it along.
+#include <charconv>
+#include <filesystem>
+#include <fstream>
+
+#include "checkpoint_copy.hpp"
+#include "controller_state.hpp"
+#include "tune/core/clock.hpp"
+#include "tune/host/detect.hpp"
+#include "tune/trial/command.hpp"
+
+namespace tune {
+
+namespace {
+
+// How often the head's dashboard board hears what changed.
+constexpr std::chrono::milliseconds board_every{500};
+
+// A number as nlohmann::json writes one (shortest round trip; a whole number keeps ".0").
+void append_number(std::string& out, double v) {
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  if (ec != std::errc{}) {
+    out += "null";
+    return;
+  }
+  out.append(buf, end);
+  if (std::find_if(buf, end, [](char c) { return c == '.' || c == 'e' || c == 'n' || c == 'i'; }) == end) out += ".0";
+}
+
+// One result the engine has heard: to the dashboard's feed, to the store with the next
+// flush; then what the engine wants now.
+void recorded(controller_actor self, const std::string& id, int64_t it, std::optional<double> value, std::string text,
+              expected<std::vector<engine_action>> more, bool last) {
+  auto& st = self->state;
+  ++st.ingested;
+  if (st.feed) {
+    if (value) st.feed->point(id, it, *value);
+    if (last) st.feed->last_result(id, text);
+  }
+  st.pending.push_back({id, it, wall_seconds(), std::move(text)});
+  if (!more) return finish(self, more.error());
+  if (!more->empty()) act(self, std::move(*more));
+}
+
+// What a trial that ended well reported, for the engine's error should it never have
+// reported the experiment's metric: the metrics it did report, lines that were not
+// reports, output that matched no pattern.
+std::string what_it_reported(controller_actor self, const trial_record& r, const wire::wire_trial_end& end) {
+  std::string out;
+  for (auto& m : r.reported) out += (out.empty() ? "it reported " : ", ") + m;
+  if (out.empty()) {
+    out = "it reported no result";
+    if (!self->state.setup.options.output_patterns.empty()) out += ": no line of its output matched the metric pattern";
+  }
+  if (end.ignored_lines > 0)
+    out += "; " + std::to_string(end.ignored_lines) + " line(s) on its report channel were not reports, the first: " +
+           end.ignored_example;
+  return out;
+}
+
+// The store's record of a trial's end: its state and what it used; events for what it
+// left behind and for a restart.
+void store_end(controller_actor self, const std::string& id, const wire::wire_trial_end& end, int failures_before) {
+  auto& st = self->state;
+  auto& t = st.setup.engine->trials().at(id);
+  // What its cgroup measured (tune/trial/cgroup.hpp), and what it left behind.
+  nlohmann::json used{{"gpu_memory_peak", end.gpu_memory_peak}};
+  if (!end.containment.empty()) used["containment"] = end.containment;
+  if (end.host_memory_peak >= 0) used["host_memory_peak"] = end.host_memory_peak;
+  if (end.cpu_seconds >= 0) used["cpu_seconds"] = end.cpu_seconds;
+  if (end.left_behind_count > 0) used["left_behind_count"] = end.left_behind_count;
+  if (st.feed) st.feed->where(id, used);  // the dashboard's trial page shows them
+  auto info = used;
+  info["exit"] = end.exit;
+  info["results"] = end.results;
+  if (t.state == "error" || t.failures > failures_before) info["stderr_tail"] = end.stderr_tail;
+  if (t.failures > 0) info["failures"] = t.failures;
+  if (auto s = st.setup.store->update_trial(id, t.state, t.error, info); !s) return finish(self, s);
+  auto body = wire::to_json(end);
+  (void)st.setup.store->add_event(id, "ended", body);
+  auto gpu = body.value("gpu_after_end", nlohmann::json::object());
+  if (end.left_behind_count > 0 || !gpu.value("killed", nlohmann::json::array()).empty() || !gpu.value("freed", true))
+    (void)st.setup.store->add_event(
+        id, "left_behind", {{"processes", end.left_behind_count}, {"which", end.left_behind}, {"gpu", gpu}});
+  if (t.failures > failures_before) {
+    // Started again (max_failures): from its latest checkpoint, on any node.
+    nlohmann::json why{{"attempt", t.failures + 1}, {"after", t.last_failure}, {"exit", end.exit}};
+    if (t.checkpoint >= 0) why["from_checkpoint"] = t.checkpoint;
+    (void)st.setup.store->add_event(id, "restart", why);
+  }
+}
+
+void copy_checkpoint(controller_actor self, const std::string& id);
+
+// A copy is done (or failed): kept (the two newest of a trial: the older one is the
+// fallback should the newer be found corrupt), and the next one started.
+void copied(controller_actor self, const std::string& id, int64_t it, const std::string& dest, bool ok,
+            const std::string& text, uint64_t bytes) {
+  auto& st = self->state;
+  --st.copies;
+  auto& r = st.records[id];
+  r.copying = false;
+  if (!ok) {
+    (void)st.setup.store->add_event(id, "checkpoint_copy_failed", {{"iteration", it}, {"error", text}});
+  } else {
+    auto m = nlohmann::json::parse(text, nullptr, false);
+    r.stored[it] = {dest, m};
+    std::error_code ec;
+    while (r.stored.size() > 2) {
+      std::filesystem::remove_all(r.stored.begin()->second.dir, ec);
+      r.stored.erase(r.stored.begin());
+    }
+    (void)st.setup.store->add_event(id, "checkpoint_stored",
+                                    {{"iteration", it}, {"bytes", bytes}, {"files", m.value("files", nlohmann::json::array()).size()},
+                                     {"seconds", m.value("seconds", 0.0)}, {"dir", dest}});
+  }
+  if (st.over) return;
+  if (r.copy_next > it) return copy_checkpoint(self, id);
+  advance(self);  // the experiment may have waited for this copy
+}
+
+// Copies a trial's newest reported checkpoint into the experiment folder (older ones
+// not copied yet are skipped), one copy per trial at a time.
+void copy_checkpoint(controller_actor self, const std::string& id) {
+  auto& st = self->state;
+  auto& r = st.records[id];
+  auto c = r.checkpoints.find(r.copy_next);
+  if (c == r.checkpoints.end() || !c->second.server || r.copying) return;
+  r.copying = true;
+  ++st.copies;
+  int64_t it = c->first;
+  auto dest = st.setup.store->checkpoint_dir(id) + "/" + std::to_string(it);
+  self->request(st.copier, caf::infinite, copy_atom::value, id, it, c->second.path, c->second.server, dest)
+      .then([self, id, it, dest](copy_atom, bool ok, const std::string& text,
+                                 uint64_t bytes) { copied(self, id, it, dest, ok, text, bytes); },
+            [self, id, it, dest](caf::error& err) { copied(self, id, it, dest, false, to_string(err), 0); });
+}
+
+// The copy to restore from: the newest complete one at or before `iteration`, its files
+// checked against their hashes (a copy that no longer matches is reported and dropped,
+// and the one before it is tried). Calls `then` with the copy's manifest as text, or
+// empty when there is none.
+void pick_copy(controller_actor self, std::string trial, int64_t iteration, std::function<void(std::string)> then) {
+  auto& stored = self->state.records[trial].stored;
+  auto it = stored.upper_bound(iteration);
+  if (it == stored.begin()) return then("");
+  --it;
+  int64_t at = it->first;
+  nlohmann::json m{{"iteration", at}, {"files", it->second.manifest.value("files", nlohmann::json::array())}};
+  auto text = m.dump();
+  self->request(self->state.copier, caf::infinite, check_atom::value, it->second.dir, text)
+      .then(
+          [self, trial, at, text, then](check_atom, bool ok, const std::string& why) {
+            if (ok) return then(text);
+            auto& st = self->state;
+            (void)st.setup.store->add_event(trial, "checkpoint_corrupt", {{"iteration", at}, {"error", why}});
+            st.records[trial].stored.erase(at);
+            pick_copy(self, trial, at - 1, then);  // the one before it
+          },
+          [then](caf::error&) { then(""); });
+}
+
+// What the start's answer says: where it runs (the store's record, the feed), what it
+// started from.
+void started(controller_actor self, const std::string& id, const nlohmann::json& info, const engine_action& a) {
+  auto& st = self->state;
+  nlohmann::json keep = nlohmann::json::object();
+  if (info.is_object())
+    for (auto key : {"pid", "node", "gpus", "trial_dir"})
+      if (info.contains(key)) keep[key] = info[key];
+  if (st.feed) {
+    auto where = keep;
+    if (auto* t = st.table.find(id)) where["group"] = t->group;
+    st.feed->where(id, where);
+  }
+  // What it started from: its node's own folder, or a copy fetched from here.
+  if (info.is_object() && info.contains("restore_dir")) keep["restored_from"] = info["restore_dir"];
+  if (!a.restore_from.empty() && a.restore_from != a.trial)  // PBT: a donor's state
+    (void)st.setup.store->add_event(id, "exploit", {{"donor", a.restore_from}, {"config", a.cfg}});
+  // The trial may have ended already (its events can overtake this answer): the store
+  // keeps the engine's state, whatever it is now.
+  auto& t = st.setup.engine->trials().at(id);
+  if (auto s = st.setup.store->update_trial(id, t.state, t.error, keep); !s) finish(self, s);
+}
+
+void send_start(controller_actor self, const live::start_trial& c, std::string restore, std::string files) {
+  auto& st = self->state;
+  if (st.over) return;
+  auto& opt = st.setup.options;
+  auto& a = c.action;
+  wire::wire_trial_spec spec{a.trial,          c.group,  0,           opt.program.name, opt.program.sha256,
+                             opt.program.size, opt.args, a.cfg.dump(), restore,          files};
+  if (!opt.command.empty()) {  // a program trial: its configuration in its command line
+    auto argv = render_command(opt.command, a.cfg, opt.command_args);
+    if (!argv) {
+      st.table.on_start_impossible(a.trial, c.attempt, argv.error().message());
+      return drain(self);
+    }
+    spec.command = std::move(*argv);
+    spec.workdir_sha256 = opt.workdir.sha256;
+    spec.workdir_size = opt.workdir.size;
+    spec.env = opt.env;
+    spec.output_patterns = opt.output_patterns;
+    spec.metric = st.setup.engine->options().metric;
+  }
+  // Fetching the program and starting the worker take longer than a plain request.
+  self->request(st.setup.head, st.setup.request_timeout * 6, wire::trial_start_atom::value, st.setup.token, spec,
+                st.setup.programs)
+      .then(
+          [self, c](wire::trial_start_atom, bool ok, std::string& text, caf::actor& trial) {
+            auto& st = self->state;
+            if (st.over || !st.table.current(c.trial, c.attempt)) return;
+            auto info = ok ? nlohmann::json::parse(text, nullptr, false) : nlohmann::json();
+            std::string node = info.is_object() ? info.value("node", "") : "";
+            st.table.on_start_answer(c.trial, c.attempt, ok, text, node, trial ? handle_of(self, trial) : 0);
+            drain(self);
+            if (ok && !st.over) started(self, c.trial, info, c.action);
+          },
+          [self, c](caf::error& err) {
+            self->state.table.on_request_failed(c.trial, c.attempt,
+                                                "start trial " + c.trial + ": " + describe(self->system(), err));
+            drain(self);
+          });
+}
+
+}  // namespace
+
+void act(controller_actor self, std::vector<engine_action> actions) {
+  auto& st = self->state;
+  for (auto& a : actions) {
+    if (st.over) return;
+    if (a.what == engine_action::kind::start) {
+      if (auto s = st.setup.store->add_trial(a.trial, a.cfg, "pending"); !s && s.code() != errc::already_exists)
+        return finish(self, s);
+    } else {
+      (void)st.setup.store->add_event(a.trial, a.what == engine_action::kind::stop ? "stop" : "pause", {{"reason", a.reason}});
+    }
+  }
+  st.table.act(actions);
+  drain(self);
+}
+
+// Results as columns (wire_results): each to the engine, then to the store with the
+// next flush, its metrics written as JSON text without building a document.
+void ingest_results(controller_actor self, const std::string& id, const wire::wire_results& r) {
+  auto& st = self->state;
+  size_t k = r.names.size();
+  std::optional<size_t> col;  // the experiment's metric
+  std::vector<std::string> keys;
+  auto& reported = st.records[id].reported;
+  for (size_t i = 0; i < k; ++i) {
+    if (reported.size() < 64) reported.insert(r.names[i]);
+    if (r.names[i] == st.setup.engine->options().metric) col = i;
+    keys.push_back(nlohmann::json(r.names[i]).dump() + ":");
+  }
+  for (size_t row = 0; row < r.rows() && !st.over; ++row) {
+    std::string text = "{";
+    for (size_t i = 0; i < k; ++i) {
+      if (i) text += ',';
+      text += keys[i];
+      append_number(text, r.value(row * k + i));
+    }
+    text += '}';
+    int64_t it = r.iterations[row];
+    auto value = col ? std::optional<double>{r.value(row * k + *col)} : std::nullopt;
+    recorded(self, id, it, value, std::move(text), st.setup.engine->on_metric(id, it, value), row + 1 == r.rows());
+  }
+  if (st.pending.size() >= 8192) flush(self);
+}
+
+// One result with a metric that is not a number: its metrics as the worker wrote them.
+void ingest_result(controller_actor self, const std::string& id, const wire::wire_result& r) {
+  auto& st = self->state;
+  auto metrics = nlohmann::json::parse(r.metrics_json, nullptr, false);
+  if (!metrics.is_object()) return;
+  auto& reported = st.records[id].reported;
+  for (auto& [name, v] : metrics.items())
+    if (reported.size() < 64) reported.insert(name);
+  auto& metric = st.setup.engine->options().metric;
+  std::optional<double> value;
+  if (auto m = metrics.find(metric); m != metrics.end() && m->is_number()) value = m->get<double>();
+  recorded(self, id, r.iteration, value, r.metrics_json, st.setup.engine->on_result(id, r.iteration, metrics), true);
+  if (st.pending.size() >= 8192) flush(self);
+}
+
+void on_checkpoint(controller_actor self, const std::string& id, const nlohmann::json& body) {
+  auto& st = self->state;
+  auto& r = st.records[id];
+  int64_t it = body.value("iteration", int64_t{-1});
+  r.checkpoints[it] = {body.value("path", ""), r.node_actor};
+  st.setup.engine->on_checkpoint(id, it);
+  (void)st.setup.store->add_event(id, "checkpoint", body);
+  if (r.node_actor && it > r.copy_next) {
+    r.copy_next = it;
+    copy_checkpoint(self, id);
+  }
+}
+
+// A trial that could not start: it ends with the reason (its group went back).
+void start_failed(controller_actor self, const std::string& id, const std::string& why) {
+  auto& st = self->state;
+  if (st.over) return;
+  int failures_before = st.setup.engine->trials().at(id).failures;
+  auto more = st.setup.engine->on_ended(id, false, why);
+  if (!more) return finish(self, more.error());
+  auto& t = st.setup.engine->trials().at(id);
+  (void)st.setup.store->update_trial(id, t.state, t.state == "error" ? t.error : "");
+  if (t.failures > failures_before)  // tried again (max_failures)
+    (void)st.setup.store->add_event(id, "restart", {{"attempt", t.failures + 1}, {"after", why}});
+  act(self, std::move(*more));
+  advance(self);
+}
+
+// Its process ended (its record's end); moved: paused to move, started again off its
+// node from its checkpoint (not an end).
+void trial_ended(controller_actor self, const std::string& id, bool moved) {
+  auto& st = self->state;
+  auto& r = st.records[id];
+  auto end = r.end ? std::move(*r.end) : wire::wire_trial_end{};
+  r.end.reset();
+  if (st.over || !flush(self)) return;  // its last results before its end
+  auto& engine = *st.setup.engine;
+  if (moved) {
+    (void)st.setup.store->add_event(id, "moved_out", wire::to_json(end));
+    auto more = engine.on_interrupted(id);
+    if (!more) return finish(self, more.error());
+    act(self, std::move(*more));
+    return advance(self);
+  }
+  bool ok = end.ok || end.stopped;
+  int failures_before = engine.trials().at(id).failures;
+  auto more = engine.on_ended(id, ok, ok ? what_it_reported(self, r, end) : end.error);
+  if (!more) return finish(self, more.error());
+  store_end(self, id, end, failures_before);
+  if (st.over) return;
+  act(self, std::move(*more));
+  advance(self);
+}
+
+void start_trial(controller_actor self, const live::start_trial& c) {
+  auto& st = self->state;
+  auto& a = c.action;
+  if (a.restore_from.empty()) return send_start(self, c, "", "");
+  // Its own node's folder when it lands there again; else (or as well) a copy from the
+  // experiment folder, which any node fetches.
+  std::string restore;
+  auto& from = st.records[a.restore_from].checkpoints;
+  if (auto k = from.find(a.restore_iteration); k != from.end()) restore = k->second.path;
+  pick_copy(self, a.restore_from, a.restore_iteration, [self, c, restore](std::string files) {
+    if (!self->state.over && self->state.table.current(c.trial, c.attempt)) send_start(self, c, restore, std::move(files));
+  });
+}
+
+// A resumed experiment's complete checkpoint copies (<dir>/checkpoints/<trial>/<iter>/
+// with a MANIFEST.json; an unfinished <iter>.part is what a dead driver left: removed).
+void load_copies(controller_actor self) {
+  namespace fs = std::filesystem;
+  auto& st = self->state;
+  std::error_code ec;
+  for (auto& [id, t] : st.setup.engine->trials()) {
+    auto dir = st.setup.store->checkpoint_dir(id);
+    for (auto& c : fs::directory_iterator(dir, ec)) {
+      if (c.path().extension() == ".part") {
+        fs::remove_all(c.path(), ec);
+        continue;
+      }
+      std::ifstream in(c.path() / "MANIFEST.json");
+      auto m = nlohmann::json::parse(in, nullptr, false);
+      if (!m.is_object() || !m.contains("iteration") || !m["iteration"].is_number_integer() || !m.contains("files")) continue;
+      st.records[id].stored[m["iteration"].get<int64_t>()] = {c.path().string(), m};
+    }
+  }
+}
+
+void show(controller_actor self, bool force) {
+  auto& st = self->state;
+  auto& opt = st.setup.options;
+  if (!opt.on_progress || (!force && now(self) - st.last_progress < opt.progress_every)) return;
+  progress_snapshot s;
+  s.experiment = opt.name;
+  s.metric = st.setup.engine->options().metric;
+  s.direction = st.setup.engine->options().direction;
+  s.elapsed_s = elapsed(self);
+  for (auto& [id, t] : st.setup.engine->trials()) s.trials.push_back({id, t.state, t.iteration, t.value, t.cfg, t.error});
+  st.last_progress = now(self);
+  opt.on_progress(s);
+}
+
+void board_report(controller_actor self, bool at_once, const std::string& state, const std::string& error) {
+  auto& st = self->state;
+  if (!st.feed || st.head_down) return;
+  if (!at_once && now(self) - st.last_board < board_every) return;
+  st.last_board = now(self);
+  auto r = st.feed->report(st.setup.engine->trials(), state, error, elapsed(self), st.ingested);
+  if (!r.is_null()) self->send(st.setup.head, wire::board_atom::value, st.setup.token, r.dump());
+}
+
+// The dashboard's feed of this experiment; a resumed one's curves so far (the results
+// the replay read from the store), so that the dashboard shows them whole.
+void open_feed(controller_actor self) {
+  auto& st = self->state;
+  auto dir = std::filesystem::absolute(st.setup.store->dir()).lexically_normal().string();
+  auto host = hostname();
+  auto& eo = st.setup.engine->options();
+  nlohmann::json info{{"name", st.setup.options.name},
+                      {"metric", eo.metric},
+                      {"mode", eo.direction == mode::max ? "max" : "min"},
+                      {"dir", dir},
+                      {"host", host},
+                      {"pid", static_cast<int64_t>(::getpid())},
+                      {"started", wall_seconds()}};
+  st.feed.emplace(board_feed::experiment_id(host, dir), std::move(info));
+  std::map<std::string, const result_row*> latest;  // rows come by trial, then iteration
+  for (auto& r : st.setup.replayed_results) {
+    auto m = r.metrics.find(eo.metric);
+    if (m != r.metrics.end() && m->is_number()) st.feed->point(r.trial, r.iteration, m->get<double>());
+    latest[r.trial] = &r;
+  }
+  for (auto& [trial, r] : latest) st.feed->last_result(trial, r->metrics.dump());
+  std::vector<result_row>{}.swap(st.setup.replayed_results);  // not needed any more
+}
+
+}  // namespace tune
