@@ -19,10 +19,6 @@ using flush_atom = caf::atom_constant<caf::atom("ctlflush")>;
 using lost_atom = caf::atom_constant<caf::atom("ctllost")>;
 using reconnect_atom = caf::atom_constant<caf::atom("ctlreconn")>;
 
-// After a head restart, how long a group made again waits for the nodes that still hold
-// its bundles to join the new head (they reconnect within a few seconds).
-constexpr std::chrono::milliseconds claim_wait{8000};
-
 double thread_cpu_now() {
   timespec ts{};
   ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -40,82 +36,6 @@ bool commit(controller_actor self) {
     return false;
   }
   return true;
-}
-
-// The placement group every trial of the experiment asks for, with this id (empty: the
-// head names it).
-wire::wire_group_spec group_spec(controller_actor self, const std::string& id) {
-  auto& opt = self->state.setup.options;
-  wire::wire_group_spec spec;
-  spec.id = id;
-  spec.strategy = std::string{to_string(opt.strat)};
-  for (auto& b : opt.bundles) spec.bundles.push_back(wire::to_wire_request(b));
-  return spec;
-}
-
-void request_failed(controller_actor self, const std::string& id, uint64_t attempt, const std::string& why) {
-  self->state.table.on_request_failed(id, attempt, why);
-  drain(self);
-}
-
-void create_group(controller_actor self, const live::create_group& c) {
-  auto& st = self->state;
-  auto spec = group_spec(self, c.group);
-  if (c.claim) spec.claim_wait_ms = claim_wait.count();  // its node may hold it still
-  spec.avoid = c.avoid;
-  self->request(st.setup.head, st.setup.request_timeout, wire::pg_create_atom::value, st.setup.token, version(), spec)
-      .then(
-          [self, c](wire::pg_create_atom, bool ok, std::string& group, std::string& state, std::string& reason) {
-            self->state.table.on_group_created(c.trial, c.attempt, {ok, group, state, reason});
-            drain(self);
-          },
-          [self, c](caf::error& err) {
-            request_failed(self, c.trial, c.attempt, "create placement group: " + describe(self->system(), err));
-          });
-}
-
-void wait_group(controller_actor self, const live::wait_group& c) {
-  auto& st = self->state;
-  auto wait = st.setup.options.group_timeout;
-  self->request(st.setup.head, wait + st.setup.request_timeout, wire::pg_wait_atom::value, st.setup.token, c.group,
-                int64_t{wait.count()})
-      .then(
-          [self, c](wire::pg_wait_atom, bool ready, const std::string& state, const std::string& why) {
-            self->state.table.on_group_wait(c.trial, c.attempt, ready, state, why);
-            drain(self);
-          },
-          [self, c](caf::error& err) {
-            request_failed(self, c.trial, c.attempt, "wait for " + c.group + ": " + describe(self->system(), err));
-          });
-}
-
-// Its first message is what lets its events through (wire.hpp, route_atom): `received`
-// tells it which of its messages came here (it sends again what follows). Through the
-// head, which relays it to the trial's node: a restarted head's nodes have no route to
-// this process until a message from it comes through.
-void greet(controller_actor self, const std::string& trial, const std::string& group, uint64_t received) {
-  auto& st = self->state;
-  self->send(st.setup.head, wire::route_atom::value, st.setup.token, group, uint32_t{0}, trial, received);
-}
-
-// After a head restart: the running trial's group made again with its id (its node
-// still holds its bundles: adopted as they are), then its actor greeted.
-void retake_group(controller_actor self, const live::retake_group& c) {
-  auto& st = self->state;
-  auto spec = group_spec(self, c.group);
-  spec.claim_wait_ms = claim_wait.count();  // until its node has joined the new head
-  self->request(st.setup.head, st.setup.request_timeout, wire::pg_create_atom::value, st.setup.token, version(), spec)
-      .then(
-          [self, c](wire::pg_create_atom, bool ok, std::string&, std::string& state, std::string& reason) {
-            auto& st = self->state;
-            if (!ok && state != "exists") (void)st.setup.store->add_event(c.trial, "group_not_taken_back", {{"error", reason}});
-            auto* t = st.table.find(c.trial);
-            if (t && !t->group.empty()) greet(self, c.trial, t->group, t->received);
-          },
-          [self, c](caf::error& err) {
-            (void)self->state.setup.store->add_event(c.trial, "group_not_taken_back",
-                                                     {{"error", describe(self->system(), err)}});
-          });
 }
 
 void stop_actor(controller_actor self, actor_handle h) {

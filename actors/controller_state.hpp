@@ -1,6 +1,7 @@
 // The controller's state and its parts, shared by controller.cpp (the actor: messages
-// in, the live trials' commands out to the cluster) and controller_trials.cpp (what it
-// records of each trial: the engine, the store, the dashboard's feed, checkpoints).
+// in, the live trials' commands out to the cluster), controller_groups.cpp (its
+// placement groups) and controller_trials.cpp (what it records of each trial: the
+// engine, the store, the dashboard's feed, checkpoints).
 // Internal to tune_controller.
 #pragma once
 
@@ -79,6 +80,12 @@ void drain(controller_actor self);
 caf::actor actor_of(controller_actor self, actor_handle h);
 // The handle of a trial actor (a new one the first time it is seen).
 actor_handle handle_of(controller_actor self, const caf::actor& a);
+
+// controller_groups.cpp: the head's answers go to the table
+void create_group(controller_actor self, const live::create_group& c);
+void wait_group(controller_actor self, const live::wait_group& c);
+void greet(controller_actor self, const std::string& trial, const std::string& group, uint64_t received);
+void retake_group(controller_actor self, const live::retake_group& c);
 
 // controller_trials.cpp
 void act(controller_actor self, std::vector<engine_action> actions);

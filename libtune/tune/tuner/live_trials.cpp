@@ -99,6 +99,20 @@ void live_trials::forget_actor(trial& t) {
   t.stop_asked = false;
 }
 
+// The start's answer names the trial's actor: known from here on (another actor's
+// messages are not its).
+void live_trials::adopt(const std::string& id, trial& t, actor_handle actor) {
+  if (t.actor == actor) return;
+  if (t.actor) {
+    out_.push_back(live::unwatch{t.actor});
+    by_actor_.erase(t.actor);
+  }
+  t.actor = actor;
+  t.received = 0;
+  by_actor_[actor] = id;
+  out_.push_back(live::watch{actor});
+}
+
 void live_trials::fail_start(const std::string& id, trial& t, const std::string& why) {
   t.start.reset();
   t.state = live_state::ended;
@@ -156,7 +170,8 @@ void live_trials::on_start_answer(const std::string& id, uint64_t attempt, bool 
   if (!ok && t->reissued && actor) {  // the node runs it already (wire.hpp's start answer)
     // Started before the head died (its answer was lost with it): it is ours.
     t->start.reset();
-    if (t->state != live_state::stopping) t->state = t->actor ? live_state::running : live_state::starting;
+    if (t->state == live_state::starting) t->state = live_state::running;
+    adopt(id, *t, actor);
     if (!t->group.empty()) out_.push_back(live::greet{id, t->group, t->received});
     return;
   }
@@ -166,7 +181,14 @@ void live_trials::on_start_answer(const std::string& id, uint64_t attempt, bool 
   if (!node.empty()) t->node = node;
   // Its first message may have come already (its events can overtake this answer).
   if (t->state == live_state::starting) t->state = live_state::running;
-  if (actor) out_.push_back(live::route{actor, t->received});  // its events come after this
+  if (!actor) return;
+  adopt(id, *t, actor);
+  out_.push_back(live::route{actor, t->received});  // its events come after this
+  if (t->stop_asked) {
+    t->stop_asked = false;
+    t->state = live_state::stopping;
+    out_.push_back(live::stop_actor{actor});
+  }
 }
 
 void live_trials::on_request_failed(const std::string& id, uint64_t attempt, const std::string& why) {

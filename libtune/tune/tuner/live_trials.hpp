@@ -126,7 +126,8 @@ class live_trials {
   void on_group_created(const std::string& id, uint64_t attempt, const group_answer& a);
   void on_group_wait(const std::string& id, uint64_t attempt, bool ready, const std::string& state,
                      const std::string& why);
-  // The start's answer: ok with the node it runs on; not ok with the reason, and the
+  // The start's answer: ok with the node it runs on and the trial's actor (its from
+  // then on: another actor's messages are not heard); not ok with the reason, and the
   // actor of a trial its node runs already (after a head restart: ours).
   void on_start_answer(const std::string& id, uint64_t attempt, bool ok, const std::string& reason,
                        const std::string& node, actor_handle actor);
@@ -140,8 +141,8 @@ class live_trials {
   bool current(const std::string& id, uint64_t attempt) const;
 
   // A message from `sender` about trial `id` (its last one: `last`, the end). Whether it
-  // is heard (false: unknown trial, a stale or lost actor); the first message of a
-  // trial's actor makes it the trial's (watched).
+  // is heard (false: unknown trial, a stale or lost actor). A start on its way whose
+  // answer has not come takes the first actor that speaks as its own (watched).
   bool accept(const std::string& id, actor_handle sender, bool last);
   // Its end was heard (accept(id, sender, true) first): moved_out or ended.
   void on_ended(const std::string& id);
@@ -178,6 +179,7 @@ class live_trials {
   void fail_start(const std::string& id, trial& t, const std::string& why);
   void give_back(trial& t);
   void forget_actor(trial& t);
+  void adopt(const std::string& id, trial& t, actor_handle actor);
   trial* current_attempt(const std::string& id, uint64_t attempt);
 
   live_options opt_;

@@ -91,8 +91,8 @@ std::vector<step> running_trial() {
       {[](auto& l) { l.act({start("trial-1")}); }, {"create_group trial-1 #1 group="}, live_state::placing},
       {[](auto& l) { l.on_group_created("trial-1", 1, {true, "g1", "pending", ""}); }, {"wait_group trial-1 #1 g1"}, live_state::waiting},
       {[](auto& l) { l.on_group_wait("trial-1", 1, true, "created", ""); }, {"start_trial trial-1 #1 g1"}, live_state::starting},
-      {[](auto& l) { l.on_start_answer("trial-1", 1, true, "", "n1", 7); }, {"route 7 0"}, live_state::running},
-      {[](auto& l) { EXPECT_TRUE(l.accept("trial-1", 7, false)); }, {"watch 7"}, live_state::running},
+      {[](auto& l) { l.on_start_answer("trial-1", 1, true, "", "n1", 7); }, {"watch 7", "route 7 0"}, live_state::running},
+      {[](auto& l) { EXPECT_TRUE(l.accept("trial-1", 7, false)); }, {}, live_state::running},
   };
 }
 
@@ -157,8 +157,8 @@ const std::vector<edge_case> cases = {
          {[](auto& l) { l.on_group_created("trial-1", 2, {false, "", "exists", "g1 exists already"}); }, {"wait_group trial-1 #2 g1"}},
          {[](auto& l) { l.on_group_wait("trial-1", 2, true, "created", ""); }, {"start_trial trial-1 #2 g1"}},
          // its node runs it already (started before the head died): it is ours
-         {[](auto& l) { l.on_start_answer("trial-1", 2, false, "runs already", "", 7); }, {"greet trial-1 g1 0"}, live_state::starting},
-         {[](auto& l) { EXPECT_TRUE(l.accept("trial-1", 7, false)); }, {"watch 7"}, live_state::running},
+         {[](auto& l) { l.on_start_answer("trial-1", 2, false, "runs already", "", 7); }, {"watch 7", "greet trial-1 g1 0"}, live_state::running},
+         {[](auto& l) { EXPECT_TRUE(l.accept("trial-1", 7, false)); }, {}, live_state::running},
      }},
     {"starts asked while the head is away wait for it", {
          {[](auto& l) { l.on_head_lost(t0); }, {}},
@@ -207,8 +207,23 @@ const std::vector<edge_case> cases = {
          {[](auto& l) { l.act({stop("trial-1")}); }, {}, live_state::placing},
          {[](auto& l) { l.on_group_created("trial-1", 1, {true, "g1", "created", ""}); }, {"wait_group trial-1 #1 g1"}},
          {[](auto& l) { l.on_group_wait("trial-1", 1, true, "created", ""); }, {"start_trial trial-1 #1 g1"}},
-         {[](auto& l) { l.on_start_answer("trial-1", 1, true, "", "n1", 7); }, {"route 7 0"}},
-         {[](auto& l) { EXPECT_TRUE(l.accept("trial-1", 7, false)); }, {"watch 7", "stop_actor 7"}, live_state::stopping},
+         {[](auto& l) { l.on_start_answer("trial-1", 1, true, "", "n1", 7); }, {"watch 7", "route 7 0", "stop_actor 7"}, live_state::stopping},
+         {[](auto& l) { EXPECT_TRUE(l.accept("trial-1", 7, false)); }, {}},
+     }},
+    {"a stop asked before its actor is known at all is sent with its first message", {
+         {[](auto& l) { l.act({start("trial-1")}); }, {"create_group trial-1 #1 group="}},
+         {[](auto& l) { l.on_group_created("trial-1", 1, {true, "g1", "created", ""}); }, {"wait_group trial-1 #1 g1"}},
+         {[](auto& l) { l.on_group_wait("trial-1", 1, true, "created", ""); }, {"start_trial trial-1 #1 g1"}},
+         {[](auto& l) { l.act({stop("trial-1")}); }, {}, live_state::starting},
+         {[](auto& l) { EXPECT_TRUE(l.accept("trial-1", 7, false)); }, {"watch 7", "stop_actor 7"}},
+     }},
+    {"a stranger heard before the start's answer gives way to the answer's actor", {
+         {[](auto& l) { l.act({start("trial-1")}); }, {"create_group trial-1 #1 group="}},
+         {[](auto& l) { l.on_group_created("trial-1", 1, {true, "g1", "created", ""}); }, {"wait_group trial-1 #1 g1"}},
+         {[](auto& l) { l.on_group_wait("trial-1", 1, true, "created", ""); }, {"start_trial trial-1 #1 g1"}},
+         {[](auto& l) { EXPECT_TRUE(l.accept("trial-1", 9, false)); }, {"watch 9"}},
+         {[](auto& l) { l.on_start_answer("trial-1", 1, true, "", "n1", 7); }, {"unwatch 9", "watch 7", "route 7 0"}, live_state::running},
+         {[](auto& l) { EXPECT_FALSE(l.accept("trial-1", 9, false)); }, {}},
          {[](auto& l) { EXPECT_TRUE(l.accept("trial-1", 7, false)); }, {}},
      }},
     {"a move: off its node, started again elsewhere", then(running_trial(), {
@@ -219,8 +234,8 @@ const std::vector<edge_case> cases = {
          {[](auto& l) { l.act({start("trial-1", "trial-1", 3)}); }, {"create_group trial-1 #2 group= avoid=n1"}},
          {[](auto& l) { l.on_group_created("trial-1", 2, {true, "g2", "created", ""}); }, {"wait_group trial-1 #2 g2"}},
          {[](auto& l) { l.on_group_wait("trial-1", 2, true, "created", ""); }, {"start_trial trial-1 #2 g2 from trial-1@3"}},
-         {[](auto& l) { l.on_start_answer("trial-1", 2, true, "", "n2", 8); }, {"route 8 0"}},
-         {[](auto& l) { EXPECT_TRUE(l.accept("trial-1", 8, false)); }, {"watch 8"}},
+         {[](auto& l) { l.on_start_answer("trial-1", 2, true, "", "n2", 8); }, {"watch 8", "route 8 0"}},
+         {[](auto& l) { EXPECT_TRUE(l.accept("trial-1", 8, false)); }, {}},
          {[](auto& l) { l.on_move("g2", {"n2"}, t0 + 130s); }, {"note trial-1 move_refused"}, live_state::running},  // too soon
      })},
     {"a move that finds no room off its node is placed anywhere", then(running_trial(), {
