@@ -44,7 +44,8 @@ class board_feed {
     uint64_t where_version = 0;
     // What the board's row was built from (rows are built again only when it changes).
     struct key {
-      std::string state, error;
+      trial_state state = trial_state::pending;
+      std::string error;
       int64_t iteration = 0, checkpoint = 0;
       std::optional<double> value;
       int starts = 0, failures = 0;

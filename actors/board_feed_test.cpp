@@ -8,7 +8,7 @@ namespace {
 engine_trial running(const std::string& id, int64_t it, double v) {
   engine_trial t;
   t.id = id;
-  t.state = "running";
+  t.state = trial_state::running;
   t.iteration = it;
   t.value = v;
   t.cfg = {{"lr", 0.1}};

@@ -332,8 +332,8 @@ void advance(controller_actor self) {
   sum.controller_cpu_s = thread_cpu_now() - st.cpu0;  // a detached actor: its thread is its own
   for (auto& [id, t] : st.setup.engine->trials()) {
     ++sum.trials;
-    sum.terminated += t.state == "terminated";
-    sum.errored += t.state == "error";
+    sum.terminated += t.state == trial_state::terminated;
+    sum.errored += t.state == trial_state::error;
   }
   auto n = st.setup.store->result_count();
   if (!n) return finish(self, n.error());

@@ -156,7 +156,7 @@ struct ControllerTest : ::testing::Test {
       sched.run();
     }
   }
-  std::string state(const std::string& id) { return engine->trials().at(id).state; }
+  trial_state state(const std::string& id) { return engine->trials().at(id).state; }
   std::vector<std::string> events(const std::string& id) {
     std::vector<std::string> out;
     for (auto& e : store->events(id).value()) out.push_back(e.kind);

@@ -76,7 +76,7 @@ void store_end(controller_actor self, const std::string& id, const wire::wire_tr
   auto info = used;
   info["exit"] = end.exit;
   info["results"] = end.results;
-  if (t.state == "error" || t.failures > failures_before) info["stderr_tail"] = end.stderr_tail;
+  if (t.state == trial_state::error || t.failures > failures_before) info["stderr_tail"] = end.stderr_tail;
   if (t.failures > 0) info["failures"] = t.failures;
   if (auto s = st.setup.store->update_trial(id, t.state, t.error, info); !s) return finish(self, s);
   auto body = wire::to_json(end);
@@ -233,7 +233,7 @@ void act(controller_actor self, std::vector<engine_action> actions) {
   for (auto& a : actions) {
     if (st.over) return;
     if (a.what == engine_action::kind::start) {
-      if (auto s = st.setup.store->add_trial(a.trial, a.cfg, "pending"); !s && s.code() != errc::already_exists)
+      if (auto s = st.setup.store->add_trial(a.trial, a.cfg, trial_state::pending); !s && s.code() != errc::already_exists)
         return finish(self, s);
     } else {
       (void)st.setup.store->add_event(a.trial, a.what == engine_action::kind::stop ? "stop" : "pause", {{"reason", a.reason}});
@@ -307,7 +307,7 @@ void start_failed(controller_actor self, const std::string& id, const std::strin
   auto more = st.setup.engine->on_ended(id, false, why);
   if (!more) return finish(self, more.error());
   auto& t = st.setup.engine->trials().at(id);
-  (void)st.setup.store->update_trial(id, t.state, t.state == "error" ? t.error : "");
+  (void)st.setup.store->update_trial(id, t.state, t.state == trial_state::error ? t.error : "");
   if (t.failures > failures_before)  // tried again (max_failures)
     (void)st.setup.store->add_event(id, "restart", {{"attempt", t.failures + 1}, {"after", why}});
   act(self, std::move(*more));
@@ -384,7 +384,7 @@ void show(controller_actor self, bool force) {
   s.metric = st.setup.engine->options().metric;
   s.direction = st.setup.engine->options().direction;
   s.elapsed_s = elapsed(self);
-  for (auto& [id, t] : st.setup.engine->trials()) s.trials.push_back({id, t.state, t.iteration, t.value, t.cfg, t.error});
+  for (auto& [id, t] : st.setup.engine->trials()) s.trials.push_back({id, std::string{to_string(t.state)}, t.iteration, t.value, t.cfg, t.error});
   st.last_progress = now(self);
   opt.on_progress(s);
 }

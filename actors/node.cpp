@@ -580,7 +580,94 @@ expected<std::filesystem::path> checkpoint_folder(node_actor self, const std::st
   return dir;
 }
 
-caf::behavior node(node_actor self, node_options opt) {
+// Connects to the head (or, connected already, joins again).
+void connect(node_actor self) {
+  auto& st = self->state;
+  if (st.joined || st.connecting) return;
+  st.connecting = true;
+  if (st.head) {  // connected, but the head asked us to join again
+    send_join(self);
+    return;
+  }
+  if (st.opt.head_actor) {  // a head in this process
+    st.head = st.opt.head_actor;
+    self->monitor(st.head);
+    send_join(self);
+    return;
+  }
+  auto mm = self->home_system().middleman().actor_handle();
+  self->request(mm, wire::request_timeout, caf::connect_atom::value, st.opt.head_host, st.opt.head_port)
+      .then(
+          [self](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+            auto& st = self->state;
+            if (!ptr) {
+              schedule_retry(self, "no libtune head at that port");
+              return;
+            }
+            st.head = caf::actor_cast<caf::actor>(ptr);
+            self->monitor(st.head);
+            send_join(self);
+          },
+          [self](caf::error& err) { schedule_retry(self, "connect: " + to_string(err)); });
+}
+
+// A checkpoint's files (name, size), for a client that copies it.
+caf::message list_checkpoint(node_actor self, const std::string& token, const std::string& trial, const std::string& path) {
+  auto no = [](const std::string& why) { return caf::make_message(wire::ckpt_list_atom::value, false, why); };
+  if (!token_equal(token, self->state.opt.token)) return no("wrong cluster token");
+  auto dir = checkpoint_folder(self, trial, path);
+  if (!dir) return no(dir.error().message());
+  namespace fs = std::filesystem;
+  nlohmann::json files = nlohmann::json::array();
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(*dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (it->is_symlink(ec)) return no("checkpoint " + path + " holds a symbolic link: " + it->path().string());
+    if (it->is_regular_file(ec))
+      files.push_back({{"name", it->path().lexically_relative(*dir).string()}, {"size", it->file_size(ec)}});
+  }
+  if (ec) return no("cannot list " + path + ": " + ec.message());
+  return caf::make_message(wire::ckpt_list_atom::value, true, files.dump());
+}
+
+// A chunk of one of a checkpoint's files.
+caf::message read_checkpoint(node_actor self, const std::string& token, const std::string& trial, const std::string& path,
+                             const std::string& name, uint64_t offset, uint32_t length) {
+  auto no = [](const std::string& why) { return caf::make_message(wire::ckpt_read_atom::value, false, why); };
+  if (!token_equal(token, self->state.opt.token)) return no("wrong cluster token");
+  if (length > wire::max_chunk) return no("at most " + std::to_string(wire::max_chunk) + " bytes at a time");
+  auto dir = checkpoint_folder(self, trial, path);
+  if (!dir) return no(dir.error().message());
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  auto file = stays_inside(name) ? fs::canonical(*dir / name, ec) : fs::path{};
+  if (file.empty() || ec || !within(*dir, file) || !fs::is_regular_file(file))
+    return no("no file " + name + " in checkpoint " + path);
+  std::ifstream in(file, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(offset));
+  std::string bytes(length, '\0');
+  in.read(bytes.data(), length);
+  bytes.resize(static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
+  return caf::make_message(wire::ckpt_read_atom::value, true, std::move(bytes));
+}
+
+// The GPU audit of the node's real cards (with NVML).
+void start_audit(node_actor self) {
+  auto& st = self->state;
+  if (!st.opt.gpu_library) return;
+  std::set<std::string> cards;
+  for (auto& g : st.opt.resources.gpus())
+    if (!g.logical) cards.insert(g.uuid);
+  if (cards.empty()) return;
+  st.audit = spawn_gpu_audit(self, {st.opt.gpu_library, cards, st.opt.audit_interval, caf::actor_cast<caf::actor>(self)});
+  log_line("GPU audit on: " + std::to_string(cards.size()) + " card(s), every " +
+           std::to_string(st.opt.audit_interval.count()) + " ms");
+}
+
+// What the node sets up before it joins: its reservation table, the Python module and
+// warm interpreters for its trials, what it does when the head or a trial goes, the
+// GPU audit.
+void open_node(node_actor self, node_options opt) {
   self->state.opt = std::move(opt);
   // Versions start from the clock: a restarted node's are larger than its earlier ones.
   auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch());
@@ -632,49 +719,14 @@ caf::behavior node(node_actor self, node_options opt) {
     self->quit(m.reason);
   });
   if (self->state.opt.contain) log_line("containment: " + self->state.opt.contain->caps().describe());
-  if (self->state.opt.gpu_library) {
-    std::set<std::string> cards;
-    for (auto& g : self->state.opt.resources.gpus())
-      if (!g.logical) cards.insert(g.uuid);
-    if (!cards.empty()) {
-      self->state.audit = spawn_gpu_audit(
-          self, {self->state.opt.gpu_library, cards, self->state.opt.audit_interval, caf::actor_cast<caf::actor>(self)});
-      log_line("GPU audit on: " + std::to_string(cards.size()) + " card(s), every " +
-               std::to_string(self->state.opt.audit_interval.count()) + " ms");
-    }
-  }
+  start_audit(self);
   self->send(self, wire::retry_atom::value);
   self->delayed_send(self, self->state.opt.prepare_ttl / 4, wire::expire_atom::value);
+}
+
+caf::message_handler membership(node_actor self) {
   return {
-      [self](wire::retry_atom) {
-        auto& st = self->state;
-        if (st.joined || st.connecting) return;
-        st.connecting = true;
-        if (st.head) {  // connected, but the head asked us to join again
-          send_join(self);
-          return;
-        }
-        if (st.opt.head_actor) {  // a head in this process
-          st.head = st.opt.head_actor;
-          self->monitor(st.head);
-          send_join(self);
-          return;
-        }
-        auto mm = self->home_system().middleman().actor_handle();
-        self->request(mm, wire::request_timeout, caf::connect_atom::value, st.opt.head_host, st.opt.head_port)
-            .then(
-                [self](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
-                  auto& st = self->state;
-                  if (!ptr) {
-                    schedule_retry(self, "no libtune head at that port");
-                    return;
-                  }
-                  st.head = caf::actor_cast<caf::actor>(ptr);
-                  self->monitor(st.head);
-                  send_join(self);
-                },
-                [self](caf::error& err) { schedule_retry(self, "connect: " + to_string(err)); });
-      },
+      [self](wire::retry_atom) { connect(self); },
       [self](wire::beat_atom, uint64_t generation) {
         auto& st = self->state;
         if (!st.joined || generation != st.generation) return;
@@ -682,6 +734,44 @@ caf::behavior node(node_actor self, node_options opt) {
                    wire::to_wire(st.table.resources().availability()), wire::holdings_of(st.table));
         self->delayed_send(self, wire::heartbeat_period, wire::beat_atom::value, generation);
       },
+      [self](wire::expire_atom) {
+        auto& st = self->state;
+        for (auto& k : st.table.expire(self->clock().now(), st.opt.prepare_ttl))
+          log_line("released bundle " + k.to_string() + ": prepared but never committed within " +
+                   std::to_string(st.opt.prepare_ttl.count()) + " ms");
+        self->delayed_send(self, st.opt.prepare_ttl / 4, wire::expire_atom::value);
+      },
+      [self](wire::rejoin_atom) {
+        auto& st = self->state;
+        if (!st.head || st.connecting) return;
+        log_line("the head asked this node to join again");
+        st.joined = false;
+        ++st.generation;
+        st.connecting = true;
+        send_join(self);
+      },
+      // From this process: leave the cluster (on tune stop). Replies when the head
+      // has taken note, or with an error when there is no head to tell.
+      [self](wire::leave_atom) -> caf::response_promise {
+        auto& st = self->state;
+        auto rp = self->make_response_promise();
+        if (!st.head || !st.joined) {
+          rp.deliver(caf::make_error(caf::sec::request_receiver_down));
+          return rp;
+        }
+        st.joined = false;
+        ++st.generation;
+        self->request(st.head, wire::request_timeout, wire::leave_atom::value, st.opt.token, st.opt.node_id)
+            .then([rp](wire::leave_atom, bool left) mutable { rp.deliver(wire::leave_atom::value, left); },
+                  [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+        return rp;
+      },
+  };
+}
+
+// Reservations: prepares and commits from the head.
+caf::message_handler reservations(node_actor self) {
+  return {
       // Prepares and commits come as plain messages and are answered with plain messages
       // (no request timeouts: the head times attempts out itself). A commit is answered
       // only when it fails.
@@ -724,46 +814,23 @@ caf::behavior node(node_actor self, node_options opt) {
                            " (its placement group was removed or placed elsewhere)");
           }
       },
+  };
+}
+
+// Its trials: starts, greetings, their checkpoints, what they use.
+caf::message_handler trial_handlers(node_actor self) {
+  return {
       [self](wire::trial_start_atom, const wire::wire_trial_spec& spec, const std::string& key, uint32_t bundle,
              const caf::actor& server, const caf::actor& owner) {
         return trial_start(self, spec, key, bundle, server, owner);
       },
       // A trial's checkpoint, read by a client in chunks (also after the trial ended).
       [self](wire::ckpt_list_atom, const std::string& token, const std::string& trial, const std::string& path) {
-        auto no = [](const std::string& why) { return caf::make_message(wire::ckpt_list_atom::value, false, why); };
-        if (!token_equal(token, self->state.opt.token)) return no("wrong cluster token");
-        auto dir = checkpoint_folder(self, trial, path);
-        if (!dir) return no(dir.error().message());
-        namespace fs = std::filesystem;
-        nlohmann::json files = nlohmann::json::array();
-        std::error_code ec;
-        for (auto it = fs::recursive_directory_iterator(*dir, ec); !ec && it != fs::recursive_directory_iterator();
-             it.increment(ec)) {
-          if (it->is_symlink(ec)) return no("checkpoint " + path + " holds a symbolic link: " + it->path().string());
-          if (it->is_regular_file(ec))
-            files.push_back({{"name", it->path().lexically_relative(*dir).string()}, {"size", it->file_size(ec)}});
-        }
-        if (ec) return no("cannot list " + path + ": " + ec.message());
-        return caf::make_message(wire::ckpt_list_atom::value, true, files.dump());
+        return list_checkpoint(self, token, trial, path);
       },
       [self](wire::ckpt_read_atom, const std::string& token, const std::string& trial, const std::string& path,
              const std::string& name, uint64_t offset, uint32_t length) {
-        auto no = [](const std::string& why) { return caf::make_message(wire::ckpt_read_atom::value, false, why); };
-        if (!token_equal(token, self->state.opt.token)) return no("wrong cluster token");
-        if (length > wire::max_chunk) return no("at most " + std::to_string(wire::max_chunk) + " bytes at a time");
-        auto dir = checkpoint_folder(self, trial, path);
-        if (!dir) return no(dir.error().message());
-        namespace fs = std::filesystem;
-        std::error_code ec;
-        auto file = stays_inside(name) ? fs::canonical(*dir / name, ec) : fs::path{};
-        if (file.empty() || ec || !within(*dir, file) || !fs::is_regular_file(file))
-          return no("no file " + name + " in checkpoint " + path);
-        std::ifstream in(file, std::ios::binary);
-        in.seekg(static_cast<std::streamoff>(offset));
-        std::string bytes(length, '\0');
-        in.read(bytes.data(), length);
-        bytes.resize(static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
-        return caf::make_message(wire::ckpt_read_atom::value, true, std::move(bytes));
+        return read_checkpoint(self, token, trial, path, name, offset, length);
       },
       // A client's greeting for one of its trials (through the head): passed on to it.
       [self](wire::route_atom, const std::string& trial, uint64_t received) {
@@ -789,39 +856,12 @@ caf::behavior node(node_actor self, node_options opt) {
         self->state.report_due = false;
         send_report(self, true);
       },
-      [self](wire::expire_atom) {
-        auto& st = self->state;
-        for (auto& k : st.table.expire(self->clock().now(), st.opt.prepare_ttl))
-          log_line("released bundle " + k.to_string() + ": prepared but never committed within " +
-                   std::to_string(st.opt.prepare_ttl.count()) + " ms");
-        self->delayed_send(self, st.opt.prepare_ttl / 4, wire::expire_atom::value);
-      },
-      [self](wire::rejoin_atom) {
-        auto& st = self->state;
-        if (!st.head || st.connecting) return;
-        log_line("the head asked this node to join again");
-        st.joined = false;
-        ++st.generation;
-        st.connecting = true;
-        send_join(self);
-      },
-      // From this process: leave the cluster (on tune stop). Replies when the head
-      // has taken note, or with an error when there is no head to tell.
-      [self](wire::leave_atom) -> caf::response_promise {
-        auto& st = self->state;
-        auto rp = self->make_response_promise();
-        if (!st.head || !st.joined) {
-          rp.deliver(caf::make_error(caf::sec::request_receiver_down));
-          return rp;
-        }
-        st.joined = false;
-        ++st.generation;
-        self->request(st.head, wire::request_timeout, wire::leave_atom::value, st.opt.token, st.opt.node_id)
-            .then([rp](wire::leave_atom, bool left) mutable { rp.deliver(wire::leave_atom::value, left); },
-                  [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
-        return rp;
-      },
   };
+}
+
+caf::behavior node(node_actor self, node_options opt) {
+  open_node(self, std::move(opt));
+  return caf::behavior{membership(self).or_else(reservations(self)).or_else(trial_handlers(self))};
 }
 
 }  // namespace

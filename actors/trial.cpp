@@ -116,35 +116,88 @@ nlohmann::json gpus_json(const trial_options& opt) {
 }
 
 // The watching thread: starts the worker, reads it, acts on the controls, reaps it.
-void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_ptr<spawner> via) {
-  auto refuse = [&](const std::string& why) {
-    caf::anon_send(self, started_atom::value, 0, 0, "node " + l.node_id + ": " + why, std::string{});
-  };
-  std::optional<output_metrics> metrics;
+// What a start needs before its worker runs: the output patterns compiled, a fresh copy
+// of its working directory, its program found, its cgroup made (with its host limits,
+// which its keeper joins before the worker starts). The cgroup, or why not.
+expected<std::unique_ptr<trial_cgroup>> prepare(launch& l, std::optional<output_metrics>& metrics) {
   if (!l.patterns.empty()) {
     auto m = output_metrics::make(l.patterns, l.metric);
-    if (!m) return refuse(m.error().message());
+    if (!m) return m.error();
     metrics = std::move(*m);
   }
   if (l.workdir) {  // a fresh copy on every start: what an earlier run changed is gone
     std::error_code ec;
     std::filesystem::remove_all(l.spec.cwd, ec);
-    if (auto s = materialize_workdir(*l.workdir, l.blobs, l.spec.cwd); !s) return refuse("its working directory: " + s.message());
+    if (auto s = materialize_workdir(*l.workdir, l.blobs, l.spec.cwd); !s)
+      return status{s.code(), "its working directory: " + s.message()};
   }
   if (l.find_program) {
     auto path = l.spec.env.count("PATH") ? l.spec.env.at("PATH") : std::string{};
     auto program = resolve_program(l.spec.argv[0], l.spec.cwd, path);
-    if (!program) return refuse(program.error().message());
+    if (!program) return program.error();
     l.spec.argv[0] = *program;
   }
-  // Its cgroup, with its host limits, which its keeper joins before the worker starts.
   std::unique_ptr<trial_cgroup> cg;
   if (l.contain) {
     auto made = l.contain->make(l.trial_id, l.limits);
-    if (!made) return refuse(made.error().message());
+    if (!made) return made.error();
     cg = std::move(*made);
     l.spec.contain = cg->spec();
   }
+  return cg;
+}
+
+// What the actor asked (stop after a grace, kill, pause, resume), carried out.
+void apply_controls(control& ctl, worker_process& w, trial_cgroup* cg,
+                    std::optional<std::chrono::steady_clock::time_point>& kill_at) {
+  if (int grace = ctl.stop_after_ms.exchange(-1); grace >= 0) {
+    w.terminate();
+    kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace);
+  }
+  if (ctl.kill || (kill_at && std::chrono::steady_clock::now() >= *kill_at)) w.kill();
+  // Paused: its process group stopped and, in a cgroup, everything in it frozen.
+  if (ctl.pause.exchange(false)) {
+    w.pause();
+    if (cg) cg->freeze(true);
+  }
+  if (ctl.resume.exchange(false)) {
+    if (cg) cg->freeze(false);
+    w.resume();
+  }
+}
+
+// The end of the trial is the end of all it started: its cgroup is killed, waited for
+// until empty and removed (as a subreaper, the keeper has killed what was left). What
+// its cgroup measured, and what it left behind.
+wire::wire_trial_end end_cgroup(const launch& l, trial_cgroup* cg, worker_process& w) {
+  wire::wire_trial_end host;
+  if (!cg) return host;
+  auto u = cg->usage();
+  host.host_memory = u.memory;
+  host.host_memory_peak = u.memory_peak;
+  host.cpu_seconds = u.cpu_seconds;
+  host.pids = u.pids;
+  host.containment = l.contain->caps().kind();
+  host.oom_kills = std::max<int64_t>(u.oom_kills, 0);
+  host.pids_refused = std::max<int64_t>(u.pids_refused, 0);
+  auto escaped = cg->end(w.group());
+  if (escaped) host.left_behind = *escaped;
+  else host.containment_error = escaped.error().message();
+  host.left_behind_count = host.left_behind.empty() ? static_cast<int64_t>(w.left_behind())
+                                                    : static_cast<int64_t>(host.left_behind.size());
+  return host;
+}
+
+// The worker's thread: starts it, reads what it reports and writes, carries out the
+// actor's controls, and tells the actor of its end.
+void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_ptr<spawner> via) {
+  std::optional<output_metrics> metrics;
+  auto prepared = prepare(l, metrics);
+  if (!prepared) {
+    caf::anon_send(self, started_atom::value, 0, 0, "node " + l.node_id + ": " + prepared.error().message(), std::string{});
+    return;
+  }
+  auto cg = std::move(*prepared);
   // A Python command starts as a fork of a warm interpreter (no start-up of its own).
   auto warm = l.find_program && l.pythons ? l.pythons->for_program(l.spec.argv[0]) : nullptr;
   auto p = worker_process::start(l.spec, warm ? warm.get() : via.get());
@@ -183,20 +236,7 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
       idle_ms = std::min(idle_ms * 2, 50);
     }
     hand_over();
-    if (int grace = ctl->stop_after_ms.exchange(-1); grace >= 0) {
-      w.terminate();
-      kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace);
-    }
-    if (ctl->kill || (kill_at && std::chrono::steady_clock::now() >= *kill_at)) w.kill();
-    // Paused: its process group stopped and, in a cgroup, everything in it frozen.
-    if (ctl->pause.exchange(false)) {
-      w.pause();
-      if (cg) cg->freeze(true);
-    }
-    if (ctl->resume.exchange(false)) {
-      if (cg) cg->freeze(false);
-      w.resume();
-    }
+    apply_controls(*ctl, w, cg.get(), kill_at);
     done = w.try_wait();
     // What its cgroup uses (host memory, CPU), about once a second.
     if (cg && !cg->path().empty() && std::chrono::steady_clock::now() >= next_sample) {
@@ -206,24 +246,7 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
   }
   w.poll(std::chrono::milliseconds(0), lines, output_lines);  // the last words
   hand_over();
-  // The end of the trial is the end of all it started: its cgroup is killed, waited for
-  // until empty and removed (as a subreaper, the keeper has killed what was left).
-  wire::wire_trial_end host;  // what its cgroup measured
-  if (cg) {
-    auto u = cg->usage();
-    host.host_memory = u.memory;
-    host.host_memory_peak = u.memory_peak;
-    host.cpu_seconds = u.cpu_seconds;
-    host.pids = u.pids;
-    host.containment = l.contain->caps().kind();
-    host.oom_kills = std::max<int64_t>(u.oom_kills, 0);
-    host.pids_refused = std::max<int64_t>(u.pids_refused, 0);
-    auto escaped = cg->end(w.group());
-    if (escaped) host.left_behind = *escaped;
-    else host.containment_error = escaped.error().message();
-    host.left_behind_count = host.left_behind.empty() ? static_cast<int64_t>(w.left_behind())
-                                                      : static_cast<int64_t>(host.left_behind.size());
-  }
+  auto host = end_cgroup(l, cg.get(), w);
   caf::anon_send(self, ended_atom::value, done->exited, done->code, done->describe(), w.stderr_tail(),
                  static_cast<int64_t>(w.overlong_lines()), std::move(host));
 }
@@ -457,38 +480,152 @@ void ended(trial_actor self, bool exited, int code, const std::string& how, cons
           [finish, end](caf::error&) mutable { finish(std::move(end)); });
 }
 
-caf::behavior trial(trial_actor self, trial_options opt) {
-  auto& st = self->state;
-  st.opt = std::move(opt);
+// How to start the worker: its command (a program trial's, in its working copy; or the
+// trainable's executable and arguments), environment, limits.
+launch make_launch(const trial_options& opt) {
   launch l;
-  l.node_id = st.opt.node_id;
-  l.trial_id = st.opt.spec.trial_id;
-  l.contain = st.opt.contain;
-  l.limits = st.opt.limits;
-  l.spec.env = trial_environment(st.opt);
-  l.spec.cwd = st.opt.trial_dir;
-  if (!st.opt.spec.command.empty()) {  // a program trial: its command, in its working copy
-    l.spec.argv = st.opt.spec.command;
+  l.node_id = opt.node_id;
+  l.trial_id = opt.spec.trial_id;
+  l.contain = opt.contain;
+  l.limits = opt.limits;
+  l.spec.env = trial_environment(opt);
+  l.spec.cwd = opt.trial_dir;
+  if (!opt.spec.command.empty()) {  // a program trial: its command, in its working copy
+    l.spec.argv = opt.spec.command;
     l.find_program = true;
-    l.pythons = st.opt.pythons;
-    l.patterns = st.opt.spec.output_patterns;
-    l.metric = st.opt.spec.metric;
-    if (st.opt.workdir) {
-      l.workdir = st.opt.workdir;
-      l.blobs = st.opt.workdir_blobs;
-      l.spec.cwd = st.opt.trial_dir + "/work";
+    l.pythons = opt.pythons;
+    l.patterns = opt.spec.output_patterns;
+    l.metric = opt.spec.metric;
+    if (opt.workdir) {
+      l.workdir = opt.workdir;
+      l.blobs = opt.workdir_blobs;
+      l.spec.cwd = opt.trial_dir + "/work";
     }
   } else {
-    l.spec.argv = {st.opt.program};
-    l.spec.argv.insert(l.spec.argv.end(), st.opt.spec.args.begin(), st.opt.spec.args.end());
+    l.spec.argv = {opt.program};
+    l.spec.argv.insert(l.spec.argv.end(), opt.spec.args.begin(), opt.spec.args.end());
   }
-  st.watcher = std::thread(watch, caf::actor_cast<caf::actor>(self), std::move(l), st.ctl, st.opt.workers);
+  return l;
+}
+
+// The worker runs (pid > 0) or could not start (the error): the start's answer, and the
+// GPU audit told which processes and cgroup are the trial's.
+void on_started(trial_actor self, int pid, int group, const std::string& error, const std::string& cgroup) {
+  auto& st = self->state;
+  if (pid == 0) {
+    log_line("trial " + st.opt.spec.trial_id + " could not start: " + error);
+    st.opt.started.deliver(wire::start_answer(false, error));
+    self->quit();
+    return;
+  }
+  nlohmann::json info{{"trial_id", st.opt.spec.trial_id},
+                      {"pid", pid},
+                      {"node", st.opt.node_id},
+                      {"gpus", gpus_json(st.opt)},
+                      {"trial_dir", st.opt.trial_dir}};
+  if (!st.opt.spec.restore_dir.empty()) info["restore_dir"] = st.opt.spec.restore_dir;
+  log_line("trial " + st.opt.spec.trial_id + " started, pid " + std::to_string(pid));
+  st.started_ok = true;
+  st.opt.started.deliver(wire::start_answer(true, info.dump(), caf::actor_cast<caf::actor>(self)));
+  if (st.opt.node) to_owner(self, caf::make_message(wire::trial_node_atom::value, st.opt.spec.trial_id, st.opt.node));
+  event(self, "started", info);
+  if (!st.opt.audit) return;
+  nlohmann::json quota = nlohmann::json::object();
+  for (size_t i = 0; i < st.opt.cards.size(); ++i)
+    if (!st.opt.cards[i].logical) quota[st.opt.cards[i].uuid] = st.opt.grants[i].memory;
+  self->send(st.opt.audit, audit_add_atom::value, st.opt.spec.trial_id, pid, group, cgroup, quota.dump(),
+             caf::actor_cast<caf::actor>(self));
+}
+
+void ignore_line(trial_actor self, const std::string& line) {
+  auto& st = self->state;
+  if (st.ignored_lines++ > 0) return;
+  st.ignored_example = line.size() > 200 ? line.substr(0, 197) + "..." : line;
+  log_line("trial " + st.opt.spec.trial_id + ": ignored a line on its report channel that is not a report: " +
+           st.ignored_example);
+}
+
+// A line that is not a plain result: a result with a metric that is not a number, a
+// checkpoint, "done", or not a report (ignored). `flush` sends the results before it.
+template <class Flush>
+void general_line(trial_actor self, const std::string& line, Flush& flush) {
+  auto& st = self->state;
+  auto j = nlohmann::json::parse(line, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("type") || !j["type"].is_string()) return ignore_line(self, line);
+  auto type = j["type"].get<std::string>();
+  if (type == "result" && j.contains("metrics") && j["metrics"].is_object()) {
+    ++st.results;
+    auto iteration = j.contains("iteration") && j["iteration"].is_number_integer() ? j["iteration"].get<int64_t>()
+                                                                                    : st.results;
+    flush();
+    to_owner(self, caf::make_message(wire::trial_result_atom::value, st.opt.spec.trial_id,
+                                     wire::wire_result{iteration, j["metrics"].dump(), st.gpu_memory}));
+  } else if (type == "checkpoint") {
+    flush();
+    checkpoint(self, j);
+  } else if (type == "done") {
+    flush();
+    event(self, "done", {{"message", j.contains("message") && j["message"].is_string() ? j["message"] : ""}});
+  } else {
+    ignore_line(self, line);
+  }
+}
+
+// Lines from the worker (all that one read gave): whatever they are, they must not hurt
+// the node (a worker is the user's code), so anything but a well-formed report is
+// ignored. Results whose metrics are all numbers go to the owner as columns (one
+// message for those that came together and name the same metrics); any other result as
+// a wire_result; all in the order the worker wrote them.
+void on_lines(trial_actor self, const std::vector<std::string>& lines) {
+  auto& st = self->state;
+  st.ctl->lines_in_flight -= static_cast<int64_t>(lines.size());
+  wire::wire_results batch;
+  plain_result row;
+  auto flush = [&] {
+    if (batch.rows() == 0) return;
+    batch.gpu_memory = st.gpu_memory;
+    to_owner(self, caf::make_message(wire::trial_results_atom::value, st.opt.spec.trial_id, std::move(batch)));
+    batch = {};
+  };
+  for (auto& line : lines) {
+    if (!row.parse(line)) {
+      general_line(self, line, flush);
+      continue;
+    }
+    ++st.results;
+    if (batch.names != row.names) {
+      flush();
+      batch.names = row.names;
+    }
+    batch.iterations.push_back(row.iteration ? *row.iteration : st.results);
+    for (double v : row.values) batch.add(v);
+  }
+  flush();
+}
+
+// No greeting from its owner in time: at first its events go out anyway; after a
+// hold (the head was lost), an ended trial's last messages are given up.
+void greet_wait(trial_actor self, uint64_t round) {
+  auto& st = self->state;
+  if (st.greeted || round != st.hold_round) return;
+  if (round == 0) {  // the first greeting never came: sent anyway
+    log_line("trial " + st.opt.spec.trial_id + ": its owner has not written within " +
+             std::to_string(wire::trial_greeting_wait.count()) + " s; sending its events anyway");
+    return greeted(self, 0);
+  }
+  if (st.over) {
+    log_line("trial " + st.opt.spec.trial_id + ": its owner did not come back within " + std::to_string(hold_wait.count()) +
+             " s; its last " + std::to_string(st.first + st.sent.size() - st.held_since) + " message(s) are dropped");
+    self->quit();
+  }
+}
+
+// What its owner says (only its owner is heard).
+caf::message_handler owner_handlers(trial_actor self) {
   auto from_owner = [self] {
     auto& st = self->state;
     return st.opt.owner && self->current_sender() == st.opt.owner.address();
   };
-  if (!st.opt.owner) st.greeted = true;
-  else self->delayed_send(self, wire::trial_greeting_wait, greet_wait_atom::value, uint64_t{0});
   return {
       [self, from_owner](wire::route_atom, uint64_t received) {
         if (from_owner()) greeted(self, received);
@@ -498,126 +635,47 @@ caf::behavior trial(trial_actor self, trial_options opt) {
         self->state.acked = std::max(self->state.acked, received);
         pace(self);
       },
-      [self](greet_wait_atom, uint64_t round) {
-        auto& st = self->state;
-        if (st.greeted || round != st.hold_round) return;
-        if (round == 0) {  // the first greeting never came: sent anyway
-          log_line("trial " + st.opt.spec.trial_id + ": its owner has not written within " +
-                   std::to_string(wire::trial_greeting_wait.count()) + " s; sending its events anyway");
-          return greeted(self, 0);
-        }
-        if (st.over) {
-          log_line("trial " + st.opt.spec.trial_id + ": its owner did not come back within " +
-                   std::to_string(hold_wait.count()) + " s; its last " +
-                   std::to_string(st.first + st.sent.size() - st.held_since) + " message(s) are dropped");
-          self->quit();
-        }
-      },
-      [self](trial_hold_atom) {
-        auto& st = self->state;
-        if (!st.opt.node || self->current_sender() != st.opt.node.address() || !st.greeted) return;
-        st.greeted = false;
-        st.held_since = st.first + st.sent.size();
-        self->delayed_send(self, hold_wait, greet_wait_atom::value, ++st.hold_round);
-      },
-      [self](started_atom, int pid, int group, const std::string& error, const std::string& cgroup) {
-        auto& st = self->state;
-        if (pid == 0) {
-          log_line("trial " + st.opt.spec.trial_id + " could not start: " + error);
-          st.opt.started.deliver(wire::start_answer(false, error));
-          self->quit();
-          return;
-        }
-        nlohmann::json info{{"trial_id", st.opt.spec.trial_id},
-                            {"pid", pid},
-                            {"node", st.opt.node_id},
-                            {"gpus", gpus_json(st.opt)},
-                            {"trial_dir", st.opt.trial_dir}};
-        if (!st.opt.spec.restore_dir.empty()) info["restore_dir"] = st.opt.spec.restore_dir;
-        log_line("trial " + st.opt.spec.trial_id + " started, pid " + std::to_string(pid));
-        st.started_ok = true;
-        st.opt.started.deliver(wire::start_answer(true, info.dump(), caf::actor_cast<caf::actor>(self)));
-        if (st.opt.node) to_owner(self, caf::make_message(wire::trial_node_atom::value, st.opt.spec.trial_id, st.opt.node));
-        event(self, "started", info);
-        if (st.opt.audit) {
-          nlohmann::json quota = nlohmann::json::object();
-          for (size_t i = 0; i < st.opt.cards.size(); ++i)
-            if (!st.opt.cards[i].logical) quota[st.opt.cards[i].uuid] = st.opt.grants[i].memory;
-          self->send(st.opt.audit, audit_add_atom::value, st.opt.spec.trial_id, pid, group, cgroup, quota.dump(),
-                     caf::actor_cast<caf::actor>(self));
-        }
-      },
-      // Lines from the worker (all that one read gave): whatever they are, they must
-      // not hurt the node (a worker is the user's code), so anything but a well-formed
-      // report is ignored. Results whose metrics are all numbers go to the owner as
-      // columns (one message for those that came together and name the same metrics);
-      // any other result as a "result" event; all in the order the worker wrote them.
-      [self](line_atom, const std::vector<std::string>& lines) {
-        auto& st = self->state;
-        st.ctl->lines_in_flight -= static_cast<int64_t>(lines.size());
-        auto ignore = [&](const std::string& line) {
-          if (st.ignored_lines++ > 0) return;
-          st.ignored_example = line.size() > 200 ? line.substr(0, 197) + "..." : line;
-          log_line("trial " + st.opt.spec.trial_id + ": ignored a line on its report channel that is not a report: " +
-                   st.ignored_example);
-        };
-        wire::wire_results batch;
-        plain_result row;
-        auto flush = [&] {
-          if (batch.rows() == 0) return;
-          batch.gpu_memory = st.gpu_memory;
-          to_owner(self, caf::make_message(wire::trial_results_atom::value, st.opt.spec.trial_id, std::move(batch)));
-          batch = {};
-        };
-        for (auto& line : lines) {
-          if (row.parse(line)) {
-            ++st.results;
-            if (batch.names != row.names) {
-              flush();
-              batch.names = row.names;
-            }
-            batch.iterations.push_back(row.iteration ? *row.iteration : st.results);
-            for (double v : row.values) batch.add(v);
-            continue;
-          }
-          auto j = nlohmann::json::parse(line, nullptr, false);
-          if (j.is_discarded() || !j.is_object() || !j.contains("type") || !j["type"].is_string()) {
-            ignore(line);
-            continue;
-          }
-          auto type = j["type"].get<std::string>();
-          if (type == "result" && j.contains("metrics") && j["metrics"].is_object()) {
-            ++st.results;
-            auto iteration = j.contains("iteration") && j["iteration"].is_number_integer()
-                                 ? j["iteration"].get<int64_t>()
-                                 : st.results;
-            flush();
-            to_owner(self, caf::make_message(wire::trial_result_atom::value, st.opt.spec.trial_id,
-                                             wire::wire_result{iteration, j["metrics"].dump(), st.gpu_memory}));
-          } else if (type == "checkpoint") {
-            flush();
-            checkpoint(self, j);
-          } else if (type == "done") {
-            flush();
-            event(self, "done", {{"message", j.contains("message") && j["message"].is_string() ? j["message"] : ""}});
-          } else {
-            ignore(line);
-          }
-        }
-        flush();
-      },
-      [self](host_atom, const std::string& usage) {  // its cgroup's usage, for the node's report
-        auto& st = self->state;
-        if (st.opt.node) self->send(st.opt.node, trial_host_atom::value, st.opt.spec.trial_id, usage);
-      },
-      [self](ended_atom, bool exited, int code, const std::string& how, const std::string& stderr_tail, int64_t overlong,
-             wire::wire_trial_end& end) { ended(self, exited, code, how, stderr_tail, overlong, std::move(end)); },
       [self, from_owner](wire::trial_stop_atom, int64_t grace_ms) {
         if (!from_owner()) return;
         auto& st = self->state;
         st.stopped = true;
         auto grace = grace_ms < 0 ? st.opt.default_grace.count() : std::min<int64_t>(grace_ms, 3'600'000);
         st.ctl->stop_after_ms = static_cast<int>(grace);
+      },
+      [self, from_owner](wire::trial_kill_atom) {
+        if (!from_owner()) return;
+        self->state.killed = true;
+        self->state.ctl->kill = true;
+      },
+      [self, from_owner](wire::trial_pause_atom) {
+        if (from_owner()) self->state.ctl->pause = true;
+      },
+      [self, from_owner](wire::trial_resume_atom) {
+        if (from_owner()) self->state.ctl->resume = true;
+      },
+      [self](greet_wait_atom, uint64_t round) { greet_wait(self, round); },
+  };
+}
+
+// Its worker's thread, its node and the node's GPU audit.
+caf::message_handler node_handlers(trial_actor self) {
+  return {
+      [self](started_atom, int pid, int group, const std::string& error, const std::string& cgroup) {
+        on_started(self, pid, group, error, cgroup);
+      },
+      [self](line_atom, const std::vector<std::string>& lines) { on_lines(self, lines); },
+      [self](host_atom, const std::string& usage) {  // its cgroup's usage, for the node's report
+        auto& st = self->state;
+        if (st.opt.node) self->send(st.opt.node, trial_host_atom::value, st.opt.spec.trial_id, usage);
+      },
+      [self](ended_atom, bool exited, int code, const std::string& how, const std::string& stderr_tail, int64_t overlong,
+             wire::wire_trial_end& end) { ended(self, exited, code, how, stderr_tail, overlong, std::move(end)); },
+      [self](trial_hold_atom) {  // the node lost the head: what it reports waits for its owner's greeting
+        auto& st = self->state;
+        if (!st.opt.node || self->current_sender() != st.opt.node.address() || !st.greeted) return;
+        st.greeted = false;
+        st.held_since = st.first + st.sent.size();
+        self->delayed_send(self, hold_wait, greet_wait_atom::value, ++st.hold_round);
       },
       // The node's GPU audit: what the trial uses, and a rule it broke (it dies at once:
       // a trial over its quota must not take its neighbours' memory while it stops).
@@ -640,18 +698,16 @@ caf::behavior trial(trial_actor self, trial_options opt) {
         if (st.over) self->quit();  // ended already, waiting to be heard
         st.ctl->kill = true;
       },
-      [self, from_owner](wire::trial_kill_atom) {
-        if (!from_owner()) return;
-        self->state.killed = true;
-        self->state.ctl->kill = true;
-      },
-      [self, from_owner](wire::trial_pause_atom) {
-        if (from_owner()) self->state.ctl->pause = true;
-      },
-      [self, from_owner](wire::trial_resume_atom) {
-        if (from_owner()) self->state.ctl->resume = true;
-      },
   };
+}
+
+caf::behavior trial(trial_actor self, trial_options opt) {
+  auto& st = self->state;
+  st.opt = std::move(opt);
+  st.watcher = std::thread(watch, caf::actor_cast<caf::actor>(self), make_launch(st.opt), st.ctl, st.opt.workers);
+  if (!st.opt.owner) st.greeted = true;
+  else self->delayed_send(self, wire::trial_greeting_wait, greet_wait_atom::value, uint64_t{0});
+  return caf::behavior{owner_handlers(self).or_else(node_handlers(self))};
 }
 
 }  // namespace

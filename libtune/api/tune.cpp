@@ -406,7 +406,7 @@ int result_grid::errors() const {
   auto t = store_->trials();
   if (!t) return 0;
   int n = 0;
-  for (auto& row : *t) n += row.state == "error";
+  for (auto& row : *t) n += row.state == trial_state::error;
   return n;
 }
 

@@ -39,14 +39,14 @@ std::string experiment_engine::next_id() {
 
 int experiment_engine::running() const {
   int n = 0;
-  for (auto& [id, t] : trials_) n += t.state == "running";
+  for (auto& [id, t] : trials_) n += t.state == trial_state::running;
   return n;
 }
 
 bool experiment_engine::finished() const {
   if (!search_done_ && !over_budget_) return false;
   for (auto& [id, t] : trials_)
-    if (t.state == "running" || t.state == "pending") return false;
+    if (t.state == trial_state::running || t.state == trial_state::pending) return false;
   return done_;
 }
 
@@ -54,8 +54,8 @@ void experiment_engine::sweep_paused_to_stop() {
   for (auto& id : scheduler_.take_paused_to_stop()) {
     auto it = trials_.find(id);
     if (it == trials_.end()) continue;
-    if (it->second.state == "paused") {
-      it->second.state = "terminated";
+    if (it->second.state == trial_state::paused) {
+      it->second.state = trial_state::terminated;
       (void)search_.on_complete(id);
     } else {
       stop_after_pause_.insert(id);  // still pausing: ends when its process does
@@ -77,7 +77,7 @@ engine_action experiment_engine::start_action(engine_trial& t) {
     }
     t.replay_until = t.iteration;  // it may report again what came after that checkpoint (or all)
   }
-  t.state = "running";
+  t.state = trial_state::running;
   t.started_at = now_;
   ++t.starts;
   return a;
@@ -91,7 +91,7 @@ expected<std::vector<engine_action>> experiment_engine::step(double now_s) {
     char why[96];
     std::snprintf(why, sizeof why, "the experiment's time budget of %g s is spent", *opt_.time_budget_s);
     for (auto& [id, t] : trials_)
-      if (t.state == "running" && !asked_.count(id)) {
+      if (t.state == trial_state::running && !asked_.count(id)) {
         asked_[id] = engine_action::kind::stop;
         out.push_back({engine_action::kind::stop, id, {}, "", -1, why});
       }
@@ -108,7 +108,7 @@ expected<std::vector<engine_action>> experiment_engine::step(double now_s) {
     if (auto id = scheduler_.choose_trial_to_resume()) {
       auto it = trials_.find(*id);
       if (it == trials_.end()) return status{errc::inconsistent, "the scheduler resumed unknown trial " + *id};
-      if (it->second.state == "paused") {
+      if (it->second.state == trial_state::paused) {
         out.push_back(start_action(it->second));
         ++now_running;
       } else {
@@ -158,7 +158,7 @@ expected<std::vector<engine_action>> experiment_engine::on_result(const std::str
   if (it == trials_.end()) return status{errc::not_found, "a result of unknown trial " + id};
   auto& t = it->second;
   t.iteration = std::max(t.iteration, iteration);
-  if (t.state != "running" || asked_.count(id)) return std::vector<engine_action>{};
+  if (t.state != trial_state::running || asked_.count(id)) return std::vector<engine_action>{};
   return stop_for_value(id, t, m.dump());
 }
 
@@ -175,7 +175,7 @@ expected<std::vector<engine_action>> experiment_engine::on_metric(const std::str
   if (it == trials_.end()) return status{errc::not_found, "a result of unknown trial " + id};
   auto& t = it->second;
   t.iteration = std::max(t.iteration, iteration);
-  if (t.state != "running" || asked_.count(id)) return std::vector<engine_action>{};  // late: recorded only
+  if (t.state != trial_state::running || asked_.count(id)) return std::vector<engine_action>{};  // late: recorded only
   if (iteration <= t.replay_until) return std::vector<engine_action>{};  // seen before its restart
   if (!value) return std::vector<engine_action>{};
   double v = *value;
@@ -225,7 +225,7 @@ expected<std::vector<engine_action>> experiment_engine::on_ended(const std::stri
   auto it = trials_.find(id);
   if (it == trials_.end()) return status{errc::not_found, "the end of unknown trial " + id};
   auto& t = it->second;
-  if (t.state != "running") return std::vector<engine_action>{};  // told twice: nothing more
+  if (t.state != trial_state::running) return std::vector<engine_action>{};  // told twice: nothing more
   if (t.started_at >= 0) t.run_s += std::max(0.0, now_ - t.started_at);
   t.started_at = -1;
   std::optional<engine_action::kind> asked;
@@ -235,10 +235,10 @@ expected<std::vector<engine_action>> experiment_engine::on_ended(const std::stri
   }
   std::vector<engine_action> out;
   if (asked == engine_action::kind::pause) {
-    t.state = "paused";
+    t.state = trial_state::paused;
     if (auto x = exploits_.find(id); x != exploits_.end()) t.cfg = x->second.first;
     if (stop_after_pause_.erase(id)) {
-      t.state = "terminated";
+      t.state = trial_state::terminated;
       (void)search_.on_complete(id);
     } else if (resume_after_pause_.erase(id)) {
       out.push_back(start_action(t));
@@ -246,17 +246,17 @@ expected<std::vector<engine_action>> experiment_engine::on_ended(const std::stri
     return out;
   }
   if (asked == engine_action::kind::stop) {
-    t.state = t.error.empty() ? "terminated" : "error";
+    t.state = t.error.empty() ? trial_state::terminated : trial_state::error;
     if (t.error.empty()) (void)scheduler_.on_trial_complete(id);
     else (void)scheduler_.on_trial_error(id);
     (void)search_.on_complete(id);
   } else if (ok && !t.value && !opt_.metric.empty()) {
-    t.state = "error";
+    t.state = trial_state::error;
     t.error = "it ended without reporting " + opt_.metric + (error.empty() ? "" : " (" + error + ")");
     (void)scheduler_.on_trial_error(id);
     (void)search_.on_complete(id);
   } else if (ok) {
-    t.state = "terminated";
+    t.state = trial_state::terminated;
     (void)scheduler_.on_trial_complete(id);
     (void)search_.on_complete(id);
   } else if (t.failures < opt_.max_failures && !over_budget_) {
@@ -266,7 +266,7 @@ expected<std::vector<engine_action>> experiment_engine::on_ended(const std::stri
     out.push_back(start_action(t));
     return out;
   } else {
-    t.state = "error";
+    t.state = trial_state::error;
     t.error = error.empty() ? "its process failed" : error;
     if (t.failures > 0) t.error += " (failed " + std::to_string(t.failures + 1) + " times)";
     (void)scheduler_.on_trial_error(id);
@@ -280,7 +280,7 @@ expected<std::vector<engine_action>> experiment_engine::on_interrupted(const std
   auto it = trials_.find(id);
   if (it == trials_.end()) return status{errc::not_found, "the interruption of unknown trial " + id};
   auto& t = it->second;
-  if (t.state != "running") return std::vector<engine_action>{};
+  if (t.state != trial_state::running) return std::vector<engine_action>{};
   if (asked_.count(id)) return on_ended(id, true);  // what it was asked to do is done
   if (t.started_at >= 0) t.run_s += std::max(0.0, now_ - t.started_at);
   return std::vector<engine_action>{start_action(t)};

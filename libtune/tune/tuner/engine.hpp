@@ -26,6 +26,7 @@
 #include "tune/tuner/common.hpp"
 #include "tune/tuner/scheduler.hpp"
 #include "tune/tuner/search.hpp"
+#include "tune/tuner/trial_state.hpp"
 
 namespace tune {
 
@@ -60,7 +61,7 @@ struct engine_action {
 struct engine_trial {
   std::string id;
   config cfg;
-  std::string state = "pending";  // pending, running, paused, terminated, error
+  trial_state state = trial_state::pending;
   int64_t iteration = 0;          // the latest reported
   std::optional<double> value;    // the latest value of the metric
   std::string error;

@@ -35,7 +35,7 @@ struct rig {
   std::vector<engine_action> ended(const std::string& id, bool good = true, std::string why = {}) {
     return ok(engine->on_ended(id, good, why));
   }
-  std::string state(const std::string& id) { return engine->trials().at(id).state; }
+  trial_state state(const std::string& id) { return engine->trials().at(id).state; }
 };
 
 engine_options opts(int concurrent) {

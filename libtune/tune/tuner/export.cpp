@@ -75,7 +75,7 @@ status write_results_csv(const experiment_store& store, std::ostream& out) {
     auto* t = by_id.count(r.trial) ? by_id[r.trial] : nullptr;
     char time[40];
     std::snprintf(time, sizeof time, "%.6f", r.time);
-    out << csv_field(r.trial) << "," << r.iteration << "," << time << "," << (t ? t->state : "") << ","
+    out << csv_field(r.trial) << "," << r.iteration << "," << time << "," << (t ? std::string{to_string(t->state)} : std::string{}) << ","
         << csv_field(t ? t->error : "");
     auto& conf = configs[r.trial];
     for (auto& c : config_columns) out << "," << (conf.count(c) ? csv_field(conf[c]) : "");

@@ -88,14 +88,14 @@ expected<resume_plan> replay_experiment(experiment_engine& engine, const experim
   // now.
   std::vector<std::string> running;
   for (auto& [id, t] : engine.trials())
-    if (t.state == "running" && stored.count(id)) running.push_back(id);
+    if (t.state == trial_state::running && stored.count(id)) running.push_back(id);
   for (auto& id : running) {
     auto acts = engine.on_interrupted(id);
     if (!acts) return acts.error();
     ++plan.interrupted_trials;
     for (auto& a : *acts) plan.actions.push_back(a);
   }
-  for (auto& [id, t] : engine.trials()) plan.finished_trials += t.state == "terminated" || t.state == "error";
+  for (auto& [id, t] : engine.trials()) plan.finished_trials += finished(t.state);
   plan.results = std::move(*results);  // the controller shows them (its dashboard curves): not read twice
   return plan;
 }

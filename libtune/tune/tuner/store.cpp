@@ -69,9 +69,6 @@ CREATE INDEX IF NOT EXISTS events_by_trial ON events(trial, seq);
 
 }  // namespace
 
-bool experiment_store::valid_state(const std::string& s) {
-  return s == "pending" || s == "running" || s == "paused" || s == "terminated" || s == "error";
-}
 
 status experiment_store::fail(const std::string& what) const {
   return status{errc::inconsistent, what + ": " + (db_ ? sqlite3_errmsg(db_) : "no database") + " (" + database_path() + ")"};
@@ -158,28 +155,39 @@ expected<nlohmann::json> experiment_store::meta(const std::string& key) const {
   return parse_or_null(st.column_text(0));
 }
 
-status experiment_store::add_trial(const std::string& id, const nlohmann::json& config, const std::string& state) {
+status experiment_store::add_trial(const std::string& id, const nlohmann::json& config, std::string_view state) {
+  auto s = parse_trial_state(state);
+  if (!s) return status{errc::invalid_argument, "unknown trial state \"" + std::string{state} + "\""};
+  return add_trial(id, config, *s);
+}
+
+status experiment_store::update_trial(const std::string& id, std::string_view state, const std::string& error,
+                                      const nlohmann::json& info) {
+  auto s = parse_trial_state(state);
+  if (!s) return status{errc::invalid_argument, "unknown trial state \"" + std::string{state} + "\""};
+  return update_trial(id, *s, error, info);
+}
+
+status experiment_store::add_trial(const std::string& id, const nlohmann::json& config, trial_state state) {
   if (id.empty()) return status{errc::invalid_argument, "a trial needs an id"};
-  if (!valid_state(state)) return status{errc::invalid_argument, "unknown trial state \"" + state + "\""};
   statement st{db_, "INSERT INTO trials(id, config, state, created, updated) VALUES(?1, ?2, ?3, ?4, ?4)"};
   if (!st.ok()) return fail("cannot add trial " + id);
   double t = wall_seconds();
-  int rc = st.text(1, id).text(2, config.dump()).text(3, state).real(4, t).step();
+  int rc = st.text(1, id).text(2, config.dump()).text(3, std::string{to_string(state)}).real(4, t).step();
   if (rc == SQLITE_CONSTRAINT) return status{errc::already_exists, "trial " + id + " is already in the experiment"};
   if (rc != SQLITE_DONE) return fail("cannot add trial " + id);
   return status::ok();
 }
 
-status experiment_store::update_trial(const std::string& id, const std::string& state, const std::string& error,
+status experiment_store::update_trial(const std::string& id, trial_state state, const std::string& error,
                                       const nlohmann::json& info) {
-  if (!valid_state(state)) return status{errc::invalid_argument, "unknown trial state \"" + state + "\""};
   if (!info.is_object()) return status{errc::invalid_argument, "a trial's info must be a JSON object"};
   auto current = trial(id);
   if (!current) return current.error();
   auto merged = current->info;
   merged.update(info);
   statement st{db_, "UPDATE trials SET state = ?2, error = ?3, info = ?4, updated = ?5 WHERE id = ?1"};
-  if (!st.ok() || st.text(1, id).text(2, state).text(3, error).text(4, merged.dump()).real(5, wall_seconds()).step() != SQLITE_DONE)
+  if (!st.ok() || st.text(1, id).text(2, std::string{to_string(state)}).text(3, error).text(4, merged.dump()).real(5, wall_seconds()).step() != SQLITE_DONE)
     return fail("cannot update trial " + id);
   return status::ok();
 }
@@ -250,14 +258,14 @@ status experiment_store::add_event(const std::string& trial, const std::string& 
 }
 
 namespace {
-trial_row read_trial(const statement& st) {
-  return {st.column_text(0),
-          parse_or_null(st.column_text(1)),
-          st.column_text(2),
-          st.column_text(3),
-          parse_or_null(st.column_text(4)),
-          st.column_real(5),
-          st.column_real(6)};
+// A trial's row; a state the store should never hold (written by something else) is
+// an error naming it.
+expected<trial_row> read_trial(const statement& st) {
+  auto state = st.column_text(2);
+  auto s = parse_trial_state(state);
+  if (!s) return status{errc::inconsistent, "trial " + st.column_text(0) + " has an unknown state \"" + state + "\" in the store"};
+  return trial_row{st.column_text(0),           parse_or_null(st.column_text(1)), *s, st.column_text(3),
+                   parse_or_null(st.column_text(4)), st.column_real(5),            st.column_real(6)};
 }
 }  // namespace
 
@@ -266,7 +274,11 @@ expected<std::vector<trial_row>> experiment_store::trials() const {
   if (!st.ok()) return fail("cannot read trials");
   std::vector<trial_row> out;
   int rc;
-  while ((rc = st.step()) == SQLITE_ROW) out.push_back(read_trial(st));
+  while ((rc = st.step()) == SQLITE_ROW) {
+    auto row = read_trial(st);
+    if (!row) return row.error();
+    out.push_back(std::move(*row));
+  }
   if (rc != SQLITE_DONE) return fail("cannot read trials");
   return out;
 }

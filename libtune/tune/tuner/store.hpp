@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tune/core/status.hpp"
+#include "tune/tuner/trial_state.hpp"
 
 struct sqlite3;
 
@@ -26,7 +27,7 @@ namespace tune {
 struct trial_row {
   std::string id;
   nlohmann::json config;
-  std::string state;  // pending, running, paused, terminated, error
+  trial_state state = trial_state::pending;
   std::string error;  // why it failed (state error)
   nlohmann::json info = nlohmann::json::object();  // node, pid, GPUs, peak memory, ...
   double created = 0, updated = 0;                 // seconds since the epoch
@@ -73,9 +74,14 @@ class experiment_store {
   status set_meta(const std::string& key, const nlohmann::json& value);
   expected<nlohmann::json> meta(const std::string& key) const;  // null when absent
 
-  status add_trial(const std::string& id, const nlohmann::json& config, const std::string& state = "pending");
-  // A new state; the error for state "error"; `info` merged into the trial's info.
-  status update_trial(const std::string& id, const std::string& state, const std::string& error = {},
+  status add_trial(const std::string& id, const nlohmann::json& config, trial_state state = trial_state::pending);
+  // A new state; the error for state error; `info` merged into the trial's info.
+  status update_trial(const std::string& id, trial_state state, const std::string& error = {},
+                      const nlohmann::json& info = nlohmann::json::object());
+  // The same with the state by its name (from outside: a tool, a test): an unknown name
+  // is refused.
+  status add_trial(const std::string& id, const nlohmann::json& config, std::string_view state);
+  status update_trial(const std::string& id, std::string_view state, const std::string& error = {},
                       const nlohmann::json& info = nlohmann::json::object());
   // All in one transaction, or none. How many were new (a (trial, iteration) already
   // stored is left as it is). Results of unknown trials are an error (nothing stored).
@@ -99,7 +105,6 @@ class experiment_store {
   expected<int64_t> result_count() const;
 
   static constexpr int schema_version = 1;
-  static bool valid_state(const std::string& s);
 
  private:
   experiment_store() = default;
