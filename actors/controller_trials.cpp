@@ -212,11 +212,15 @@ void send_start(controller_actor self, const live::start_trial& c, std::string r
       .then(
           [self, c](wire::trial_start_atom, bool ok, std::string& text, caf::actor& trial) {
             auto& st = self->state;
-            if (st.over || !st.table.current(c.trial, c.attempt)) return;
+            auto* t = st.table.find(c.trial);
+            if (st.over || !t || t->attempt != c.attempt) return;  // an earlier attempt's
             auto info = ok ? nlohmann::json::parse(text, nullptr, false) : nlohmann::json();
-            std::string node = info.is_object() ? info.value("node", "") : "";
-            st.table.on_start_answer(c.trial, c.attempt, ok, text, node, trial ? handle_of(self, trial) : 0);
-            drain(self);
+            // Its end may have overtaken this answer: then only what it says is recorded.
+            if (st.table.current(c.trial, c.attempt)) {
+              std::string node = info.is_object() ? info.value("node", "") : "";
+              st.table.on_start_answer(c.trial, c.attempt, ok, text, node, trial ? handle_of(self, trial) : 0);
+              drain(self);
+            }
             if (ok && !st.over) started(self, c.trial, info, c.action);
           },
           [self, c](caf::error& err) {
