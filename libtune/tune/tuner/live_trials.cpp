@@ -84,6 +84,15 @@ void live_trials::place(const std::string& id, trial& t) {
   out_.push_back(live::create_group{id, t.attempt, t.group, t.reissued && t.group_ready, t.move_avoid});
 }
 
+// A moved trial that found no room off the nodes it left: placed anywhere after all.
+void live_trials::move_anywhere(const std::string& id, trial& t) {
+  out_.push_back(live::note{id, "move_fallback", {{"avoided", t.move_avoid}}});
+  t.move_avoid.clear();
+  give_back(t);
+  ++t.attempt;
+  place(id, t);
+}
+
 void live_trials::give_back(trial& t) {
   if (t.group.empty()) return;
   out_.push_back(live::remove_group{t.group});
@@ -131,14 +140,7 @@ void live_trials::on_group_created(const std::string& id, uint64_t attempt, cons
     return;
   }
   if (!again) t->group = a.group;
-  if (!t->move_avoid.empty() && a.state == "infeasible") {
-    // A moved trial that found no room off the nodes it left: placed anywhere after all.
-    out_.push_back(live::note{id, "move_fallback", {{"avoided", t->move_avoid}}});
-    t->move_avoid.clear();
-    give_back(*t);
-    ++t->attempt;
-    return place(id, *t);
-  }
+  if (!t->move_avoid.empty() && a.state == "infeasible") return move_anywhere(id, *t);
   t->state = live_state::waiting;
   out_.push_back(live::wait_group{id, attempt, t->group});
 }
@@ -153,13 +155,7 @@ void live_trials::on_group_wait(const std::string& id, uint64_t attempt, bool re
     out_.push_back(live::start_trial{id, attempt, t->group, *t->start});
     return;
   }
-  if (!t->move_avoid.empty()) {
-    out_.push_back(live::note{id, "move_fallback", {{"avoided", t->move_avoid}}});
-    t->move_avoid.clear();
-    give_back(*t);
-    ++t->attempt;
-    return place(id, *t);
-  }
+  if (!t->move_avoid.empty()) return move_anywhere(id, *t);
   fail_start(id, *t, "placement group " + t->group + " is " + state + (why.empty() ? "" : ": " + why));
 }
 

@@ -176,6 +176,7 @@ class live_trials {
 
  private:
   void place(const std::string& id, trial& t);
+  void move_anywhere(const std::string& id, trial& t);
   void fail_start(const std::string& id, trial& t, const std::string& why);
   void give_back(trial& t);
   void forget_actor(trial& t);
