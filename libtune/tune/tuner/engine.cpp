@@ -37,10 +37,13 @@ std::string experiment_engine::next_id() {
   return opt_.trial_prefix + buf;
 }
 
-int experiment_engine::running() const {
-  int n = 0;
-  for (auto& [id, t] : trials_) n += t.state == trial_state::running;
-  return n;
+int experiment_engine::running() const { return running_; }
+
+// Every change of a trial's state goes through here: the count of running trials is
+// kept (a step with many trials does not scan them all).
+void experiment_engine::set_state(engine_trial& t, trial_state s) {
+  running_ += (s == trial_state::running) - (t.state == trial_state::running);
+  t.state = s;
 }
 
 bool experiment_engine::finished() const {
@@ -55,7 +58,7 @@ void experiment_engine::sweep_paused_to_stop() {
     auto it = trials_.find(id);
     if (it == trials_.end()) continue;
     if (it->second.state == trial_state::paused) {
-      it->second.state = trial_state::terminated;
+      set_state(it->second, trial_state::terminated);
       (void)search_.on_complete(id);
     } else {
       stop_after_pause_.insert(id);  // still pausing: ends when its process does
@@ -77,7 +80,7 @@ engine_action experiment_engine::start_action(engine_trial& t) {
     }
     t.replay_until = t.iteration;  // it may report again what came after that checkpoint (or all)
   }
-  t.state = trial_state::running;
+  set_state(t, trial_state::running);
   t.started_at = now_;
   ++t.starts;
   return a;
@@ -235,10 +238,10 @@ expected<std::vector<engine_action>> experiment_engine::on_ended(const std::stri
   }
   std::vector<engine_action> out;
   if (asked == engine_action::kind::pause) {
-    t.state = trial_state::paused;
+    set_state(t, trial_state::paused);
     if (auto x = exploits_.find(id); x != exploits_.end()) t.cfg = x->second.first;
     if (stop_after_pause_.erase(id)) {
-      t.state = trial_state::terminated;
+      set_state(t, trial_state::terminated);
       (void)search_.on_complete(id);
     } else if (resume_after_pause_.erase(id)) {
       out.push_back(start_action(t));
@@ -246,17 +249,17 @@ expected<std::vector<engine_action>> experiment_engine::on_ended(const std::stri
     return out;
   }
   if (asked == engine_action::kind::stop) {
-    t.state = t.error.empty() ? trial_state::terminated : trial_state::error;
+    set_state(t, t.error.empty() ? trial_state::terminated : trial_state::error);
     if (t.error.empty()) (void)scheduler_.on_trial_complete(id);
     else (void)scheduler_.on_trial_error(id);
     (void)search_.on_complete(id);
   } else if (ok && !t.value && !opt_.metric.empty()) {
-    t.state = trial_state::error;
+    set_state(t, trial_state::error);
     t.error = "it ended without reporting " + opt_.metric + (error.empty() ? "" : " (" + error + ")");
     (void)scheduler_.on_trial_error(id);
     (void)search_.on_complete(id);
   } else if (ok) {
-    t.state = trial_state::terminated;
+    set_state(t, trial_state::terminated);
     (void)scheduler_.on_trial_complete(id);
     (void)search_.on_complete(id);
   } else if (t.failures < opt_.max_failures && !over_budget_) {
@@ -266,7 +269,7 @@ expected<std::vector<engine_action>> experiment_engine::on_ended(const std::stri
     out.push_back(start_action(t));
     return out;
   } else {
-    t.state = trial_state::error;
+    set_state(t, trial_state::error);
     t.error = error.empty() ? "its process failed" : error;
     if (t.failures > 0) t.error += " (failed " + std::to_string(t.failures + 1) + " times)";
     (void)scheduler_.on_trial_error(id);

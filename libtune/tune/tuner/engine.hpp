@@ -117,6 +117,7 @@ class experiment_engine {
   std::vector<engine_action> stop_for_value(const std::string& id, engine_trial& t, const std::string& shown);
   std::string next_id();
   engine_action start_action(engine_trial& t);
+  void set_state(engine_trial& t, trial_state s);
 
   search_algorithm& search_;
   trial_scheduler& scheduler_;
@@ -126,6 +127,7 @@ class experiment_engine {
   std::map<std::string, std::pair<config, std::string>> exploits_;  // new config, donor
   std::set<std::string> resume_after_pause_, stop_after_pause_;  // decided while still pausing
   int counter_ = 0;
+  int running_ = 0;  // trials in state running
   double now_ = 0;  // the latest step's time
   bool search_done_ = false, over_budget_ = false, done_ = false;
 };
