@@ -42,6 +42,14 @@ void stop_actor(controller_actor self, actor_handle h) {
   if (auto a = actor_of(self, h)) self->send(a, wire::trial_stop_atom::value, int64_t{self->state.setup.options.stop_grace.count()});
 }
 
+void watch(controller_actor self, actor_handle h) {
+  if (auto a = actor_of(self, h)) self->monitor(a);
+}
+
+void unwatch(controller_actor self, actor_handle h) {
+  if (auto it = self->state.actors.find(h); it != self->state.actors.end()) self->demonitor(it->second);
+}
+
 // One command of the table's.
 void carry_out(controller_actor self, live_command& cmd) {
   auto& st = self->state;
@@ -60,8 +68,8 @@ void carry_out(controller_actor self, live_command& cmd) {
         else if constexpr (std::is_same_v<T, live::greet>) greet(self, c.trial, c.group, c.received);
         else if constexpr (std::is_same_v<T, live::retake_group>) retake_group(self, c);
         else if constexpr (std::is_same_v<T, live::remove_group>) self->send(head, wire::pg_remove_atom::value, token, c.group);
-        else if constexpr (std::is_same_v<T, live::watch>) self->monitor(actor_of(self, c.actor));
-        else if constexpr (std::is_same_v<T, live::unwatch>) self->demonitor(actor_of(self, c.actor));
+        else if constexpr (std::is_same_v<T, live::watch>) watch(self, c.actor);
+        else if constexpr (std::is_same_v<T, live::unwatch>) unwatch(self, c.actor);
         else if constexpr (std::is_same_v<T, live::start_failed>) start_failed(self, c.trial, c.why);
         else if constexpr (std::is_same_v<T, live::ended>) trial_ended(self, c.trial, false);
         else if constexpr (std::is_same_v<T, live::moved_out>) trial_ended(self, c.trial, true);
@@ -258,7 +266,7 @@ double elapsed(controller_actor self) { return std::chrono::duration<double>(now
 
 caf::actor actor_of(controller_actor self, actor_handle h) {
   auto it = self->state.actors.find(h);
-  return it == self->state.actors.end() ? caf::actor{} : it->second;
+  return it == self->state.actors.end() ? caf::actor{} : caf::actor_cast<caf::actor>(it->second);
 }
 
 actor_handle handle_of(controller_actor self, const caf::actor& a) {
@@ -266,7 +274,7 @@ actor_handle handle_of(controller_actor self, const caf::actor& a) {
   auto addr = a.address();
   if (auto it = st.handles.find(addr); it != st.handles.end()) return it->second;
   st.handles.emplace(addr, st.next_handle);
-  st.actors.emplace(st.next_handle, a);
+  st.actors.emplace(st.next_handle, addr);
   return st.next_handle++;
 }
 

@@ -48,8 +48,9 @@ struct controller_state {
   controller_setup setup;
   live_trials table;
   std::map<std::string, trial_record> records;
-  // Actors are handles in the table: assigned here to each trial actor that speaks.
-  std::map<actor_handle, caf::actor> actors;
+  // Actors are handles in the table: assigned here to each trial actor that speaks
+  // (kept weak: an actor that is gone is not kept alive by this).
+  std::map<actor_handle, caf::actor_addr> actors;
   std::map<caf::actor_addr, actor_handle> handles;
   actor_handle next_handle = 1;
   caf::actor copier;  // the checkpoint copier (checkpoint_copy.hpp)
