@@ -9,7 +9,6 @@
 
 #include "checkpoint_copy.hpp"
 #include "controller_state.hpp"
-#include "tune/cluster/version.hpp"
 
 namespace tune {
 
