@@ -1,6 +1,7 @@
 #include "client.hpp"
 
 #include <filesystem>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include <fstream>
@@ -191,10 +192,36 @@ namespace tune {
 
 namespace {
 
+// What it serves, by SHA-256: every file added with that content (the newest last).
+// Files with equal content are one entry with several paths (checkpoint copies of two
+// trials, or of two iterations, often hold equal files): should the newest be gone
+// (a copy removed as newer ones came), the others still serve it.
 struct program_server_state {
-  std::map<std::string, std::pair<std::string, uint64_t>> files;  // sha256 -> (path, size)
+  std::map<std::string, std::vector<std::pair<std::string, uint64_t>>> files;  // sha256 -> (path, size)...
+  void add(const std::string& sha, const std::string& path, uint64_t size) {
+    auto& paths = files[sha];
+    std::erase_if(paths, [&](const auto& p) { return p.first == path; });
+    paths.emplace_back(path, size);
+    if (paths.size() > 16) paths.erase(paths.begin());
+  }
   static inline const char* name = "tune.programs";
 };
+
+// `length` bytes at `offset` of the newest of `paths` that still has them (the others
+// are dropped); empty when none has.
+std::optional<std::string> read_any(std::vector<std::pair<std::string, uint64_t>>& paths, uint64_t offset,
+                                    uint32_t length) {
+  while (!paths.empty()) {
+    auto& [path, size] = paths.back();
+    std::ifstream in(path, std::ios::binary);
+    in.seekg(static_cast<std::streamoff>(offset));
+    std::string bytes(length, '\0');
+    in.read(bytes.data(), length);
+    if (in && static_cast<uint32_t>(in.gcount()) == length) return bytes;
+    paths.pop_back();
+  }
+  return std::nullopt;
+}
 
 caf::behavior program_server(caf::stateful_actor<program_server_state>* self) {
   return {
@@ -203,7 +230,7 @@ caf::behavior program_server(caf::stateful_actor<program_server_state>* self) {
         if (!sha) return caf::make_message(wire::program_add_atom::value, false, sha.error().message(), uint64_t{0});
         std::ifstream in(path, std::ios::binary | std::ios::ate);
         auto size = static_cast<uint64_t>(in.tellg());
-        self->state.files[*sha] = {path, size};
+        self->state.add(*sha, path, size);
         return caf::make_message(wire::program_add_atom::value, true, *sha, size);
       },
       // Files whose hashes the caller took (a working directory it scanned): served as
@@ -212,22 +239,22 @@ caf::behavior program_server(caf::stateful_actor<program_server_state>* self) {
              const std::vector<uint64_t>& sizes) {
         if (paths.size() != shas.size() || paths.size() != sizes.size())
           return caf::make_message(wire::program_add_atom::value, false, std::string{"paths, hashes and sizes differ in number"});
-        for (size_t i = 0; i < paths.size(); ++i) self->state.files[shas[i]] = {paths[i], sizes[i]};
+        for (size_t i = 0; i < paths.size(); ++i) self->state.add(shas[i], paths[i], sizes[i]);
         return caf::make_message(wire::program_add_atom::value, true, std::string{});
       },
       [self](wire::program_get_atom, const std::string& sha, uint64_t offset, uint32_t length) -> caf::result<caf::message> {
         auto it = self->state.files.find(sha);
-        if (it == self->state.files.end()) return caf::make_error(caf::sec::invalid_argument, "no such program here");
-        auto& [path, size] = it->second;
+        if (it == self->state.files.end() || it->second.empty())
+          return caf::make_error(caf::sec::invalid_argument, "no such program here");
+        uint64_t size = it->second.back().second;
         if (offset > size || length > size - offset || length > (64u << 20))
           return caf::make_error(caf::sec::invalid_argument, "range outside the program");
-        std::ifstream in(path, std::ios::binary);
-        in.seekg(static_cast<std::streamoff>(offset));
-        std::string bytes(length, '\0');
-        in.read(bytes.data(), length);
-        if (static_cast<uint32_t>(in.gcount()) != length)
+        auto bytes = read_any(it->second, offset, length);
+        if (!bytes) {
+          self->state.files.erase(it);
           return caf::make_error(caf::sec::invalid_argument, "the program changed on disk");
-        return caf::make_message(wire::program_get_atom::value, std::move(bytes));
+        }
+        return caf::make_message(wire::program_get_atom::value, std::move(*bytes));
       },
   };
 }
