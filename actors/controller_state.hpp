@@ -38,6 +38,7 @@ struct trial_record {
   caf::actor node_actor;                           // its node's, for its checkpoints (trial_node_atom)
   std::map<int64_t, node_checkpoint> checkpoints;  // iteration -> on its node
   std::map<int64_t, stored_checkpoint> stored;     // iteration -> copy in the experiment folder
+  std::map<int64_t, int> pinned;                   // copies starts on their way restore from: how many
   bool copying = false;
   int64_t copy_next = -1;          // the newest checkpoint not copied yet (-1: none)
   std::set<std::string> reported;  // the metrics its results named (what an error says it reported)

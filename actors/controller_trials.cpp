@@ -108,10 +108,16 @@ void copied(controller_actor self, const std::string& id, int64_t it, const std:
   } else {
     auto m = nlohmann::json::parse(text, nullptr, false);
     r.stored[it] = {dest, m};
+    // Beyond the two newest, copies go, but not one a start on its way restores from
+    // (its node is fetching its files).
     std::error_code ec;
-    while (r.stored.size() > 2) {
-      std::filesystem::remove_all(r.stored.begin()->second.dir, ec);
-      r.stored.erase(r.stored.begin());
+    for (auto k = r.stored.begin(); r.stored.size() > 2 && k != std::prev(r.stored.end(), 2);) {
+      if (r.pinned.count(k->first)) {
+        ++k;
+        continue;
+      }
+      std::filesystem::remove_all(k->second.dir, ec);
+      k = r.stored.erase(k);
     }
     (void)st.setup.store->add_event(id, "checkpoint_stored",
                                     {{"iteration", it}, {"bytes", bytes}, {"files", m.value("files", nlohmann::json::array()).size()},
@@ -139,28 +145,41 @@ void copy_checkpoint(controller_actor self, const std::string& id) {
             [self, id, it, dest](caf::error& err) { copied(self, id, it, dest, false, to_string(err), 0); });
 }
 
+// A copy a start restores from is kept until the start is answered.
+void pin(controller_actor self, const std::string& trial, int64_t at, int by) {
+  if (at < 0) return;
+  auto& pinned = self->state.records[trial].pinned;
+  if ((pinned[at] += by) <= 0) pinned.erase(at);
+}
+
 // The copy to restore from: the newest complete one at or before `iteration`, its files
 // checked against their hashes (a copy that no longer matches is reported and dropped,
-// and the one before it is tried). Calls `then` with the copy's manifest as text, or
-// empty when there is none.
-void pick_copy(controller_actor self, std::string trial, int64_t iteration, std::function<void(std::string)> then) {
+// and the one before it is tried). Calls `then` with the copy's manifest as text and
+// its iteration, or empty and -1 when there is none.
+void pick_copy(controller_actor self, std::string trial, int64_t iteration,
+               std::function<void(std::string, int64_t)> then) {
   auto& stored = self->state.records[trial].stored;
   auto it = stored.upper_bound(iteration);
-  if (it == stored.begin()) return then("");
+  if (it == stored.begin()) return then("", -1);
   --it;
   int64_t at = it->first;
+  pin(self, trial, at, +1);  // kept while it is checked and while the start fetches it
   nlohmann::json m{{"iteration", at}, {"files", it->second.manifest.value("files", nlohmann::json::array())}};
   auto text = m.dump();
   self->request(self->state.copier, caf::infinite, check_atom::value, it->second.dir, text)
       .then(
           [self, trial, at, text, then](check_atom, bool ok, const std::string& why) {
-            if (ok) return then(text);
+            if (ok) return then(text, at);
             auto& st = self->state;
+            pin(self, trial, at, -1);
             (void)st.setup.store->add_event(trial, "checkpoint_corrupt", {{"iteration", at}, {"error", why}});
             st.records[trial].stored.erase(at);
             pick_copy(self, trial, at - 1, then);  // the one before it
           },
-          [then](caf::error&) { then(""); });
+          [self, trial, at, then](caf::error&) {
+            pin(self, trial, at, -1);
+            then("", -1);
+          });
 }
 
 // What the start's answer says: where it runs (the store's record, the feed), what it
@@ -186,7 +205,8 @@ void started(controller_actor self, const std::string& id, const nlohmann::json&
   if (auto s = st.setup.store->update_trial(id, t.state, t.error, keep); !s) finish(self, s);
 }
 
-void send_start(controller_actor self, const live::start_trial& c, std::string restore, std::string files) {
+void send_start(controller_actor self, const live::start_trial& c, std::string restore, std::string files,
+                int64_t pinned_at = -1) {
   auto& st = self->state;
   if (st.over) return;
   auto& opt = st.setup.options;
@@ -196,6 +216,7 @@ void send_start(controller_actor self, const live::start_trial& c, std::string r
   if (!opt.command.empty()) {  // a program trial: its configuration in its command line
     auto argv = render_command(opt.command, a.cfg, opt.command_args);
     if (!argv) {
+      pin(self, a.restore_from, pinned_at, -1);
       st.table.on_start_impossible(a.trial, c.attempt, argv.error().message());
       return drain(self);
     }
@@ -210,8 +231,9 @@ void send_start(controller_actor self, const live::start_trial& c, std::string r
   self->request(st.setup.head, st.setup.request_timeout * 6, wire::trial_start_atom::value, st.setup.token, spec,
                 st.setup.programs)
       .then(
-          [self, c](wire::trial_start_atom, bool ok, std::string& text, caf::actor& trial) {
+          [self, c, pinned_at](wire::trial_start_atom, bool ok, std::string& text, caf::actor& trial) {
             auto& st = self->state;
+            pin(self, c.action.restore_from, pinned_at, -1);
             auto* t = st.table.find(c.trial);
             if (st.over || !t || t->attempt != c.attempt) return;  // an earlier attempt's
             auto info = ok ? nlohmann::json::parse(text, nullptr, false) : nlohmann::json();
@@ -223,7 +245,8 @@ void send_start(controller_actor self, const live::start_trial& c, std::string r
             }
             if (ok && !st.over) started(self, c.trial, info, c.action);
           },
-          [self, c](caf::error& err) {
+          [self, c, pinned_at](caf::error& err) {
+            pin(self, c.action.restore_from, pinned_at, -1);
             self->state.table.on_request_failed(c.trial, c.attempt,
                                                 "start trial " + c.trial + ": " + describe(self->system(), err));
             drain(self);
@@ -353,8 +376,9 @@ void start_trial(controller_actor self, const live::start_trial& c) {
   std::string restore;
   auto& from = st.records[a.restore_from].checkpoints;
   if (auto k = from.find(a.restore_iteration); k != from.end()) restore = k->second.path;
-  pick_copy(self, a.restore_from, a.restore_iteration, [self, c, restore](std::string files) {
-    if (!self->state.over && self->state.table.current(c.trial, c.attempt)) send_start(self, c, restore, std::move(files));
+  pick_copy(self, a.restore_from, a.restore_iteration, [self, c, restore](std::string files, int64_t at) {
+    if (self->state.over || !self->state.table.current(c.trial, c.attempt)) return pin(self, c.action.restore_from, at, -1);
+    send_start(self, c, restore, std::move(files), at);
   });
 }
 
