@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <limits>
 #include <numeric>
 
@@ -297,6 +298,15 @@ class tpe_search final : public search_algorithm {
           static_cast<std::size_t>(opts_.max_below));
       std::vector<const completed_trial*> below(sorted.begin(), sorted.begin() + n_below),
           above(sorted.begin() + n_below, sorted.end());
+      // The constant liar: trials still running count as the worst so far (in the
+      // "bad" set), so that configs suggested side by side do not crowd one place.
+      std::vector<completed_trial> liars;
+      if (opts_.constant_liar) {
+        liars.reserve(pending_.size());
+        for (const auto& [id, p] : pending_)
+          liars.push_back(completed_trial{p.tr, std::numeric_limits<double>::infinity(), done_.size() + p.seq});
+        for (const auto& l : liars) above.push_back(&l);
+      }
       auto by_order = [](auto* a, auto* b) { return a->order < b->order; };
       std::sort(below.begin(), below.end(), by_order);
       std::sort(above.begin(), above.end(), by_order);
@@ -304,8 +314,7 @@ class tpe_search final : public search_algorithm {
       c = space_.sample(rng_, {}, &sampler, &tr);
     }
     if (!c) return c.error();
-    ++suggested_;
-    pending_[trial_id] = std::move(tr);
+    pending_[trial_id] = {std::move(tr), suggested_++};
     return std::optional<config>{std::move(*c)};
   }
 
@@ -314,7 +323,7 @@ class tpe_search final : public search_algorithm {
     if (it == pending_.end()) return;
     if (value) {
       const double loss = metric_mode() == mode::max ? -*value : *value;
-      done_.push_back(completed_trial{std::move(it->second), loss, done_.size()});
+      done_.push_back(completed_trial{std::move(it->second.tr), loss, done_.size()});
     }
     pending_.erase(it);
   }
@@ -324,7 +333,13 @@ class tpe_search final : public search_algorithm {
   tpe_options opts_;
   rng rng_;
   std::size_t suggested_ = 0;
-  std::unordered_map<std::string, trace> pending_;
+  // Suggested and not yet complete, with the order they were suggested in (the liars'
+  // order: an ordered map, so the same calls give the same configs everywhere).
+  struct pending_trial {
+    trace tr;
+    std::size_t seq = 0;
+  };
+  std::map<std::string, pending_trial> pending_;
   std::vector<completed_trial> done_;
 };
 

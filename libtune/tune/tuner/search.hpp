@@ -106,8 +106,10 @@ expected<std::unique_ptr<search_algorithm>> make_grid_search(search_space space,
 //  - n_ei_candidates values are drawn from l and the one with the largest
 //    l(x)/g(x) is taken.
 //  Parameters that a trial did not have (another option of a choice, a conditional's
-//  other branch) are not part of that parameter's observations. Pending trials are
-//  ignored (never waits). num_samples 0 = no limit.
+//  other branch) are not part of that parameter's observations. Trials still running
+//  count, with constant_liar, as the worst value so far (they join the "bad" set, as
+//  Optuna's constant_liar): configs suggested while others run spread out instead of
+//  crowding where the good ones are. Never waits. num_samples 0 = no limit.
 struct tpe_options {
   mode metric_mode = mode::min;
   int num_samples = 0;
@@ -116,6 +118,7 @@ struct tpe_options {
   double gamma = 0.1;
   int max_below = 25;
   double prior_weight = 1.0;
+  bool constant_liar = true;
   std::uint64_t seed = 0;
 };
 expected<std::unique_ptr<search_algorithm>> make_tpe(search_space space, tpe_options opts = {});

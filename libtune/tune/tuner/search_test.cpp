@@ -1,4 +1,5 @@
 #include "tune/tuner/search.hpp"
+#include "tune/tuner/problems.hpp"
 
 #include <gtest/gtest.h>
 
@@ -287,31 +288,6 @@ TEST(Tpe, FailedTrialsAreForgottenAndLastResultCounts) {
 
 constexpr double kPi = 3.14159265358979323846;
 
-double branin(double x1, double x2) {
-  const double a = 1, b = 5.1 / (4 * kPi * kPi), c = 5 / kPi, r = 6, s = 10, t = 1 / (8 * kPi);
-  const double u = x2 - b * x1 * x1 + c * x1 - r;
-  return a * u * u + s * (1 - t) * std::cos(x1) + s;
-}
-
-double hartmann6(const double* x) {
-  static const double alpha[4] = {1.0, 1.2, 3.0, 3.2};
-  static const double A[4][6] = {{10, 3, 17, 3.5, 1.7, 8},
-                                 {0.05, 10, 17, 0.1, 8, 14},
-                                 {3, 3.5, 1.7, 10, 17, 8},
-                                 {17, 8, 0.05, 10, 0.1, 14}};
-  static const double P[4][6] = {{1312, 1696, 5569, 124, 8283, 5886},
-                                 {2329, 4135, 8307, 3736, 1004, 9991},
-                                 {2348, 1451, 3522, 2883, 3047, 6650},
-                                 {4047, 8828, 8732, 5743, 1091, 381}};
-  double sum = 0;
-  for (int i = 0; i < 4; ++i) {
-    double inner = 0;
-    for (int j = 0; j < 6; ++j) inner += A[i][j] * (x[j] - P[i][j] * 1e-4) * (x[j] - P[i][j] * 1e-4);
-    sum += alpha[i] * std::exp(-inner);
-  }
-  return -sum;
-}
-
 TEST(Benchmarks, KnownMinimaAtKnownMinimizers) {
   EXPECT_NEAR(branin(-kPi, 12.275), 0.397887, 1e-6);
   EXPECT_NEAR(branin(kPi, 2.275), 0.397887, 1e-6);
@@ -321,6 +297,46 @@ TEST(Benchmarks, KnownMinimaAtKnownMinimizers) {
   EXPECT_NEAR(hartmann6(xstar), -3.32237, 1e-5);
   const double centre[6] = {0.5, 0.5, 0.5, 0.5, 0.5, 0.5};
   EXPECT_GT(hartmann6(centre), -3.0);
+  EXPECT_EQ(rosenbrock(std::vector<double>(20, 1.0)), 0.0);
+  EXPECT_GT(rosenbrock(std::vector<double>(20, 0.0)), 1.0);
+  EXPECT_EQ(search_problems().size(), 3u);
+  EXPECT_EQ(search_problems("hartmann6").at(0).space.size(), 6u);
+}
+
+// Eight configs suggested while none of them has come back: the mean distance between
+// them, after 20 completed trials of (x - 0.3)^2.
+double spread_of_pending(bool liar, std::uint64_t seed) {
+  auto alg = ok(make_tpe({{"x", uniform(0, 1)}}, {.constant_liar = liar, .seed = seed}));
+  auto next = [&](const std::string& id) {
+    auto c = alg->suggest(id);
+    EXPECT_TRUE(c && c->has_value());
+    return c && c->has_value() ? (**c)["x"].get<double>() : 0.0;
+  };
+  for (int i = 0; i < 20; ++i) {
+    auto id = "t" + std::to_string(i);
+    double x = next(id);
+    EXPECT_TRUE(alg->on_complete(id, (x - 0.3) * (x - 0.3)));
+  }
+  std::vector<double> xs;
+  for (int i = 0; i < 8; ++i) xs.push_back(next("p" + std::to_string(i)));
+  double sum = 0;
+  int n = 0;
+  for (size_t i = 0; i < xs.size(); ++i)
+    for (size_t j = i + 1; j < xs.size(); ++j) sum += std::abs(xs[i] - xs[j]), ++n;
+  return sum / n;
+}
+
+TEST(Tpe, TheConstantLiarSpreadsConfigsSuggestedSideBySide) {
+  std::vector<double> with, without;
+  for (std::uint64_t seed = 0; seed < 10; ++seed) {
+    with.push_back(spread_of_pending(true, seed));
+    without.push_back(spread_of_pending(false, seed));
+  }
+  std::sort(with.begin(), with.end());
+  std::sort(without.begin(), without.end());
+  std::printf("mean distance between 8 pending configs, median of 10 seeds: liar %.4f, none %.4f\n", with[5], without[5]);
+  EXPECT_GT(with[5], 1.5 * without[5]);
+  EXPECT_EQ(spread_of_pending(true, 3), spread_of_pending(true, 3)) << "the same seed, the same configs";
 }
 
 double median(std::vector<double> v) {

@@ -1,0 +1,188 @@
+// bench_search: how good the configs our search algorithms find are, and what a
+// suggestion costs, on the problems of tune/tuner/problems.hpp (minimizing), side by
+// side with Optuna (bench/python/search_optuna.py, same problems, budgets and seeds)
+// when given --optuna PYTHON (a Python with Optuna, e.g. a virtual environment's).
+//
+// For each problem, concurrency c (c trials suggested before the oldest one's value
+// comes back: what a cluster running c trials at once does) and sampler: the best value
+// in --evals evaluations, median over --seeds seeds. Samplers: random, tpe_no_liar
+// (TPE that ignores running trials, as before issue 20), tpe (with the constant liar).
+// The last line is one JSON object: {"results": [{problem, concurrency, sampler, ours,
+// optuna[, optuna_liar]}], "ms_per_trial": {sampler: ms}, "optuna_ms_per_trial": ...}.
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+
+#include "tune/tuner/problems.hpp"
+#include "tune/tuner/search.hpp"
+
+namespace po = boost::program_options;
+using namespace tune;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string x; std::getline(in, x, ',');)
+    if (!x.empty()) out.push_back(x);
+  return out;
+}
+
+expected<std::unique_ptr<search_algorithm>> make(const std::string& sampler, const search_problem& p, int evals,
+                                                  uint64_t seed) {
+  if (sampler == "random") return make_random_search(p.space, {.num_samples = evals, .seed = seed});
+  if (sampler == "tpe") return make_tpe(p.space, {.num_samples = evals, .constant_liar = true, .seed = seed});
+  if (sampler == "tpe_no_liar") return make_tpe(p.space, {.num_samples = evals, .constant_liar = false, .seed = seed});
+  return status{errc::invalid_argument, "unknown sampler " + sampler + ": random, tpe or tpe_no_liar"};
+}
+
+struct outcome {
+  double best = INFINITY;
+  double suggest_ms = 0;  // per trial
+};
+
+// One run: c in flight, the oldest completed when c are.
+expected<outcome> run(search_algorithm& alg, const search_problem& p, int evals, int c) {
+  outcome out;
+  std::deque<std::pair<std::string, double>> in_flight;
+  double suggest_s = 0;
+  auto complete = [&] {
+    auto [id, v] = in_flight.front();
+    in_flight.pop_front();
+    out.best = std::min(out.best, v);
+    return alg.on_complete(id, v);
+  };
+  for (int i = 0; i < evals; ++i) {
+    auto id = "t" + std::to_string(i);
+    auto t0 = std::chrono::steady_clock::now();
+    auto cfg = alg.suggest(id);
+    suggest_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!cfg) return cfg.error();
+    if (!*cfg) return status{errc::inconsistent, alg.name() + " suggested nothing at trial " + std::to_string(i)};
+    in_flight.emplace_back(id, p.f(**cfg));
+    if (static_cast<int>(in_flight.size()) >= c)
+      if (auto s = complete(); !s) return s;
+  }
+  while (!in_flight.empty())
+    if (auto s = complete(); !s) return s;
+  out.suggest_ms = 1000 * suggest_s / evals;
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  po::options_description desc(
+      "usage: bench_search [options]\nThe best value our samplers (and Optuna's) find on benchmark problems");
+  desc.add_options()("help,h", "this help")("seeds", po::value<int>()->default_value(20), "seeds per cell")(
+      "evals", po::value<int>()->default_value(100), "evaluations per run")(
+      "problems", po::value<std::string>()->default_value("branin,hartmann6,rosenbrock20"), "problems (comma-separated)")(
+      "concurrency", po::value<std::string>()->default_value("1,8"), "trials in flight (comma-separated)")(
+      "samplers", po::value<std::string>()->default_value("random,tpe_no_liar,tpe"), "our samplers")(
+      "optuna", po::value<std::string>()->default_value(""), "a Python with Optuna: run it side by side");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    po::notify(vm);
+  } catch (const std::exception& e) {
+    std::cerr << "bench_search: " << e.what() << "\n" << desc;
+    return 2;
+  }
+  if (vm.count("help")) {
+    std::cout << desc;
+    return 0;
+  }
+  int seeds = vm["seeds"].as<int>(), evals = vm["evals"].as<int>();
+  if (seeds < 1 || evals < 1) {
+    std::cerr << "bench_search: --seeds and --evals must be at least 1\n";
+    return 2;
+  }
+  std::vector<int> conc;
+  for (auto& c : split(vm["concurrency"].as<std::string>())) conc.push_back(std::max(1, std::atoi(c.c_str())));
+  nlohmann::json results = nlohmann::json::array(), ms = nlohmann::json::object();
+  std::map<std::string, std::vector<double>> ms_of;
+  for (auto& name : split(vm["problems"].as<std::string>())) {
+    auto ps = search_problems(name);
+    if (ps.empty()) {
+      std::cerr << "bench_search: unknown problem " << name << " (branin, hartmann6, rosenbrock20)\n";
+      return 2;
+    }
+    auto& p = ps[0];
+    for (int c : conc)
+      for (auto& sampler : split(vm["samplers"].as<std::string>())) {
+        std::vector<double> best, cost;
+        for (int seed = 0; seed < seeds; ++seed) {
+          auto alg = make(sampler, p, evals, static_cast<uint64_t>(seed));
+          if (!alg) {
+            std::cerr << "bench_search: " << alg.error().message() << "\n";
+            return 2;
+          }
+          auto o = run(**alg, p, evals, c);
+          if (!o) {
+            std::cerr << "bench_search: " << o.error().message() << "\n";
+            return 1;
+          }
+          best.push_back(o->best);
+          cost.push_back(o->suggest_ms);
+        }
+        ms_of[sampler + "/" + p.name].push_back(median(cost));
+        nlohmann::json row{{"problem", p.name}, {"concurrency", c}, {"sampler", sampler}, {"ours", median(best)},
+                           {"optimum", p.optimum}, {"ms_per_trial", median(cost)}};
+        std::cerr << row.dump() << "\n";
+        results.push_back(row);
+      }
+  }
+  for (auto& [k, v] : ms_of) ms[k] = median(v);
+  nlohmann::json out{{"seeds", seeds}, {"evals", evals}, {"results", results}, {"ms_per_trial", ms}};
+  if (auto py = vm["optuna"].as<std::string>(); !py.empty()) {
+    std::string cmd = py + " " + BENCH_PYTHON_DIR "/search_optuna.py --seeds " + std::to_string(seeds) + " --evals " +
+                      std::to_string(evals) + " --problems " + vm["problems"].as<std::string>() + " --concurrency " +
+                      vm["concurrency"].as<std::string>();
+    std::cerr << "bench_search: " << cmd << "\n";
+    FILE* f = ::popen(cmd.c_str(), "r");
+    if (!f) {
+      std::cerr << "bench_search: cannot run " << cmd << "\n";
+      return 1;
+    }
+    std::map<std::tuple<std::string, int, std::string>, nlohmann::json> theirs;
+    nlohmann::json optuna_ms = nlohmann::json::object();
+    char line[1 << 16];
+    while (std::fgets(line, sizeof line, f)) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_object()) continue;
+      theirs[{j["problem"], j["concurrency"], j["sampler"]}] = j;
+      optuna_ms[j["sampler"].get<std::string>() + "/" + j["problem"].get<std::string>() + "/c" +
+                std::to_string(j["concurrency"].get<int>())] = j["ms_per_trial"];
+    }
+    if (int rc = ::pclose(f); rc != 0) {
+      std::cerr << "bench_search: " << cmd << " failed (status " << rc << "): is Optuna installed for it?\n";
+      return 1;
+    }
+    for (auto& r : out["results"]) {
+      std::tuple<std::string, int, std::string> key{r["problem"], r["concurrency"], ""};
+      auto s = r["sampler"].get<std::string>();
+      std::get<2>(key) = s == "random" ? "random" : "tpe";
+      if (auto it = theirs.find(key); it != theirs.end()) r["optuna"] = it->second["median"];
+      if (s == "tpe") {
+        std::get<2>(key) = "tpe_liar";
+        if (auto it = theirs.find(key); it != theirs.end()) r["optuna_liar"] = it->second["median"];
+      }
+    }
+    out["optuna_ms_per_trial"] = optuna_ms;
+  }
+  std::cout << out.dump() << std::endl;
+  return 0;
+}

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Optuna on bench_search's problems (the formulas of libtune/tune/tuner/problems.cpp),
+same budgets and seeds: the best value found in EVALS evaluations, median over SEEDS
+seeds, at each concurrency (that many trials asked before the oldest is told), for
+Optuna's random sampler, its TPE (defaults) and its TPE with constant_liar=True; and
+the sampling cost per trial (the time in ask(), in ms). One JSON object per line.
+Run by bench_search --optuna PYTHON (Optuna from PyPI in a virtual environment, for
+benchmarks only)."""
+import argparse, json, math, statistics, sys, time
+
+import optuna
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def branin(x1, x2):
+    a, b, c, r, s, t = 1, 5.1 / (4 * math.pi ** 2), 5 / math.pi, 6, 10, 1 / (8 * math.pi)
+    return a * (x2 - b * x1 * x1 + c * x1 - r) ** 2 + s * (1 - t) * math.cos(x1) + s
+
+
+ALPHA = [1.0, 1.2, 3.0, 3.2]
+A = [[10, 3, 17, 3.5, 1.7, 8], [0.05, 10, 17, 0.1, 8, 14], [3, 3.5, 1.7, 10, 17, 8], [17, 8, 0.05, 10, 0.1, 14]]
+P = [[1312, 1696, 5569, 124, 8283, 5886], [2329, 4135, 8307, 3736, 1004, 9991],
+     [2348, 1451, 3522, 2883, 3047, 6650], [4047, 8828, 8732, 5743, 1091, 381]]
+
+
+def hartmann6(x):
+    return -sum(ALPHA[i] * math.exp(-sum(A[i][j] * (x[j] - P[i][j] * 1e-4) ** 2 for j in range(6))) for i in range(4))
+
+
+def rosenbrock(x):
+    return sum(100 * (x[i + 1] - x[i] ** 2) ** 2 + (1 - x[i]) ** 2 for i in range(len(x) - 1))
+
+
+PROBLEMS = {
+    "branin": (lambda t: branin(t.suggest_float("x1", -5, 10), t.suggest_float("x2", 0, 15))),
+    "hartmann6": (lambda t: hartmann6([t.suggest_float(f"x{j}", 0, 1) for j in range(6)])),
+    "rosenbrock20": (lambda t: rosenbrock([t.suggest_float(f"x{j}", -2.048, 2.048) for j in range(20)])),
+}
+
+
+def sampler(name, seed):
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed)
+    if name == "tpe_liar":
+        return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
+    raise SystemExit(f"unknown sampler {name}")
+
+
+def run(problem, sampler_name, seed, evals, concurrency):
+    study = optuna.create_study(direction="minimize", sampler=sampler(sampler_name, seed))
+    f = PROBLEMS[problem]
+    in_flight, best, ask_s = [], math.inf, 0.0
+    for _ in range(evals):
+        t0 = time.perf_counter()
+        trial = study.ask()
+        value = f(trial)  # the suggestions are made here, inside ask's trial
+        ask_s += time.perf_counter() - t0
+        in_flight.append((trial, value))
+        if len(in_flight) >= concurrency:
+            t, v = in_flight.pop(0)
+            study.tell(t, v)
+            best = min(best, v)
+    for t, v in in_flight:
+        study.tell(t, v)
+        best = min(best, v)
+    return best, 1000 * ask_s / evals
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--evals", type=int, default=100)
+    ap.add_argument("--problems", default="branin,hartmann6,rosenbrock20")
+    ap.add_argument("--concurrency", default="1,8")
+    ap.add_argument("--samplers", default="random,tpe,tpe_liar")
+    a = ap.parse_args()
+    for problem in a.problems.split(","):
+        if problem not in PROBLEMS:
+            raise SystemExit(f"unknown problem {problem}: one of {', '.join(PROBLEMS)}")
+        for c in map(int, a.concurrency.split(",")):
+            for s in a.samplers.split(","):
+                runs = [run(problem, s, seed, a.evals, c) for seed in range(a.seeds)]
+                print(json.dumps({"problem": problem, "concurrency": c, "sampler": s,
+                                  "best": [r[0] for r in runs],
+                                  "median": statistics.median(r[0] for r in runs),
+                                  "ms_per_trial": statistics.median(r[1] for r in runs)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

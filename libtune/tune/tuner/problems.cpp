@@ -1,0 +1,71 @@
+#include "tune/tuner/problems.hpp"
+
+#include <cmath>
+
+namespace tune {
+
+namespace {
+constexpr double kPi = 3.14159265358979323846;
+}
+
+double branin(double x1, double x2) {
+  const double a = 1, b = 5.1 / (4 * kPi * kPi), c = 5 / kPi, r = 6, s = 10, t = 1 / (8 * kPi);
+  const double u = x2 - b * x1 * x1 + c * x1 - r;
+  return a * u * u + s * (1 - t) * std::cos(x1) + s;
+}
+
+double hartmann6(const double* x) {
+  static const double alpha[4] = {1.0, 1.2, 3.0, 3.2};
+  static const double A[4][6] = {{10, 3, 17, 3.5, 1.7, 8},
+                                 {0.05, 10, 17, 0.1, 8, 14},
+                                 {3, 3.5, 1.7, 10, 17, 8},
+                                 {17, 8, 0.05, 10, 0.1, 14}};
+  static const double P[4][6] = {{1312, 1696, 5569, 124, 8283, 5886},
+                                 {2329, 4135, 8307, 3736, 1004, 9991},
+                                 {2348, 1451, 3522, 2883, 3047, 6650},
+                                 {4047, 8828, 8732, 5743, 1091, 381}};
+  double sum = 0;
+  for (int i = 0; i < 4; ++i) {
+    double inner = 0;
+    for (int j = 0; j < 6; ++j) inner += A[i][j] * (x[j] - P[i][j] * 1e-4) * (x[j] - P[i][j] * 1e-4);
+    sum += alpha[i] * std::exp(-inner);
+  }
+  return -sum;
+}
+
+double rosenbrock(const std::vector<double>& x) {
+  double sum = 0;
+  for (size_t i = 0; i + 1 < x.size(); ++i) sum += 100 * std::pow(x[i + 1] - x[i] * x[i], 2) + std::pow(1 - x[i], 2);
+  return sum;
+}
+
+std::vector<search_problem> search_problems(const std::string& name) {
+  std::vector<search_problem> all;
+  all.push_back({"branin", search_space{{"x1", uniform(-5, 10)}, {"x2", uniform(0, 15)}},
+                 [](const config& c) { return branin(c["x1"].get<double>(), c["x2"].get<double>()); }, 0.397887});
+  search_space h;
+  for (int j = 0; j < 6; ++j) h.add("x" + std::to_string(j), uniform(0, 1));
+  all.push_back({"hartmann6", h,
+                 [](const config& c) {
+                   double x[6];
+                   for (int j = 0; j < 6; ++j) x[j] = c["x" + std::to_string(j)].get<double>();
+                   return hartmann6(x);
+                 },
+                 -3.32237});
+  search_space r;
+  for (int j = 0; j < 20; ++j) r.add("x" + std::to_string(j), uniform(-2.048, 2.048));
+  all.push_back({"rosenbrock20", r,
+                 [](const config& c) {
+                   std::vector<double> x(20);
+                   for (int j = 0; j < 20; ++j) x[j] = c["x" + std::to_string(j)].get<double>();
+                   return rosenbrock(x);
+                 },
+                 0.0});
+  if (name.empty()) return all;
+  std::vector<search_problem> out;
+  for (auto& p : all)
+    if (p.name == name) out.push_back(p);
+  return out;
+}
+
+}  // namespace tune
