@@ -5,20 +5,22 @@
 // trials' messages, the head going away and coming back, time — and carries out the
 // commands it gives back, in order. It decides; it never waits.
 //
-//            engine start                 created               ready
-//   (new) ────────────────► placing ───────────────► waiting ─────────► starting
-//     ▲                       ▲  │ no room off the nodes it left:        │ answered, or
-//     │                       │  └─ placed anywhere (move_fallback)      │ its first message
-//     │ engine start          │                                          ▼
-//   paused ◄─── ended ◄──┐    └──── moving ◄──── head's move ──────── running
-//   ended  ◄─── (pause)  │            (ended: started again off            │ engine stop/pause
-//     ▲                  │             the nodes it left, not an end)      ▼
-//     │                  └──────────────────────────────────────────── stopping
-//     │
-//     └── failure edges: a start that fails (group refused or not placed in time, the
-//         start refused, a request that timed out while the head is up) → ended, the
-//         engine told the start failed (it may start it again: placing); a trial whose
-//         actor went down or whose node died, lost after a grace → ended, not ok.
+//   engine start       group created         group placed            start answered
+//   ───────────► placing ──────────► waiting ────────────► starting ─────────────► running
+//                  ▲   │ a move found no room off its nodes:          (or its first   │
+//                  │   └─ placed again anywhere (move_fallback)        message)       │
+//                  │                                                                  │
+//                  │ its end: started again off the nodes it left   head's move       │
+//                  └──────────────────────────────────────────── moving ◄─────────────┤
+//                                                                                     │
+//   engine start (resume)                         its end         engine stop/pause   │
+//   paused ──► placing          paused | ended ◄──────── stopping ◄────────────────────┘
+//
+//   Failure edges, each → ended, the engine told: a start that fails (the group refused,
+//   not placed in time, the start refused or impossible, a request that timed out while
+//   the head is up; the engine may start it again: placing); a trial that ends by
+//   itself (running → ended); a trial whose actor went down or whose node died, lost
+//   after a grace (running | stopping → ended, not ok).
 //
 // A stop asked while the trial is still on its way (placing, waiting, starting) is kept
 // and sent the moment its actor is known. While the head is away nothing is placed;
