@@ -7,8 +7,10 @@
 // comes back: what a cluster running c trials at once does) and sampler: the best value
 // in --evals evaluations, median over --seeds seeds. Samplers: random, tpe_no_liar
 // (TPE that ignores running trials, as before issue 20), tpe (with the constant liar).
+// Optuna's counterparts: its random sampler, its TPE with its defaults (which include
+// constant_liar=True in Optuna 5.0), and its TPE with constant_liar=False.
 // The last line is one JSON object: {"results": [{problem, concurrency, sampler, ours,
-// optuna[, optuna_liar]}], "ms_per_trial": {sampler: ms}, "optuna_ms_per_trial": ...}.
+// optuna}], "ms_per_trial": {sampler: ms}, "optuna_ms_per_trial": ...}.
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -174,12 +176,8 @@ int main(int argc, char** argv) {
     for (auto& r : out["results"]) {
       std::tuple<std::string, int, std::string> key{r["problem"], r["concurrency"], ""};
       auto s = r["sampler"].get<std::string>();
-      std::get<2>(key) = s == "random" ? "random" : "tpe";
+      std::get<2>(key) = s;  // the same names: random, tpe (Optuna's defaults), tpe_no_liar
       if (auto it = theirs.find(key); it != theirs.end()) r["optuna"] = it->second["median"];
-      if (s == "tpe") {
-        std::get<2>(key) = "tpe_liar";
-        if (auto it = theirs.find(key); it != theirs.end()) r["optuna_liar"] = it->second["median"];
-      }
     }
     out["optuna_ms_per_trial"] = optuna_ms;
   }
