@@ -297,10 +297,7 @@ void finish(controller_actor self, expected<experiment_summary> out) {
   board_report(self, true, out ? "done" : "failed", out ? "" : out.error().message());
   st.over = true;
   st.table.release_all(!out);
-  for (auto& c : st.table.take()) {
-    if (auto* s = std::get_if<live::stop_actor>(&c)) stop_actor(self, s->actor);
-    if (auto* g = std::get_if<live::remove_group>(&c)) self->send(st.setup.head, wire::pg_remove_atom::value, st.setup.token, g->group);
-  }
+  for (auto& c : st.table.take()) carry_out(self, c);  // stops and groups given back
   self->send_exit(st.copier, caf::exit_reason::user_shutdown);
   if (st.setup.store->in_batch())
     if (auto s = st.setup.store->end_batch(); !s && out) out = status{s.code(), "storing the experiment: " + s.message()};

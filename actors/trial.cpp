@@ -73,7 +73,10 @@ struct trial_state {
   int64_t results = 0;
   bool stopped = false, killed = false;
   std::string violation;  // the GPU audit's finding, when it killed the trial
-  nlohmann::json last_checkpoint;  // the latest one reported, or null
+  struct {
+    int64_t iteration = -1, bytes = 0, files = 0;  // iteration -1: none reported
+    std::string path;
+  } last_checkpoint;  // the latest one reported
   int64_t gpu_memory = 0, gpu_memory_peak = 0;
   bool started_ok = false;  // its worker ran
   // What goes to the owner, numbered from 0: the latest `kept_messages` (all of them
@@ -328,8 +331,8 @@ void checkpoint(trial_actor self, const nlohmann::json& j) {
       bytes += static_cast<int64_t>(it->file_size(ec));
       ++files;
     }
-  st.last_checkpoint = {{"iteration", j["iteration"]}, {"path", dir.string()}, {"bytes", bytes}, {"files", files}};
-  event(self, "checkpoint", st.last_checkpoint);
+  st.last_checkpoint = {j["iteration"].get<int64_t>(), bytes, files, dir.string()};
+  event(self, "checkpoint", {{"iteration", j["iteration"]}, {"path", dir.string()}, {"bytes", bytes}, {"files", files}});
 }
 
 // The common report, {"type": "result", "iteration": N, "metrics": {name: number, ...}}
@@ -449,12 +452,10 @@ void ended(trial_actor self, bool exited, int code, const std::string& how, cons
   end.stopped = st.stopped;
   end.killed = st.killed;
   end.gpu_audited = static_cast<bool>(st.opt.audit);
-  if (st.last_checkpoint.is_object()) {
-    end.checkpoint = st.last_checkpoint.value("iteration", int64_t{-1});
-    end.checkpoint_path = st.last_checkpoint.value("path", "");
-    end.checkpoint_bytes = st.last_checkpoint.value("bytes", int64_t{0});
-    end.checkpoint_files = st.last_checkpoint.value("files", int64_t{0});
-  }
+  end.checkpoint = st.last_checkpoint.iteration;
+  end.checkpoint_path = st.last_checkpoint.path;
+  end.checkpoint_bytes = st.last_checkpoint.bytes;
+  end.checkpoint_files = st.last_checkpoint.files;
   end.gpu_memory_peak = st.gpu_memory_peak;
   end.ignored_lines = st.ignored_lines;
   end.ignored_example = st.ignored_example;
