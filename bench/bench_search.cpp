@@ -5,12 +5,17 @@
 //
 // For each problem, concurrency c (c trials suggested before the oldest one's value
 // comes back: what a cluster running c trials at once does) and sampler: the best value
-// in --evals evaluations, median over --seeds seeds. Samplers: random, tpe_no_liar
-// (TPE that ignores running trials, as before issue 20), tpe (with the constant liar).
-// Optuna's counterparts: its random sampler, its TPE with its defaults (which include
-// constant_liar=True in Optuna 5.0), and its TPE with constant_liar=False.
+// in --evals evaluations, median over --seeds seeds. Samplers: random, tpe (our
+// defaults: multivariate, with the constant liar), tpe_no_liar (multivariate, ignoring
+// running trials), tpe_independent (each parameter on its own, with the liar: our TPE
+// before multivariate), gp (GP-based Bayesian optimisation). Optuna's counterparts, by
+// the same names: its random sampler, its TPE with its defaults (in Optuna 5.0:
+// multivariate, constant_liar=True), with constant_liar=False, with multivariate=False,
+// and its GPSampler with its defaults.
 // The last line is one JSON object: {"results": [{problem, concurrency, sampler, ours,
-// optuna}], "ms_per_trial": {sampler: ms}, "optuna_ms_per_trial": ...}.
+// optuna, ours_seeds, optuna_seeds, ours_rank, optuna_rank}], "ms_per_trial": {sampler:
+// ms}, "optuna_ms_per_trial": ...}; a rank is the mean over seeds of the entry's rank
+// among every sampler's, ours and Optuna's, on that problem and concurrency.
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -48,7 +53,11 @@ expected<std::unique_ptr<search_algorithm>> make(const std::string& sampler, con
   if (sampler == "random") return make_random_search(p.space, {.num_samples = evals, .seed = seed});
   if (sampler == "tpe") return make_tpe(p.space, {.num_samples = evals, .constant_liar = true, .seed = seed});
   if (sampler == "tpe_no_liar") return make_tpe(p.space, {.num_samples = evals, .constant_liar = false, .seed = seed});
-  return status{errc::invalid_argument, "unknown sampler " + sampler + ": random, tpe or tpe_no_liar"};
+  if (sampler == "tpe_independent")
+    return make_tpe(p.space, {.num_samples = evals, .multivariate = false, .seed = seed});
+  if (sampler == "gp") return make_gp(p.space, {.num_samples = evals, .seed = seed});
+  return status{errc::invalid_argument,
+                "unknown sampler " + sampler + ": random, tpe, tpe_no_liar, tpe_independent or gp"};
 }
 
 struct outcome {
@@ -84,6 +93,34 @@ expected<outcome> run(search_algorithm& alg, const search_problem& p, int evals,
   return out;
 }
 
+// Mean rank (1 = best; ties share the mean of their ranks) of every entry (each
+// sampler, ours and Optuna's) on each seed, among the entries of the same problem and
+// concurrency: "ours_rank" and "optuna_rank" in each row.
+void add_mean_ranks(nlohmann::json& results) {
+  std::map<std::pair<std::string, int>, std::vector<std::pair<nlohmann::json*, std::string>>> cells;
+  for (auto& r : results)
+    for (const char* side : {"ours", "optuna"})
+      if (r.contains(std::string(side) + "_seeds"))
+        cells[{r["problem"], r["concurrency"]}].emplace_back(&r, side);
+  for (auto& [cell, entries] : cells) {
+    std::vector<double> rank_sum(entries.size(), 0);
+    std::size_t seeds = SIZE_MAX;
+    for (auto& [r, side] : entries) seeds = std::min(seeds, (*r)[side + "_seeds"].size());
+    for (std::size_t s = 0; s < seeds; ++s)
+      for (std::size_t i = 0; i < entries.size(); ++i) {
+        const double v = (*entries[i].first)[entries[i].second + "_seeds"][s].get<double>();
+        double below = 0, equal = 0;
+        for (auto& [r, side] : entries) {
+          const double w = (*r)[side + "_seeds"][s].get<double>();
+          below += w < v, equal += w == v;
+        }
+        rank_sum[i] += below + (equal + 1) / 2;
+      }
+    for (std::size_t i = 0; i < entries.size(); ++i)
+      (*entries[i].first)[entries[i].second + "_rank"] = seeds ? rank_sum[i] / seeds : 0.0;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -93,7 +130,7 @@ int main(int argc, char** argv) {
       "evals", po::value<int>()->default_value(100), "evaluations per run")(
       "problems", po::value<std::string>()->default_value("branin,hartmann6,rosenbrock20"), "problems (comma-separated)")(
       "concurrency", po::value<std::string>()->default_value("1,8"), "trials in flight (comma-separated)")(
-      "samplers", po::value<std::string>()->default_value("random,tpe_no_liar,tpe"), "our samplers")(
+      "samplers", po::value<std::string>()->default_value("random,tpe,tpe_no_liar,tpe_independent"), "our samplers")(
       "optuna", po::value<std::string>()->default_value(""), "a Python with Optuna: run it side by side");
   po::variables_map vm;
   try {
@@ -142,7 +179,7 @@ int main(int argc, char** argv) {
         }
         ms_of[sampler + "/" + p.name].push_back(median(cost));
         nlohmann::json row{{"problem", p.name}, {"concurrency", c}, {"sampler", sampler}, {"ours", median(best)},
-                           {"optimum", p.optimum}, {"ms_per_trial", median(cost)}};
+                           {"optimum", p.optimum}, {"ms_per_trial", median(cost)}, {"ours_seeds", best}};
         std::cerr << row.dump() << "\n";
         results.push_back(row);
       }
@@ -152,7 +189,7 @@ int main(int argc, char** argv) {
   if (auto py = vm["optuna"].as<std::string>(); !py.empty()) {
     std::string cmd = py + " " + BENCH_PYTHON_DIR "/search_optuna.py --seeds " + std::to_string(seeds) + " --evals " +
                       std::to_string(evals) + " --problems " + vm["problems"].as<std::string>() + " --concurrency " +
-                      vm["concurrency"].as<std::string>();
+                      vm["concurrency"].as<std::string>() + " --samplers " + vm["samplers"].as<std::string>();
     std::cerr << "bench_search: " << cmd << "\n";
     FILE* f = ::popen(cmd.c_str(), "r");
     if (!f) {
@@ -176,11 +213,15 @@ int main(int argc, char** argv) {
     for (auto& r : out["results"]) {
       std::tuple<std::string, int, std::string> key{r["problem"], r["concurrency"], ""};
       auto s = r["sampler"].get<std::string>();
-      std::get<2>(key) = s;  // the same names: random, tpe (Optuna's defaults), tpe_no_liar
-      if (auto it = theirs.find(key); it != theirs.end()) r["optuna"] = it->second["median"];
+      std::get<2>(key) = s;  // the same names on both sides
+      if (auto it = theirs.find(key); it != theirs.end()) {
+        r["optuna"] = it->second["median"];
+        r["optuna_seeds"] = it->second["best"];
+      }
     }
     out["optuna_ms_per_trial"] = optuna_ms;
   }
+  add_mean_ranks(out["results"]);
   std::cout << out.dump() << std::endl;
   return 0;
 }

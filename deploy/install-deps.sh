@@ -20,6 +20,7 @@ packages=(
   pkg-config libcpp-httplib-dev           # the head's web dashboard (HTTP)
   libre2-dev                              # metrics read from a program trial's output
   libyaml-cpp-dev                         # tune run's experiment files
+  libeigen3-dev libnlopt-dev libnlopt-cxx-dev  # the GP search: linear algebra, optimizers
   python3                                 # the trials' Python module and its tests
 )
 # To test as well (left out with LIBTUNE_DEPS=build, e.g. in the container image).

@@ -242,6 +242,36 @@ TEST_F(ProgramTest, AScriptThatKnowsNothingOfLibtuneIsReadThroughItsOutput) {
   EXPECT_EQ((*results)[2].iteration, 3);
 }
 
+TEST_F(ProgramTest, TheGpSearchRunsFromItsPointsToEvaluateWithTrialsInFlight) {
+  // 12 trials, 3 at a time, the first at a given point, then the GP (its startup
+  // random) with pending trials fantasized; every trial ends, the configs fit the space.
+  auto r = tune_run({"--metric", "val_acc", "--samples", "12", "--space", R"({"x": {"uniform": [0, 1]}, "k": {"qrandint": [0, 8, 2]}})",
+                     "--search", R"({"type": "gp", "n_startup_trials": 4, "points_to_evaluate": [{"x": 0.3}]})",
+                     "--metric-pattern", R"(val_acc=(\S+))", "--experiment-dir", exp, "--num-cpus", "3", "--progress", "none",
+                     "--", py(), "trial.py", "--mode", "stdout", "--epochs", "2", "--sleep", "0.01", "--x", "${x}"});
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  auto s = store();
+  ASSERT_TRUE(s);
+  auto trials = s->trials();
+  ASSERT_TRUE(trials);
+  ASSERT_EQ(trials->size(), 12u);
+  for (auto& t : *trials) {
+    EXPECT_EQ(t.state, trial_state::terminated) << t.id;
+    EXPECT_TRUE(t.config["x"].get<double>() >= 0 && t.config["x"].get<double>() <= 1) << t.config;
+    EXPECT_EQ(t.config["k"].get<int>() % 2, 0) << t.config;
+  }
+  EXPECT_EQ((*trials)[0].config["x"], 0.3);
+  EXPECT_EQ(s->meta("search")->get<std::string>(), "gp");
+  // A space the GP cannot model is refused before any trial, naming the parameter.
+  fs::remove_all(exp);
+  auto bad = tune_run({"--metric", "val_acc", "--search", "gp", "--space",
+                       R"({"opt": {"choice": [{"m": {"uniform": [0, 1]}}, {"b": 1}]}})", "--experiment-dir", exp, "--progress",
+                       "none", "--", py(), "trial.py", "--mode", "stdout"});
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.err.find("gp: parameter \"opt\""), std::string::npos) << bad.err;
+  EXPECT_FALSE(fs::exists(exp + "/experiment.db"));
+}
+
 TEST_F(ProgramTest, TheConfigurationReachesTheCommandLineWithNoShellToInjectInto) {
   std::string evil = "a b; touch PWNED; $(touch PWNED2) `touch PWNED3` | tee PWNED4 > PWNED5 && echo \"q'";
   auto file = experiment("argv.yaml", "command: [" + py() + ", trial.py, --mode, argv, --record, " + rec +

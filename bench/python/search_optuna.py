@@ -3,12 +3,15 @@
 same budgets and seeds: the best value found in EVALS evaluations, median over SEEDS
 seeds, at each concurrency (that many trials asked before the oldest is told), for
 Optuna's random sampler, its TPE with its defaults (in Optuna 5.0 they include
-constant_liar=True) and its TPE with constant_liar=False; and
+multivariate and constant_liar=True), with constant_liar=False, and with
+multivariate=False (independent, the liar on), and its GPSampler (with torch and
+scipy installed); and
 the sampling cost per trial (the time in ask(), in ms). One JSON object per line.
 Run by bench_search --optuna PYTHON (Optuna from PyPI in a virtual environment, for
 benchmarks only)."""
-import argparse, json, math, statistics, sys, time
+import argparse, json, math, os, statistics, sys, time
 
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # Optuna's advice for GPSampler (torch), before it loads
 import optuna
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -47,6 +50,10 @@ def sampler(name, seed):
         return optuna.samplers.TPESampler(seed=seed)
     if name == "tpe_no_liar":
         return optuna.samplers.TPESampler(seed=seed, constant_liar=False)
+    if name == "tpe_independent":
+        return optuna.samplers.TPESampler(seed=seed, multivariate=False)
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed)  # needs torch and scipy
     raise SystemExit(f"unknown sampler {name}")
 
 
@@ -76,7 +83,7 @@ def main():
     ap.add_argument("--evals", type=int, default=100)
     ap.add_argument("--problems", default="branin,hartmann6,rosenbrock20")
     ap.add_argument("--concurrency", default="1,8")
-    ap.add_argument("--samplers", default="random,tpe,tpe_no_liar")
+    ap.add_argument("--samplers", default="random,tpe,tpe_no_liar,tpe_independent")
     a = ap.parse_args()
     for problem in a.problems.split(","):
         if problem not in PROBLEMS:

@@ -612,24 +612,26 @@ expected<result_grid> tuner::fit() {
       if (auto s = take(c.bundles[i], "bundle " + std::to_string(i)); !s) return s;
   }
   // The search algorithm and the scheduler.
-  std::unique_ptr<search_algorithm> search;
-  if (std::holds_alternative<random_search_alg>(c.search)) {
-    auto s = make_random_search(space_, {.num_samples = c.num_samples, .seed = c.seed});
-    if (!s) return s.error();
-    search = std::move(s).value();
-  } else if (std::holds_alternative<grid_search_alg>(c.search)) {
-    auto s = make_grid_search(space_, {.num_samples = c.num_samples});
-    if (!s) return s.error();
-    search = std::move(s).value();
-  } else {
-    auto o = std::get<tpe_search>(c.search);
-    o.metric_mode = c.mode;
-    o.num_samples = c.num_samples;
-    o.seed = c.seed;
-    auto s = make_tpe(space_, o);
-    if (!s) return s.error();
-    search = std::move(s).value();
-  }
+  auto made = std::visit(
+      [&](const auto& spec) -> expected<std::unique_ptr<search_algorithm>> {
+        using T = std::decay_t<decltype(spec)>;
+        if constexpr (std::is_same_v<T, random_search_alg>)
+          return make_random_search(
+              space_, {.num_samples = c.num_samples, .seed = c.seed, .points_to_evaluate = spec.points_to_evaluate});
+        else if constexpr (std::is_same_v<T, grid_search_alg>)
+          return make_grid_search(space_, {.num_samples = c.num_samples});
+        else {  // TPE and the GP: the experiment's mode, samples and seed
+          auto o = spec;
+          o.metric_mode = c.mode;
+          o.num_samples = c.num_samples;
+          o.seed = c.seed;
+          if constexpr (std::is_same_v<T, gp_search>) return make_gp(space_, std::move(o));
+          else return make_tpe(space_, std::move(o));
+        }
+      },
+      c.search);
+  if (!made) return made.error();
+  std::unique_ptr<search_algorithm> search = std::move(made).value();
   auto sched_spec = c.scheduler;
   if (auto* p = std::get_if<pbt>(&sched_spec); p && p->seed == 0) p->seed = c.seed;
   auto scheduler = make_scheduler(sched_spec, c.metric, c.mode);

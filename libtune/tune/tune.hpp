@@ -153,10 +153,13 @@ void run_if_trial_worker(int argc, char** argv);
 
 // --- experiments --------------------------------------------------------------------
 
-struct random_search_alg {};  // random search (grid_search domains expanded, Ray's default)
+struct random_search_alg {  // random search (grid_search domains expanded, Ray's default)
+  std::vector<config> points_to_evaluate = {};  // run first (whole or partial configs)
+};
 struct grid_search_alg {};    // every grid point, num_samples times; random domains are an error
 using tpe_search = tpe_options;  // TPE (metric_mode, num_samples and seed are the experiment's)
-using search_spec = std::variant<random_search_alg, grid_search_alg, tpe_search>;
+using gp_search = gp_options;    // GP-based Bayesian optimisation (the same three are the experiment's)
+using search_spec = std::variant<random_search_alg, grid_search_alg, tpe_search, gp_search>;
 
 enum class progress_style { automatic, table, lines, none };  // automatic: table on a terminal
 

@@ -187,14 +187,28 @@ std::string joined(const std::string& path, const std::string& key) { return pat
 
 // --- search spaces -------------------------------------------------------------------------
 
-const std::vector<std::string> domain_names{"uniform", "loguniform", "quniform", "qloguniform", "randint",
-                                            "lograndint", "choice", "grid_search", "constant"};
-// Ray Tune domains libtune does not have (yet): said so, not read as a nested space.
-const std::vector<std::string> foreign_domains{"randn", "qrandn", "qrandint", "qlograndint", "sample_from", "lograndn"};
+const std::vector<std::string> domain_names{"uniform",    "loguniform", "quniform",   "qloguniform", "randn",
+                                            "qrandn",     "randint",    "lograndint", "qrandint",    "qlograndint",
+                                            "choice",     "grid_search", "constant"};
+// Ray Tune domains libtune does not have: said so, not read as a nested space.
+const std::vector<std::string> foreign_domains{"sample_from", "lograndn"};
 
 expected<search_space> space_from(const reader& r, const YAML::Node& n, const std::string& path);
 
 expected<domain> domain_from(const reader& r, const YAML::Node& n, const std::string& path) {
+  // A weighted choice: {choice: [a, b], weights: [3, 1]}.
+  if (n.IsMap() && n.size() == 2 && n["choice"] && n["weights"] && n["choice"].IsSequence()) {
+    YAML::Node just_choice;
+    just_choice["choice"] = n["choice"];
+    auto d = domain_from(r, just_choice, path);
+    if (!d) return d.error();
+    auto w = r.numbers(n["weights"], path + ".weights", n["choice"].size(),
+                       "one weight per option, e.g. {choice: [sgd, adam], weights: [3, 1]}");
+    if (!w) return w.error();
+    domain weighted = choice(d->options(), *w);
+    if (!weighted.error()) return r.error(n["weights"], path + ".weights", weighted.error().message());
+    return weighted;
+  }
   if (n.IsMap() && n.size() == 1) {
     auto key = n.begin()->first.Scalar();
     const auto& arg = n.begin()->second;
@@ -214,6 +228,24 @@ expected<domain> domain_from(const reader& r, const YAML::Node& n, const std::st
       auto v = r.numbers(arg, path + "." + key, 3, "[low, high, q], e.g. {" + key + ": [0.0, 1.0, 0.1]}");
       if (!v) return v.error();
       return made(is("quniform") ? quniform((*v)[0], (*v)[1], (*v)[2]) : qloguniform((*v)[0], (*v)[1], (*v)[2]));
+    }
+    if (is("randn") || is("qrandn")) {
+      const bool q = is("qrandn");
+      auto v = r.numbers(arg, path + "." + key, q ? 3 : 2,
+                         q ? "[mean, sd, q], e.g. {qrandn: [10, 2, 0.5]}" : "[mean, sd], e.g. {randn: [10, 2]}");
+      if (!v) return v.error();
+      return made(q ? qrandn((*v)[0], (*v)[1], (*v)[2]) : randn((*v)[0], (*v)[1]));
+    }
+    if (is("qrandint") || is("qlograndint")) {
+      if (!arg.IsSequence() || arg.size() != 3)
+        return r.error(arg, path + "." + key, "give [low, high, q] (high included, as in Ray Tune), e.g. {" + key + ": [8, 64, 8]}");
+      std::int64_t v[3];
+      for (std::size_t i = 0; i < 3; ++i) {
+        auto x = r.integer(arg[i], path + "." + key + "[" + std::to_string(i) + "]", INT64_MIN);
+        if (!x) return x.error();
+        v[i] = *x;
+      }
+      return made(is("qrandint") ? qrandint(v[0], v[1], v[2]) : qlograndint(v[0], v[1], v[2]));
     }
     if (is("randint") || is("lograndint")) {
       if (!arg.IsSequence() || arg.size() != 2)
@@ -359,6 +391,15 @@ auto int_field(const reader& r, T& field, int64_t at_least) {
   };
 }
 
+auto flag_field(const reader& r, bool& field) {
+  return [&r, &field](const YAML::Node& n, const std::string& path) -> status {
+    auto v = r.flag(n, path);
+    if (!v) return v.error();
+    field = *v;
+    return status::ok();
+  };
+}
+
 auto real_field(const reader& r, double& field) {
   return [&r, &field](const YAML::Node& n, const std::string& path) -> status {
     auto v = r.number(n, path);
@@ -461,17 +502,40 @@ expected<scheduler_spec> scheduler_from(const reader& r, const YAML::Node& n, co
 }
 
 expected<search_spec> search_from(const reader& r, const YAML::Node& n, const std::string& path) {
-  auto t = typed(r, n, path, {"random", "grid", "tpe"}, {{"TPESampler", "tpe"}, {"hyperopt", "tpe"}, {"grid_search", "grid"}},
+  auto t = typed(r, n, path, {"random", "grid", "tpe", "gp"},
+                 {{"TPESampler", "tpe"}, {"hyperopt", "tpe"}, {"grid_search", "grid"}, {"GPSampler", "gp"},
+                  {"bayesopt", "gp"}, {"BayesOptSearch", "gp"}},
                  "{type: tpe, n_startup_trials: 10}");
   if (!t) return t.error();
   option_table opts;
+  std::vector<config> points;
+  opts.add("points_to_evaluate", [&](const YAML::Node& v, const std::string& at) -> status {
+    auto j = r.json(v, at);
+    if (!j) return j.error();
+    if (!j->is_array()) return r.error(v, at, "give a list of configs, e.g. [{lr: 0.01, batch: 64}]");
+    for (std::size_t i = 0; i < j->size(); ++i)
+      if (!(*j)[i].is_object())
+        return r.error(v[i], at + "[" + std::to_string(i) + "]", "give a config: a mapping of parameter names to values");
+    points.assign(j->begin(), j->end());
+    return status::ok();
+  });
   if (t->type == "random") {
     if (auto s = opts.read(r, *t, path); !s) return s;
-    return search_spec{random_search_alg{}};
+    return search_spec{random_search_alg{std::move(points)}};
   }
   if (t->type == "grid") {
     if (auto s = opts.read(r, *t, path); !s) return s;
     return search_spec{grid_search_alg{}};
+  }
+  if (t->type == "gp") {
+    gp_search g;
+    opts.add("n_startup_trials", int_field(r, g.n_startup_trials, 1));
+    opts.add("n_candidates", int_field(r, g.n_candidates, 1));
+    opts.add("n_local", int_field(r, g.n_local, 0));
+    opts.add("fantasize_pending", flag_field(r, g.fantasize_pending));
+    if (auto s = opts.read(r, *t, path); !s) return s;
+    g.points_to_evaluate = std::move(points);
+    return search_spec{g};
   }
   tpe_search o;
   opts.add("n_startup_trials", int_field(r, o.n_startup_trials, 1));
@@ -479,7 +543,10 @@ expected<search_spec> search_from(const reader& r, const YAML::Node& n, const st
   opts.add("gamma", real_field(r, o.gamma));
   opts.add("max_below", int_field(r, o.max_below, 1));
   opts.add("prior_weight", real_field(r, o.prior_weight));
+  opts.add("multivariate", flag_field(r, o.multivariate));
+  opts.add("constant_liar", flag_field(r, o.constant_liar));
   if (auto s = opts.read(r, *t, path); !s) return s;
+  o.points_to_evaluate = std::move(points);
   return search_spec{o};
 }
 
@@ -739,6 +806,18 @@ expected<experiment_spec> read_experiment(const std::string& text, const std::st
   if (doc["bundles"] && doc["resources_per_trial"])
     return r.error(doc["bundles"], "bundles", "give either resources_per_trial (one bundle) or bundles, not both");
   if (auto sv = out.space.validate(); !sv) return r.error(doc["space"], "space", sv.message());
+  // Points to evaluate fit the space (at the place they were written).
+  const auto* points = std::visit([](auto& a) -> const std::vector<config>* {
+    if constexpr (requires { a.points_to_evaluate; }) return &a.points_to_evaluate;
+    else return nullptr;
+  }, c.search);
+  if (points && doc["search"] && doc["search"].IsMap() && doc["search"]["points_to_evaluate"])
+    for (std::size_t i = 0; i < points->size(); ++i) {
+      rng scratch(0);
+      if (auto made = out.space.complete((*points)[i], scratch); !made)
+        return r.error(doc["search"]["points_to_evaluate"][i], "search.points_to_evaluate[" + std::to_string(i) + "]",
+                       made.error().message());
+    }
   return out;
 }
 

@@ -138,7 +138,21 @@ TEST(ExperimentFile, EveryBadInputIsAnErrorNamingTheKeyTheLineAndWhatToWrite) {
   expect_error("space:\n  lr: {loguniform: [0, 0.1]}\n", {"exp.yaml:2:7", "space.lr", "loguniform"});
   expect_error("space:\n  lr: {loguniform: [0.1]}\n", {"space.lr.loguniform", "[low, high]"});
   expect_error("space:\n  lr: {log_uniform: [1e-4, 0.1]}\n", {"space.lr", "did you mean loguniform?", "constant"});
-  expect_error("space:\n  x: {randn: [0, 1]}\n", {"space.x", "tune.randn", "not one of libtune's domains"});
+  expect_error("space:\n  x: {sample_from: [0, 1]}\n", {"space.x", "tune.sample_from", "not one of libtune's domains"});
+  expect_error("space:\n  x: {randn: [0]}\n", {"space.x.randn", "[mean, sd]"});
+  expect_error("space:\n  x: {randn: [0, -1]}\n", {"exp.yaml:2:6", "space.x", "standard deviation must be > 0"});
+  expect_error("space:\n  x: {qrandint: [0, 10]}\n", {"space.x.qrandint", "[low, high, q]", "high included"});
+  expect_error("space:\n  x: {qrandint: [0, 10, 0.5]}\n", {"space.x.qrandint[2]", "whole number"});
+  expect_error("space:\n  x: {qlograndint: [0, 10, 2]}\n", {"space.x", "log scale needs a low bound > 0"});
+  expect_error("space:\n  x: {choice: [a, b], weights: [1]}\n", {"space.x.weights", "one weight per option"});
+  expect_error("space:\n  x: {choice: [a, b], weights: [0, 0]}\n", {"space.x.weights", "every weight is 0"});
+  expect_error("space:\n  x: {uniform: [0, 1]}\nsearch: {type: tpe, points_to_evaluate: [{x: 0.5}, {x: 3}]}\n",
+               {"exp.yaml:3:52", "search.points_to_evaluate[1]", "parameter \"x\": 3 lies outside"});
+  expect_error("space:\n  x: {uniform: [0, 1]}\nsearch: {type: random, points_to_evaluate: [{y: 0.5}]}\n",
+               {"search.points_to_evaluate[0]", "unknown parameter \"y\""});
+  expect_error("search: {type: tpe, points_to_evaluate: {x: 1}}\n", {"search.points_to_evaluate", "a list of configs"});
+  expect_error("search: {type: tpe, points_to_evaluate: [1]}\n", {"search.points_to_evaluate[0]", "a mapping"});
+  expect_error("search: {type: tpe, multivariate: maybe}\n", {"search.multivariate", "true or false"});
   expect_error("space:\n  x: {randint: [1.5, 4]}\n", {"space.x.randint[0]", "whole number"});
   expect_error("space:\n  x: {choice: []}\n", {"space.x.choice", "as a list"});
   expect_error("space:\n  x: {uniform: [0, one]}\n", {"space.x.uniform[1]", "give a number, not 'one'"});
@@ -168,6 +182,49 @@ TEST(ExperimentFile, EveryBadInputIsAnErrorNamingTheKeyTheLineAndWhatToWrite) {
   expect_error("name: a/b\n", {"name", "without '/'"});
   expect_error("seed: -3\n", {"seed", "at least 0"});
   expect_error("auto_rebalance: sometimes\n", {"auto_rebalance", "true or false"});
+}
+
+TEST(ExperimentFile, NormalQuantizedIntegerAndWeightedDomainsAndPointsToEvaluate) {
+  auto e = read_experiment(R"(metric: loss
+mode: min
+space:
+  shift: {randn: [10, 2]}
+  step: {qrandn: [0, 1, 0.5]}
+  width: {qrandint: [64, 512, 64]}
+  heads: {qlograndint: [1, 16, 1]}
+  opt: {choice: [sgd, adam], weights: [3, 1]}
+search:
+  type: tpe
+  multivariate: false
+  constant_liar: false
+  points_to_evaluate: [{shift: 10, width: 128, opt: adam}, {width: 512}]
+)",
+                           "exp.yaml", "/x");
+  ASSERT_TRUE(e) << e.error().message();
+  auto& s = e->space;
+  EXPECT_EQ(s.find("shift")->describe(), "randn(10, 2)");
+  EXPECT_EQ(s.find("step")->describe(), "qrandn(0, 1, 0.5)");
+  EXPECT_EQ(s.find("width")->describe(), "qrandint(64, 512, 64)");
+  EXPECT_EQ(s.find("heads")->describe(), "qlograndint(1, 16, 1)");
+  EXPECT_EQ(s.find("opt")->choices().weights, (std::vector<double>{0.75, 0.25}));
+  auto* t = std::get_if<tpe_search>(&e->config.search);
+  ASSERT_TRUE(t);
+  EXPECT_FALSE(t->multivariate);
+  EXPECT_FALSE(t->constant_liar);
+  ASSERT_EQ(t->points_to_evaluate.size(), 2u);
+  EXPECT_EQ(t->points_to_evaluate[1], (config{{"width", 512}}));
+  auto gp = read_search("{type: gp, n_startup_trials: 5, n_candidates: 500, fantasize_pending: false}", "--search");
+  ASSERT_TRUE(gp) << gp.error().message();
+  EXPECT_EQ(std::get<gp_search>(*gp).n_startup_trials, 5);
+  EXPECT_EQ(std::get<gp_search>(*gp).n_candidates, 500);
+  EXPECT_FALSE(std::get<gp_search>(*gp).fantasize_pending);
+  EXPECT_TRUE(std::holds_alternative<gp_search>(*read_search("GPSampler", "--search")));
+  auto gp_bad = read_search("{type: gp, n_ei_candidates: 5}", "--search");
+  ASSERT_FALSE(gp_bad);
+  EXPECT_NE(gp_bad.error().message().find("not an option of gp"), std::string::npos) << gp_bad.error().message();
+  auto rnd = read_search("{type: random, points_to_evaluate: [{a: 1}]}", "--search");
+  ASSERT_TRUE(rnd) << rnd.error().message();
+  EXPECT_EQ(std::get<random_search_alg>(*rnd).points_to_evaluate.size(), 1u);
 }
 
 TEST(ExperimentFile, FlagsPartsReadTheSameSyntax) {

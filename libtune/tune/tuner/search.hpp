@@ -75,9 +75,14 @@ class search_algorithm {
 // grid_search values, num_samples times (the grid varies fastest: with a grid of G
 // points, trials 0..G-1 are the first repeat), the random domains drawn anew for each
 // trial. Finished after G × num_samples configs. Never waits.
+// points_to_evaluate: configs (whole or in part: the missing parameters are drawn)
+// that the first trials run, before anything is drawn; they count toward the trials
+// (for random search they take the first slots of the grid × num_samples, and there
+// are at least as many trials as points). Checked when the algorithm is made.
 struct random_search_options {
   int num_samples = 1;  // >= 1
   std::uint64_t seed = 0;
+  std::vector<config> points_to_evaluate = {};
 };
 expected<std::unique_ptr<search_algorithm>> make_random_search(search_space space,
                                                                random_search_options opts = {});
@@ -90,26 +95,29 @@ struct grid_search_options {
 expected<std::unique_ptr<search_algorithm>> make_grid_search(search_space space,
                                                              grid_search_options opts = {});
 
-// TPE, the Tree-structured Parzen Estimator (Bergstra et al. 2011), univariate as in
-// Optuna's and Hyperopt's defaults:
+// TPE, the Tree-structured Parzen Estimator (Bergstra et al. 2011), multivariate by
+// default as Optuna's since 5.0 (tpe.cpp has the details):
 //  - the first n_startup_trials configs are random (grid_search domains act as
 //    choices; TPE does not expand grids);
 //  - then the completed trials are sorted by their value and the best
 //    min(ceil(gamma · n), max_below) form the "good" set, the rest the "bad" set;
-//  - for each parameter, independently, a Parzen estimator l(x) is fitted to the good
-//    trials' values and g(x) to the bad ones': numeric domains a mixture of Gaussians
-//    truncated to the range (in log space for log domains; integers and quantized
-//    domains widened by half a step and snapped), one per observation plus a prior
-//    (wide Gaussian at the centre), bandwidths from the distances between
-//    neighbours, recent trials weighted more once there are over 25; choices a
-//    categorical distribution with counts plus prior_weight spread over the options;
-//  - n_ei_candidates values are drawn from l and the one with the largest
-//    l(x)/g(x) is taken.
-//  Parameters that a trial did not have (another option of a choice, a conditional's
-//  other branch) are not part of that parameter's observations. Trials still running
-//  count, with constant_liar, as the worst value so far (they join the "bad" set, as
-//  Optuna's constant_liar): configs suggested while others run spread out instead of
-//  crowding where the good ones are. Never waits. num_samples 0 = no limit.
+//  - a Parzen estimator l is fitted to the good trials and g to the bad ones: a
+//    mixture with a component per trial (recent trials weighted more once there are
+//    over 25) plus a prior component. A component's kernel for a numeric parameter is
+//    a Gaussian truncated to the range (in log space for log domains; integers and
+//    quantized domains widened by half a step and snapped) at the trial's value, its
+//    width from the distances between neighbouring values; for a choice it favours
+//    the trial's option; where its trial did not have the parameter (another option
+//    of a choice, a conditional's other branch) it is the prior's (wide, or uniform);
+//  - multivariate: n_ei_candidates whole configs are drawn from l (each from one
+//    component, so the parameters move together) and the one with the largest joint
+//    l(x)/g(x) is taken; multivariate = false: each parameter on its own, from l's
+//    marginal at that parameter, by the marginals' ratio (Hyperopt's and Optuna's
+//    independent TPE).
+//  Trials still running count, with constant_liar, as the worst value so far (they join
+//  the "bad" set, as Optuna's constant_liar): configs suggested while others run
+//  spread out instead of crowding where the good ones are. Never waits. num_samples 0 =
+//  no limit.
 struct tpe_options {
   mode metric_mode = mode::min;
   int num_samples = 0;
@@ -119,8 +127,44 @@ struct tpe_options {
   int max_below = 25;
   double prior_weight = 1.0;
   bool constant_liar = true;
+  bool multivariate = true;
   std::uint64_t seed = 0;
+  // Run first, as random search's; they count toward num_samples and, once complete,
+  // toward n_startup_trials.
+  std::vector<config> points_to_evaluate = {};
 };
+
+// Each point is one the space could produce (unknown names, values outside their
+// domain: an error naming "<who>: points_to_evaluate[i]" and the parameter).
+status check_points(const search_space& space, const std::vector<config>& points, const std::string& who);
 expected<std::unique_ptr<search_algorithm>> make_tpe(search_space space, tpe_options opts = {});
+
+// GP-based Bayesian optimisation, for small budgets (tens to a few hundred trials) on
+// spaces of numeric parameters and choices of values (gp.cpp has the details):
+//  - the first n_startup_trials configs are random (as random search's for the seed);
+//  - then a Gaussian process (Matérn 5/2, a length scale per parameter, fitted by
+//    maximizing the marginal likelihood under weak priors) models the losses over the
+//    space's unit cube (numeric parameters in their internal coordinates — log for log
+//    domains —, choices and grids one-hot), and the next config maximizes the log
+//    expected improvement (n_candidates random points and perturbations of the best,
+//    the best n_local refined by a local optimizer);
+//  - trials still running count, with fantasize_pending, as observed at the GP's own
+//    mean (the "kriging believer"), so configs suggested side by side spread out.
+//  A choice of sub-spaces, a choice of domains or a conditional is an error naming the
+//  parameter (the GP needs the same parameters in every config: use tpe there).
+//  Same seed, same configs (on one platform: the model's floating point is not pinned
+//  across compilers and CPUs as the samplers' random numbers are). num_samples 0 = no
+//  limit. Never waits.
+struct gp_options {
+  mode metric_mode = mode::min;
+  int num_samples = 0;
+  int n_startup_trials = 10;
+  int n_candidates = 2000;
+  int n_local = 5;
+  bool fantasize_pending = true;
+  std::uint64_t seed = 0;
+  std::vector<config> points_to_evaluate = {};
+};
+expected<std::unique_ptr<search_algorithm>> make_gp(search_space space, gp_options opts = {});
 
 }  // namespace tune

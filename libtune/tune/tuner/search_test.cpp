@@ -1,4 +1,5 @@
 #include "tune/tuner/search.hpp"
+#include "tune/tuner/search_testing.hpp"
 #include "tune/tuner/problems.hpp"
 
 #include <gtest/gtest.h>
@@ -13,27 +14,9 @@
 namespace tune {
 namespace {
 
-bool has(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
-
-std::unique_ptr<search_algorithm> ok(expected<std::unique_ptr<search_algorithm>> a) {
-  EXPECT_TRUE(a) << a.error().message();
-  return a ? std::move(*a) : nullptr;
-}
-
-// Runs `alg` sequentially: suggest, evaluate, complete. The configs, in order.
-std::vector<config> run(search_algorithm& alg, const std::function<double(const config&)>& f,
-                        int max_trials = 100000) {
-  std::vector<config> out;
-  for (int i = 0; i < max_trials; ++i) {
-    const std::string id = std::to_string(i);
-    auto c = alg.suggest(id);
-    EXPECT_TRUE(c) << c.error().message();
-    if (!c || !c->has_value()) break;
-    out.push_back(**c);
-    EXPECT_TRUE(alg.on_complete(id, f(**c)));
-  }
-  return out;
-}
+using search_testing::has;
+using search_testing::ok;
+using search_testing::run;
 
 TEST(RandomSearch, ExpandsTheGridTimesNumSamples) {
   search_space s{{"a", grid_search({1, 2, 3})},
@@ -199,11 +182,46 @@ TEST(Tpe, LearnsTheBestInteger) {
 }
 
 TEST(Tpe, LearnsTheBestChoice) {
-  auto alg = ok(make_tpe({{"c", choice({"a", "b", "c", "d", "e"})}}, {.num_samples = 80, .seed = 3}));
-  auto cs = run(*alg, [](const config& c) { return c["c"] == "d" ? 0.0 : 1.0 + c["c"].dump().size(); });
-  int d = 0;
-  for (int i = 40; i < 80; ++i) d += cs[i]["c"] == "d";
-  EXPECT_GT(d, 30);  // random: 8 of 40
+  // Random: 8 of 40 per seed. Measured, mean of 5 seeds: independent 36.8, multivariate
+  // 29.4 (its kernels spread prior_weight / (n + 1) over the other options, as
+  // Optuna's, which explores more: it finds better configs in mixed spaces).
+  for (bool multivariate : {false, true}) {
+    int d = 0;
+    for (std::uint64_t seed = 0; seed < 5; ++seed) {
+      auto alg = ok(make_tpe({{"c", choice({"a", "b", "c", "d", "e"})}},
+                             {.num_samples = 80, .multivariate = multivariate, .seed = seed}));
+      auto cs = run(*alg, [](const config& c) { return c["c"] == "d" ? 0.0 : 1.0 + c["c"].dump().size(); });
+      for (int i = 40; i < 80; ++i) d += cs[i]["c"] == "d";
+    }
+    EXPECT_GT(d, multivariate ? 5 * 25 : 5 * 32) << "multivariate " << multivariate;
+  }
+}
+
+TEST(Tpe, MultivariateKeepsTheParametersOfEachModeTogether) {
+  // Two optima, at (0.2, 0.8) and (0.8, 0.2): each parameter's marginal is bimodal,
+  // and drawing them independently also lands on (0.2, 0.2) and (0.8, 0.8), which
+  // are bad. The joint model draws near the good pairs only. (40 random trials first
+  // and a large good set, so that both modes are in it.)
+  auto two_modes = [](const config& c) {
+    const double x = c["x"].get<double>(), y = c["y"].get<double>();
+    auto d2 = [&](double a, double b) { return (x - a) * (x - a) + (y - b) * (y - b); };
+    return std::min(d2(0.2, 0.8), d2(0.8, 0.2));
+  };
+  double wasted[2] = {0, 0};  // late trials nearer a bad pair than a good one
+  for (std::uint64_t seed = 0; seed < 10; ++seed)
+    for (bool multivariate : {true, false}) {
+      auto alg = ok(make_tpe({{"x", uniform(0, 1)}, {"y", uniform(0, 1)}},
+                             {.num_samples = 60, .n_startup_trials = 40, .gamma = 0.25,
+                              .multivariate = multivariate, .seed = seed}));
+      auto cs = run(*alg, two_modes);
+      for (int i = 40; i < 60; ++i) {
+        const double x = cs[i]["x"].get<double>(), y = cs[i]["y"].get<double>();
+        wasted[multivariate] += (x - 0.5) * (y - 0.5) > 0.01;  // both low or both high
+      }
+    }
+  std::printf("two modes, late trials at a bad pair (of 200): multivariate %.0f independent %.0f\n", wasted[1],
+              wasted[0]);
+  EXPECT_LT(wasted[1], 0.5 * wasted[0]);
 }
 
 TEST(Tpe, RespectsEveryNumericDomain) {
@@ -232,6 +250,62 @@ TEST(Tpe, RespectsEveryNumericDomain) {
     EXPECT_TRUE(ql >= 1 && ql <= 64);
     EXPECT_TRUE(c["g"] == "u" || c["g"] == "v");
   }
+}
+
+TEST(Tpe, LearnsNormalQuantizedIntegerAndWeightedDomains) {
+  // randn's optimum two sds out, qrandint's at a multiple, a weighted choice whose best
+  // option is the unlikely one, and an option of weight 0 that must never come.
+  search_space s{{"x", randn(0, 1)},
+                 {"n", qrandint(0, 100, 10)},
+                 {"k", qlograndint(1, 1024, 1)},
+                 {"opt", choice({"sgd", "adam", "never"}, {0.8, 0.2, 0})}};
+  auto f = [](const config& c) {
+    return std::fabs(c["x"].get<double>() - 2) + std::fabs(c["n"].get<int>() - 70) / 100.0 +
+           std::fabs(std::log2(c["k"].get<double>()) - 5) / 10 + (c["opt"] == "adam" ? 0 : 1);
+  };
+  double x_late = 0, n_late = 0, adam = 0;
+  for (bool multivariate : {true, false})
+    for (std::uint64_t seed = 0; seed < 5; ++seed) {
+      auto alg = ok(make_tpe(s, {.num_samples = 80, .multivariate = multivariate, .seed = seed}));
+      auto cs = run(*alg, f);
+      ASSERT_EQ(cs.size(), 80u);
+      for (int i = 0; i < 80; ++i) {
+        const auto& c = cs[i];
+        ASSERT_NE(c["opt"], "never");
+        ASSERT_EQ(c["n"].get<int>() % 10, 0);
+        ASSERT_TRUE(c["k"].get<int>() >= 1 && c["k"].get<int>() <= 1024);
+        if (i >= 50) x_late += std::fabs(c["x"].get<double>() - 2), n_late += std::fabs(c["n"].get<int>() - 70),
+                     adam += c["opt"] == "adam";
+      }
+    }
+  // Random: |x - 2| is 2.02 on average, |n - 70| 30.9, adam 20% of the time.
+  std::printf("late trials: |x - 2| %.3f, |n - 70| %.2f, adam %.2f\n", x_late / 300, n_late / 300, adam / 300);
+  EXPECT_LT(x_late / 300, 1.0);
+  EXPECT_LT(n_late / 300, 20.0);
+  EXPECT_GT(adam / 300, 0.5);
+}
+
+TEST(Search, PointsToEvaluateComeFirstAndCount) {
+  search_space s{{"x", uniform(0, 1)}, {"k", choice({1, 2, 3})}};
+  std::vector<config> points{{{"x", 0.25}, {"k", 3}}, {{"x", 0.75}}};  // the second in part
+  auto tpe = ok(make_tpe(s, {.num_samples = 12, .seed = 1, .points_to_evaluate = points}));
+  auto cs = run(*tpe, quadratic);
+  ASSERT_EQ(cs.size(), 12u);  // the points count toward num_samples
+  EXPECT_EQ(cs[0], (config{{"x", 0.25}, {"k", 3}}));
+  EXPECT_EQ(cs[1]["x"], 0.75);
+  EXPECT_TRUE(s.check(cs[1]));  // k drawn
+  auto rnd = ok(make_random_search(s, {.num_samples = 1, .seed = 1, .points_to_evaluate = points}));
+  auto rs = run(*rnd, quadratic);
+  ASSERT_EQ(rs.size(), 2u);  // at least as many trials as points
+  EXPECT_EQ(rs[0], cs[0]);
+  // A bad point is refused when the algorithm is made, naming it and the parameter.
+  auto bad = make_tpe(s, {.points_to_evaluate = {{{"x", 0.5}}, {{"x", 2.0}}}});
+  ASSERT_FALSE(bad);
+  EXPECT_TRUE(has(bad.error().message(), "tpe: points_to_evaluate[1]: parameter \"x\": 2.0 lies outside"))
+      << bad.error().message();
+  auto unknown = make_random_search(s, {.points_to_evaluate = {{{"y", 0.5}}}});
+  ASSERT_FALSE(unknown);
+  EXPECT_TRUE(has(unknown.error().message(), "random search: points_to_evaluate[0]: unknown parameter \"y\""));
 }
 
 TEST(Tpe, ConditionalSpacesLearnEachBranch) {

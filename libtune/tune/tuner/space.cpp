@@ -15,6 +15,7 @@ struct domain_data {
   nlohmann::json constant;
   numeric_spec num;
   std::vector<domain> options;
+  choice_spec choices;
   std::vector<nlohmann::json> grid;
   std::shared_ptr<const search_space> sub;
   domain::condition_fn cond;
@@ -97,6 +98,58 @@ domain real(const char* fn, double lo, double hi, bool log, double q) {
   return make(std::move(d));
 }
 
+// Ray's qrandint and qlograndint: multiples of q in [lo, hi], hi included.
+domain quantized_integer(const char* fn, std::int64_t lo, std::int64_t hi, std::int64_t q, bool log) {
+  std::string desc = std::string(fn) + "(" + std::to_string(lo) + ", " + std::to_string(hi) + ", " + std::to_string(q) + ")";
+  constexpr std::int64_t limit = std::int64_t{1} << 53;
+  if (lo < -limit || hi > limit || lo > limit || hi < -limit)
+    return bad(domain::kind::number, desc, "the bounds must lie within +-2^53");
+  if (q < 1)
+    return bad(domain::kind::number, desc,
+               "the step q must be an integer >= 1; write e.g. " + std::string(fn) + "(" + std::to_string(lo) + ", " +
+                   std::to_string(hi) + ", 1)");
+  if (lo > hi)
+    return bad(domain::kind::number, desc,
+               "the low bound is above the high bound; write " + std::string(fn) + "(" + std::to_string(hi) + ", " +
+                   std::to_string(lo) + ", " + std::to_string(q) + ") (both bounds are included)");
+  if (log && lo <= 0)
+    return bad(domain::kind::number, desc,
+               "a log scale needs a low bound > 0 (the log of a number <= 0 is undefined); write e.g. " +
+                   std::string(fn) + "(" + std::to_string(q) + ", " + std::to_string(hi) + ", " + std::to_string(q) +
+                   "), or qrandint(" + std::to_string(lo) + ", " + std::to_string(hi) + ", " + std::to_string(q) +
+                   ") for a linear scale");
+  const double dq = static_cast<double>(q);
+  if (std::floor(static_cast<double>(hi) / dq) < std::ceil(static_cast<double>(lo) / dq))
+    return bad(domain::kind::number, desc,
+               "no multiple of q=" + std::to_string(q) + " lies in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                   "]; use a smaller q or a wider range");
+  domain_data d;
+  d.kind = domain::kind::number;
+  d.num = numeric_spec{static_cast<double>(lo), static_cast<double>(hi), log, dq, true};
+  d.desc = std::move(desc);
+  return make(std::move(d));
+}
+
+domain normal(const char* fn, double mean, double sd, double q, bool quantized) {
+  std::string desc = std::string(fn) + "(" + num(mean) + ", " + num(sd) + (quantized ? ", " + num(q) : "") + ")";
+  if (!std::isfinite(mean) || !std::isfinite(sd))
+    return bad(domain::kind::number, desc, "the mean and the standard deviation must be finite numbers");
+  if (!(sd > 0))
+    return bad(domain::kind::number, desc,
+               "the standard deviation must be > 0; write e.g. " + std::string(fn) + "(" + num(mean) + ", 1" +
+                   (quantized ? ", " + num(q) : "") + "), or the constant " + num(mean) + " for a fixed value");
+  if (quantized && (!(q > 0) || !std::isfinite(q)))
+    return bad(domain::kind::number, desc,
+               "the step q must be a number > 0; write e.g. qrandn(" + num(mean) + ", " + num(sd) + ", " + num(sd / 10) +
+                   "), or randn(" + num(mean) + ", " + num(sd) + ") for no step");
+  domain_data d;
+  d.kind = domain::kind::number;
+  const double inf = std::numeric_limits<double>::infinity();
+  d.num = numeric_spec{-inf, inf, false, quantized ? q : 0.0, false, true, mean, sd};
+  d.desc = std::move(desc);
+  return make(std::move(d));
+}
+
 domain integer(const char* fn, std::int64_t lo, std::int64_t hi, bool log) {
   std::string desc = std::string(fn) + "(" + std::to_string(lo) + ", " + std::to_string(hi) + ")";
   constexpr std::int64_t limit = std::int64_t{1} << 53;
@@ -152,6 +205,7 @@ const status& domain::error() const { return (d_ ? *d_ : null_data()).err; }
 const nlohmann::json& domain::constant_value() const { return (d_ ? *d_ : null_data()).constant; }
 const numeric_spec& domain::number() const { return (d_ ? *d_ : null_data()).num; }
 const std::vector<domain>& domain::options() const { return (d_ ? *d_ : null_data()).options; }
+const choice_spec& domain::choices() const { return (d_ ? *d_ : null_data()).choices; }
 const std::vector<nlohmann::json>& domain::grid_values() const { return (d_ ? *d_ : null_data()).grid; }
 const search_space& domain::subspace() const {
   static const search_space empty;
@@ -166,6 +220,12 @@ domain quniform(double lo, double hi, double q) { return real("quniform", lo, hi
 domain qloguniform(double lo, double hi, double q) { return real("qloguniform", lo, hi, true, q); }
 domain randint(std::int64_t lo, std::int64_t hi) { return integer("randint", lo, hi, false); }
 domain lograndint(std::int64_t lo, std::int64_t hi) { return integer("lograndint", lo, hi, true); }
+domain qrandint(std::int64_t lo, std::int64_t hi, std::int64_t q) { return quantized_integer("qrandint", lo, hi, q, false); }
+domain qlograndint(std::int64_t lo, std::int64_t hi, std::int64_t q) {
+  return quantized_integer("qlograndint", lo, hi, q, true);
+}
+domain randn(double mean, double sd) { return normal("randn", mean, sd, 0, false); }
+domain qrandn(double mean, double sd, double q) { return normal("qrandn", mean, sd, q, true); }
 
 domain choice(std::vector<domain> options) {
   if (options.empty())
@@ -176,6 +236,37 @@ domain choice(std::vector<domain> options) {
   d.desc = "choice({";
   for (std::size_t i = 0; i < options.size(); ++i) d.desc += (i ? ", " : "") + options[i].describe();
   d.desc += "})";
+  d.choices.n = options.size();
+  d.options = std::move(options);
+  return make(std::move(d));
+}
+
+domain choice(std::vector<domain> options, std::vector<double> weights) {
+  domain plain = choice(options);
+  if (!plain.error().is_ok()) return plain;
+  std::string desc = plain.describe();
+  desc.pop_back();
+  desc += ", {";
+  for (std::size_t i = 0; i < weights.size(); ++i) desc += (i ? ", " : "") + num(weights[i]);
+  desc += "})";
+  if (weights.size() != options.size())
+    return bad(domain::kind::choice, desc,
+               "there are " + std::to_string(options.size()) + " options and " + std::to_string(weights.size()) +
+                   " weights; give one weight per option");
+  double total = 0;
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    if (!std::isfinite(weights[i]) || weights[i] < 0)
+      return bad(domain::kind::choice, desc,
+                 "weight " + std::to_string(i) + " is " + num(weights[i]) + "; weights are finite numbers >= 0");
+    total += weights[i];
+  }
+  if (!(total > 0))
+    return bad(domain::kind::choice, desc, "every weight is 0; give at least one option a weight > 0");
+  domain_data d;
+  d.kind = domain::kind::choice;
+  d.desc = std::move(desc);
+  d.choices.n = options.size();
+  for (double w : weights) d.choices.weights.push_back(w / total);
   d.options = std::move(options);
   return make(std::move(d));
 }
@@ -205,7 +296,7 @@ domain conditional(domain::condition_fn fn) {
 // ---- samplers ---------------------------------------------------------------------
 
 double param_sampler::snap(const numeric_spec& s, double x) {
-  if (!std::isfinite(x)) x = s.lo;
+  if (!std::isfinite(x)) x = s.normal ? s.mean : s.lo;
   if (s.integer) x = std::round(x);
   if (s.q > 0) {
     const double kmin = std::ceil(s.lo / s.q - 1e-9), kmax = std::floor(s.hi / s.q + 1e-9);
@@ -215,6 +306,15 @@ double param_sampler::snap(const numeric_spec& s, double x) {
 }
 
 double param_sampler::uniform_number(const numeric_spec& s, rng& r) {
+  if (s.normal) return snap(s, s.mean + s.sd * r.normal());
+  if (s.integer && s.q > 0 && !s.log) {  // qrandint: the multiples of q in [lo, hi], equally likely
+    const double kmin = std::ceil(s.lo / s.q - 1e-9), kmax = std::floor(s.hi / s.q + 1e-9);
+    return (kmin + static_cast<double>(r.below(static_cast<std::uint64_t>(kmax - kmin) + 1))) * s.q;
+  }
+  if (s.integer && s.q > 0) {  // qlograndint: log-uniform in [lo, hi], rounded to a multiple of q
+    const double a = std::log(s.lo), b = std::log(s.hi);
+    return snap(s, std::exp(a + r.uniform() * (b - a)));
+  }
   if (s.integer && !s.log)
     return s.lo + static_cast<double>(r.below(static_cast<std::uint64_t>(s.hi - s.lo) + 1));
   if (s.integer) {  // lograndint: log-uniform in [lo, hi + 1), floored (as Ray)
@@ -235,8 +335,22 @@ double param_sampler::sample_number(const param_path&, const numeric_spec& spec,
   return uniform_number(spec, r);
 }
 
-std::size_t param_sampler::sample_index(const param_path&, std::size_t n, rng& r) {
-  return static_cast<std::size_t>(r.below(n));
+std::size_t param_sampler::uniform_index(const choice_spec& spec, rng& r) {
+  if (spec.weights.empty()) return static_cast<std::size_t>(r.below(spec.n));
+  const double u = r.uniform();
+  double acc = 0;
+  std::size_t last = 0;
+  for (std::size_t i = 0; i < spec.weights.size(); ++i) {
+    if (spec.weights[i] <= 0) continue;
+    acc += spec.weights[i];
+    last = i;
+    if (u < acc) return i;
+  }
+  return last;
+}
+
+std::size_t param_sampler::sample_index(const param_path&, const choice_spec& spec, rng& r) {
+  return uniform_index(spec, r);
 }
 
 // ---- search_space -----------------------------------------------------------------
@@ -305,6 +419,11 @@ status validate_space(const search_space& s, const std::string& prefix, bool dyn
   return status::ok();
 }
 
+// partial: a nested space may leave out names (points to evaluate).
+status check_value(const domain& d, const config& v, const std::string& dotted, bool partial = false);
+
+// Walks the space, drawing each value with `sampler` — or, where `given` (a partial
+// config) has one, keeping it after checking it against its domain.
 struct walker {
   rng& r;
   const grid_point& point;
@@ -313,48 +432,73 @@ struct walker {
   const config& root;
   int depth = 0;
 
-  status space(const search_space& s, const param_path& prefix, const std::string& dotted,
-               config& out) {
+  status space(const search_space& s, const param_path& prefix, const std::string& dotted, config& out,
+               const config* given) {
+    if (given && !given->is_object())
+      return status{errc::invalid_argument, "parameter " + quote(dotted) + ": " + given->dump() +
+                                                " is not an object; the parameter is a nested search_space"};
+    if (given)
+      for (auto it = given->begin(); it != given->end(); ++it) {
+        bool known = false;
+        for (const auto& [name, d] : s.params()) known = known || name == it.key();
+        if (!known)
+          return status{errc::not_found, "unknown parameter " + quote(join(dotted, it.key())) + "; " +
+                                             (dotted.empty() ? "the space" : quote(dotted)) + " has: " + names_of(s)};
+      }
     out = config::object();
     for (const auto& [name, d] : s.params()) {
       config& slot = out[name];
-      if (auto st = value(d, prefix + "/" + name, join(dotted, name), slot, false); !st) return st;
+      const config* g = given && given->contains(name) ? &(*given)[name] : nullptr;
+      if (auto st = value(d, prefix + "/" + name, join(dotted, name), slot, false, g); !st) return st;
     }
     return status::ok();
   }
 
-  status value(const domain& d, const param_path& path, const std::string& dotted, config& slot,
-               bool dynamic) {
+  status value(const domain& d, const param_path& path, const std::string& dotted, config& slot, bool dynamic,
+               const config* given) {
     if (!d.error().is_ok()) return named(dotted, d.error());
+    if (given && d.what() != domain::kind::nested && d.what() != domain::kind::choice &&
+        d.what() != domain::kind::conditional)
+      if (auto st = check_value(d, *given, dotted, true); !st) return st;
     switch (d.what()) {
       case domain::kind::constant:
         slot = d.constant_value();
         return status::ok();
       case domain::kind::number: {
         const auto& spec = d.number();
-        double v = param_sampler::snap(spec, sampler.sample_number(path, spec, r));
+        double v = given ? given->get<double>() : param_sampler::snap(spec, sampler.sample_number(path, spec, r));
         if (tr) (*tr)[path] = observation{v, false};
-        if (spec.integer)
-          slot = static_cast<std::int64_t>(v);
-        else
-          slot = v;
+        if (given) slot = *given;
+        else if (spec.integer) slot = static_cast<std::int64_t>(v);
+        else slot = v;
         return status::ok();
       }
       case domain::kind::choice: {
         const auto& opts = d.options();
-        std::size_t i = std::min(sampler.sample_index(path, opts.size(), r), opts.size() - 1);
+        std::size_t i = 0;
+        if (given) {
+          while (i < opts.size() && !check_value(opts[i], *given, dotted, true).is_ok()) ++i;
+          if (i == opts.size())
+            return status{errc::invalid_argument,
+                          "parameter " + quote(dotted) + ": " + given->dump() + " is none of the options of " + d.describe()};
+        } else {
+          i = std::min(sampler.sample_index(path, d.choices(), r), opts.size() - 1);
+        }
         if (tr) (*tr)[path] = observation{static_cast<double>(i), true};
-        return value(opts[i], path + "#" + std::to_string(i), dotted, slot, true);
+        return value(opts[i], path + "#" + std::to_string(i), dotted, slot, true, given);
       }
       case domain::kind::grid: {
         if (dynamic) return validate_domain(d, dotted, true);
         const auto& vals = d.grid_values();
         std::size_t i;
-        if (auto it = point.find(path); it != point.end()) {
+        if (given) {
+          i = static_cast<std::size_t>(std::find(vals.begin(), vals.end(), *given) - vals.begin());
+          slot = *given;
+        } else if (auto it = point.find(path); it != point.end()) {
           i = static_cast<std::size_t>(std::find(vals.begin(), vals.end(), it->second) - vals.begin());
           slot = it->second;
         } else {
-          i = std::min(sampler.sample_index(path, vals.size(), r), vals.size() - 1);
+          i = std::min(sampler.sample_index(path, choice_spec{vals.size(), {}}, r), vals.size() - 1);
           slot = vals[i];
         }
         if (tr && i < vals.size()) (*tr)[path] = observation{static_cast<double>(i), true};
@@ -362,7 +506,7 @@ struct walker {
       }
       case domain::kind::nested: {
         if (auto st = validate_space(d.subspace(), dotted, dynamic); !st) return st;
-        return space(d.subspace(), path, dotted, slot);
+        return space(d.subspace(), path, dotted, slot, given);
       }
       case domain::kind::conditional: {
         if (++depth > 32)
@@ -380,7 +524,7 @@ struct walker {
                         "parameter " + quote(dotted) + ": the conditional's function threw"};
         }
         if (auto st = validate_domain(resolved, dotted, true); !st) return st;
-        auto st = value(resolved, path, dotted, slot, true);
+        auto st = value(resolved, path, dotted, slot, true, given);
         --depth;
         return st;
       }
@@ -409,10 +553,10 @@ bool space_grid_only(const search_space& s) {
   return true;
 }
 
-status check_space(const search_space& s, const config& cfg, const std::string& prefix);
+status check_space(const search_space& s, const config& cfg, const std::string& prefix, bool partial);
 
 // Whether `v` is a value the domain could produce (conditionals: anything).
-status check_value(const domain& d, const config& v, const std::string& dotted) {
+status check_value(const domain& d, const config& v, const std::string& dotted, bool partial) {
   auto outside = [&](const std::string& why) {
     return status{errc::invalid_argument,
                   "parameter " + quote(dotted) + ": " + v.dump() + " " + why + " " + d.describe()};
@@ -425,7 +569,8 @@ status check_value(const domain& d, const config& v, const std::string& dotted) 
       if (!v.is_number()) return outside("is not a number; the domain is");
       const double x = v.get<double>();
       if (s.integer && !v.is_number_integer()) return outside("is not an integer; the domain is");
-      const double tol = 1e-12 * std::max(1.0, std::fabs(s.hi) + std::fabs(s.lo));
+      if (!std::isfinite(x)) return outside("is not a finite number; the domain is");
+      const double tol = s.normal ? 0.0 : 1e-12 * std::max(1.0, std::fabs(s.hi) + std::fabs(s.lo));
       if (x < s.lo - tol || x > s.hi + tol) return outside("lies outside");
       if (s.q > 0 && std::fabs(x / s.q - std::round(x / s.q)) > 1e-6)
         return outside("is not a multiple of q in");
@@ -433,7 +578,7 @@ status check_value(const domain& d, const config& v, const std::string& dotted) 
     }
     case domain::kind::choice:
       for (const auto& o : d.options())
-        if (check_value(o, v, dotted).is_ok()) return status::ok();
+        if (check_value(o, v, dotted, partial).is_ok()) return status::ok();
       return outside("is none of the options of");
     case domain::kind::grid:
       for (const auto& g : d.grid_values())
@@ -441,14 +586,14 @@ status check_value(const domain& d, const config& v, const std::string& dotted) 
       return outside("is none of the values of");
     case domain::kind::nested:
       if (!v.is_object()) return outside("is not an object; the parameter is a nested");
-      return check_space(d.subspace(), v, dotted);
+      return check_space(d.subspace(), v, dotted, partial);
     case domain::kind::conditional:
       return status::ok();
   }
   return status::ok();
 }
 
-status check_space(const search_space& s, const config& cfg, const std::string& prefix) {
+status check_space(const search_space& s, const config& cfg, const std::string& prefix, bool partial) {
   if (!cfg.is_object())
     return status{errc::invalid_argument,
                   "the configuration" + (prefix.empty() ? "" : " at " + quote(prefix)) +
@@ -461,6 +606,7 @@ status check_space(const search_space& s, const config& cfg, const std::string& 
                                          " in the configuration; the space has: " + names_of(s)};
   }
   for (const auto& [name, d] : s.params()) {
+    if (!cfg.contains(name) && partial) continue;
     if (!cfg.contains(name))
       return status{errc::invalid_argument,
                     "parameter " + quote(join(prefix, name)) + " is missing from the configuration"};
@@ -533,13 +679,26 @@ expected<config> search_space::sample(rng& r, const grid_point& point, param_sam
   param_sampler uniform_sampler;
   config out = config::object();
   walker w{r, point, sampler ? *sampler : uniform_sampler, out_trace, out};
-  if (auto st = w.space(*this, "", "", out); !st) return st;
+  if (auto st = w.space(*this, "", "", out, nullptr); !st) return st;
+  return out;
+}
+
+expected<config> search_space::complete(const config& partial, rng& r, const grid_point& point,
+                                        param_sampler* sampler, trace* out_trace) const {
+  if (auto st = validate(); !st) return st;
+  if (!partial.is_object())
+    return status{errc::invalid_argument,
+                  "a point to evaluate must be a JSON object of parameter names to values, not " + partial.dump()};
+  param_sampler uniform_sampler;
+  config out = config::object();
+  walker w{r, point, sampler ? *sampler : uniform_sampler, out_trace, out};
+  if (auto st = w.space(*this, "", "", out, &partial); !st) return st;
   return out;
 }
 
 status search_space::check(const config& cfg) const {
   if (auto st = validate(); !st) return st;
-  return check_space(*this, cfg, "");
+  return check_space(*this, cfg, "", false);
 }
 
 }  // namespace tune

@@ -44,14 +44,22 @@ namespace tune {
 class search_space;
 class domain;
 
-// A numeric domain: real or integer, linear or log scale, optionally quantized.
-// Values lie in [lo, hi]; for integers hi is the largest value (randint's exclusive
-// bound minus one).
+// A numeric domain: real or integer, linear or log scale, uniform or normal,
+// optionally quantized. Values lie in [lo, hi]; for integers hi is the largest value
+// (randint's exclusive bound minus one); a normal domain's bounds are -inf and +inf.
 struct numeric_spec {
   double lo = 0, hi = 1;
   bool log = false;      // uniform in log(value)
-  double q = 0;          // > 0: values are round(x / q) * q (reals); ints: step 1 when 0
+  double q = 0;          // > 0: values are multiples of q, round(x / q) * q; 0: none (ints: step 1)
   bool integer = false;  // the value is an integer (JSON integer in the config)
+  bool normal = false;   // normal with `mean` and `sd` instead of uniform (randn)
+  double mean = 0, sd = 1;
+};
+
+// A choice's (or a grid's) options: how many, and their weights (empty: all equal).
+struct choice_spec {
+  std::size_t n = 0;
+  std::vector<double> weights;  // > 0 each, summing to 1, when given
 };
 
 namespace detail {
@@ -82,6 +90,7 @@ class domain {
   const nlohmann::json& constant_value() const;      // kind::constant
   const numeric_spec& number() const;                // kind::number
   const std::vector<domain>& options() const;        // kind::choice
+  const choice_spec& choices() const;                // kind::choice: n and weights
   const std::vector<nlohmann::json>& grid_values() const;  // kind::grid
   const search_space& subspace() const;              // kind::nested
   const condition_fn& condition() const;             // kind::conditional
@@ -105,15 +114,29 @@ domain loguniform(double lo, double hi);
 domain quniform(double lo, double hi, double q);
 // As quniform, on a log scale. Needs 0 < lo.
 domain qloguniform(double lo, double hi, double q);
+// Reals from a normal distribution (Ray's randn): unbounded. Needs a finite mean and
+// sd > 0.
+domain randn(double mean, double sd);
+// As randn, rounded to a multiple of q (Ray's qrandn). Needs q > 0.
+domain qrandn(double mean, double sd, double q);
 // Integers in [lo, hi) — hi is EXCLUSIVE, as in Ray Tune and Python's range:
 // randint(0, 10) gives 0..9. Needs lo < hi.
 domain randint(std::int64_t lo, std::int64_t hi);
 // Integers in [lo, hi) with a log-uniform distribution. Needs 0 < lo < hi.
 domain lograndint(std::int64_t lo, std::int64_t hi);
+// Multiples of q in [lo, hi] — here hi is INCLUSIVE, as in Ray's qrandint:
+// qrandint(0, 100, 25) gives 0, 25, 50, 75, 100. Needs q >= 1 and a multiple in range.
+domain qrandint(std::int64_t lo, std::int64_t hi, std::int64_t q);
+// As qrandint, log-uniform (Ray's qlograndint; hi inclusive). Needs 0 < lo.
+domain qlograndint(std::int64_t lo, std::int64_t hi, std::int64_t q);
 // One of the options, each equally likely. An option is any domain: a JSON value,
 // a search_space (its parameters are then present only when it is chosen), or
 // another random domain.
 domain choice(std::vector<domain> options);
+// One of the options, option i with probability weights[i] / sum (Hyperopt's
+// pchoice). Needs one weight per option, each finite and >= 0, some > 0. TPE starts
+// from these weights (its prior) and learns from there.
+domain choice(std::vector<domain> options, std::vector<double> weights);
 // Every value is tried: random and grid search run each combination of all
 // grid_search parameters (× num_samples). Values are JSON of any type. Allowed at the
 // top level and in nested spaces, not inside choice options or conditionals.
@@ -143,11 +166,12 @@ class param_sampler {
   virtual ~param_sampler() = default;
   // A value of the numeric domain (must respect lo, hi, q, integer).
   virtual double sample_number(const param_path& path, const numeric_spec& spec, rng& r);
-  // An option index in [0, n).
-  virtual std::size_t sample_index(const param_path& path, std::size_t n, rng& r);
+  // An option index in [0, spec.n).
+  virtual std::size_t sample_index(const param_path& path, const choice_spec& spec, rng& r);
 
   // The default transforms, usable by any sampler.
   static double uniform_number(const numeric_spec& spec, rng& r);
+  static std::size_t uniform_index(const choice_spec& spec, rng& r);  // by the weights
   // Snap a value into the domain: quantize, round integers, clamp to [lo, hi].
   static double snap(const numeric_spec& spec, double x);
 };
@@ -195,6 +219,13 @@ class search_space {
   // Checks a configuration written by hand (e.g. a starting point) against the space:
   // unknown names, missing names, values outside their domain.
   status check(const config& cfg) const;
+
+  // A configuration that keeps every value `partial` gives (each checked against its
+  // domain; for a choice, the first option that could produce it is the one taken) and
+  // draws the others as sample() does: a point to evaluate first, written in full or
+  // in part. An unknown name or a value outside its domain is an error naming it.
+  expected<config> complete(const config& partial, rng& r, const grid_point& point = {},
+                            param_sampler* sampler = nullptr, trace* out_trace = nullptr) const;
 
  private:
   std::vector<entry> params_;

@@ -149,6 +149,96 @@ TEST(Domains, LograndintIsLogDistributedIntegers) {
   EXPECT_NEAR(below10 / 20000.0, 1.0 / 3.0, 0.015);
 }
 
+TEST(Domains, RandnIsNormalAndQrandnIsQuantized) {
+  auto cs = draw({{"x", randn(10, 2)}, {"q", qrandn(0, 1, 0.25)}}, 40000);
+  double sum = 0, sq = 0;
+  int within_1sd = 0;
+  for (const auto& c : cs) {
+    const double x = c["x"].get<double>();
+    sum += x, sq += x * x, within_1sd += std::fabs(x - 10) < 2;
+    const double q = c["q"].get<double>();
+    EXPECT_EQ(q, std::round(q / 0.25) * 0.25);
+  }
+  const double mean = sum / cs.size(), var = sq / cs.size() - mean * mean;
+  EXPECT_NEAR(mean, 10, 0.05);
+  EXPECT_NEAR(std::sqrt(var), 2, 0.05);
+  EXPECT_NEAR(within_1sd / 40000.0, 0.6827, 0.01);
+  EXPECT_EQ(randn(10, 2).describe(), "randn(10, 2)");
+  EXPECT_TRUE(has(error_of(randn(0, 0)), "the standard deviation must be > 0"));
+  EXPECT_TRUE(has(error_of(randn(NAN, 1)), "must be finite"));
+  EXPECT_TRUE(has(error_of(qrandn(0, 1, 0)), "the step q must be a number > 0"));
+  search_space s{{"x", randn(0, 1)}};
+  EXPECT_TRUE(s.check({{"x", -1e6}}));  // unbounded
+  EXPECT_FALSE(s.check({{"x", "a"}}));
+}
+
+TEST(Domains, QrandintIncludesTheHighBound) {
+  std::map<int, int> seen;
+  for (const auto& c : draw({{"n", qrandint(0, 100, 25)}}, 5000)) {
+    ASSERT_TRUE(c["n"].is_number_integer());
+    ++seen[c["n"].get<int>()];
+  }
+  ASSERT_EQ(seen.size(), 5u);  // 0, 25, 50, 75, 100: equally likely
+  for (int v : {0, 25, 50, 75, 100}) EXPECT_NEAR(seen[v], 1000, 120) << v;
+  std::map<int, int> logs;
+  for (const auto& c : draw({{"n", qlograndint(4, 1024, 4)}}, 5000)) {
+    const int n = c["n"].get<int>();
+    EXPECT_TRUE(n % 4 == 0 && n >= 4 && n <= 1024) << n;
+    ++logs[n < 64 ? 0 : 1];  // log-uniform: half the mass below sqrt(4 * 1024) = 64
+  }
+  EXPECT_NEAR(logs[0], 2500, 200);
+  EXPECT_TRUE(has(error_of(qrandint(0, 10, 0)), "an integer >= 1"));
+  EXPECT_TRUE(has(error_of(qrandint(1, 3, 5)), "no multiple of q=5 lies in [1, 3]"));
+  EXPECT_TRUE(has(error_of(qrandint(10, 0, 2)), "qrandint(0, 10, 2)"));
+  EXPECT_TRUE(has(error_of(qlograndint(0, 8, 2)), "a log scale needs a low bound > 0"));
+  search_space s{{"n", qrandint(0, 100, 25)}};
+  EXPECT_TRUE(s.check({{"n", 100}}));
+  EXPECT_FALSE(s.check({{"n", 30}}));
+}
+
+TEST(Domains, WeightedChoiceFollowsItsWeights) {
+  std::map<std::string, int> seen;
+  for (const auto& c : draw({{"opt", choice({"sgd", "adam", "lamb"}, {3, 1, 0})}}, 8000))
+    ++seen[c["opt"].get<std::string>()];
+  EXPECT_NEAR(seen["sgd"], 6000, 200);
+  EXPECT_NEAR(seen["adam"], 2000, 200);
+  EXPECT_EQ(seen["lamb"], 0);  // weight 0: never
+  EXPECT_EQ(choice({1, 2}, {3, 1}).choices().weights, (std::vector<double>{0.75, 0.25}));
+  EXPECT_TRUE(has(error_of(choice({1, 2}, {1})), "2 options and 1 weights"));
+  EXPECT_TRUE(has(error_of(choice({1, 2}, {1, -1})), "weight 1 is -1"));
+  EXPECT_TRUE(has(error_of(choice({1, 2}, {0, 0})), "every weight is 0"));
+  EXPECT_TRUE(has(error_of(choice({1, 2}, {1, INFINITY})), "finite numbers >= 0"));
+}
+
+TEST(Complete, KeepsWhatIsGivenAndDrawsTheRest) {
+  search_space s{{"lr", loguniform(1e-4, 1e-1)},
+                 {"width", choice({64, 128})},
+                 {"model", search_space{{"depth", randint(1, 5)}, {"act", "relu"}}},
+                 {"opt", choice({search_space{{"name", "sgd"}, {"m", uniform(0, 1)}},
+                                 search_space{{"name", "adam"}, {"b1", uniform(0.8, 1)}}})}};
+  rng r{3};
+  trace tr;
+  auto c = s.complete({{"lr", 0.01}, {"model", {{"depth", 3}}}, {"opt", {{"name", "adam"}}}}, r, {}, nullptr, &tr);
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ((*c)["lr"], 0.01);
+  EXPECT_EQ((*c)["model"]["depth"], 3);
+  EXPECT_EQ((*c)["model"]["act"], "relu");
+  EXPECT_TRUE((*c)["width"] == 64 || (*c)["width"] == 128);  // drawn
+  EXPECT_EQ((*c)["opt"]["name"], "adam");                       // the branch the values fit
+  EXPECT_TRUE((*c)["opt"].contains("b1"));
+  EXPECT_FALSE((*c)["opt"].contains("m"));
+  EXPECT_EQ(tr.at("/lr").value, 0.01);
+  EXPECT_EQ(tr.at("/opt").value, 1);  // option 1 of the choice
+  EXPECT_TRUE(s.check(*c));
+  // Errors name the parameter and what is wrong.
+  EXPECT_TRUE(has(s.complete({{"lr", 5.0}}, r).error().message(), "parameter \"lr\": 5.0 lies outside"));
+  EXPECT_TRUE(has(s.complete({{"lrr", 0.1}}, r).error().message(), "unknown parameter \"lrr\""));
+  EXPECT_TRUE(has(s.complete({{"width", 100}}, r).error().message(), "is none of the options"));
+  EXPECT_TRUE(has(s.complete({{"model", {{"dept", 1}}}}, r).error().message(), "unknown parameter \"model.dept\""));
+  EXPECT_TRUE(has(s.complete({{"model", 3}}, r).error().message(), "not an object"));
+  EXPECT_TRUE(has(s.complete(config::array(), r).error().message(), "must be a JSON object"));
+}
+
 TEST(Domains, ChoiceKeepsJsonTypesAndIsUniform) {
   auto cs = draw({{"c", choice({1, "two", nlohmann::json::array({3, 4}), nullptr})}}, 20000);
   std::map<std::string, int> count;
