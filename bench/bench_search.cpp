@@ -12,6 +12,10 @@
 // the same names: its random sampler, its TPE with its defaults (in Optuna 5.0:
 // multivariate, constant_liar=True), with constant_liar=False, with multivariate=False,
 // and its GPSampler with its defaults.
+// Two-objective problems (--two-objective, tune/tuner/problems.hpp): the hypervolume
+// of everything evaluated in --two-objective-evals, median over the seeds (higher is
+// better), our random search and TPE (MOTPE) against Optuna's random sampler, its
+// TPESampler (its default for several objectives) and NSGA-II (rows "nsga2").
 // The last line is one JSON object: {"results": [{problem, concurrency, sampler, ours,
 // optuna, ours_seeds, optuna_seeds, ours_rank, optuna_rank}], "ms_per_trial": {sampler:
 // ms}, "optuna_ms_per_trial": ...}; a rank is the mean over seeds of the entry's rank
@@ -26,6 +30,7 @@
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
+#include "tune/tuner/pareto.hpp"
 #include "tune/tuner/problems.hpp"
 #include "tune/tuner/search.hpp"
 
@@ -108,10 +113,14 @@ void add_mean_ranks(nlohmann::json& results) {
     for (auto& [r, side] : entries) seeds = std::min(seeds, (*r)[side + "_seeds"].size());
     for (std::size_t s = 0; s < seeds; ++s)
       for (std::size_t i = 0; i < entries.size(); ++i) {
-        const double v = (*entries[i].first)[entries[i].second + "_seeds"][s].get<double>();
+        auto at = [&](const nlohmann::json& r, const std::string& side) {
+          const double x = r[side + "_seeds"][s].get<double>();
+          return r.value("higher_is_better", false) ? -x : x;
+        };
+        const double v = at(*entries[i].first, entries[i].second);
         double below = 0, equal = 0;
         for (auto& [r, side] : entries) {
-          const double w = (*r)[side + "_seeds"][s].get<double>();
+          const double w = at(*r, side);
           below += w < v, equal += w == v;
         }
         rank_sum[i] += below + (equal + 1) / 2;
@@ -119,6 +128,36 @@ void add_mean_ranks(nlohmann::json& results) {
     for (std::size_t i = 0; i < entries.size(); ++i)
       (*entries[i].first)[entries[i].second + "_rank"] = seeds ? rank_sum[i] / seeds : 0.0;
   }
+}
+
+// One two-objective run: c in flight; the hypervolume of everything evaluated.
+expected<outcome> run_two(search_algorithm& alg, const two_objective_problem& p, int evals, int c) {
+  outcome out;
+  std::deque<std::pair<std::string, std::vector<double>>> in_flight;
+  std::vector<point> found;
+  double suggest_s = 0;
+  auto complete = [&] {
+    auto [id, v] = in_flight.front();
+    in_flight.pop_front();
+    found.push_back(v);
+    return alg.on_complete(id, v, {});
+  };
+  for (int i = 0; i < evals; ++i) {
+    auto id = "t" + std::to_string(i);
+    auto t0 = std::chrono::steady_clock::now();
+    auto cfg = alg.suggest(id);
+    suggest_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!cfg) return cfg.error();
+    if (!*cfg) return status{errc::inconsistent, alg.name() + " suggested nothing at trial " + std::to_string(i)};
+    in_flight.emplace_back(id, p.f(**cfg));
+    if (static_cast<int>(in_flight.size()) >= c)
+      if (auto s = complete(); !s) return s;
+  }
+  while (!in_flight.empty())
+    if (auto s = complete(); !s) return s;
+  out.best = hypervolume(found, p.reference);
+  out.suggest_ms = 1000 * suggest_s / evals;
+  return out;
 }
 
 }  // namespace
@@ -130,7 +169,10 @@ int main(int argc, char** argv) {
       "evals", po::value<int>()->default_value(100), "evaluations per run")(
       "problems", po::value<std::string>()->default_value("branin,hartmann6,rosenbrock20"), "problems (comma-separated)")(
       "concurrency", po::value<std::string>()->default_value("1,8"), "trials in flight (comma-separated)")(
-      "samplers", po::value<std::string>()->default_value("random,tpe,tpe_no_liar,tpe_independent"), "our samplers")(
+      "samplers", po::value<std::string>()->default_value("random,tpe,tpe_no_liar,tpe_independent,gp"), "our samplers")(
+      "two-objective", po::value<std::string>()->default_value("zdt1,dtlz2"),
+      "two-objective problems (comma-separated; empty: none), run with random and tpe")(
+      "two-objective-evals", po::value<int>()->default_value(200), "evaluations per two-objective run")(
       "optuna", po::value<std::string>()->default_value(""), "a Python with Optuna: run it side by side");
   po::variables_map vm;
   try {
@@ -184,12 +226,52 @@ int main(int argc, char** argv) {
         results.push_back(row);
       }
   }
+  const int evals2 = vm["two-objective-evals"].as<int>();
+  for (auto& name : split(vm["two-objective"].as<std::string>())) {
+    auto ps = two_objective_problems(name);
+    if (ps.empty()) {
+      std::cerr << "bench_search: unknown two-objective problem " << name << " (zdt1, dtlz2)\n";
+      return 2;
+    }
+    auto& p = ps[0];
+    for (int c : conc)
+      for (std::string sampler : {"random", "tpe"}) {
+        std::vector<double> hv, cost;
+        for (int seed = 0; seed < seeds; ++seed) {
+          auto alg = sampler == "random"
+                         ? make_random_search(p.space, {.num_samples = evals2, .seed = static_cast<uint64_t>(seed)})
+                         : make_tpe(p.space, {.num_samples = evals2, .seed = static_cast<uint64_t>(seed),
+                                              .directions = {mode::min, mode::min}});
+          if (!alg) {
+            std::cerr << "bench_search: " << alg.error().message() << "\n";
+            return 2;
+          }
+          auto o = run_two(**alg, p, evals2, c);
+          if (!o) {
+            std::cerr << "bench_search: " << o.error().message() << "\n";
+            return 1;
+          }
+          // Ranks compare lower-is-better values: the hypervolume's negation there.
+          hv.push_back(o->best);
+          cost.push_back(o->suggest_ms);
+        }
+        ms_of[sampler + "/" + p.name].push_back(median(cost));
+        nlohmann::json row{{"problem", p.name},         {"concurrency", c},      {"sampler", sampler},
+                           {"ours", median(hv)},        {"best_hypervolume", p.best_hypervolume},
+                           {"higher_is_better", true},  {"ms_per_trial", median(cost)},
+                           {"ours_seeds", hv}};
+        std::cerr << row.dump() << "\n";
+        results.push_back(row);
+      }
+  }
   for (auto& [k, v] : ms_of) ms[k] = median(v);
   nlohmann::json out{{"seeds", seeds}, {"evals", evals}, {"results", results}, {"ms_per_trial", ms}};
   if (auto py = vm["optuna"].as<std::string>(); !py.empty()) {
     std::string cmd = py + " " + BENCH_PYTHON_DIR "/search_optuna.py --seeds " + std::to_string(seeds) + " --evals " +
-                      std::to_string(evals) + " --problems " + vm["problems"].as<std::string>() + " --concurrency " +
-                      vm["concurrency"].as<std::string>() + " --samplers " + vm["samplers"].as<std::string>();
+                      std::to_string(evals) + " --problems '" + vm["problems"].as<std::string>() + "' --concurrency " +
+                      vm["concurrency"].as<std::string>() + " --samplers " + vm["samplers"].as<std::string>() +
+                      " --two-objective '" + vm["two-objective"].as<std::string>() + "' --two-objective-evals " +
+                      std::to_string(evals2);
     std::cerr << "bench_search: " << cmd << "\n";
     FILE* f = ::popen(cmd.c_str(), "r");
     if (!f) {
@@ -210,6 +292,10 @@ int main(int argc, char** argv) {
       std::cerr << "bench_search: " << cmd << " failed (status " << rc << "): is Optuna installed for it?\n";
       return 1;
     }
+    for (auto& [key, j] : theirs)  // Optuna's samplers we have no counterpart of (NSGA-II)
+      if (std::get<2>(key) == "nsga2")
+        out["results"].push_back({{"problem", j["problem"]}, {"concurrency", j["concurrency"]}, {"sampler", "nsga2"},
+                                  {"ours", nullptr}, {"higher_is_better", true}});
     for (auto& r : out["results"]) {
       std::tuple<std::string, int, std::string> key{r["problem"], r["concurrency"], ""};
       auto s = r["sampler"].get<std::string>();

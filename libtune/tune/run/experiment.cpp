@@ -543,7 +543,12 @@ expected<search_spec> search_from(const reader& r, const YAML::Node& n, const st
   opts.add("gamma", real_field(r, o.gamma));
   opts.add("max_below", int_field(r, o.max_below, 1));
   opts.add("prior_weight", real_field(r, o.prior_weight));
-  opts.add("multivariate", flag_field(r, o.multivariate));
+  opts.add("multivariate", [&](const YAML::Node& v, const std::string& at) -> status {
+    auto f = r.flag(v, at);
+    if (!f) return f.error();
+    o.multivariate = *f;
+    return status::ok();
+  });
   opts.add("constant_liar", flag_field(r, o.constant_liar));
   if (auto s = opts.read(r, *t, path); !s) return s;
   o.points_to_evaluate = std::move(points);

@@ -209,7 +209,7 @@ search:
   EXPECT_EQ(s.find("opt")->choices().weights, (std::vector<double>{0.75, 0.25}));
   auto* t = std::get_if<tpe_search>(&e->config.search);
   ASSERT_TRUE(t);
-  EXPECT_FALSE(t->multivariate);
+  EXPECT_EQ(t->multivariate, false);
   EXPECT_FALSE(t->constant_liar);
   ASSERT_EQ(t->points_to_evaluate.size(), 2u);
   EXPECT_EQ(t->points_to_evaluate[1], (config{{"width", 512}}));

@@ -312,6 +312,10 @@ class gp_search final : public search_algorithm {
   std::string name() const override { return "gp"; }
 
  protected:
+  status accepts_constraints() const override {
+    return status{errc::invalid_argument,
+                  "gp does not model constraints; use tpe (it handles them as Optuna's constrained TPE)"};
+  }
   expected<std::optional<config>> next_config(const std::string& trial_id) override {
     if (finished()) return std::optional<config>{};
     trace tr;

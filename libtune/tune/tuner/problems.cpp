@@ -68,4 +68,40 @@ std::vector<search_problem> search_problems(const std::string& name) {
   return out;
 }
 
+std::vector<double> zdt1(const std::vector<double>& x) {
+  double sum = 0;
+  for (std::size_t i = 1; i < x.size(); ++i) sum += x[i];
+  const double g = 1 + 9 * sum / static_cast<double>(x.size() - 1);
+  return {x[0], g * (1 - std::sqrt(x[0] / g))};
+}
+
+std::vector<double> dtlz2(const std::vector<double>& x) {
+  double g = 0;
+  for (std::size_t i = 1; i < x.size(); ++i) g += (x[i] - 0.5) * (x[i] - 0.5);
+  return {(1 + g) * std::cos(x[0] * kPi / 2), (1 + g) * std::sin(x[0] * kPi / 2)};
+}
+
+std::vector<two_objective_problem> two_objective_problems(const std::string& name) {
+  auto unit_cube = [](int n) {
+    search_space s;
+    for (int j = 0; j < n; ++j) s.add("x" + std::to_string(j), uniform(0, 1));
+    return s;
+  };
+  auto of = [](int n, std::vector<double> (*f)(const std::vector<double>&)) {
+    return [n, f](const config& c) {
+      std::vector<double> x(static_cast<std::size_t>(n));
+      for (int j = 0; j < n; ++j) x[static_cast<std::size_t>(j)] = c["x" + std::to_string(j)].get<double>();
+      return f(x);
+    };
+  };
+  std::vector<two_objective_problem> all;
+  all.push_back({"zdt1", unit_cube(30), of(30, zdt1), {1.1, 11}, 12.1 - 1.0 / 3});
+  all.push_back({"dtlz2", unit_cube(11), of(11, dtlz2), {3, 3}, 9 - kPi / 4});
+  if (name.empty()) return all;
+  std::vector<two_objective_problem> out;
+  for (auto& p : all)
+    if (p.name == name) out.push_back(p);
+  return out;
+}
+
 }  // namespace tune

@@ -43,8 +43,43 @@ status search_algorithm::on_complete(const std::string& trial_id, std::optional<
   if (value && !std::isfinite(*value))
     return status{errc::invalid_argument,
                   "trial \"" + trial_id + "\" completed with a non-finite value; pass nullopt"};
+  if (directions_.size() > 1 && value)
+    return status{errc::invalid_argument, name() + " has " + std::to_string(directions_.size()) +
+                                              " objectives; complete trial \"" + trial_id +
+                                              "\" with a value for each (on_complete(id, values, constraints))"};
   it->second.done = true;
-  observe(trial_id, value ? value : it->second.last);
+  // Several objectives and no values: the trial is forgotten (one last value is not all of them).
+  observe(trial_id, directions_.size() > 1 ? std::nullopt : value ? value : it->second.last);
+  return status::ok();
+}
+
+status search_algorithm::on_complete(const std::string& trial_id, const std::vector<double>& values,
+                                     const std::vector<double>& constraints) {
+  auto it = trials_.find(trial_id);
+  if (it == trials_.end())
+    return status{errc::not_found, "trial \"" + trial_id + "\" was never suggested by " + name()};
+  if (it->second.done)
+    return status{errc::invalid_argument, "trial \"" + trial_id + "\" already completed"};
+  if (learns() ? values.size() != directions_.size() : values.empty())
+    return status{errc::invalid_argument, "trial \"" + trial_id + "\" completed with " + std::to_string(values.size()) +
+                                              " values; " + name() + " has " + std::to_string(directions_.size()) +
+                                              " objectives, give one value for each"};
+  for (double v : values)
+    if (!std::isfinite(v))
+      return status{errc::invalid_argument,
+                    "trial \"" + trial_id + "\" completed with a non-finite value; report it as errored instead"};
+  for (double c : constraints)
+    if (!std::isfinite(c))
+      return status{errc::invalid_argument, "trial \"" + trial_id + "\" has a non-finite constraint value"};
+  if (!constraints.empty())
+    if (auto st = accepts_constraints(); !st) return st;
+  if (constraints_ && *constraints_ != constraints.size())
+    return status{errc::invalid_argument, "trial \"" + trial_id + "\" has " + std::to_string(constraints.size()) +
+                                              " constraint values, the trials before " + std::to_string(*constraints_) +
+                                              "; give the same constraints for every trial"};
+  constraints_ = constraints.size();
+  it->second.done = true;
+  observe_outcome(trial_id, values, constraints);
   return status::ok();
 }
 
@@ -68,6 +103,7 @@ class random_search final : public search_algorithm {
   std::string name() const override { return name_; }
 
  protected:
+  bool learns() const override { return false; }
   expected<std::optional<config>> next_config(const std::string&) override {
     if (finished()) return std::optional<config>{};
     const auto& point = points_[next_ % points_.size()];

@@ -9,6 +9,9 @@
 //   on_complete(id, v)           the trial ended; v its final metric value, or nullopt:
 //                                then its last on_result value counts, and a trial with
 //                                neither (it failed before reporting) is forgotten
+//   on_complete(id, vs, cs)      the same with several objectives (vs, in the order of
+//                                directions()) and constraints (cs: feasible when every
+//                                one is <= 0; as many for every trial)
 //
 // Ids are checked: suggesting for a known id is `already_exists`; results for an id
 // never suggested are `not_found`; a non-finite value is `invalid_argument`; a result
@@ -38,7 +41,10 @@ namespace tune {
 
 class search_algorithm {
  public:
-  explicit search_algorithm(mode m) : mode_(m) {}
+  explicit search_algorithm(mode m) : mode_(m), directions_{m} {}
+  // Several objectives: their directions (the first is metric_mode()).
+  explicit search_algorithm(std::vector<mode> directions)
+      : mode_(directions.empty() ? mode::min : directions.front()), directions_(std::move(directions)) {}
   virtual ~search_algorithm() = default;
   search_algorithm(const search_algorithm&) = delete;
   search_algorithm& operator=(const search_algorithm&) = delete;
@@ -46,11 +52,14 @@ class search_algorithm {
   expected<std::optional<config>> suggest(const std::string& trial_id);
   status on_result(const std::string& trial_id, std::int64_t iteration, double value);
   status on_complete(const std::string& trial_id, std::optional<double> value = std::nullopt);
+  status on_complete(const std::string& trial_id, const std::vector<double>& values,
+                     const std::vector<double>& constraints);
 
   // No config will ever come again.
   virtual bool finished() const = 0;
   virtual std::string name() const = 0;
   mode metric_mode() const { return mode_; }
+  const std::vector<mode>& directions() const { return directions_; }
 
  protected:
   virtual expected<std::optional<config>> next_config(const std::string& trial_id) = 0;
@@ -61,6 +70,18 @@ class search_algorithm {
   virtual void observe_result(const std::string& trial_id, std::int64_t iteration, double value) {
     (void)trial_id, (void)iteration, (void)value;
   }
+  // The trial ended with these values and constraints (checked: one value per
+  // objective, finite, as many constraints as the trials before). The default passes
+  // the first objective to observe(); an algorithm that cannot use constraints says so
+  // in accepts_constraints().
+  virtual void observe_outcome(const std::string& trial_id, const std::vector<double>& values,
+                               const std::vector<double>& constraints) {
+    (void)constraints;
+    observe(trial_id, values.front());
+  }
+  virtual status accepts_constraints() const { return status::ok(); }
+  // Whether the values matter (random and grid search take any number of them).
+  virtual bool learns() const { return true; }
 
  private:
   struct trial_state {
@@ -68,7 +89,9 @@ class search_algorithm {
     std::optional<double> last;
   };
   mode mode_;
+  std::vector<mode> directions_;
   std::unordered_map<std::string, trial_state> trials_;
+  std::optional<std::size_t> constraints_;  // how many, once the first trial gave them
 };
 
 // Random search, Ray Tune's BasicVariantGenerator: every combination of the
@@ -96,7 +119,7 @@ expected<std::unique_ptr<search_algorithm>> make_grid_search(search_space space,
                                                              grid_search_options opts = {});
 
 // TPE, the Tree-structured Parzen Estimator (Bergstra et al. 2011), multivariate by
-// default as Optuna's since 5.0 (tpe.cpp has the details):
+// default for one objective as Optuna's since 5.0 (tpe.cpp has the details):
 //  - the first n_startup_trials configs are random (grid_search domains act as
 //    choices; TPE does not expand grids);
 //  - then the completed trials are sorted by their value and the best
@@ -118,6 +141,12 @@ expected<std::unique_ptr<search_algorithm>> make_grid_search(search_space space,
 //  the "bad" set, as Optuna's constant_liar): configs suggested while others run
 //  spread out instead of crowding where the good ones are. Never waits. num_samples 0 =
 //  no limit.
+//  Several objectives (directions, MOTPE, Ozaki et al. 2020): the good set is filled
+//  with whole non-dominated fronts, the front that does not fit by the greedy
+//  hypervolume subset (ceil(gamma · n) trials, no max_below). Constraints (Optuna's
+//  constrained TPE): feasible trials come first; infeasible ones only fill the good set
+//  when too few are feasible, least violation (sum of the positive constraint values)
+//  first.
 struct tpe_options {
   mode metric_mode = mode::min;
   int num_samples = 0;
@@ -127,8 +156,13 @@ struct tpe_options {
   int max_below = 25;
   double prior_weight = 1.0;
   bool constant_liar = true;
-  bool multivariate = true;
+  // Joint (true) or per-parameter (false) model; unset: joint with one objective,
+  // per parameter with several (as Optuna 5.0; measured on ZDT1 and DTLZ2, 200
+  // evaluations, 10 seeds: hypervolume 9.60 / 7.94 per parameter, 9.52 / 7.60 joint).
+  std::optional<bool> multivariate = std::nullopt;
   std::uint64_t seed = 0;
+  // Several objectives: their directions (then metric_mode is not used); empty: one.
+  std::vector<mode> directions = {};
   // Run first, as random search's; they count toward num_samples and, once complete,
   // toward n_startup_trials.
   std::vector<config> points_to_evaluate = {};

@@ -1,5 +1,6 @@
 #include "tune/tuner/search.hpp"
 #include "tune/tuner/search_testing.hpp"
+#include "tune/tuner/pareto.hpp"
 #include "tune/tuner/problems.hpp"
 
 #include <gtest/gtest.h>
@@ -306,6 +307,102 @@ TEST(Search, PointsToEvaluateComeFirstAndCount) {
   auto unknown = make_random_search(s, {.points_to_evaluate = {{{"y", 0.5}}}});
   ASSERT_FALSE(unknown);
   EXPECT_TRUE(has(unknown.error().message(), "random search: points_to_evaluate[0]: unknown parameter \"y\""));
+}
+
+// Runs a two-objective search sequentially; the hypervolume of what it found.
+double hypervolume_of(search_algorithm& alg, const two_objective_problem& p, int evals) {
+  std::vector<point> found;
+  for (int i = 0; i < evals; ++i) {
+    const std::string id = std::to_string(i);
+    auto c = alg.suggest(id);
+    EXPECT_TRUE(c && *c);
+    if (!c || !*c) break;
+    auto v = p.f(**c);
+    found.push_back(v);
+    EXPECT_TRUE(alg.on_complete(id, v, {}));
+  }
+  return hypervolume(found, p.reference);
+}
+
+TEST(Tpe, SeveralObjectivesFindALargerFrontThanRandom) {
+  auto p = two_objective_problems("dtlz2").front();
+  std::vector<double> tpe, rnd;
+  for (std::uint64_t seed = 0; seed < 5; ++seed) {
+    auto t = ok(make_tpe(p.space, {.num_samples = 120, .seed = seed, .directions = {mode::min, mode::min}}));
+    auto r = ok(make_random_search(p.space, {.num_samples = 120, .seed = seed}));
+    tpe.push_back(hypervolume_of(*t, p, 120));
+    rnd.push_back(hypervolume_of(*r, p, 120));
+  }
+  std::sort(tpe.begin(), tpe.end());
+  std::sort(rnd.begin(), rnd.end());
+  std::printf("dtlz2, hypervolume after 120, median of 5 seeds: tpe %.4f random %.4f (best %.4f)\n", tpe[2], rnd[2],
+              p.best_hypervolume);
+  EXPECT_GT(tpe[2], rnd[2]);
+  EXPECT_LE(tpe[4], p.best_hypervolume + 1e-9);
+  // A maximized objective is the negation of a minimized one.
+  auto lo = ok(make_tpe(p.space, {.num_samples = 30, .seed = 1, .directions = {mode::min, mode::min}}));
+  auto hi = ok(make_tpe(p.space, {.num_samples = 30, .seed = 1, .directions = {mode::min, mode::max}}));
+  for (int i = 0; i < 30; ++i) {
+    auto a = lo->suggest(std::to_string(i)), b = hi->suggest(std::to_string(i));
+    ASSERT_TRUE(a && *a && b && *b);
+    ASSERT_EQ(**a, **b) << i;
+    auto v = p.f(**a);
+    ASSERT_TRUE(lo->on_complete(std::to_string(i), v, {}));
+    ASSERT_TRUE(hi->on_complete(std::to_string(i), {v[0], -v[1]}, {}));
+  }
+}
+
+TEST(Tpe, ConstraintsKeepTheSearchFeasible) {
+  // The unconstrained optimum (0.8, 0.8) breaks x + y <= 1; the best feasible point is
+  // (0.5, 0.5), value 0.18.
+  search_space s{{"x", uniform(0, 1)}, {"y", uniform(0, 1)}};
+  auto value = [](const config& c) {
+    return std::pow(c["x"].get<double>() - 0.8, 2) + std::pow(c["y"].get<double>() - 0.8, 2);
+  };
+  auto violation = [](const config& c) { return c["x"].get<double>() + c["y"].get<double>() - 1; };
+  int feasible_late[2] = {0, 0};  // [constrained]
+  double best_sum = 0;
+  for (bool constrained : {true, false})
+    for (std::uint64_t seed = 0; seed < 5; ++seed) {
+      auto alg = ok(make_tpe(s, {.num_samples = 80, .seed = seed}));
+      double best = INFINITY;
+      for (int i = 0; i < 80; ++i) {
+        auto c = alg->suggest(std::to_string(i));
+        ASSERT_TRUE(c && *c);
+        const double v = value(**c), g = violation(**c);
+        if (g <= 0) best = std::min(best, v);
+        if (i >= 40) feasible_late[constrained] += g <= 0;
+        ASSERT_TRUE(constrained ? alg->on_complete(std::to_string(i), {v}, {g}) : alg->on_complete(std::to_string(i), v));
+      }
+      if (constrained) best_sum += best;
+    }
+  std::printf("feasible late trials of 200: constrained %d, unconstrained %d (random: half); mean best feasible %.4f "
+              "(optimum 0.18)\n",
+              feasible_late[1], feasible_late[0], best_sum / 5);
+  // The constrained search stays at the boundary, on both sides of it; the
+  // unconstrained one goes to (0.8, 0.8).
+  EXPECT_GT(feasible_late[1], 2 * feasible_late[0]);
+  EXPECT_GT(feasible_late[1], 100);
+  EXPECT_LT(best_sum / 5, 0.20);
+}
+
+TEST(Search, SeveralValuesAndConstraintsAreChecked) {
+  search_space s{{"x", uniform(0, 1)}};
+  auto two = ok(make_tpe(s, {.directions = {mode::min, mode::max}}));
+  ASSERT_TRUE(two->suggest("a") && two->suggest("b") && two->suggest("c"));
+  EXPECT_TRUE(has(two->on_complete("a", 0.5).message(), "has 2 objectives"));
+  EXPECT_TRUE(has(two->on_complete("a", {0.5}, {}).message(), "completed with 1 values; tpe has 2 objectives"));
+  EXPECT_TRUE(has(two->on_complete("a", {0.5, NAN}, {}).message(), "non-finite"));
+  EXPECT_TRUE(two->on_complete("a", {0.5, 1}, {0.1}));
+  EXPECT_TRUE(has(two->on_complete("b", {0.5, 1}, {}).message(), "the same constraints for every trial"));
+  EXPECT_TRUE(two->on_complete("c"));  // no values: a failed trial, forgotten
+  EXPECT_EQ(two->directions().size(), 2u);
+  auto gp = ok(make_gp(s));
+  ASSERT_TRUE(gp->suggest("a"));
+  EXPECT_TRUE(has(gp->on_complete("a", {0.5}, {0.1}).message(), "gp does not model constraints"));
+  auto rnd = ok(make_random_search(s));
+  ASSERT_TRUE(rnd->suggest("a"));
+  EXPECT_TRUE(rnd->on_complete("a", {0.5}, {0.1}));  // random search ignores them
 }
 
 TEST(Tpe, ConditionalSpacesLearnEachBranch) {

@@ -14,6 +14,7 @@
 //  - independent: each parameter is drawn from l's marginal at its path (the trials
 //    that had it, plus the prior) and scored by the marginals' ratio on its own.
 #include "tune/tuner/axis.hpp"
+#include "tune/tuner/pareto.hpp"
 #include "tune/tuner/search.hpp"
 
 #include <algorithm>
@@ -103,8 +104,10 @@ std::vector<double> bandwidths(const std::vector<double>& mus, double low, doubl
 
 struct completed_trial {
   trace tr;
-  double loss;        // value, negated in max mode: lower is better
+  double loss;        // the (first) objective, negated in max mode: lower is better
   std::size_t order;  // completion order, for recency weights
+  point losses = {};  // every objective, as loss
+  double violation = 0;  // the sum of the positive constraint values: 0 when feasible
 };
 
 // One numeric parameter's kernels in one estimator: a truncated Gaussian per trial of
@@ -327,7 +330,10 @@ class joint_sampler final : public param_sampler {
 class tpe_search final : public search_algorithm {
  public:
   tpe_search(search_space space, tpe_options o)
-      : search_algorithm(o.metric_mode), space_(std::move(space)), opts_(o), rng_(o.seed) {}
+      : search_algorithm(o.directions.empty() ? std::vector<mode>{o.metric_mode} : o.directions),
+        space_(std::move(space)),
+        opts_(o),
+        rng_(o.seed) {}
 
   bool finished() const override {
     return opts_.num_samples > 0 && suggested_ >= static_cast<std::size_t>(opts_.num_samples);
@@ -351,25 +357,66 @@ class tpe_search final : public search_algorithm {
   }
 
   void observe(const std::string& trial_id, std::optional<double> value) override {
+    if (value) return observe_outcome(trial_id, {*value}, {});
+    pending_.erase(trial_id);
+  }
+
+  void observe_outcome(const std::string& trial_id, const std::vector<double>& values,
+                       const std::vector<double>& constraints) override {
     auto it = pending_.find(trial_id);
     if (it == pending_.end()) return;
-    if (value) {
-      const double loss = metric_mode() == mode::max ? -*value : *value;
-      done_.push_back(completed_trial{std::move(it->second.tr), loss, done_.size()});
-    }
+    point losses;
+    for (std::size_t i = 0; i < values.size(); ++i) losses.push_back(directions()[i] == mode::max ? -values[i] : values[i]);
+    double violation = 0;
+    for (double c : constraints) violation += std::max(c, 0.0);
+    done_.push_back(completed_trial{std::move(it->second.tr), losses.front(), done_.size(), losses, violation});
     pending_.erase(it);
   }
 
  private:
+  // The good trials (first) and the rest: feasible ones first, the best by the
+  // objective, or by non-dominated fronts and hypervolume with several.
+  std::pair<std::vector<const completed_trial*>, std::vector<const completed_trial*>> split() const {
+    std::vector<const completed_trial*> feasible, infeasible;
+    for (const auto& t : done_) (t.violation > 0 ? infeasible : feasible).push_back(&t);
+    std::stable_sort(infeasible.begin(), infeasible.end(), [](auto* a, auto* b) { return a->violation < b->violation; });
+    const auto wanted = static_cast<std::size_t>(std::ceil(opts_.gamma * static_cast<double>(done_.size())));
+    const std::size_t n_below = directions().size() > 1 ? wanted : std::min<std::size_t>(wanted, opts_.max_below);
+    std::vector<const completed_trial*> below, above;
+    if (directions().size() == 1) {
+      std::stable_sort(feasible.begin(), feasible.end(), [](auto* a, auto* b) { return a->loss < b->loss; });
+      for (auto* t : feasible) (below.size() < n_below ? below : above).push_back(t);
+    } else {
+      std::vector<point> pts;
+      for (auto* t : feasible) pts.push_back(t->losses);
+      const auto ranks = nondominated_ranks(pts);
+      point reference(directions().size(), -std::numeric_limits<double>::infinity());
+      for (const auto& p : pts)
+        for (std::size_t i = 0; i < p.size(); ++i) reference[i] = std::max(reference[i], p[i]);
+      for (std::size_t i = 0; i < reference.size(); ++i) reference[i] += std::max(0.1 * std::fabs(reference[i]), 1e-9);
+      for (int r = 0; below.size() < n_below && !feasible.empty(); ++r) {
+        std::vector<std::size_t> front;
+        for (std::size_t i = 0; i < ranks.size(); ++i)
+          if (ranks[i] == r) front.push_back(i);
+        if (front.empty()) break;
+        std::vector<std::size_t> take = front;
+        if (below.size() + front.size() > n_below) {  // the front that does not fit: by hypervolume
+          std::vector<point> fp;
+          for (std::size_t i : front) fp.push_back(pts[i]);
+          take.clear();
+          for (std::size_t k : greedy_hypervolume_subset(fp, n_below - below.size(), reference)) take.push_back(front[k]);
+        }
+        for (std::size_t i : take) below.push_back(feasible[i]);
+      }
+      for (auto* t : feasible)
+        if (std::find(below.begin(), below.end(), t) == below.end()) above.push_back(t);
+    }
+    for (auto* t : infeasible) (below.size() < n_below ? below : above).push_back(t);
+    return {below, above};
+  }
+
   expected<config> model_based(trace& tr) {
-    std::vector<const completed_trial*> sorted;
-    for (const auto& t : done_) sorted.push_back(&t);
-    std::stable_sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->loss < b->loss; });
-    const auto n_below = std::min<std::size_t>(
-        static_cast<std::size_t>(std::ceil(opts_.gamma * static_cast<double>(sorted.size()))),
-        static_cast<std::size_t>(opts_.max_below));
-    std::vector<const completed_trial*> below(sorted.begin(), sorted.begin() + n_below),
-        above(sorted.begin() + n_below, sorted.end());
+    auto [below, above] = split();
     // The constant liar: trials still running count as the worst so far (in the "bad"
     // set), so that configs suggested side by side do not crowd one place.
     std::vector<completed_trial> liars;
@@ -383,7 +430,7 @@ class tpe_search final : public search_algorithm {
     std::sort(below.begin(), below.end(), by_order);
     std::sort(above.begin(), above.end(), by_order);
     parzen_estimator l(std::move(below), opts_.prior_weight), g(std::move(above), opts_.prior_weight);
-    if (!opts_.multivariate) {
+    if (!opts_.multivariate.value_or(directions().size() == 1)) {
       independent_sampler s(l, g, opts_.n_ei_candidates);
       return space_.sample(rng_, {}, &s, &tr);
     }
