@@ -160,42 +160,12 @@ expected<outcome> run_two(search_algorithm& alg, const two_objective_problem& p,
   return out;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  po::options_description desc(
-      "usage: bench_search [options]\nThe best value our samplers (and Optuna's) find on benchmark problems");
-  desc.add_options()("help,h", "this help")("seeds", po::value<int>()->default_value(20), "seeds per cell")(
-      "evals", po::value<int>()->default_value(100), "evaluations per run")(
-      "problems", po::value<std::string>()->default_value("branin,hartmann6,rosenbrock20"), "problems (comma-separated)")(
-      "concurrency", po::value<std::string>()->default_value("1,8"), "trials in flight (comma-separated)")(
-      "samplers", po::value<std::string>()->default_value("random,tpe,tpe_no_liar,tpe_independent,gp"), "our samplers")(
-      "two-objective", po::value<std::string>()->default_value("zdt1,dtlz2"),
-      "two-objective problems (comma-separated; empty: none), run with random and tpe")(
-      "two-objective-evals", po::value<int>()->default_value(200), "evaluations per two-objective run")(
-      "optuna", po::value<std::string>()->default_value(""), "a Python with Optuna: run it side by side");
-  po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, desc), vm);
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    std::cerr << "bench_search: " << e.what() << "\n" << desc;
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::cout << desc;
-    return 0;
-  }
-  int seeds = vm["seeds"].as<int>(), evals = vm["evals"].as<int>();
-  if (seeds < 1 || evals < 1) {
-    std::cerr << "bench_search: --seeds and --evals must be at least 1\n";
-    return 2;
-  }
-  std::vector<int> conc;
-  for (auto& c : split(vm["concurrency"].as<std::string>())) conc.push_back(std::max(1, std::atoi(c.c_str())));
-  nlohmann::json results = nlohmann::json::array(), ms = nlohmann::json::object();
-  std::map<std::string, std::vector<double>> ms_of;
-  for (auto& name : split(vm["problems"].as<std::string>())) {
+// The one-objective problems: a row per problem, concurrency and sampler; 0, or an
+// exit code.
+int run_single_objective(const std::vector<std::string>& names, const std::vector<std::string>& samplers,
+                         const std::vector<int>& conc, int seeds, int evals, nlohmann::json& results,
+                         std::map<std::string, std::vector<double>>& ms_of) {
+  for (auto& name : names) {
     auto ps = search_problems(name);
     if (ps.empty()) {
       std::cerr << "bench_search: unknown problem " << name << " (branin, hartmann6, rosenbrock20)\n";
@@ -203,7 +173,7 @@ int main(int argc, char** argv) {
     }
     auto& p = ps[0];
     for (int c : conc)
-      for (auto& sampler : split(vm["samplers"].as<std::string>())) {
+      for (auto& sampler : samplers) {
         std::vector<double> best, cost;
         for (int seed = 0; seed < seeds; ++seed) {
           auto alg = make(sampler, p, evals, static_cast<uint64_t>(seed));
@@ -226,8 +196,54 @@ int main(int argc, char** argv) {
         results.push_back(row);
       }
   }
-  const int evals2 = vm["two-objective-evals"].as<int>();
-  for (auto& name : split(vm["two-objective"].as<std::string>())) {
+  return 0;
+}
+
+// Runs search_optuna.py (`cmd`) and puts its medians and per-seed values beside ours
+// in out["results"], its costs in out["optuna_ms_per_trial"]; 0, or an exit code.
+int run_optuna(const std::string& cmd, nlohmann::json& out) {
+  std::cerr << "bench_search: " << cmd << "\n";
+  FILE* f = ::popen(cmd.c_str(), "r");
+  if (!f) {
+    std::cerr << "bench_search: cannot run " << cmd << "\n";
+    return 1;
+  }
+  std::map<std::tuple<std::string, int, std::string>, nlohmann::json> theirs;
+  nlohmann::json optuna_ms = nlohmann::json::object();
+  char line[1 << 16];
+  while (std::fgets(line, sizeof line, f)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object()) continue;
+    theirs[{j["problem"], j["concurrency"], j["sampler"]}] = j;
+    optuna_ms[j["sampler"].get<std::string>() + "/" + j["problem"].get<std::string>() + "/c" +
+              std::to_string(j["concurrency"].get<int>())] = j["ms_per_trial"];
+  }
+  if (int rc = ::pclose(f); rc != 0) {
+    std::cerr << "bench_search: " << cmd << " failed (status " << rc << "): is Optuna installed for it?\n";
+    return 1;
+  }
+  for (auto& [key, j] : theirs)  // Optuna's samplers we have no counterpart of (NSGA-II)
+    if (std::get<2>(key) == "nsga2")
+      out["results"].push_back({{"problem", j["problem"]}, {"concurrency", j["concurrency"]}, {"sampler", "nsga2"},
+                                {"ours", nullptr}, {"higher_is_better", true}});
+  for (auto& r : out["results"]) {
+    std::tuple<std::string, int, std::string> key{r["problem"], r["concurrency"], ""};
+    auto s = r["sampler"].get<std::string>();
+    std::get<2>(key) = s;  // the same names on both sides
+    if (auto it = theirs.find(key); it != theirs.end()) {
+      r["optuna"] = it->second["median"];
+      r["optuna_seeds"] = it->second["best"];
+    }
+  }
+  out["optuna_ms_per_trial"] = optuna_ms;
+  return 0;
+}
+
+// The two-objective problems: a row per problem, concurrency and sampler (random,
+// tpe); 0, or the exit code of an error.
+int run_two_objective(const std::vector<std::string>& names, const std::vector<int>& conc, int seeds, int evals2,
+                      nlohmann::json& results, std::map<std::string, std::vector<double>>& ms_of) {
+  for (auto& name : names) {
     auto ps = two_objective_problems(name);
     if (ps.empty()) {
       std::cerr << "bench_search: unknown two-objective problem " << name << " (zdt1, dtlz2)\n";
@@ -264,6 +280,51 @@ int main(int argc, char** argv) {
         results.push_back(row);
       }
   }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  po::options_description desc(
+      "usage: bench_search [options]\nThe best value our samplers (and Optuna's) find on benchmark problems");
+  desc.add_options()("help,h", "this help")("seeds", po::value<int>()->default_value(20), "seeds per cell")(
+      "evals", po::value<int>()->default_value(100), "evaluations per run")(
+      "problems", po::value<std::string>()->default_value("branin,hartmann6,rosenbrock20"), "problems (comma-separated)")(
+      "concurrency", po::value<std::string>()->default_value("1,8"), "trials in flight (comma-separated)")(
+      "samplers", po::value<std::string>()->default_value("random,tpe,tpe_no_liar,tpe_independent,gp"), "our samplers")(
+      "two-objective", po::value<std::string>()->default_value("zdt1,dtlz2"),
+      "two-objective problems (comma-separated; empty: none), run with random and tpe")(
+      "two-objective-evals", po::value<int>()->default_value(200), "evaluations per two-objective run")(
+      "optuna", po::value<std::string>()->default_value(""), "a Python with Optuna: run it side by side");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    po::notify(vm);
+  } catch (const std::exception& e) {
+    std::cerr << "bench_search: " << e.what() << "\n" << desc;
+    return 2;
+  }
+  if (vm.count("help")) {
+    std::cout << desc;
+    return 0;
+  }
+  int seeds = vm["seeds"].as<int>(), evals = vm["evals"].as<int>();
+  if (seeds < 1 || evals < 1) {
+    std::cerr << "bench_search: --seeds and --evals must be at least 1\n";
+    return 2;
+  }
+  std::vector<int> conc;
+  for (auto& c : split(vm["concurrency"].as<std::string>())) conc.push_back(std::max(1, std::atoi(c.c_str())));
+  nlohmann::json results = nlohmann::json::array(), ms = nlohmann::json::object();
+  std::map<std::string, std::vector<double>> ms_of;
+  if (int rc = run_single_objective(split(vm["problems"].as<std::string>()), split(vm["samplers"].as<std::string>()),
+                                    conc, seeds, evals, results, ms_of);
+      rc)
+    return rc;
+  const int evals2 = vm["two-objective-evals"].as<int>();
+  if (int rc = run_two_objective(split(vm["two-objective"].as<std::string>()), conc, seeds, evals2, results, ms_of); rc)
+    return rc;
   for (auto& [k, v] : ms_of) ms[k] = median(v);
   nlohmann::json out{{"seeds", seeds}, {"evals", evals}, {"results", results}, {"ms_per_trial", ms}};
   if (auto py = vm["optuna"].as<std::string>(); !py.empty()) {
@@ -272,40 +333,7 @@ int main(int argc, char** argv) {
                       vm["concurrency"].as<std::string>() + " --samplers " + vm["samplers"].as<std::string>() +
                       " --two-objective '" + vm["two-objective"].as<std::string>() + "' --two-objective-evals " +
                       std::to_string(evals2);
-    std::cerr << "bench_search: " << cmd << "\n";
-    FILE* f = ::popen(cmd.c_str(), "r");
-    if (!f) {
-      std::cerr << "bench_search: cannot run " << cmd << "\n";
-      return 1;
-    }
-    std::map<std::tuple<std::string, int, std::string>, nlohmann::json> theirs;
-    nlohmann::json optuna_ms = nlohmann::json::object();
-    char line[1 << 16];
-    while (std::fgets(line, sizeof line, f)) {
-      auto j = nlohmann::json::parse(line, nullptr, false);
-      if (!j.is_object()) continue;
-      theirs[{j["problem"], j["concurrency"], j["sampler"]}] = j;
-      optuna_ms[j["sampler"].get<std::string>() + "/" + j["problem"].get<std::string>() + "/c" +
-                std::to_string(j["concurrency"].get<int>())] = j["ms_per_trial"];
-    }
-    if (int rc = ::pclose(f); rc != 0) {
-      std::cerr << "bench_search: " << cmd << " failed (status " << rc << "): is Optuna installed for it?\n";
-      return 1;
-    }
-    for (auto& [key, j] : theirs)  // Optuna's samplers we have no counterpart of (NSGA-II)
-      if (std::get<2>(key) == "nsga2")
-        out["results"].push_back({{"problem", j["problem"]}, {"concurrency", j["concurrency"]}, {"sampler", "nsga2"},
-                                  {"ours", nullptr}, {"higher_is_better", true}});
-    for (auto& r : out["results"]) {
-      std::tuple<std::string, int, std::string> key{r["problem"], r["concurrency"], ""};
-      auto s = r["sampler"].get<std::string>();
-      std::get<2>(key) = s;  // the same names on both sides
-      if (auto it = theirs.find(key); it != theirs.end()) {
-        r["optuna"] = it->second["median"];
-        r["optuna_seeds"] = it->second["best"];
-      }
-    }
-    out["optuna_ms_per_trial"] = optuna_ms;
+    if (int rc = run_optuna(cmd, out); rc) return rc;
   }
   add_mean_ranks(out["results"]);
   std::cout << out.dump() << std::endl;

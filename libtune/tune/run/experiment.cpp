@@ -195,20 +195,71 @@ const std::vector<std::string> foreign_domains{"sample_from", "lograndn"};
 
 expected<search_space> space_from(const reader& r, const YAML::Node& n, const std::string& path);
 
-expected<domain> domain_from(const reader& r, const YAML::Node& n, const std::string& path) {
-  // A weighted choice: {choice: [a, b], weights: [3, 1]}.
-  if (n.IsMap() && n.size() == 2 && n["choice"] && n["weights"] && n["choice"].IsSequence()) {
-    YAML::Node just_choice;
-    just_choice["choice"] = n["choice"];
-    auto d = domain_from(r, just_choice, path);
-    if (!d) return d.error();
-    auto w = r.numbers(n["weights"], path + ".weights", n["choice"].size(),
-                       "one weight per option, e.g. {choice: [sgd, adam], weights: [3, 1]}");
-    if (!w) return w.error();
-    domain weighted = choice(d->options(), *w);
-    if (!weighted.error()) return r.error(n["weights"], path + ".weights", weighted.error().message());
-    return weighted;
+// The numeric domains ({uniform: [lo, hi]}, {randint: [lo, hi]}, ...): nothing when
+// `key` is none of them; an error naming the argument that is wrong.
+std::optional<expected<domain>> numeric_domain_from(const reader& r, const std::string& key, const YAML::Node& arg,
+                                                    const std::string& path) {
+  auto is = [&](const char* name) { return key == name; };
+  auto domain_or = [](domain d) -> std::optional<expected<domain>> { return expected<domain>(std::move(d)); };
+  auto failed = [](const status& st) -> std::optional<expected<domain>> { return expected<domain>(st); };
+  if (is("uniform") || is("loguniform")) {
+    auto v = r.numbers(arg, path + "." + key, 2, "[low, high], e.g. {" + key + ": [0.001, 0.1]}");
+    if (!v) return failed(v.error());
+    return domain_or(is("uniform") ? uniform((*v)[0], (*v)[1]) : loguniform((*v)[0], (*v)[1]));
   }
+  if (is("quniform") || is("qloguniform")) {
+    auto v = r.numbers(arg, path + "." + key, 3, "[low, high, q], e.g. {" + key + ": [0.0, 1.0, 0.1]}");
+    if (!v) return failed(v.error());
+    return domain_or(is("quniform") ? quniform((*v)[0], (*v)[1], (*v)[2]) : qloguniform((*v)[0], (*v)[1], (*v)[2]));
+  }
+  if (is("randn") || is("qrandn")) {
+    const bool q = is("qrandn");
+    auto v = r.numbers(arg, path + "." + key, q ? 3 : 2,
+                       q ? "[mean, sd, q], e.g. {qrandn: [10, 2, 0.5]}" : "[mean, sd], e.g. {randn: [10, 2]}");
+    if (!v) return failed(v.error());
+    return domain_or(q ? qrandn((*v)[0], (*v)[1], (*v)[2]) : randn((*v)[0], (*v)[1]));
+  }
+  if (is("qrandint") || is("qlograndint")) {
+    if (!arg.IsSequence() || arg.size() != 3)
+      return failed(r.error(arg, path + "." + key, "give [low, high, q] (high included, as in Ray Tune), e.g. {" + key + ": [8, 64, 8]}"));
+    std::int64_t v[3];
+    for (std::size_t i = 0; i < 3; ++i) {
+      auto x = r.integer(arg[i], path + "." + key + "[" + std::to_string(i) + "]", INT64_MIN);
+      if (!x) return failed(x.error());
+      v[i] = *x;
+    }
+    return domain_or(is("qrandint") ? qrandint(v[0], v[1], v[2]) : qlograndint(v[0], v[1], v[2]));
+  }
+  if (is("randint") || is("lograndint")) {
+    if (!arg.IsSequence() || arg.size() != 2)
+      return failed(r.error(arg, path + "." + key, "give [low, high] (high excluded, as in Ray Tune), e.g. {" + key + ": [1, 10]}"));
+    auto lo = r.integer(arg[0], path + "." + key + "[0]", INT64_MIN), hi = r.integer(arg[1], path + "." + key + "[1]", INT64_MIN);
+    if (!lo) return failed(lo.error());
+    if (!hi) return failed(hi.error());
+    return domain_or(is("randint") ? randint(*lo, *hi) : lograndint(*lo, *hi));
+  }
+  return std::nullopt;
+}
+
+expected<domain> domain_from(const reader& r, const YAML::Node& n, const std::string& path);
+
+// A weighted choice: {choice: [a, b], weights: [3, 1]}.
+expected<domain> weighted_choice_from(const reader& r, const YAML::Node& n, const std::string& path) {
+  YAML::Node just_choice;
+  just_choice["choice"] = n["choice"];
+  auto d = domain_from(r, just_choice, path);
+  if (!d) return d.error();
+  auto w = r.numbers(n["weights"], path + ".weights", n["choice"].size(),
+                     "one weight per option, e.g. {choice: [sgd, adam], weights: [3, 1]}");
+  if (!w) return w.error();
+  domain weighted = choice(d->options(), *w);
+  if (!weighted.error()) return r.error(n["weights"], path + ".weights", weighted.error().message());
+  return weighted;
+}
+
+expected<domain> domain_from(const reader& r, const YAML::Node& n, const std::string& path) {
+  if (n.IsMap() && n.size() == 2 && n["choice"] && n["weights"] && n["choice"].IsSequence())
+    return weighted_choice_from(r, n, path);
   if (n.IsMap() && n.size() == 1) {
     auto key = n.begin()->first.Scalar();
     const auto& arg = n.begin()->second;
@@ -219,41 +270,9 @@ expected<domain> domain_from(const reader& r, const YAML::Node& n, const std::st
       if (!d.error()) return r.error(n, path, d.error().message());
       return d;
     };
-    if (is("uniform") || is("loguniform")) {
-      auto v = r.numbers(arg, path + "." + key, 2, "[low, high], e.g. {" + key + ": [0.001, 0.1]}");
-      if (!v) return v.error();
-      return made(is("uniform") ? uniform((*v)[0], (*v)[1]) : loguniform((*v)[0], (*v)[1]));
-    }
-    if (is("quniform") || is("qloguniform")) {
-      auto v = r.numbers(arg, path + "." + key, 3, "[low, high, q], e.g. {" + key + ": [0.0, 1.0, 0.1]}");
-      if (!v) return v.error();
-      return made(is("quniform") ? quniform((*v)[0], (*v)[1], (*v)[2]) : qloguniform((*v)[0], (*v)[1], (*v)[2]));
-    }
-    if (is("randn") || is("qrandn")) {
-      const bool q = is("qrandn");
-      auto v = r.numbers(arg, path + "." + key, q ? 3 : 2,
-                         q ? "[mean, sd, q], e.g. {qrandn: [10, 2, 0.5]}" : "[mean, sd], e.g. {randn: [10, 2]}");
-      if (!v) return v.error();
-      return made(q ? qrandn((*v)[0], (*v)[1], (*v)[2]) : randn((*v)[0], (*v)[1]));
-    }
-    if (is("qrandint") || is("qlograndint")) {
-      if (!arg.IsSequence() || arg.size() != 3)
-        return r.error(arg, path + "." + key, "give [low, high, q] (high included, as in Ray Tune), e.g. {" + key + ": [8, 64, 8]}");
-      std::int64_t v[3];
-      for (std::size_t i = 0; i < 3; ++i) {
-        auto x = r.integer(arg[i], path + "." + key + "[" + std::to_string(i) + "]", INT64_MIN);
-        if (!x) return x.error();
-        v[i] = *x;
-      }
-      return made(is("qrandint") ? qrandint(v[0], v[1], v[2]) : qlograndint(v[0], v[1], v[2]));
-    }
-    if (is("randint") || is("lograndint")) {
-      if (!arg.IsSequence() || arg.size() != 2)
-        return r.error(arg, path + "." + key, "give [low, high] (high excluded, as in Ray Tune), e.g. {" + key + ": [1, 10]}");
-      auto lo = r.integer(arg[0], path + "." + key + "[0]", INT64_MIN), hi = r.integer(arg[1], path + "." + key + "[1]", INT64_MIN);
-      if (!lo) return lo.error();
-      if (!hi) return hi.error();
-      return made(is("randint") ? randint(*lo, *hi) : lograndint(*lo, *hi));
+    if (auto d = numeric_domain_from(r, key, arg, path)) {
+      if (!*d) return d->error();
+      return made(std::move(**d));
     }
     if (is("choice")) {
       if (!arg.IsSequence() || arg.size() == 0)

@@ -473,63 +473,74 @@ struct walker {
         else slot = v;
         return status::ok();
       }
-      case domain::kind::choice: {
-        const auto& opts = d.options();
-        std::size_t i = 0;
-        if (given) {
-          while (i < opts.size() && !check_value(opts[i], *given, dotted, true).is_ok()) ++i;
-          if (i == opts.size())
-            return status{errc::invalid_argument,
-                          "parameter " + quote(dotted) + ": " + given->dump() + " is none of the options of " + d.describe()};
-        } else {
-          i = std::min(sampler.sample_index(path, d.choices(), r), opts.size() - 1);
-        }
-        if (tr) (*tr)[path] = observation{static_cast<double>(i), true};
-        return value(opts[i], path + "#" + std::to_string(i), dotted, slot, true, given);
-      }
-      case domain::kind::grid: {
+      case domain::kind::choice:
+        return choice(d, path, dotted, slot, given);
+      case domain::kind::grid:
         if (dynamic) return validate_domain(d, dotted, true);
-        const auto& vals = d.grid_values();
-        std::size_t i;
-        if (given) {
-          i = static_cast<std::size_t>(std::find(vals.begin(), vals.end(), *given) - vals.begin());
-          slot = *given;
-        } else if (auto it = point.find(path); it != point.end()) {
-          i = static_cast<std::size_t>(std::find(vals.begin(), vals.end(), it->second) - vals.begin());
-          slot = it->second;
-        } else {
-          i = std::min(sampler.sample_index(path, choice_spec{vals.size(), {}}, r), vals.size() - 1);
-          slot = vals[i];
-        }
-        if (tr && i < vals.size()) (*tr)[path] = observation{static_cast<double>(i), true};
-        return status::ok();
-      }
+        return grid(d, path, slot, given);
       case domain::kind::nested: {
         if (auto st = validate_space(d.subspace(), dotted, dynamic); !st) return st;
         return space(d.subspace(), path, dotted, slot, given);
       }
-      case domain::kind::conditional: {
-        if (++depth > 32)
-          return status{errc::invalid_argument,
-                        "parameter " + quote(dotted) +
-                            ": conditionals nest more than 32 deep; return a plain domain"};
-        domain resolved;
-        try {
-          resolved = d.condition()(root);
-        } catch (const std::exception& e) {
-          return status{errc::invalid_argument, "parameter " + quote(dotted) +
-                                                    ": the conditional's function threw: " + e.what()};
-        } catch (...) {
-          return status{errc::invalid_argument,
-                        "parameter " + quote(dotted) + ": the conditional's function threw"};
-        }
-        if (auto st = validate_domain(resolved, dotted, true); !st) return st;
-        auto st = value(resolved, path, dotted, slot, true, given);
-        --depth;
-        return st;
-      }
+      case domain::kind::conditional:
+        return conditional(d, path, dotted, slot, given);
     }
     return status::ok();
+  }
+
+  // A choice: the option `given` fits (the first), or one the sampler draws.
+  status choice(const domain& d, const param_path& path, const std::string& dotted, config& slot, const config* given) {
+    const auto& opts = d.options();
+    std::size_t i = 0;
+    if (given) {
+      while (i < opts.size() && !check_value(opts[i], *given, dotted, true).is_ok()) ++i;
+      if (i == opts.size())
+        return status{errc::invalid_argument,
+                      "parameter " + quote(dotted) + ": " + given->dump() + " is none of the options of " + d.describe()};
+    } else {
+      i = std::min(sampler.sample_index(path, d.choices(), r), opts.size() - 1);
+    }
+    if (tr) (*tr)[path] = observation{static_cast<double>(i), true};
+    return value(opts[i], path + "#" + std::to_string(i), dotted, slot, true, given);
+  }
+
+  // A grid parameter: the value given, the grid point's, or one the sampler draws.
+  status grid(const domain& d, const param_path& path, config& slot, const config* given) {
+    const auto& vals = d.grid_values();
+    std::size_t i;
+    if (given) {
+      i = static_cast<std::size_t>(std::find(vals.begin(), vals.end(), *given) - vals.begin());
+      slot = *given;
+    } else if (auto it = point.find(path); it != point.end()) {
+      i = static_cast<std::size_t>(std::find(vals.begin(), vals.end(), it->second) - vals.begin());
+      slot = it->second;
+    } else {
+      i = std::min(sampler.sample_index(path, choice_spec{vals.size(), {}}, r), vals.size() - 1);
+      slot = vals[i];
+    }
+    if (tr && i < vals.size()) (*tr)[path] = observation{static_cast<double>(i), true};
+    return status::ok();
+  }
+
+  // A conditional: the domain its function returns for the config so far.
+  status conditional(const domain& d, const param_path& path, const std::string& dotted, config& slot,
+                     const config* given) {
+    if (++depth > 32)
+      return status{errc::invalid_argument,
+                    "parameter " + quote(dotted) + ": conditionals nest more than 32 deep; return a plain domain"};
+    domain resolved;
+    try {
+      resolved = d.condition()(root);
+    } catch (const std::exception& e) {
+      return status{errc::invalid_argument,
+                    "parameter " + quote(dotted) + ": the conditional's function threw: " + e.what()};
+    } catch (...) {
+      return status{errc::invalid_argument, "parameter " + quote(dotted) + ": the conditional's function threw"};
+    }
+    if (auto st = validate_domain(resolved, dotted, true); !st) return st;
+    auto st = value(resolved, path, dotted, slot, true, given);
+    --depth;
+    return st;
   }
 };
 
