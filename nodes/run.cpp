@@ -151,7 +151,7 @@ int cmd_run(const std::vector<std::string>& all_args) {
       ("gpus-per-trial", po::value<double>(), "GPUs per trial: a share below 1 (0.25) or whole cards")
       ("cpus-per-trial", po::value<double>(), "CPUs per trial")
       ("scheduler", po::value<std::string>(), "fifo, asha, hyperband, median_stopping, pbt, or JSON: '{\"type\": \"asha\", \"max_t\": 8}'")
-      ("search", po::value<std::string>(), "random, grid, tpe, gp, or JSON: '{\"type\": \"tpe\", \"n_startup_trials\": 5}'")
+      ("search", po::value<std::string>(), "random, grid, tpe, gp, bohb, or JSON: '{\"type\": \"tpe\", \"n_startup_trials\": 5}'")
       ("metric-pattern", po::value<std::vector<std::string>>()->composing(),
        "read metrics from the program's output lines (RE2; repeatable): 'val_acc=(\\S+)'")
       ("max-iterations", po::value<int64_t>(), "stop a trial at this iteration")

@@ -272,6 +272,27 @@ TEST_F(ProgramTest, TheGpSearchRunsFromItsPointsToEvaluateWithTrialsInFlight) {
   EXPECT_FALSE(fs::exists(exp + "/experiment.db"));
 }
 
+TEST_F(ProgramTest, BohbWithHyperBandRunsEveryTrialAndStopsSomeEarly) {
+  auto r = tune_run({"--metric", "val_acc", "--samples", "12", "--space", R"({"x": {"uniform": [0, 1]}})", "--search", "bohb",
+                     "--scheduler", R"({"type": "hyperband", "max_t": 9, "reduction_factor": 3})", "--metric-pattern",
+                     R"(val_acc=(\S+))", "--experiment-dir", exp, "--num-cpus", "3", "--progress", "none", "--", py(),
+                     "trial.py", "--mode", "stdout", "--epochs", "9", "--sleep", "0.01", "--x", "${x}"});
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  auto s = store();
+  ASSERT_TRUE(s);
+  auto trials = s->trials();
+  ASSERT_TRUE(trials);
+  ASSERT_EQ(trials->size(), 12u);
+  int short_runs = 0;
+  for (auto& t : *trials) {
+    auto results = s->results(t.id);
+    ASSERT_TRUE(results);
+    short_runs += results->size() < 9;
+  }
+  EXPECT_GT(short_runs, 0) << "HyperBand stops some trials before max_t";
+  EXPECT_EQ(s->meta("search")->get<std::string>(), "bohb");
+}
+
 TEST_F(ProgramTest, TheConfigurationReachesTheCommandLineWithNoShellToInjectInto) {
   std::string evil = "a b; touch PWNED; $(touch PWNED2) `touch PWNED3` | tee PWNED4 > PWNED5 && echo \"q'";
   auto file = experiment("argv.yaml", "command: [" + py() + ", trial.py, --mode, argv, --record, " + rec +

@@ -620,12 +620,13 @@ expected<result_grid> tuner::fit() {
               space_, {.num_samples = c.num_samples, .seed = c.seed, .points_to_evaluate = spec.points_to_evaluate});
         else if constexpr (std::is_same_v<T, grid_search_alg>)
           return make_grid_search(space_, {.num_samples = c.num_samples});
-        else {  // TPE and the GP: the experiment's mode, samples and seed
+        else {  // TPE, the GP and BOHB: the experiment's mode, samples and seed
           auto o = spec;
           o.metric_mode = c.mode;
           o.num_samples = c.num_samples;
           o.seed = c.seed;
           if constexpr (std::is_same_v<T, gp_search>) return make_gp(space_, std::move(o));
+          else if constexpr (std::is_same_v<T, bohb_search>) return make_bohb(space_, std::move(o));
           else return make_tpe(space_, std::move(o));
         }
       },

@@ -159,7 +159,8 @@ struct random_search_alg {  // random search (grid_search domains expanded, Ray'
 struct grid_search_alg {};    // every grid point, num_samples times; random domains are an error
 using tpe_search = tpe_options;  // TPE (metric_mode, num_samples and seed are the experiment's)
 using gp_search = gp_options;    // GP-based Bayesian optimisation (the same three are the experiment's)
-using search_spec = std::variant<random_search_alg, grid_search_alg, tpe_search, gp_search>;
+using bohb_search = bohb_options;  // BOHB: TPE per budget, with scheduler = hyperband{} (the same)
+using search_spec = std::variant<random_search_alg, grid_search_alg, tpe_search, gp_search, bohb_search>;
 
 enum class progress_style { automatic, table, lines, none };  // automatic: table on a terminal
 

@@ -521,9 +521,9 @@ expected<scheduler_spec> scheduler_from(const reader& r, const YAML::Node& n, co
 }
 
 expected<search_spec> search_from(const reader& r, const YAML::Node& n, const std::string& path) {
-  auto t = typed(r, n, path, {"random", "grid", "tpe", "gp"},
+  auto t = typed(r, n, path, {"random", "grid", "tpe", "gp", "bohb"},
                  {{"TPESampler", "tpe"}, {"hyperopt", "tpe"}, {"grid_search", "grid"}, {"GPSampler", "gp"},
-                  {"bayesopt", "gp"}, {"BayesOptSearch", "gp"}},
+                  {"bayesopt", "gp"}, {"BayesOptSearch", "gp"}, {"TuneBOHB", "bohb"}},
                  "{type: tpe, n_startup_trials: 10}");
   if (!t) return t.error();
   option_table opts;
@@ -555,6 +555,16 @@ expected<search_spec> search_from(const reader& r, const YAML::Node& n, const st
     if (auto s = opts.read(r, *t, path); !s) return s;
     g.points_to_evaluate = std::move(points);
     return search_spec{g};
+  }
+  if (t->type == "bohb") {
+    bohb_search b;
+    opts.add("random_fraction", real_field(r, b.random_fraction));
+    opts.add("min_points_in_model", int_field(r, b.min_points_in_model, 0));
+    opts.add("gamma", real_field(r, b.gamma));
+    opts.add("n_ei_candidates", int_field(r, b.n_ei_candidates, 1));
+    if (auto s = opts.read(r, *t, path); !s) return s;
+    b.points_to_evaluate = std::move(points);
+    return search_spec{b};
   }
   tpe_search o;
   opts.add("n_startup_trials", int_field(r, o.n_startup_trials, 1));

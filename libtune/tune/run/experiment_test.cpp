@@ -222,6 +222,10 @@ search:
   auto gp_bad = read_search("{type: gp, n_ei_candidates: 5}", "--search");
   ASSERT_FALSE(gp_bad);
   EXPECT_NE(gp_bad.error().message().find("not an option of gp"), std::string::npos) << gp_bad.error().message();
+  auto bohb = read_search("{type: bohb, random_fraction: 0.2, min_points_in_model: 4}", "--search");
+  ASSERT_TRUE(bohb) << bohb.error().message();
+  EXPECT_EQ(std::get<bohb_search>(*bohb).random_fraction, 0.2);
+  EXPECT_EQ(std::get<bohb_search>(*bohb).min_points_in_model, 4);
   auto rnd = read_search("{type: random, points_to_evaluate: [{a: 1}]}", "--search");
   ASSERT_TRUE(rnd) << rnd.error().message();
   EXPECT_EQ(std::get<random_search_alg>(*rnd).points_to_evaluate.size(), 1u);

@@ -173,6 +173,25 @@ struct tpe_options {
 status check_points(const search_space& space, const std::vector<config>& points, const std::string& who);
 expected<std::unique_ptr<search_algorithm>> make_tpe(search_space space, tpe_options opts = {});
 
+// BOHB (Falkner et al. 2018): TPE models fitted on the values trials reported at each
+// budget (iteration), for HyperBand's (or ASHA's) early-stopped trials: with
+// probability random_fraction a config is random, otherwise multivariate TPE fitted on
+// the largest budget that at least min_points_in_model trials reached (0: the number of
+// parameters + 1), the best gamma of them the good set. Random until then. Pair it
+// with scheduler = hyperband{} (search = bohb{} in an experiment file); with FIFO it is
+// TPE on the last iteration.
+struct bohb_options {
+  mode metric_mode = mode::min;
+  int num_samples = 0;
+  double random_fraction = 1.0 / 3;
+  int min_points_in_model = 0;
+  double gamma = 0.15;
+  int n_ei_candidates = 64;
+  std::uint64_t seed = 0;
+  std::vector<config> points_to_evaluate = {};
+};
+expected<std::unique_ptr<search_algorithm>> make_bohb(search_space space, bohb_options opts = {});
+
 // GP-based Bayesian optimisation, for small budgets (tens to a few hundred trials) on
 // spaces of numeric parameters and choices of values (gp.cpp has the details):
 //  - the first n_startup_trials configs are random (as random search's for the seed);

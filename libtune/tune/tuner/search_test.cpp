@@ -405,6 +405,36 @@ TEST(Search, SeveralValuesAndConstraintsAreChecked) {
   EXPECT_TRUE(rnd->on_complete("a", {0.5}, {0.1}));  // random search ignores them
 }
 
+TEST(Bohb, ModelsTheLargestBudgetEnoughTrialsReached) {
+  // Low budgets mislead (best near 0.8), the full budget (iteration 9) does not (best
+  // near 0.3). Every trial reports iterations 1..3; from trial 20 on every third goes on
+  // to 9, as HyperBand's survivors. Once enough trials reach 9, BOHB models iteration 9.
+  auto at = [](double x, std::int64_t it) { return it >= 9 ? (x - 0.3) * (x - 0.3) : (x - 0.8) * (x - 0.8); };
+  double early = 0, late = 0;
+  int n_early = 0, n_late = 0;
+  for (std::uint64_t seed = 0; seed < 5; ++seed) {
+    auto alg = ok(make_bohb({{"x", uniform(0, 1)}}, {.num_samples = 60, .random_fraction = 0, .seed = seed}));
+    for (int i = 0; i < 60; ++i) {
+      const std::string id = std::to_string(i);
+      auto c = alg->suggest(id);
+      ASSERT_TRUE(c && *c);
+      const double x = (**c)["x"].get<double>();
+      // Before any trial reached 9, the model is iteration 3's.
+      if (i >= 12 && i < 21) early += std::fabs(x - 0.8), ++n_early;
+      if (i >= 40) late += std::fabs(x - 0.3), ++n_late;
+      const std::int64_t last = i >= 20 && i % 3 == 0 ? 9 : 3;
+      for (std::int64_t it = 1; it <= last; ++it) ASSERT_TRUE(alg->on_result(id, it, at(x, it)));
+      ASSERT_TRUE(alg->on_complete(id));
+    }
+  }
+  std::printf("bohb: early trials' distance to 0.8 %.3f, late trials' to 0.3 %.3f\n", early / n_early, late / n_late);
+  EXPECT_LT(early / n_early, 0.2);  // uniform: 0.34
+  EXPECT_LT(late / n_late, 0.15);   // uniform: 0.29
+  EXPECT_EQ(ok(make_bohb({{"x", uniform(0, 1)}}))->name(), "bohb");
+  EXPECT_TRUE(has(make_bohb({{"x", uniform(0, 1)}}, {.random_fraction = 2}).error().message(), "random_fraction"));
+  EXPECT_TRUE(has(make_bohb({{"x", uniform(0, 1)}}, {.gamma = 0}).error().message(), "gamma"));
+}
+
 TEST(Tpe, ConditionalSpacesLearnEachBranch) {
   // Branch "a" is flat at 1; branch "b" reaches 0 at y = 0.7. TPE should settle on b
   // and y near 0.7, with y observed only in trials that took branch b.

@@ -327,31 +327,53 @@ class joint_sampler final : public param_sampler {
   std::vector<draw> draws_;
 };
 
+// BOHB's part (Falkner et al. 2018): the values each trial reported at each budget
+// (iteration), and the model fitted at the largest budget enough trials reached.
+struct budget_model {
+  double random_fraction = 1.0 / 3;
+  int min_points = 0;  // 0: the parameters + 1
+  std::map<std::int64_t, std::map<std::string, double>> losses;  // budget -> trial -> loss
+  std::map<std::string, trace> traces;                            // every trial suggested
+  std::size_t parameters = 0;                                     // the most a trace had
+};
+
 class tpe_search final : public search_algorithm {
  public:
-  tpe_search(search_space space, tpe_options o)
+  tpe_search(search_space space, tpe_options o, std::optional<budget_model> budgets = std::nullopt)
       : search_algorithm(o.directions.empty() ? std::vector<mode>{o.metric_mode} : o.directions),
         space_(std::move(space)),
         opts_(o),
-        rng_(o.seed) {}
+        rng_(o.seed),
+        budgets_(std::move(budgets)) {}
 
   bool finished() const override {
     return opts_.num_samples > 0 && suggested_ >= static_cast<std::size_t>(opts_.num_samples);
   }
-  std::string name() const override { return "tpe"; }
+  std::string name() const override { return budgets_ ? "bohb" : "tpe"; }
 
  protected:
   expected<std::optional<config>> next_config(const std::string& trial_id) override {
     if (finished()) return std::optional<config>{};
     trace tr;
     expected<config> c = status{errc::invalid_argument, "unreachable"};
-    if (suggested_ < opts_.points_to_evaluate.size())
+    if (suggested_ < opts_.points_to_evaluate.size()) {
       c = space_.complete(opts_.points_to_evaluate[suggested_], rng_, {}, nullptr, &tr);
-    else if (done_.size() < static_cast<std::size_t>(std::max(opts_.n_startup_trials, 1)))
+    } else if (budgets_) {
+      auto at_budget = budget_trials();
+      if (at_budget.empty() || rng_.uniform() < budgets_->random_fraction)
+        c = space_.sample(rng_, {}, nullptr, &tr);
+      else
+        c = model_based(tr, at_budget);
+    } else if (done_.size() < static_cast<std::size_t>(std::max(opts_.n_startup_trials, 1))) {
       c = space_.sample(rng_, {}, nullptr, &tr);
-    else
-      c = model_based(tr);
+    } else {
+      c = model_based(tr, done_);
+    }
     if (!c) return c.error();
+    if (budgets_) {
+      budgets_->parameters = std::max(budgets_->parameters, tr.size());
+      budgets_->traces[trial_id] = tr;
+    }
     pending_[trial_id] = {std::move(tr), suggested_++};
     return std::optional<config>{std::move(*c)};
   }
@@ -359,6 +381,26 @@ class tpe_search final : public search_algorithm {
   void observe(const std::string& trial_id, std::optional<double> value) override {
     if (value) return observe_outcome(trial_id, {*value}, {});
     pending_.erase(trial_id);
+  }
+
+  void observe_result(const std::string& trial_id, std::int64_t iteration, double value) override {
+    if (budgets_) budgets_->losses[iteration][trial_id] = metric_mode() == mode::max ? -value : value;
+  }
+
+  // The trials at the largest budget that at least min_points trials reached (each
+  // with its value there), or none yet.
+  std::vector<completed_trial> budget_trials() const {
+    const std::size_t needed = budgets_->min_points > 0 ? static_cast<std::size_t>(budgets_->min_points)
+                                                        : std::max<std::size_t>(budgets_->parameters, 1) + 1;
+    for (auto it = budgets_->losses.rbegin(); it != budgets_->losses.rend(); ++it) {
+      if (it->second.size() < needed) continue;
+      std::vector<completed_trial> out;
+      for (const auto& [id, loss] : it->second)
+        if (auto t = budgets_->traces.find(id); t != budgets_->traces.end())
+          out.push_back(completed_trial{t->second, loss, out.size(), {loss}, 0});
+      return out;
+    }
+    return {};
   }
 
   void observe_outcome(const std::string& trial_id, const std::vector<double>& values,
@@ -376,11 +418,12 @@ class tpe_search final : public search_algorithm {
  private:
   // The good trials (first) and the rest: feasible ones first, the best by the
   // objective, or by non-dominated fronts and hypervolume with several.
-  std::pair<std::vector<const completed_trial*>, std::vector<const completed_trial*>> split() const {
+  std::pair<std::vector<const completed_trial*>, std::vector<const completed_trial*>> split(
+      const std::vector<completed_trial>& done) const {
     std::vector<const completed_trial*> feasible, infeasible;
-    for (const auto& t : done_) (t.violation > 0 ? infeasible : feasible).push_back(&t);
+    for (const auto& t : done) (t.violation > 0 ? infeasible : feasible).push_back(&t);
     std::stable_sort(infeasible.begin(), infeasible.end(), [](auto* a, auto* b) { return a->violation < b->violation; });
-    const auto wanted = static_cast<std::size_t>(std::ceil(opts_.gamma * static_cast<double>(done_.size())));
+    const auto wanted = static_cast<std::size_t>(std::ceil(opts_.gamma * static_cast<double>(done.size())));
     const std::size_t n_below = directions().size() > 1 ? wanted : std::min<std::size_t>(wanted, opts_.max_below);
     std::vector<const completed_trial*> below, above;
     if (directions().size() == 1) {
@@ -415,15 +458,15 @@ class tpe_search final : public search_algorithm {
     return {below, above};
   }
 
-  expected<config> model_based(trace& tr) {
-    auto [below, above] = split();
+  expected<config> model_based(trace& tr, const std::vector<completed_trial>& done) {
+    auto [below, above] = split(done);
     // The constant liar: trials still running count as the worst so far (in the "bad"
     // set), so that configs suggested side by side do not crowd one place.
     std::vector<completed_trial> liars;
     if (opts_.constant_liar) {
       liars.reserve(pending_.size());
       for (const auto& [id, p] : pending_)
-        liars.push_back(completed_trial{p.tr, std::numeric_limits<double>::infinity(), done_.size() + p.seq});
+        liars.push_back(completed_trial{p.tr, std::numeric_limits<double>::infinity(), done.size() + p.seq});
       for (const auto& l : liars) above.push_back(&l);
     }
     auto by_order = [](auto* a, auto* b) { return a->order < b->order; };
@@ -459,6 +502,7 @@ class tpe_search final : public search_algorithm {
   };
   std::map<std::string, pending_trial> pending_;
   std::vector<completed_trial> done_;
+  std::optional<budget_model> budgets_;
 };
 
 }  // namespace
@@ -475,6 +519,31 @@ expected<std::unique_ptr<search_algorithm>> make_tpe(search_space space, tpe_opt
     return bad("prior_weight must be a finite number > 0 (Optuna uses 1.0)");
   if (auto st = check_points(space, opts.points_to_evaluate, "tpe"); !st) return st;
   return std::unique_ptr<search_algorithm>(new tpe_search(std::move(space), opts));
+}
+
+expected<std::unique_ptr<search_algorithm>> make_bohb(search_space space, bohb_options opts) {
+  if (auto st = space.validate(); !st) return st;
+  auto bad = [](std::string m) { return status{errc::invalid_argument, "bohb: " + std::move(m)}; };
+  if (opts.num_samples < 0) return bad("num_samples must be >= 0 (0: no limit)");
+  if (!(opts.random_fraction >= 0 && opts.random_fraction <= 1))
+    return bad("random_fraction must be in [0, 1] (BOHB uses 1/3)");
+  if (opts.min_points_in_model < 0) return bad("min_points_in_model must be >= 0 (0: the parameters + 1)");
+  if (!(opts.gamma > 0 && opts.gamma <= 1)) return bad("gamma must be in (0, 1] (BOHB uses 0.15)");
+  if (opts.n_ei_candidates < 1) return bad("n_ei_candidates must be >= 1 (BOHB uses 64)");
+  if (auto st = check_points(space, opts.points_to_evaluate, "bohb"); !st) return st;
+  tpe_options t{.metric_mode = opts.metric_mode,
+                .num_samples = opts.num_samples,
+                .n_startup_trials = 0,
+                .n_ei_candidates = opts.n_ei_candidates,
+                .gamma = opts.gamma,
+                .max_below = std::numeric_limits<int>::max(),
+                .constant_liar = false,  // a running trial is in the model at the budgets it reached
+                .seed = opts.seed,
+                .points_to_evaluate = std::move(opts.points_to_evaluate)};
+  budget_model b;
+  b.random_fraction = opts.random_fraction;
+  b.min_points = opts.min_points_in_model;
+  return std::unique_ptr<search_algorithm>(new tpe_search(std::move(space), std::move(t), std::move(b)));
 }
 
 }  // namespace tune
