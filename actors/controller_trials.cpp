@@ -278,9 +278,18 @@ void ingest_results(controller_actor self, const std::string& id, const wire::wi
   std::optional<size_t> col;  // the experiment's metric
   std::vector<std::string> keys;
   auto& reported = st.records[id].reported;
+  const auto& eo = st.setup.engine->options();
+  // The other objectives' and the constraints' columns, when the experiment has them.
+  std::vector<std::optional<size_t>> other_cols;
+  for (const auto* names : {&eo.other_objectives, &eo.constraints})
+    for (const auto& n : *names) {
+      other_cols.emplace_back();
+      for (size_t i = 0; i < k; ++i)
+        if (r.names[i] == n) other_cols.back() = i;
+    }
   for (size_t i = 0; i < k; ++i) {
     if (reported.size() < 64) reported.insert(r.names[i]);
-    if (r.names[i] == st.setup.engine->options().metric) col = i;
+    if (r.names[i] == eo.metric) col = i;
     keys.push_back(nlohmann::json(r.names[i]).dump() + ":");
   }
   for (size_t row = 0; row < r.rows() && !st.over; ++row) {
@@ -293,7 +302,13 @@ void ingest_results(controller_actor self, const std::string& id, const wire::wi
     text += '}';
     int64_t it = r.iterations[row];
     auto value = col ? std::optional<double>{r.value(row * k + *col)} : std::nullopt;
-    recorded(self, id, it, value, std::move(text), st.setup.engine->on_metric(id, it, value), row + 1 == r.rows());
+    if (other_cols.empty()) {
+      recorded(self, id, it, value, std::move(text), st.setup.engine->on_metric(id, it, value), row + 1 == r.rows());
+      continue;
+    }
+    std::vector<std::optional<double>> others;
+    for (auto c : other_cols) others.push_back(c ? std::optional<double>{r.value(row * k + *c)} : std::nullopt);
+    recorded(self, id, it, value, std::move(text), st.setup.engine->on_metric(id, it, value, others), row + 1 == r.rows());
   }
   if (st.pending.size() >= 8192) flush(self);
 }

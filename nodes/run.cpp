@@ -8,6 +8,8 @@
 //
 // Progress goes to standard error; the last line on standard output is one JSON object:
 // best_trial, best_config, best_value, metric, mode, trials, errors, experiment_dir,
+// and with several metrics or constraints pareto_front ([{trial, values, config}]),
+// metrics, constraints,
 // wall_s. results.csv (every result) and trials.json (every trial) are written into the
 // experiment folder.
 #include "run.hpp"
@@ -204,7 +206,12 @@ int cmd_run(const std::vector<std::string>& all_args) {
   if (!command.empty()) e.prog.command = command;
   if (e.prog.command.empty())
     return fail("say what each trial runs: -- COMMAND... after the flags, or command: [python3, train.py] in the file", 2);
-  if (e.config.metric.empty()) return fail("say which metric to tune: --metric NAME, or metric: in the file", 2);
+  if (e.config.metric.empty() && !e.config.metrics.empty()) {
+    e.config.metric = e.config.metrics.front().name;
+    e.config.mode = e.config.metrics.front().direction;
+  }
+  if (e.config.metric.empty())
+    return fail("say which metric to tune: --metric NAME, or metric: (or metrics:) in the file", 2);
   if (e.config.name == tune_config{}.name) {  // unnamed: after the file, else the script (train.py: train)
     auto from = vm.count("file") ? vm["file"].as<std::string>() : e.prog.command[e.prog.command.size() > 1 ? 1 : 0];
     if (auto stem = std::filesystem::path(from).stem().string(); !stem.empty()) e.config.name = stem;
@@ -261,6 +268,17 @@ int cmd_run(const std::vector<std::string>& all_args) {
                      {"results", results->results},
                      {"wall_s", results->wall_s},
                      {"experiment_dir", std::filesystem::absolute(results->dir()).lexically_normal().string()}};
+  if (e.config.metrics.size() > 1 || !e.config.constraints.empty()) {
+    auto front = results->pareto_front();
+    nlohmann::json list = nlohmann::json::array();
+    if (front)
+      for (auto& f : *front) list.push_back({{"trial", f.id}, {"values", f.values}, {"config", f.config}});
+    out["pareto_front"] = list;
+    nlohmann::json names = nlohmann::json::array();
+    for (auto& o : e.config.metrics) names.push_back({{"metric", o.name}, {"mode", o.direction == mode::max ? "max" : "min"}});
+    out["metrics"] = names;
+    out["constraints"] = e.config.constraints;
+  }
   if (!*best)
     std::cerr << "tune run: no trial reported " << e.config.metric << " (" << results->errors()
               << " ended in error; their errors are in " << results->dir() << "/results.csv)\n";

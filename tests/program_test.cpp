@@ -293,6 +293,49 @@ TEST_F(ProgramTest, BohbWithHyperBandRunsEveryTrialAndStopsSomeEarly) {
   EXPECT_EQ(s->meta("search")->get<std::string>(), "bohb");
 }
 
+TEST_F(ProgramTest, TwoObjectivesAndAConstraintGiveAParetoFrontOfFeasibleTrials) {
+  write("two.yaml", "working_dir: .\nexperiment_dir: " + exp + "\nprogress: none\ncommand: [" + py() +
+                        R"(, trial.py, --mode, two-objectives]
+metrics: {acc: max, cost: min}
+constraints: [over]
+space: {x: {uniform: [0, 1]}}
+search: tpe
+num_samples: 16
+)");
+  const std::string file = project + "/two.yaml";
+  auto r = tune_run({file, "--num-cpus", "4"});
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  auto out = summary(r);
+  EXPECT_EQ(out["metric"], "acc");
+  ASSERT_TRUE(out["pareto_front"].is_array()) << out;
+  ASSERT_FALSE(out["pareto_front"].empty()) << out;
+  auto s = store();
+  ASSERT_TRUE(s);
+  auto trials = s->trials();
+  ASSERT_TRUE(trials);
+  ASSERT_EQ(trials->size(), 16u);
+  for (auto& f : out["pareto_front"]) {
+    const double x = f["config"]["x"].get<double>();
+    EXPECT_LE(x, 0.6) << "an infeasible trial on the front: " << f;
+    ASSERT_EQ(f["values"].size(), 2u);
+    // No feasible trial beats it in both objectives.
+    for (auto& t : *trials) {
+      const double y = t.config["x"].get<double>();
+      if (y > 0.6) continue;
+      const double acc = 1 - (y - 0.3) * (y - 0.3);
+      EXPECT_FALSE(acc > f["values"][0].get<double>() + 1e-9 && y < f["values"][1].get<double>() - 1e-9)
+          << t.id << " dominates " << f;
+    }
+  }
+  // The best by the first objective is feasible too.
+  EXPECT_LE(out["best_config"]["x"].get<double>(), 0.6);
+  // The GP models one objective: refused before any trial.
+  fs::remove_all(exp);
+  auto gp = tune_run({file, "--search", "gp"});
+  EXPECT_NE(gp.rc, 0);
+  EXPECT_NE(gp.err.find("gp models one objective without constraints; use tpe"), std::string::npos) << gp.err;
+}
+
 TEST_F(ProgramTest, TheConfigurationReachesTheCommandLineWithNoShellToInjectInto) {
   std::string evil = "a b; touch PWNED; $(touch PWNED2) `touch PWNED3` | tee PWNED4 > PWNED5 && echo \"q'";
   auto file = experiment("argv.yaml", "command: [" + py() + ", trial.py, --mode, argv, --record, " + rec +

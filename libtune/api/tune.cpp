@@ -16,6 +16,7 @@
 #include <future>
 #include <iostream>
 #include <map>
+#include <set>
 #include <mutex>
 #include <random>
 
@@ -393,8 +394,24 @@ expected<result_grid> result_grid::open(const std::string& dir, std::string metr
   return g;
 }
 
+expected<result_grid> result_grid::open(const std::string& dir, std::vector<objective> objectives,
+                                        std::vector<std::string> constraints) {
+  if (objectives.empty()) return status{errc::invalid_argument, "result_grid: name at least one objective"};
+  auto g = open(dir, objectives.front().name, objectives.front().direction);
+  if (!g) return g;
+  g->objectives_ = std::move(objectives);
+  g->constraints_ = std::move(constraints);
+  return g;
+}
+
 const std::string& result_grid::dir() const { return store_->dir(); }
-expected<std::optional<best_trial>> result_grid::best(scope s) const { return find_best(*store_, metric_, mode_, s); }
+expected<std::optional<best_trial>> result_grid::best(scope s) const {
+  return find_best(*store_, metric_, mode_, s, constraints_);
+}
+expected<std::vector<front_trial>> result_grid::pareto_front() const {
+  return find_pareto_front(*store_, objectives_.empty() ? std::vector<objective>{{metric_, mode_}} : objectives_,
+                           constraints_);
+}
 expected<std::vector<trial_row>> result_grid::trials() const { return store_->trials(); }
 expected<std::vector<result_row>> result_grid::history(const std::string& trial) const {
   if (auto t = store_->trial(trial); !t) return t.error();
@@ -577,6 +594,39 @@ expected<program_ref> serve_workdir(cluster::impl& st, checked_program& p, const
   return *served;
 }
 
+// Several objectives and constraints: checked, the first objective made the metric,
+// the search told (TPE) or refusing (the GP, BOHB).
+status apply_objectives(tune_config& c) {
+  std::set<std::string> seen;
+  for (const auto& o : c.metrics) {
+    if (o.name.empty()) return status{errc::invalid_argument, "metrics: an objective has no name"};
+    if (!seen.insert(o.name).second)
+      return status{errc::invalid_argument, "metrics: \"" + o.name + "\" is given twice"};
+  }
+  for (const auto& n : c.constraints) {
+    if (n.empty()) return status{errc::invalid_argument, "constraints: a constraint has no name"};
+    if (!seen.insert(n).second)
+      return status{errc::invalid_argument, "constraints: \"" + n + "\" is given twice, or is also an objective"};
+  }
+  if (!c.metrics.empty()) {
+    if (!c.metric.empty() && c.metric != c.metrics.front().name)
+      return status{errc::invalid_argument, "metric is \"" + c.metric + "\" but metrics starts with \"" +
+                                                c.metrics.front().name + "\": give metrics alone (its first is the metric)"};
+    c.metric = c.metrics.front().name;
+    c.mode = c.metrics.front().direction;
+  }
+  const bool several = c.metrics.size() > 1;
+  if (auto* t = std::get_if<tpe_search>(&c.search); t && several) {
+    t->directions.clear();
+    for (const auto& o : c.metrics) t->directions.push_back(o.direction);
+  }
+  const char* refuses = std::holds_alternative<gp_search>(c.search) ? "gp" : std::holds_alternative<bohb_search>(c.search) ? "bohb" : nullptr;
+  if (refuses && (several || !c.constraints.empty()))
+    return status{errc::invalid_argument, std::string(refuses) + " models one objective without constraints; use tpe for " +
+                                              (several ? "several objectives" : "constraints")};
+  return status::ok();
+}
+
 }  // namespace
 
 tuner::tuner(cluster c, std::string trainable, search_space space, tune_config cfg)
@@ -593,6 +643,7 @@ expected<result_grid> tuner::fit() {
     return status{errc::not_found, "no trainable '" + trainable_ + "' in this program (it has: " +
                                        joined(trainable_names()) + "); register it with TUNE_TRAINABLE"};
   auto& c = cfg_;
+  if (auto ob = apply_objectives(c); !ob) return ob;
   if (c.num_samples < 1) return status{errc::invalid_argument, "num_samples must be at least 1"};
   if (c.max_concurrent_trials < 0) return status{errc::invalid_argument, "max_concurrent_trials must be 0 (as many as fit) or more"};
   if (c.max_failures < 0) return status{errc::invalid_argument, "max_failures must be 0 (no restarts) or more"};
@@ -672,6 +723,8 @@ expected<result_grid> tuner::fit() {
   engine_options eo;
   eo.metric = c.metric;
   eo.direction = c.mode;
+  for (std::size_t i = 1; i < c.metrics.size(); ++i) eo.other_objectives.push_back(c.metrics[i].name);
+  eo.constraints = c.constraints;
   eo.max_concurrent = concurrent;
   eo.max_failures = c.max_failures;
   eo.stop = c.stop;
@@ -757,7 +810,10 @@ expected<result_grid> tuner::fit() {
   // (status, capacity) while the experiment runs.
   auto sum = run_experiment(*st->client, **engine, **store, ro, plan ? &*plan : nullptr);
   if (!sum) return sum.error();
-  auto grid = result_grid::open(dir, c.metric, c.mode);
+  auto grid = c.metrics.empty() && c.constraints.empty()
+                  ? result_grid::open(dir, c.metric, c.mode)
+                  : result_grid::open(dir, c.metrics.empty() ? std::vector<objective>{{c.metric, c.mode}} : c.metrics,
+                                      c.constraints);
   if (!grid) return grid.error();
   grid->wall_s = sum->wall_s;
   grid->ingested = sum->ingested;

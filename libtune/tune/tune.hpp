@@ -176,6 +176,15 @@ struct resources {
 struct tune_config {
   std::string metric;                     // the reported metric to tune
   tune::mode mode = tune::mode::max;
+  // Several objectives instead: {{"acc", tune::mode::max}, {"latency_ms", tune::mode::min}}
+  // (then metric and mode are the first's; the schedulers and stop criteria use it).
+  // TPE models them all (MOTPE); result_grid::pareto_front() has the trials no other
+  // beats in every one. Random and grid search run as usual; the GP and BOHB refuse.
+  std::vector<objective> metrics;
+  // Metrics that must be <= 0 for a trial to count (e.g. "memory_gib - 8" reported as
+  // its own metric): TPE avoids where they are not met, an infeasible trial is never
+  // the best nor on the front, and a trial that never reports one ends in error.
+  std::vector<std::string> constraints;
   int num_samples = 1;                    // trials (× grid points for random search)
   int max_concurrent_trials = 0;          // 0: as many as the cluster holds at once
   resources resources_per_trial = {{"cpu", 1}};
@@ -210,10 +219,16 @@ struct tune_config {
 class result_grid {
  public:
   static expected<result_grid> open(const std::string& experiment_dir, std::string metric, tune::mode mode);
+  // With several objectives and constraints (the first objective is best()'s metric).
+  static expected<result_grid> open(const std::string& experiment_dir, std::vector<objective> objectives,
+                                    std::vector<std::string> constraints = {});
   const std::string& dir() const;
   // The best trial by the experiment's metric (its last result, or its best with
   // scope::best); nothing when no trial reported it.
   expected<std::optional<best_trial>> best(scope s = scope::last) const;
+  // The trials no other trial beats in every objective, by their last results (those
+  // that meet the constraints); with one objective, the best trial(s).
+  expected<std::vector<front_trial>> pareto_front() const;
   expected<std::vector<trial_row>> trials() const;
   expected<std::vector<result_row>> history(const std::string& trial) const;
   expected<std::string> csv() const;
@@ -229,6 +244,8 @@ class result_grid {
   std::shared_ptr<experiment_store> store_;
   std::string metric_;
   tune::mode mode_ = tune::mode::max;
+  std::vector<objective> objectives_;
+  std::vector<std::string> constraints_;
 };
 
 class tuner {

@@ -56,6 +56,12 @@ if args.mode == "ignore-term":
     while True:
         time.sleep(1)
 
+if args.mode == "two-objectives":
+    # Accuracy best at x = 0.3, cost growing with x, and a constraint: x <= 0.6.
+    for epoch in range(1, 3):
+        libtune.report(acc=1.0 - (x - 0.3) ** 2, cost=x, over=x - 0.6)
+    sys.exit(0)
+
 if args.mode == "no-metric":
     for i in range(3):
         libtune.report(loss=1.0 / (i + 1))

@@ -520,6 +520,36 @@ expected<scheduler_spec> scheduler_from(const reader& r, const YAML::Node& n, co
   return out;
 }
 
+// metrics: {acc: max, latency_ms: min}, in the order written (the first is the metric).
+expected<std::vector<objective>> objectives_from(const reader& r, const YAML::Node& n, const std::string& path) {
+  if (!n.IsMap() || n.size() == 0)
+    return r.error(n, path, "give each objective and its direction, e.g. {acc: max, latency_ms: min}");
+  std::vector<objective> out;
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    auto name = it->first.Scalar();
+    auto d = r.one_of(it->second, path + "." + name, {"max", "min"});
+    if (!d) return d.error();
+    for (const auto& o : out)
+      if (o.name == name) return r.error(it->first, path + "." + name, "given twice");
+    out.push_back({name, *d == "max" ? mode::max : mode::min});
+  }
+  return out;
+}
+
+// constraints: [mem_over, ms_over]: metrics that must be <= 0.
+expected<std::vector<std::string>> names_from(const reader& r, const YAML::Node& n, const std::string& path) {
+  if (!n.IsSequence())
+    return r.error(n, path, "give the metrics that must be <= 0 as a list, e.g. [memory_over_gib]");
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    auto t = r.text(n[i], path + "[" + std::to_string(i) + "]");
+    if (!t) return t.error();
+    if (t->empty()) return r.error(n[i], path + "[" + std::to_string(i) + "]", "give a metric's name");
+    out.push_back(*t);
+  }
+  return out;
+}
+
 expected<search_spec> search_from(const reader& r, const YAML::Node& n, const std::string& path) {
   auto t = typed(r, n, path, {"random", "grid", "tpe", "gp", "bohb"},
                  {{"TPESampler", "tpe"}, {"hyperopt", "tpe"}, {"grid_search", "grid"}, {"GPSampler", "gp"},
@@ -604,6 +634,7 @@ expected<T> read_part(const std::string& text, const std::string& source, F&& f)
 const std::vector<std::string> top_keys{
     "name",          "command",      "working_dir",    "working_dir_limit",     "env",
     "config_args",   "metric_pattern", "space",        "metric",                "mode",
+    "metrics",       "constraints",
     "num_samples",   "resources_per_trial", "bundles", "strategy",              "scheduler",
     "search",        "stop",         "max_concurrent_trials", "max_failures",  "time_budget_s",
     "experiment_dir", "seed",        "stop_grace_s",   "group_timeout_s",       "auto_rebalance",
@@ -766,6 +797,10 @@ expected<experiment_spec> read_experiment(const std::string& text, const std::st
       auto t = r.one_of(v, key, {"max", "min"});
       if (!t) s = t.error();
       else c.mode = *t == "max" ? mode::max : mode::min;
+    } else if (key == "metrics") {
+      take(objectives_from(r, v, key), c.metrics);
+    } else if (key == "constraints") {
+      take(names_from(r, v, key), c.constraints);
     } else if (key == "num_samples") {
       take(r.integer(v, key, 1), c.num_samples);
     } else if (key == "resources_per_trial") {

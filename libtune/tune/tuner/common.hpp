@@ -4,12 +4,19 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace tune {
 
 enum class mode { min, max };
+
+// One objective of a multi-objective experiment: a reported metric and its direction.
+struct objective {
+  std::string name;
+  mode direction = mode::max;
+};
 
 // A sampled configuration: a JSON object (nested objects for nested parameters).
 using config = nlohmann::json;

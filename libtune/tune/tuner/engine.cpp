@@ -151,8 +151,38 @@ namespace {
 std::string number_text(double v) { return nlohmann::json(v).dump(); }
 }  // namespace
 
+expected<std::vector<engine_action>> experiment_engine::on_metric(const std::string& id, int64_t iteration,
+                                                                  std::optional<double> value,
+                                                                  const std::vector<std::optional<double>>& others) {
+  if (auto it = trials_.find(id); it != trials_.end() && it->second.state == trial_state::running &&
+                                  iteration > it->second.replay_until) {
+    auto& t = it->second;
+    t.others.resize(opt_.other_objectives.size() + opt_.constraints.size());
+    for (std::size_t i = 0; i < others.size() && i < t.others.size(); ++i)
+      if (others[i] && std::isfinite(*others[i])) t.others[i] = others[i];
+  }
+  return on_metric(id, iteration, value);
+}
+
 expected<std::vector<engine_action>> experiment_engine::on_result(const std::string& id, int64_t iteration,
                                                                   const nlohmann::json& metrics) {
+  if (!opt_.other_objectives.empty() || !opt_.constraints.empty()) {
+    std::vector<std::optional<double>> others;
+    auto read = [&](const std::string& name) {
+      auto m = metrics.is_object() ? metrics.find(name) : metrics.end();
+      others.push_back(metrics.is_object() && m != metrics.end() && m->is_number() ? std::optional<double>{m->get<double>()}
+                                                                                  : std::nullopt);
+    };
+    for (const auto& n : opt_.other_objectives) read(n);
+    for (const auto& n : opt_.constraints) read(n);
+    if (auto it = trials_.find(id); it != trials_.end() && it->second.state == trial_state::running &&
+                                    iteration > it->second.replay_until) {
+      auto& t = it->second;
+      t.others.resize(others.size());
+      for (std::size_t i = 0; i < others.size(); ++i)
+        if (others[i] && std::isfinite(*others[i])) t.others[i] = others[i];
+    }
+  }
   if (!metrics.is_object() || !metrics.contains(opt_.metric)) return on_metric(id, iteration, std::nullopt);
   const auto& m = metrics[opt_.metric];
   if (m.is_number()) return on_metric(id, iteration, m.get<double>());
@@ -242,7 +272,7 @@ expected<std::vector<engine_action>> experiment_engine::on_ended(const std::stri
     if (auto x = exploits_.find(id); x != exploits_.end()) t.cfg = x->second.first;
     if (stop_after_pause_.erase(id)) {
       set_state(t, trial_state::terminated);
-      (void)search_.on_complete(id);
+      complete_search(id, t);
     } else if (resume_after_pause_.erase(id)) {
       out.push_back(start_action(t));
     }
@@ -252,16 +282,17 @@ expected<std::vector<engine_action>> experiment_engine::on_ended(const std::stri
     set_state(t, t.error.empty() ? trial_state::terminated : trial_state::error);
     if (t.error.empty()) (void)scheduler_.on_trial_complete(id);
     else (void)scheduler_.on_trial_error(id);
-    (void)search_.on_complete(id);
-  } else if (ok && !t.value && !opt_.metric.empty()) {
+    if (t.error.empty()) complete_search(id, t);
+    else (void)search_.on_complete(id);
+  } else if (auto missing = first_unreported(t); ok && !missing.empty()) {
     set_state(t, trial_state::error);
-    t.error = "it ended without reporting " + opt_.metric + (error.empty() ? "" : " (" + error + ")");
+    t.error = "it ended without reporting " + missing + (error.empty() ? "" : " (" + error + ")");
     (void)scheduler_.on_trial_error(id);
     (void)search_.on_complete(id);
   } else if (ok) {
     set_state(t, trial_state::terminated);
     (void)scheduler_.on_trial_complete(id);
-    (void)search_.on_complete(id);
+    complete_search(id, t);
   } else if (t.failures < opt_.max_failures && !over_budget_) {
     // Started again at once (its slot is free), from its latest checkpoint.
     ++t.failures;
@@ -277,6 +308,33 @@ expected<std::vector<engine_action>> experiment_engine::on_ended(const std::stri
   }
   sweep_paused_to_stop();
   return out;
+}
+
+// The metric, or another objective or a constraint, the trial never reported; empty
+// when it reported them all.
+std::string experiment_engine::first_unreported(const engine_trial& t) const {
+  if (!t.value && !opt_.metric.empty()) return opt_.metric;
+  const std::size_t k = opt_.other_objectives.size();
+  for (std::size_t i = 0; i < k + opt_.constraints.size(); ++i)
+    if (i >= t.others.size() || !t.others[i]) return i < k ? opt_.other_objectives[i] : opt_.constraints[i - k];
+  return {};
+}
+
+// The search learns the trial's outcome: its metric's value, or with several
+// objectives or constraints all of them (a trial without them all is forgotten).
+void experiment_engine::complete_search(const std::string& id, const engine_trial& t) {
+  if (opt_.other_objectives.empty() && opt_.constraints.empty()) {
+    (void)search_.on_complete(id);
+    return;
+  }
+  if (!first_unreported(t).empty()) {
+    (void)search_.on_complete(id);
+    return;
+  }
+  std::vector<double> values{*t.value}, constraints;
+  const std::size_t k = opt_.other_objectives.size();
+  for (std::size_t i = 0; i < t.others.size(); ++i) (i < k ? values : constraints).push_back(*t.others[i]);
+  (void)search_.on_complete(id, values, constraints);
 }
 
 expected<std::vector<engine_action>> experiment_engine::on_interrupted(const std::string& id) {

@@ -46,6 +46,12 @@ struct engine_options {
   int max_failures = 0;                  // a trial that fails (its process, its node) is started
                                          // again this often, from its latest checkpoint
   std::string trial_prefix = "trial";    // ids: trial-00001, ...
+  // Several objectives: the ones after `metric` (the schedulers and stop criteria use
+  // `metric`); with constraints (metrics that must be <= 0), each trial's latest values
+  // of all of them go to the search when it ends, and a trial that ended without
+  // reporting one of them ends in error, as for `metric`.
+  std::vector<std::string> other_objectives;
+  std::vector<std::string> constraints;
 };
 
 struct engine_action {
@@ -64,6 +70,7 @@ struct engine_trial {
   trial_state state = trial_state::pending;
   int64_t iteration = 0;          // the latest reported
   std::optional<double> value;    // the latest value of the metric
+  std::vector<std::optional<double>> others;  // of other_objectives, then constraints
   std::string error;
   int64_t checkpoint = -1;        // the latest checkpoint's iteration
   int starts = 0;                 // how often its process was started
@@ -90,6 +97,10 @@ class experiment_engine {
   // result does not name it (the result is then recorded only).
   expected<std::vector<engine_action>> on_metric(const std::string& id, int64_t iteration,
                                                  std::optional<double> value);
+  // ... and the values of other_objectives then constraints in it (nullopt: absent).
+  expected<std::vector<engine_action>> on_metric(const std::string& id, int64_t iteration,
+                                                 std::optional<double> value,
+                                                 const std::vector<std::optional<double>>& others);
   void on_checkpoint(const std::string& id, int64_t iteration);
   // The trial's process ended: ok (exit 0, or ended on our stop/pause) or not (`error`:
   // its error). A trial that ended well by itself without ever reporting the metric
@@ -118,6 +129,8 @@ class experiment_engine {
   std::string next_id();
   engine_action start_action(engine_trial& t);
   void set_state(engine_trial& t, trial_state s);
+  void complete_search(const std::string& id, const engine_trial& t);
+  std::string first_unreported(const engine_trial& t) const;
 
   search_algorithm& search_;
   trial_scheduler& scheduler_;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 namespace tune {
 namespace {
@@ -75,6 +76,56 @@ TEST(Engine, FifoRunsEverySampleWithinTheConcurrencyLimit) {
   EXPECT_TRUE(r.step().empty());
   EXPECT_TRUE(r.engine->finished());
   for (auto& [id, t] : r.engine->trials()) EXPECT_EQ(t.state, "terminated") << id;
+}
+
+// Records what the engine tells the search (a random search underneath).
+class recording_search final : public search_algorithm {
+ public:
+  explicit recording_search(search_space s) : search_algorithm(std::vector<mode>{mode::max, mode::min}) {
+    inner_ = std::move(make_random_search(std::move(s), {.num_samples = 3, .seed = 1})).value();
+  }
+  bool finished() const override { return inner_->finished(); }
+  std::string name() const override { return "recording"; }
+  std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> outcomes;
+  std::vector<std::string> forgotten;
+
+ protected:
+  expected<std::optional<config>> next_config(const std::string& id) override { return inner_->suggest(id); }
+  void observe(const std::string& id, std::optional<double>) override { forgotten.push_back(id); }
+  void observe_outcome(const std::string& id, const std::vector<double>& v, const std::vector<double>& c) override {
+    outcomes[id] = {v, c};
+  }
+
+ private:
+  std::unique_ptr<search_algorithm> inner_;
+};
+
+TEST(Engine, SeveralObjectivesAndConstraintsReachTheSearchWhenATrialEnds) {
+  recording_search search({{"x", uniform(0, 1)}});
+  auto sched = ok(make_scheduler(fifo{}, "acc", mode::max));
+  auto o = opts(3);
+  o.other_objectives = {"ms"};
+  o.constraints = {"mem_over"};
+  auto engine = ok(experiment_engine::make(search, *sched, o));
+  auto a = ok(engine->step(0));
+  ASSERT_EQ(a.size(), 3u);
+  // Trial 1: every value, the latest of each counts (ms from the first result).
+  ok(engine->on_result(a[0].trial, 1, {{"acc", 0.5}, {"ms", 7}, {"mem_over", 1}}));
+  ok(engine->on_result(a[0].trial, 2, {{"acc", 0.6}, {"mem_over", -2}}));
+  ok(engine->on_ended(a[0].trial, true));
+  // Trial 2 through the columns' path: on_metric with the others.
+  ok(engine->on_metric(a[1].trial, 1, 0.7, {3.0, -1.0}));
+  ok(engine->on_ended(a[1].trial, true));
+  // Trial 3 never reports ms: it ends in error, naming it, and the search forgets it.
+  ok(engine->on_result(a[2].trial, 1, {{"acc", 0.9}, {"mem_over", -1}}));
+  ok(engine->on_ended(a[2].trial, true));
+  ASSERT_EQ(search.outcomes.size(), 2u);
+  EXPECT_EQ(search.outcomes[a[0].trial].first, (std::vector<double>{0.6, 7}));
+  EXPECT_EQ(search.outcomes[a[0].trial].second, (std::vector<double>{-2}));
+  EXPECT_EQ(search.outcomes[a[1].trial].first, (std::vector<double>{0.7, 3}));
+  EXPECT_EQ(engine->trials().at(a[2].trial).state, trial_state::error);
+  EXPECT_EQ(engine->trials().at(a[2].trial).error, "it ended without reporting ms");
+  EXPECT_EQ(search.forgotten, std::vector<std::string>{a[2].trial});
 }
 
 TEST(Engine, AshaStopsTheWorstAtARungAndStopCriteriaEndTrials) {

@@ -1,4 +1,5 @@
 #include "tune/tuner/export.hpp"
+#include "tune/tuner/pareto.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -26,10 +27,55 @@ std::string csv_field(const std::string& s) {
   return q + "\"";
 }
 
+// The result's value of `name`, when it reports a finite number.
+std::optional<double> number_of(const result_row& r, const std::string& name) {
+  if (!r.metrics.is_object()) return std::nullopt;
+  auto it = r.metrics.find(name);
+  if (it == r.metrics.end() || !it->is_number()) return std::nullopt;
+  const double v = it->get<double>();
+  return std::isfinite(v) ? std::optional<double>{v} : std::nullopt;
+}
+
+bool feasible(const result_row& r, const std::vector<std::string>& constraints) {
+  for (const auto& c : constraints)
+    if (auto v = number_of(r, c); !v || *v > 0) return false;
+  return true;
+}
+
 }  // namespace
 
+expected<std::vector<front_trial>> find_pareto_front(const experiment_store& store,
+                                                      const std::vector<objective>& objectives,
+                                                      const std::vector<std::string>& constraints) {
+  auto trials = store.trials();
+  if (!trials) return trials.error();
+  std::vector<front_trial> candidates;
+  std::vector<point> losses;
+  for (auto& t : *trials) {
+    std::optional<front_trial> last;
+    auto read = store.for_each_result(
+        [&](const result_row& r) {
+          front_trial f{t.id, {}, r.iteration, t.config};
+          for (const auto& o : objectives)
+            if (auto v = number_of(r, o.name)) f.values.push_back(*v);
+          if (f.values.size() == objectives.size() && feasible(r, constraints)) last = std::move(f);
+        },
+        t.id);
+    if (!read) return read;
+    if (!last) continue;
+    point loss;
+    for (std::size_t i = 0; i < objectives.size(); ++i)
+      loss.push_back(objectives[i].direction == mode::max ? -last->values[i] : last->values[i]);
+    losses.push_back(std::move(loss));
+    candidates.push_back(std::move(*last));
+  }
+  std::vector<front_trial> front;
+  for (std::size_t i : pareto_front(losses)) front.push_back(std::move(candidates[i]));
+  return front;
+}
+
 expected<std::optional<best_trial>> find_best(const experiment_store& store, const std::string& metric, mode m,
-                                             scope s) {
+                                             scope s, const std::vector<std::string>& constraints) {
   auto trials = store.trials();
   if (!trials) return trials.error();
   std::optional<best_trial> best;
@@ -37,10 +83,9 @@ expected<std::optional<best_trial>> find_best(const experiment_store& store, con
     std::optional<std::pair<double, int64_t>> mine;
     auto read = store.for_each_result(
         [&](const result_row& r) {
-          if (!r.metrics.is_object() || !r.metrics.contains(metric) || !r.metrics[metric].is_number()) return;
-          double v = r.metrics[metric].get<double>();
-          if (!std::isfinite(v)) return;
-          if (s == scope::last || !mine || better(m, v, mine->first)) mine = {v, r.iteration};
+          auto v = number_of(r, metric);
+          if (!v || !feasible(r, constraints)) return;
+          if (s == scope::last || !mine || better(m, *v, mine->first)) mine = {*v, r.iteration};
         },
         t.id);
     if (!read) return read;

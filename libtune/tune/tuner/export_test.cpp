@@ -40,6 +40,33 @@ class ExportTest : public ::testing::Test {
   }
 };
 
+TEST_F(ExportTest, ConstraintsAndTheParetoFront) {
+  ASSERT_TRUE(store->add_trial("d", {{"lr", 2}}));
+  ASSERT_TRUE(store->add_trial("e", {{"lr", 3}}));
+  ASSERT_TRUE(store->add_trial("f", {{"lr", 4}}));
+  // d: best accuracy but over its memory budget; e: slower, within it; f: dominated by e.
+  ASSERT_TRUE(store->add_results({{"d", 1, 1, {{"acc", 0.95}, {"ms", 9}, {"mem_over", 0.5}}},
+                                  {"e", 1, 1, {{"acc", 0.85}, {"ms", 5}, {"mem_over", -1}}},
+                                  {"f", 1, 1, {{"acc", 0.80}, {"ms", 6}, {"mem_over", -1}}}}));
+  auto plain = find_best(*store, "acc", mode::max);
+  EXPECT_EQ((*plain)->id, "d");
+  auto feasible = find_best(*store, "acc", mode::max, scope::last, {"mem_over"});
+  ASSERT_TRUE(feasible && *feasible);
+  EXPECT_EQ((*feasible)->id, "e") << "d is infeasible; a, b report no mem_over (infeasible too)";
+  std::vector<objective> objs{{"acc", mode::max}, {"ms", mode::min}};
+  auto front = find_pareto_front(*store, objs);
+  ASSERT_TRUE(front) << front.error().message();
+  ASSERT_EQ(front->size(), 2u);  // d (best acc) and e (fastest); f is dominated by e; a, b, c lack ms
+  EXPECT_EQ((*front)[0].id, "d");
+  EXPECT_EQ((*front)[1].id, "e");
+  EXPECT_EQ((*front)[1].values, (std::vector<double>{0.85, 5}));
+  EXPECT_EQ((*front)[1].config["lr"], 3);
+  auto constrained = find_pareto_front(*store, objs, {"mem_over"});
+  ASSERT_TRUE(constrained);
+  ASSERT_EQ(constrained->size(), 1u);
+  EXPECT_EQ((*constrained)[0].id, "e");
+}
+
 TEST_F(ExportTest, TheBestTrialByLastOrBestResult) {
   auto last = find_best(*store, "acc", mode::max, scope::last);
   ASSERT_TRUE(last && *last);
