@@ -582,6 +582,7 @@ expected<search_spec> search_from(const reader& r, const YAML::Node& n, const st
     opts.add("n_candidates", int_field(r, g.n_candidates, 1));
     opts.add("n_local", int_field(r, g.n_local, 0));
     opts.add("fantasize_pending", flag_field(r, g.fantasize_pending));
+    opts.add("max_fit_trials", int_field(r, g.max_fit_trials, 4));
     if (auto s = opts.read(r, *t, path); !s) return s;
     g.points_to_evaluate = std::move(points);
     return search_spec{g};

@@ -384,12 +384,28 @@ class gp_search final : public search_algorithm {
     return y;
   }
 
+  // The trials the GP is fitted on: all of them, or past max_fit_trials the best half
+  // and the most recent half of that many (a fit costs the cube of their number).
+  std::vector<const observed*> fit_set() const {
+    std::vector<const observed*> all;
+    for (const auto& o : done_) all.push_back(&o);
+    const auto cap = static_cast<std::size_t>(opts_.max_fit_trials);
+    if (all.size() <= cap) return all;
+    std::vector<const observed*> by_loss = all;
+    std::stable_sort(by_loss.begin(), by_loss.end(), [](auto* a, auto* b) { return a->loss < b->loss; });
+    std::vector<const observed*> out(by_loss.begin(), by_loss.begin() + static_cast<std::ptrdiff_t>(cap / 2));
+    for (auto it = all.rbegin(); it != all.rend() && out.size() < cap; ++it)
+      if (std::find(out.begin(), out.end(), *it) == out.end()) out.push_back(*it);
+    return out;
+  }
+
   gp_fit fitted() {
-    const auto n = static_cast<Eigen::Index>(done_.size()), D = static_cast<Eigen::Index>(coords_);
+    const auto used = fit_set();
+    const auto n = static_cast<Eigen::Index>(used.size()), D = static_cast<Eigen::Index>(coords_);
     gp_fit f;
     f.X.resize(n, D);
     VectorXd loss(n);
-    for (Eigen::Index i = 0; i < n; ++i) f.X.row(i) = done_[static_cast<std::size_t>(i)].x, loss[i] = done_[static_cast<std::size_t>(i)].loss;
+    for (Eigen::Index i = 0; i < n; ++i) f.X.row(i) = used[static_cast<std::size_t>(i)]->x, loss[i] = used[static_cast<std::size_t>(i)]->loss;
     const double mean = loss.mean();
     double sd = std::sqrt((loss.array() - mean).square().mean());
     if (!(sd > 1e-12)) sd = 1;
@@ -516,6 +532,7 @@ expected<std::unique_ptr<search_algorithm>> make_gp(search_space space, gp_optio
   if (opts.n_startup_trials < 0) return bad("n_startup_trials must be >= 0");
   if (opts.n_candidates < 1) return bad("n_candidates must be >= 1 (default 2000)");
   if (opts.n_local < 0) return bad("n_local must be >= 0 (default 5)");
+  if (opts.max_fit_trials < 4) return bad("max_fit_trials must be >= 4 (default 400)");
   std::vector<dimension> dims;
   std::size_t coords = 0;
   if (auto st = scan(space, "", "", dims, coords); !st) return st;

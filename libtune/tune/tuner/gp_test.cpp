@@ -36,6 +36,25 @@ TEST(Gp, FindsBraninsMinimumInFewEvaluations) {
   EXPECT_LT(best[2], 0.41);
 }
 
+TEST(Gp, PastMaxFitTrialsItFitsOnTheBestAndTheLatest) {
+  // Fitted on 12 of the trials only, the GP still beats random search (same seeds).
+  search_space s{{"x1", uniform(-5, 10)}, {"x2", uniform(0, 15)}};
+  std::vector<double> gp, rnd;
+  for (std::uint64_t seed = 0; seed < 5; ++seed) {
+    auto alg = ok(make_gp(s, {.num_samples = 40, .max_fit_trials = 12, .seed = seed}));
+    auto r = ok(make_random_search(s, {.num_samples = 40, .seed = seed}));
+    double b = INFINITY, c = INFINITY;
+    for (const auto& x : run(*alg, branin_of)) b = std::min(b, branin_of(x));
+    for (const auto& x : run(*r, branin_of)) c = std::min(c, branin_of(x));
+    gp.push_back(b), rnd.push_back(c);
+  }
+  std::sort(gp.begin(), gp.end());
+  std::sort(rnd.begin(), rnd.end());
+  std::printf("branin, 40 evaluations, median of 5: gp fitted on 12 %.4f, random %.4f\n", gp[2], rnd[2]);
+  EXPECT_LT(gp[2], rnd[2]);
+  EXPECT_TRUE(has(make_gp(s, {.max_fit_trials = 2}).error().message(), "max_fit_trials must be >= 4"));
+}
+
 TEST(Gp, SameSeedSameConfigs) {
   search_space s{{"x", uniform(0, 1)}, {"n", randint(1, 9)}, {"k", choice({"a", "b", "c"})}};
   auto f = [](const config& c) {

@@ -204,7 +204,8 @@ expected<std::unique_ptr<search_algorithm>> make_bohb(search_space space, bohb_o
 //  - trials still running count, with fantasize_pending, as observed at the GP's own
 //    mean (the "kriging believer"), so configs suggested side by side spread out.
 //  A choice of sub-spaces, a choice of domains or a conditional is an error naming the
-//  parameter (the GP needs the same parameters in every config: use tpe there).
+//  parameter (the GP needs the same parameters in every config: use tpe there). Past
+//  max_fit_trials completed trials it is fitted on a subset (the best and the latest).
 //  Same seed, same configs (on one platform: the model's floating point is not pinned
 //  across compilers and CPUs as the samplers' random numbers are). num_samples 0 = no
 //  limit. Never waits.
@@ -215,6 +216,9 @@ struct gp_options {
   int n_candidates = 2000;
   int n_local = 5;
   bool fantasize_pending = true;
+  // Past this many completed trials the GP is fitted on the best half and the most
+  // recent half of this many (a fit's cost grows with the cube of their number).
+  int max_fit_trials = 400;
   std::uint64_t seed = 0;
   std::vector<config> points_to_evaluate = {};
 };
