@@ -723,7 +723,10 @@ expected<result_grid> tuner::fit() {
   engine_options eo;
   eo.metric = c.metric;
   eo.direction = c.mode;
-  for (std::size_t i = 1; i < c.metrics.size(); ++i) eo.other_objectives.push_back(c.metrics[i].name);
+  for (std::size_t i = 1; i < c.metrics.size(); ++i) {
+    eo.other_objectives.push_back(c.metrics[i].name);
+    eo.other_directions.push_back(c.metrics[i].direction);
+  }
   eo.constraints = c.constraints;
   eo.max_concurrent = concurrent;
   eo.max_failures = c.max_failures;

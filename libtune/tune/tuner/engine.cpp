@@ -22,6 +22,9 @@ expected<std::unique_ptr<experiment_engine>> experiment_engine::make(search_algo
     return status{errc::invalid_argument, "the scheduler must tune the same metric and mode as the experiment (" +
                                               options.metric + ")"};
   (void)search;
+  if (!options.other_directions.empty() && options.other_directions.size() != options.other_objectives.size())
+    return status{errc::invalid_argument, "other_directions: give one direction per other objective"};
+  scheduler.set_other_objectives(options.other_directions);
   if (options.time_budget_s && !(*options.time_budget_s > 0))
     return status{errc::invalid_argument, "the time budget must be a positive number of seconds"};
   if (options.stop.max_time_s && !(*options.stop.max_time_s > 0))
@@ -215,7 +218,12 @@ expected<std::vector<engine_action>> experiment_engine::on_metric(const std::str
   if (!std::isfinite(v)) return stop_for_value(id, t, number_text(v));
   t.value = v;
   if (auto st = search_.on_result(id, iteration, v); !st) return st;
-  auto verdict = scheduler_.on_result(id, iteration, v);
+  std::vector<double> others;  // the other objectives' latest values, when all are known
+  if (!opt_.other_directions.empty())
+    for (std::size_t i = 0; i < opt_.other_objectives.size() && i < t.others.size() && t.others[i]; ++i)
+      others.push_back(*t.others[i]);
+  auto verdict = opt_.other_directions.empty() ? scheduler_.on_result(id, iteration, v)
+                                               : scheduler_.on_result(id, iteration, v, others);
   if (!verdict) return verdict.error();
   auto action = verdict->action;
   std::vector<engine_action> out;

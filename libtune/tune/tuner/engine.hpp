@@ -52,6 +52,8 @@ struct engine_options {
   // reporting one of them ends in error, as for `metric`.
   std::vector<std::string> other_objectives;
   std::vector<std::string> constraints;
+  // Their directions: set, the scheduler ranks by all objectives at its rungs (ASHA).
+  std::vector<mode> other_directions;
 };
 
 struct engine_action {

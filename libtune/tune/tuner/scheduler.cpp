@@ -1,9 +1,12 @@
 // The trial scheduler protocol (id checks, pause/resume queues), FIFO, ASHA and the
 // factory. Median stopping, HyperBand and PBT live in their own files.
 #include "tune/tuner/scheduler.hpp"
+#include "tune/tuner/pareto.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <map>
 
 #include "tune/tuner/scheduler_impl.hpp"
 
@@ -37,6 +40,21 @@ expected<verdict> trial_scheduler::on_result(const std::string& id, int64_t iter
   verdict v = do_result(id, iteration, value);
   if (v.action == decision::stop) it->second = trial_state::ended;
   if (v.action == decision::pause) it->second = trial_state::paused;
+  return v;
+}
+
+expected<verdict> trial_scheduler::on_result(const std::string& id, int64_t iteration, double value,
+                                            const std::vector<double>& others) {
+  other_losses_.clear();
+  if (!other_directions_.empty() && others.size() == other_directions_.size()) {
+    bool finite = true;
+    for (double o : others) finite = finite && std::isfinite(o);
+    if (finite)
+      for (std::size_t i = 0; i < others.size(); ++i)
+        other_losses_.push_back(other_directions_[i] == mode::max ? -others[i] : others[i]);
+  }
+  auto v = on_result(id, iteration, value);
+  other_losses_.clear();
   return v;
 }
 
@@ -134,12 +152,47 @@ class asha_scheduler final : public trial_scheduler {
       if (rungs[k] <= iteration) { j = k; break; }
     if (j < 0 || t.recorded[j]) return {};
     t.recorded[j] = true;
+    if (!other_losses().empty()) return {kept_among_fronts(t.bracket, j, value) ? decision::go_on : decision::stop, std::nullopt};
     auto& vals = recorded_[t.bracket][j];
     const double sc = score(value);
     const auto better = std::count_if(vals.begin(), vals.end(), [&](double v) { return v > sc; });
     vals.push_back(sc);
     const int64_t keep = std::max<int64_t>(1, static_cast<int64_t>(vals.size()) / o_.reduction_factor);
     return {better < keep ? decision::go_on : decision::stop, std::nullopt};
+  }
+
+  // MO-ASHA: the trial's point joins the rung's; it goes on iff it is among the k kept
+  // (whole fronts, the last by greedy hypervolume contribution).
+  bool kept_among_fronts(int64_t bracket, int64_t rung, double value) {
+    auto& pts = points_[{bracket, rung}];
+    point p{-score(value)};
+    p.insert(p.end(), other_losses().begin(), other_losses().end());
+    pts.push_back(p);
+    const std::size_t keep = std::max<std::size_t>(1, pts.size() / static_cast<std::size_t>(o_.reduction_factor));
+    const auto ranks = nondominated_ranks(pts);
+    point reference(p.size(), -std::numeric_limits<double>::infinity());
+    for (const auto& q : pts)
+      for (std::size_t i = 0; i < q.size(); ++i) reference[i] = std::max(reference[i], q[i]);
+    for (auto& r : reference) r += std::max(0.1 * std::fabs(r), 1e-9);
+    const std::size_t mine = pts.size() - 1;
+    std::size_t chosen = 0;
+    for (int r = 0; chosen < keep; ++r) {
+      std::vector<std::size_t> front;
+      for (std::size_t i = 0; i < ranks.size(); ++i)
+        if (ranks[i] == r) front.push_back(i);
+      if (front.empty()) break;
+      if (chosen + front.size() <= keep) {
+        if (ranks[mine] == r) return true;
+        chosen += front.size();
+        continue;
+      }
+      std::vector<point> fp;
+      for (std::size_t i : front) fp.push_back(pts[i]);
+      for (std::size_t k : greedy_hypervolume_subset(fp, keep - chosen, reference))
+        if (front[k] == mine) return true;
+      return false;
+    }
+    return false;
   }
 
   void do_end(const std::string&, bool) override {}  // recorded values stay
@@ -152,6 +205,7 @@ class asha_scheduler final : public trial_scheduler {
   asha o_;
   std::vector<std::vector<int64_t>> rungs_;
   std::vector<std::vector<std::vector<double>>> recorded_;  // bracket, rung -> scores
+  std::map<std::pair<int64_t, int64_t>, std::vector<point>> points_;  // MO-ASHA: bracket, rung -> losses
   std::unordered_map<std::string, info> trials_;
   int64_t next_bracket_ = 0;
 };

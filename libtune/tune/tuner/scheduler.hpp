@@ -75,6 +75,12 @@ class trial_scheduler {
 
   status on_trial_add(const std::string& id, const config& cfg);
   expected<verdict> on_result(const std::string& id, int64_t iteration, double value);
+  // Several objectives: `others` the values of the objectives after the metric in this
+  // result (their directions set_other_objectives'; ASHA ranks by non-dominated fronts,
+  // the others use the metric alone). Empty or the wrong size: the metric alone.
+  expected<verdict> on_result(const std::string& id, int64_t iteration, double value,
+                              const std::vector<double>& others);
+  void set_other_objectives(std::vector<mode> directions) { other_directions_ = std::move(directions); }
   status on_trial_complete(const std::string& id);
   status on_trial_error(const std::string& id);
   void on_no_more_trials();
@@ -97,6 +103,9 @@ class trial_scheduler {
   void queue_stop(const std::string& id);
   // Value as a score to maximise (negated for mode::min).
   double score(double value) const { return mode_ == mode::max ? value : -value; }
+  // During do_result: the other objectives' values as losses (lower is better), or
+  // empty when there are none.
+  const std::vector<double>& other_losses() const { return other_losses_; }
 
  private:
   // Completion or error: ends a known trial once; ending it again changes nothing.
@@ -104,6 +113,8 @@ class trial_scheduler {
 
   std::string metric_;
   mode mode_;
+  std::vector<mode> other_directions_;
+  std::vector<double> other_losses_;
   std::unordered_map<std::string, trial_state> states_;
   std::deque<std::string> resume_;
   std::vector<std::string> stop_;
@@ -122,6 +133,9 @@ struct fifo {};
 // included) and k = max(1, floor(m / eta)), it goes on iff fewer than k of the other
 // values are strictly better (it is among the top k; ties go on). A trial whose
 // iteration reaches max_t stops. Values of trials that stop or fail stay recorded.
+// With several objectives (MO-ASHA, Schmucker et al. 2021) the values are points: the
+// k kept are whole non-dominated fronts, the front that does not fit by greedy
+// hypervolume contribution, and the trial goes on iff it is among them.
 struct asha {
   int64_t max_t = 100;
   int64_t grace_period = 1;

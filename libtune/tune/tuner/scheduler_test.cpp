@@ -153,6 +153,33 @@ TEST(Asha, CutoffEta3) {
             (std::vector<decision>{go, stop, go, stop, stop, stop}));
 }
 
+TEST(Asha, SeveralObjectivesKeepTheFrontNotTheBestByTheMetric) {
+  // acc (max) and ms (min) at the first rung, eta 2: k = max(1, floor(m / 2)).
+  auto s = make(asha{.max_t = 8, .grace_period = 1, .reduction_factor = 2});
+  s->set_other_objectives({mode::min});
+  auto at = [&](const std::string& id, double acc, double ms) {
+    add(*s, id);
+    auto r = s->on_result(id, 1, acc, {ms});
+    EXPECT_TRUE(r) << r.error().message();
+    return r->action;
+  };
+  EXPECT_EQ(at("a", 0.9, 50), go);    // m=1, k=1
+  EXPECT_EQ(at("b", 0.5, 1), go);     // m=2, k=1: both on the front; b adds more hypervolume (2.7 vs 2.25)
+  EXPECT_EQ(at("c", 0.4, 60), stop);  // dominated by a and b
+  EXPECT_EQ(at("d", 0.85, 5), go);    // m=4, k=2: front {a, b, d}; d adds the most, then a
+  // By the metric alone d (0.85 < 0.9) would have stopped at k = 1... with one objective:
+  auto one = make(asha{.max_t = 8, .grace_period = 1, .reduction_factor = 2});
+  add(*one, "a"), add(*one, "d");
+  EXPECT_EQ(res(*one, "a", 1, 0.9), go);
+  EXPECT_EQ(res(*one, "d", 1, 0.85), stop);
+  // The wrong number of other values: the metric alone.
+  auto mixed = make(asha{.max_t = 8, .grace_period = 1, .reduction_factor = 2});
+  mixed->set_other_objectives({mode::min});
+  add(*mixed, "a"), add(*mixed, "d");
+  EXPECT_EQ(mixed->on_result("a", 1, 0.9, {})->action, go);
+  EXPECT_EQ(mixed->on_result("d", 1, 0.85, {})->action, stop);
+}
+
 TEST(Asha, CutoffEta4MinMode) {
   const asha o{.max_t = 64, .grace_period = 1, .reduction_factor = 4};
   // m:        1    2    3    4    5    6    7    8    9
