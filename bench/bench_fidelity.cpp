@@ -38,26 +38,11 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Hartmann6 at fidelity z in [0, 1].
+// Hartmann6 at fidelity z in [0, 1], at a config's x0..x5.
 double hartmann6_at(const config& c, double z) {
-  static const double alpha[4] = {1.0, 1.2, 3.0, 3.2};
-  static const double A[4][6] = {{10, 3, 17, 3.5, 1.7, 8},
-                                 {0.05, 10, 17, 0.1, 8, 14},
-                                 {3, 3.5, 1.7, 10, 17, 8},
-                                 {17, 8, 0.05, 10, 0.1, 14}};
-  static const double P[4][6] = {{1312, 1696, 5569, 124, 8283, 5886},
-                                 {2329, 4135, 8307, 3736, 1004, 9991},
-                                 {2348, 1451, 3522, 2883, 3047, 6650},
-                                 {4047, 8828, 8732, 5743, 1091, 381}};
   double x[6];
   for (int j = 0; j < 6; ++j) x[j] = c["x" + std::to_string(j)].get<double>();
-  double sum = 0;
-  for (int i = 0; i < 4; ++i) {
-    double inner = 0;
-    for (int j = 0; j < 6; ++j) inner += A[i][j] * (x[j] - P[i][j] * 1e-4) * (x[j] - P[i][j] * 1e-4);
-    sum += (alpha[i] - (i == 0 ? 0.1 * (1 - z) : 0.0)) * std::exp(-inner);
-  }
-  return -sum;
+  return hartmann6_at_fidelity(x, z);
 }
 
 // One simulated experiment; the best full-fidelity value at each mark.

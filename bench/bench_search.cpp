@@ -70,16 +70,17 @@ struct outcome {
   double suggest_ms = 0;  // per trial
 };
 
-// One run: c in flight, the oldest completed when c are.
-expected<outcome> run(search_algorithm& alg, const search_problem& p, int evals, int c) {
-  outcome out;
-  std::deque<std::pair<std::string, double>> in_flight;
+// c trials in flight, the oldest completed when there are c: `evaluate` gives a
+// config's value(s), `tell` completes a trial with them. The suggestion time per trial
+// in ms.
+template <class Value, class Evaluate, class Tell>
+expected<double> drive(search_algorithm& alg, int evals, int c, const Evaluate& evaluate, const Tell& tell) {
+  std::deque<std::pair<std::string, Value>> in_flight;
   double suggest_s = 0;
   auto complete = [&] {
     auto [id, v] = in_flight.front();
     in_flight.pop_front();
-    out.best = std::min(out.best, v);
-    return alg.on_complete(id, v);
+    return tell(id, v);
   };
   for (int i = 0; i < evals; ++i) {
     auto id = "t" + std::to_string(i);
@@ -88,13 +89,24 @@ expected<outcome> run(search_algorithm& alg, const search_problem& p, int evals,
     suggest_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!cfg) return cfg.error();
     if (!*cfg) return status{errc::inconsistent, alg.name() + " suggested nothing at trial " + std::to_string(i)};
-    in_flight.emplace_back(id, p.f(**cfg));
+    in_flight.emplace_back(id, evaluate(**cfg));
     if (static_cast<int>(in_flight.size()) >= c)
       if (auto s = complete(); !s) return s;
   }
   while (!in_flight.empty())
     if (auto s = complete(); !s) return s;
-  out.suggest_ms = 1000 * suggest_s / evals;
+  return 1000 * suggest_s / evals;
+}
+
+// One run: the best value found.
+expected<outcome> run(search_algorithm& alg, const search_problem& p, int evals, int c) {
+  outcome out;
+  auto ms = drive<double>(alg, evals, c, p.f, [&](const std::string& id, double v) {
+    out.best = std::min(out.best, v);
+    return alg.on_complete(id, v);
+  });
+  if (!ms) return ms.error();
+  out.suggest_ms = *ms;
   return out;
 }
 
@@ -130,33 +142,17 @@ void add_mean_ranks(nlohmann::json& results) {
   }
 }
 
-// One two-objective run: c in flight; the hypervolume of everything evaluated.
+// One two-objective run: the hypervolume of everything evaluated.
 expected<outcome> run_two(search_algorithm& alg, const two_objective_problem& p, int evals, int c) {
   outcome out;
-  std::deque<std::pair<std::string, std::vector<double>>> in_flight;
   std::vector<point> found;
-  double suggest_s = 0;
-  auto complete = [&] {
-    auto [id, v] = in_flight.front();
-    in_flight.pop_front();
+  auto ms = drive<std::vector<double>>(alg, evals, c, p.f, [&](const std::string& id, const std::vector<double>& v) {
     found.push_back(v);
     return alg.on_complete(id, v, {});
-  };
-  for (int i = 0; i < evals; ++i) {
-    auto id = "t" + std::to_string(i);
-    auto t0 = std::chrono::steady_clock::now();
-    auto cfg = alg.suggest(id);
-    suggest_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!cfg) return cfg.error();
-    if (!*cfg) return status{errc::inconsistent, alg.name() + " suggested nothing at trial " + std::to_string(i)};
-    in_flight.emplace_back(id, p.f(**cfg));
-    if (static_cast<int>(in_flight.size()) >= c)
-      if (auto s = complete(); !s) return s;
-  }
-  while (!in_flight.empty())
-    if (auto s = complete(); !s) return s;
+  });
+  if (!ms) return ms.error();
   out.best = hypervolume(found, p.reference);
-  out.suggest_ms = 1000 * suggest_s / evals;
+  out.suggest_ms = *ms;
   return out;
 }
 

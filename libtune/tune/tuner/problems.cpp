@@ -14,7 +14,9 @@ double branin(double x1, double x2) {
   return a * u * u + s * (1 - t) * std::cos(x1) + s;
 }
 
-double hartmann6(const double* x) {
+double hartmann6(const double* x) { return hartmann6_at_fidelity(x, 1.0); }
+
+double hartmann6_at_fidelity(const double* x, double z) {
   static const double alpha[4] = {1.0, 1.2, 3.0, 3.2};
   static const double A[4][6] = {{10, 3, 17, 3.5, 1.7, 8},
                                  {0.05, 10, 17, 0.1, 8, 14},
@@ -28,7 +30,7 @@ double hartmann6(const double* x) {
   for (int i = 0; i < 4; ++i) {
     double inner = 0;
     for (int j = 0; j < 6; ++j) inner += A[i][j] * (x[j] - P[i][j] * 1e-4) * (x[j] - P[i][j] * 1e-4);
-    sum += alpha[i] * std::exp(-inner);
+    sum += (alpha[i] - (i == 0 ? 0.1 * (1 - z) : 0.0)) * std::exp(-inner);
   }
   return -sum;
 }

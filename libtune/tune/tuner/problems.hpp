@@ -31,6 +31,9 @@ struct search_problem {
 
 double branin(double x1, double x2);
 double hartmann6(const double* x);
+// Hartmann6 at a fidelity z in [0, 1] (Kandasamy et al. 2017's multi-fidelity form):
+// alpha_1 lowered by 0.1 (1 - z); z = 1 is hartmann6.
+double hartmann6_at_fidelity(const double* x, double z);
 double rosenbrock(const std::vector<double>& x);
 
 // The problems above, by name; empty name: all of them.
