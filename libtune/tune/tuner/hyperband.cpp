@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tune/tuner/pareto.hpp"
 #include "tune/tuner/scheduler_impl.hpp"
 
 namespace tune {
@@ -81,6 +82,11 @@ class hyperband_scheduler final : public trial_scheduler {
     }
     if (t < b.plan.rungs[b.rung].r) return {};
     b.reached[id] = score(value);
+    if (!other_losses().empty()) {
+      point p{-score(value)};
+      p.insert(p.end(), other_losses().begin(), other_losses().end());
+      b.points[id] = std::move(p);
+    }
     bool me = false;
     if (process(b, &id, &me)) return {me ? decision::go_on : decision::stop, std::nullopt};
     return {decision::pause, std::nullopt};
@@ -104,12 +110,14 @@ class hyperband_scheduler final : public trial_scheduler {
     size_t rung = 0;
     std::vector<std::string> live;                   // in play at this rung, in add order
     std::unordered_map<std::string, double> reached;  // score at this rung
+    std::unordered_map<std::string, point> points;    // several objectives: losses at this rung
     int64_t capacity() const { return plan.rungs[0].n; }
   };
 
   static void leave(bracket& b, const std::string& id) {
     b.live.erase(std::remove(b.live.begin(), b.live.end(), id), b.live.end());
     b.reached.erase(id);
+    b.points.erase(id);
   }
 
   // When every live trial reached the rung (and no more can join): promote the best,
@@ -120,10 +128,8 @@ class hyperband_scheduler final : public trial_scheduler {
     if (b.added < b.capacity() && !no_more_) return false;
     for (auto& id : b.live)
       if (!b.reached.count(id)) return false;
-    std::vector<std::string> order = b.live;  // add order breaks ties
-    std::stable_sort(order.begin(), order.end(),
-                     [&](const std::string& x, const std::string& y) { return b.reached.at(x) > b.reached.at(y); });
-    const size_t keep = std::max<size_t>(1, order.size() / static_cast<size_t>(o_.reduction_factor));
+    const size_t keep = std::max<size_t>(1, b.live.size() / static_cast<size_t>(o_.reduction_factor));
+    std::vector<std::string> order = ranked(b, keep);
     std::vector<std::string> winners;
     for (size_t i = 0; i < order.size(); ++i) {
       const bool win = i < keep;
@@ -142,8 +148,30 @@ class hyperband_scheduler final : public trial_scheduler {
       if (std::find(winners.begin(), winners.end(), id) != winners.end()) live.push_back(id);
     b.live = std::move(live);
     b.reached.clear();
+    b.points.clear();
     ++b.rung;
     return true;
+  }
+
+  // The live trials, the `keep` to promote first: by the metric's score (add order
+  // breaks ties), or with every one's objectives known by non-dominated fronts and
+  // hypervolume (select_by_fronts).
+  static std::vector<std::string> ranked(const bracket& b, size_t keep) {
+    std::vector<std::string> order = b.live;
+    bool all_points = !b.points.empty();
+    for (auto& id : b.live) all_points = all_points && b.points.count(id);
+    if (all_points) {
+      std::vector<point> pts;
+      for (auto& id : b.live) pts.push_back(b.points.at(id));
+      std::vector<std::string> first;
+      for (size_t i : select_by_fronts(pts, keep)) first.push_back(b.live[i]);
+      for (auto& id : b.live)
+        if (std::find(first.begin(), first.end(), id) == first.end()) first.push_back(id);
+      return first;
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [&](const std::string& x, const std::string& y) { return b.reached.at(x) > b.reached.at(y); });
+    return order;
   }
 
   hyperband o_;

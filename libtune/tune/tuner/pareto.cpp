@@ -1,6 +1,7 @@
 #include "tune/tuner/pareto.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 
@@ -111,6 +112,30 @@ std::vector<std::size_t> greedy_hypervolume_subset(const std::vector<point>& poi
     base += best_gain;
     chosen.push_back(left[best]);
     left.erase(left.begin() + static_cast<std::ptrdiff_t>(best));
+  }
+  return chosen;
+}
+
+std::vector<std::size_t> select_by_fronts(const std::vector<point>& points, std::size_t k) {
+  std::vector<std::size_t> chosen;
+  if (points.empty() || k == 0) return chosen;
+  const auto ranks = nondominated_ranks(points);
+  point reference(points.front().size(), -std::numeric_limits<double>::infinity());
+  for (const auto& p : points)
+    for (std::size_t i = 0; i < p.size() && i < reference.size(); ++i) reference[i] = std::max(reference[i], p[i]);
+  for (auto& r : reference) r += std::max(0.1 * std::fabs(r), 1e-9);
+  for (int r = 0; chosen.size() < k; ++r) {
+    std::vector<std::size_t> front;
+    for (std::size_t i = 0; i < ranks.size(); ++i)
+      if (ranks[i] == r) front.push_back(i);
+    if (front.empty()) break;
+    if (chosen.size() + front.size() <= k) {
+      chosen.insert(chosen.end(), front.begin(), front.end());
+      continue;
+    }
+    std::vector<point> fp;
+    for (std::size_t i : front) fp.push_back(points[i]);
+    for (std::size_t j : greedy_hypervolume_subset(fp, k - chosen.size(), reference)) chosen.push_back(front[j]);
   }
   return chosen;
 }

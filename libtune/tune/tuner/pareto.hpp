@@ -29,4 +29,10 @@ double hypervolume(std::vector<point> points, const point& reference);
 std::vector<std::size_t> greedy_hypervolume_subset(const std::vector<point>& points, std::size_t k,
                                                    const point& reference);
 
+// `k` of the points, best first by non-dominated fronts: whole fronts while they fit,
+// then the greedy hypervolume subset of the front that does not (the reference: each
+// objective's worst value plus 10% of its size). MOTPE's good set, MO-ASHA's and
+// HyperBand's promotions.
+std::vector<std::size_t> select_by_fronts(const std::vector<point>& points, std::size_t k);
+
 }  // namespace tune

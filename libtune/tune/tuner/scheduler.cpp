@@ -169,30 +169,8 @@ class asha_scheduler final : public trial_scheduler {
     p.insert(p.end(), other_losses().begin(), other_losses().end());
     pts.push_back(p);
     const std::size_t keep = std::max<std::size_t>(1, pts.size() / static_cast<std::size_t>(o_.reduction_factor));
-    const auto ranks = nondominated_ranks(pts);
-    point reference(p.size(), -std::numeric_limits<double>::infinity());
-    for (const auto& q : pts)
-      for (std::size_t i = 0; i < q.size(); ++i) reference[i] = std::max(reference[i], q[i]);
-    for (auto& r : reference) r += std::max(0.1 * std::fabs(r), 1e-9);
-    const std::size_t mine = pts.size() - 1;
-    std::size_t chosen = 0;
-    for (int r = 0; chosen < keep; ++r) {
-      std::vector<std::size_t> front;
-      for (std::size_t i = 0; i < ranks.size(); ++i)
-        if (ranks[i] == r) front.push_back(i);
-      if (front.empty()) break;
-      if (chosen + front.size() <= keep) {
-        if (ranks[mine] == r) return true;
-        chosen += front.size();
-        continue;
-      }
-      std::vector<point> fp;
-      for (std::size_t i : front) fp.push_back(pts[i]);
-      for (std::size_t k : greedy_hypervolume_subset(fp, keep - chosen, reference))
-        if (front[k] == mine) return true;
-      return false;
-    }
-    return false;
+    const auto kept = select_by_fronts(pts, keep);
+    return std::find(kept.begin(), kept.end(), pts.size() - 1) != kept.end();
   }
 
   void do_end(const std::string&, bool) override {}  // recorded values stay

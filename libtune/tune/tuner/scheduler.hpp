@@ -76,8 +76,8 @@ class trial_scheduler {
   status on_trial_add(const std::string& id, const config& cfg);
   expected<verdict> on_result(const std::string& id, int64_t iteration, double value);
   // Several objectives: `others` the values of the objectives after the metric in this
-  // result (their directions set_other_objectives'; ASHA ranks by non-dominated fronts,
-  // the others use the metric alone). Empty or the wrong size: the metric alone.
+  // result (their directions set_other_objectives'; ASHA and HyperBand rank by
+  // non-dominated fronts, the others use the metric alone). Empty or the wrong size: the metric alone.
   expected<verdict> on_result(const std::string& id, int64_t iteration, double value,
                               const std::vector<double>& others);
   void set_other_objectives(std::vector<mode> directions) { other_directions_ = std::move(directions); }

@@ -180,6 +180,28 @@ TEST(Asha, SeveralObjectivesKeepTheFrontNotTheBestByTheMetric) {
   EXPECT_EQ(mixed->on_result("d", 1, 0.85, {})->action, stop);
 }
 
+TEST(HyperBand, SeveralObjectivesPromoteByFronts) {
+  // max_t 9, eta 3: the first bracket has 9 trials at rung 1 and promotes 3. By acc
+  // alone t0, t1, t2 would go on; with ms (min) the front is t0, t1, t3, t5, t6 and t2
+  // (dominated by t1) stops.
+  auto s = make(hyperband{.max_t = 9, .reduction_factor = 3});
+  s->set_other_objectives({mode::min});
+  const double acc[9] = {0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2};
+  const double ms[9] = {50, 40, 60, 5, 45, 3, 1, 70, 80};
+  for (int i = 0; i < 9; ++i) add(*s, tid(i));
+  std::vector<std::string> promoted;
+  for (int i = 0; i < 9; ++i) {
+    auto r = s->on_result(tid(i), 1, acc[i], {ms[i]});
+    ASSERT_TRUE(r) << r.error().message();
+    if (i < 8) EXPECT_EQ(r->action, pause) << i;
+    else if (r->action == go) promoted.push_back(tid(i));
+  }
+  while (auto id = s->choose_trial_to_resume()) promoted.push_back(*id);
+  ASSERT_EQ(promoted.size(), 3u);
+  for (auto& id : promoted) EXPECT_TRUE(id == "t0" || id == "t1" || id == "t3" || id == "t5" || id == "t6") << id;
+  EXPECT_EQ(std::count(promoted.begin(), promoted.end(), "t2"), 0);
+}
+
 TEST(Asha, CutoffEta4MinMode) {
   const asha o{.max_t = 64, .grace_period = 1, .reduction_factor = 4};
   // m:        1    2    3    4    5    6    7    8    9

@@ -432,25 +432,7 @@ class tpe_search final : public search_algorithm {
     } else {
       std::vector<point> pts;
       for (auto* t : feasible) pts.push_back(t->losses);
-      const auto ranks = nondominated_ranks(pts);
-      point reference(directions().size(), -std::numeric_limits<double>::infinity());
-      for (const auto& p : pts)
-        for (std::size_t i = 0; i < p.size(); ++i) reference[i] = std::max(reference[i], p[i]);
-      for (std::size_t i = 0; i < reference.size(); ++i) reference[i] += std::max(0.1 * std::fabs(reference[i]), 1e-9);
-      for (int r = 0; below.size() < n_below && !feasible.empty(); ++r) {
-        std::vector<std::size_t> front;
-        for (std::size_t i = 0; i < ranks.size(); ++i)
-          if (ranks[i] == r) front.push_back(i);
-        if (front.empty()) break;
-        std::vector<std::size_t> take = front;
-        if (below.size() + front.size() > n_below) {  // the front that does not fit: by hypervolume
-          std::vector<point> fp;
-          for (std::size_t i : front) fp.push_back(pts[i]);
-          take.clear();
-          for (std::size_t k : greedy_hypervolume_subset(fp, n_below - below.size(), reference)) take.push_back(front[k]);
-        }
-        for (std::size_t i : take) below.push_back(feasible[i]);
-      }
+      for (std::size_t i : select_by_fronts(pts, n_below)) below.push_back(feasible[i]);
       for (auto* t : feasible)
         if (std::find(below.begin(), below.end(), t) == below.end()) above.push_back(t);
     }
