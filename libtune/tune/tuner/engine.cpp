@@ -154,16 +154,22 @@ namespace {
 std::string number_text(double v) { return nlohmann::json(v).dump(); }
 }  // namespace
 
+// A result's values of the other objectives and constraints, kept as the trial's
+// latest (a trial not running, or replaying what it reported before, keeps its own).
+void experiment_engine::record_others(const std::string& id, int64_t iteration,
+                                      const std::vector<std::optional<double>>& others) {
+  auto it = trials_.find(id);
+  if (it == trials_.end() || it->second.state != trial_state::running || iteration <= it->second.replay_until) return;
+  auto& t = it->second;
+  t.others.resize(opt_.other_objectives.size() + opt_.constraints.size());
+  for (std::size_t i = 0; i < others.size() && i < t.others.size(); ++i)
+    if (others[i] && std::isfinite(*others[i])) t.others[i] = others[i];
+}
+
 expected<std::vector<engine_action>> experiment_engine::on_metric(const std::string& id, int64_t iteration,
                                                                   std::optional<double> value,
                                                                   const std::vector<std::optional<double>>& others) {
-  if (auto it = trials_.find(id); it != trials_.end() && it->second.state == trial_state::running &&
-                                  iteration > it->second.replay_until) {
-    auto& t = it->second;
-    t.others.resize(opt_.other_objectives.size() + opt_.constraints.size());
-    for (std::size_t i = 0; i < others.size() && i < t.others.size(); ++i)
-      if (others[i] && std::isfinite(*others[i])) t.others[i] = others[i];
-  }
+  record_others(id, iteration, others);
   return on_metric(id, iteration, value);
 }
 
@@ -178,13 +184,7 @@ expected<std::vector<engine_action>> experiment_engine::on_result(const std::str
     };
     for (const auto& n : opt_.other_objectives) read(n);
     for (const auto& n : opt_.constraints) read(n);
-    if (auto it = trials_.find(id); it != trials_.end() && it->second.state == trial_state::running &&
-                                    iteration > it->second.replay_until) {
-      auto& t = it->second;
-      t.others.resize(others.size());
-      for (std::size_t i = 0; i < others.size(); ++i)
-        if (others[i] && std::isfinite(*others[i])) t.others[i] = others[i];
-    }
+    record_others(id, iteration, others);
   }
   if (!metrics.is_object() || !metrics.contains(opt_.metric)) return on_metric(id, iteration, std::nullopt);
   const auto& m = metrics[opt_.metric];

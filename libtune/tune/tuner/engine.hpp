@@ -132,6 +132,7 @@ class experiment_engine {
   engine_action start_action(engine_trial& t);
   void set_state(engine_trial& t, trial_state s);
   void complete_search(const std::string& id, const engine_trial& t);
+  void record_others(const std::string& id, int64_t iteration, const std::vector<std::optional<double>>& others);
   std::string first_unreported(const engine_trial& t) const;
 
   search_algorithm& search_;
