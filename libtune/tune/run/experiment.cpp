@@ -550,6 +550,41 @@ expected<std::vector<std::string>> names_from(const reader& r, const YAML::Node&
   return out;
 }
 
+// A model-based search's own options (TPE, the GP, BOHB), after the ones they share.
+template <class Spec>
+expected<search_spec> model_search_from(const reader& r, const typed_node& t, const std::string& path, option_table& opts,
+                                        std::vector<config>& points) {  // filled by opts.read
+  Spec o;
+  if constexpr (std::is_same_v<Spec, gp_search>) {
+    opts.add("n_startup_trials", int_field(r, o.n_startup_trials, 1));
+    opts.add("n_candidates", int_field(r, o.n_candidates, 1));
+    opts.add("n_local", int_field(r, o.n_local, 0));
+    opts.add("fantasize_pending", flag_field(r, o.fantasize_pending));
+    opts.add("max_fit_trials", int_field(r, o.max_fit_trials, 4));
+  } else if constexpr (std::is_same_v<Spec, bohb_search>) {
+    opts.add("random_fraction", real_field(r, o.random_fraction));
+    opts.add("min_points_in_model", int_field(r, o.min_points_in_model, 0));
+    opts.add("gamma", real_field(r, o.gamma));
+    opts.add("n_ei_candidates", int_field(r, o.n_ei_candidates, 1));
+  } else {
+    opts.add("n_startup_trials", int_field(r, o.n_startup_trials, 1));
+    opts.add("n_ei_candidates", int_field(r, o.n_ei_candidates, 1));
+    opts.add("gamma", real_field(r, o.gamma));
+    opts.add("max_below", int_field(r, o.max_below, 1));
+    opts.add("prior_weight", real_field(r, o.prior_weight));
+    opts.add("multivariate", [&](const YAML::Node& v, const std::string& at) -> status {
+      auto f = r.flag(v, at);
+      if (!f) return f.error();
+      o.multivariate = *f;
+      return status::ok();
+    });
+    opts.add("constant_liar", flag_field(r, o.constant_liar));
+  }
+  if (auto s = opts.read(r, t, path); !s) return s;
+  o.points_to_evaluate = std::move(points);
+  return search_spec{o};
+}
+
 expected<search_spec> search_from(const reader& r, const YAML::Node& n, const std::string& path) {
   auto t = typed(r, n, path, {"random", "grid", "tpe", "gp", "bohb"},
                  {{"TPESampler", "tpe"}, {"hyperopt", "tpe"}, {"grid_search", "grid"}, {"GPSampler", "gp"},
@@ -576,43 +611,9 @@ expected<search_spec> search_from(const reader& r, const YAML::Node& n, const st
     if (auto s = opts.read(r, *t, path); !s) return s;
     return search_spec{grid_search_alg{}};
   }
-  if (t->type == "gp") {
-    gp_search g;
-    opts.add("n_startup_trials", int_field(r, g.n_startup_trials, 1));
-    opts.add("n_candidates", int_field(r, g.n_candidates, 1));
-    opts.add("n_local", int_field(r, g.n_local, 0));
-    opts.add("fantasize_pending", flag_field(r, g.fantasize_pending));
-    opts.add("max_fit_trials", int_field(r, g.max_fit_trials, 4));
-    if (auto s = opts.read(r, *t, path); !s) return s;
-    g.points_to_evaluate = std::move(points);
-    return search_spec{g};
-  }
-  if (t->type == "bohb") {
-    bohb_search b;
-    opts.add("random_fraction", real_field(r, b.random_fraction));
-    opts.add("min_points_in_model", int_field(r, b.min_points_in_model, 0));
-    opts.add("gamma", real_field(r, b.gamma));
-    opts.add("n_ei_candidates", int_field(r, b.n_ei_candidates, 1));
-    if (auto s = opts.read(r, *t, path); !s) return s;
-    b.points_to_evaluate = std::move(points);
-    return search_spec{b};
-  }
-  tpe_search o;
-  opts.add("n_startup_trials", int_field(r, o.n_startup_trials, 1));
-  opts.add("n_ei_candidates", int_field(r, o.n_ei_candidates, 1));
-  opts.add("gamma", real_field(r, o.gamma));
-  opts.add("max_below", int_field(r, o.max_below, 1));
-  opts.add("prior_weight", real_field(r, o.prior_weight));
-  opts.add("multivariate", [&](const YAML::Node& v, const std::string& at) -> status {
-    auto f = r.flag(v, at);
-    if (!f) return f.error();
-    o.multivariate = *f;
-    return status::ok();
-  });
-  opts.add("constant_liar", flag_field(r, o.constant_liar));
-  if (auto s = opts.read(r, *t, path); !s) return s;
-  o.points_to_evaluate = std::move(points);
-  return search_spec{o};
+  if (t->type == "gp") return model_search_from<gp_search>(r, *t, path, opts, points);
+  if (t->type == "bohb") return model_search_from<bohb_search>(r, *t, path, opts, points);
+  return model_search_from<tpe_search>(r, *t, path, opts, points);
 }
 
 expected<YAML::Node> load(const std::string& text, const std::string& source) {
