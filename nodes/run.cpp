@@ -206,10 +206,7 @@ int cmd_run(const std::vector<std::string>& all_args) {
   if (!command.empty()) e.prog.command = command;
   if (e.prog.command.empty())
     return fail("say what each trial runs: -- COMMAND... after the flags, or command: [python3, train.py] in the file", 2);
-  if (e.config.metric.empty() && !e.config.metrics.empty()) {
-    e.config.metric = e.config.metrics.front().name;
-    e.config.mode = e.config.metrics.front().direction;
-  }
+  if (auto st = resolve_objectives(e.config); !st) return fail(st.message(), 2);
   if (e.config.metric.empty())
     return fail("say which metric to tune: --metric NAME, or metric: (or metrics:) in the file", 2);
   if (e.config.name == tune_config{}.name) {  // unnamed: after the file, else the script (train.py: train)

@@ -594,9 +594,9 @@ expected<program_ref> serve_workdir(cluster::impl& st, checked_program& p, const
   return *served;
 }
 
-// Several objectives and constraints: checked, the first objective made the metric,
-// the search told (TPE) or refusing (the GP, BOHB).
-status apply_objectives(tune_config& c) {
+}  // namespace
+
+status resolve_objectives(tune_config& c) {
   std::set<std::string> seen;
   for (const auto& o : c.metrics) {
     if (o.name.empty()) return status{errc::invalid_argument, "metrics: an objective has no name"};
@@ -627,8 +627,6 @@ status apply_objectives(tune_config& c) {
   return status::ok();
 }
 
-}  // namespace
-
 tuner::tuner(cluster c, std::string trainable, search_space space, tune_config cfg)
     : cluster_(std::move(c)), trainable_(std::move(trainable)), space_(std::move(space)), cfg_(std::move(cfg)) {}
 
@@ -643,7 +641,7 @@ expected<result_grid> tuner::fit() {
     return status{errc::not_found, "no trainable '" + trainable_ + "' in this program (it has: " +
                                        joined(trainable_names()) + "); register it with TUNE_TRAINABLE"};
   auto& c = cfg_;
-  if (auto ob = apply_objectives(c); !ob) return ob;
+  if (auto ob = resolve_objectives(c); !ob) return ob;
   if (c.num_samples < 1) return status{errc::invalid_argument, "num_samples must be at least 1"};
   if (c.max_concurrent_trials < 0) return status{errc::invalid_argument, "max_concurrent_trials must be 0 (as many as fit) or more"};
   if (c.max_failures < 0) return status{errc::invalid_argument, "max_failures must be 0 (no restarts) or more"};

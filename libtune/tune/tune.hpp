@@ -214,6 +214,11 @@ struct tune_config {
                                           // does the same.
 };
 
+// Checks metrics and constraints (duplicates, a metric that disagrees with metrics, a
+// search that cannot model them) and makes the first objective the metric and mode,
+// TPE's directions all of them. fit() calls it; a program may, to know its metric first.
+status resolve_objectives(tune_config& c);
+
 // What an experiment produced: read from its store (the experiment directory), so it
 // is the same after the program ended (`result_grid::open`).
 class result_grid {

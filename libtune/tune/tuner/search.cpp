@@ -34,12 +34,17 @@ status search_algorithm::on_result(const std::string& trial_id, std::int64_t ite
   return status::ok();
 }
 
-status search_algorithm::on_complete(const std::string& trial_id, std::optional<double> value) {
+expected<search_algorithm::trial_state*> search_algorithm::open_trial(const std::string& trial_id) {
   auto it = trials_.find(trial_id);
   if (it == trials_.end())
     return status{errc::not_found, "trial \"" + trial_id + "\" was never suggested by " + name()};
-  if (it->second.done)
-    return status{errc::invalid_argument, "trial \"" + trial_id + "\" already completed"};
+  if (it->second.done) return status{errc::invalid_argument, "trial \"" + trial_id + "\" already completed"};
+  return &it->second;
+}
+
+status search_algorithm::on_complete(const std::string& trial_id, std::optional<double> value) {
+  auto t = open_trial(trial_id);
+  if (!t) return t.error();
   if (value && !std::isfinite(*value))
     return status{errc::invalid_argument,
                   "trial \"" + trial_id + "\" completed with a non-finite value; pass nullopt"};
@@ -47,19 +52,16 @@ status search_algorithm::on_complete(const std::string& trial_id, std::optional<
     return status{errc::invalid_argument, name() + " has " + std::to_string(directions_.size()) +
                                               " objectives; complete trial \"" + trial_id +
                                               "\" with a value for each (on_complete(id, values, constraints))"};
-  it->second.done = true;
+  (*t)->done = true;
   // Several objectives and no values: the trial is forgotten (one last value is not all of them).
-  observe(trial_id, directions_.size() > 1 ? std::nullopt : value ? value : it->second.last);
+  observe(trial_id, directions_.size() > 1 ? std::nullopt : value ? value : (*t)->last);
   return status::ok();
 }
 
 status search_algorithm::on_complete(const std::string& trial_id, const std::vector<double>& values,
                                      const std::vector<double>& constraints) {
-  auto it = trials_.find(trial_id);
-  if (it == trials_.end())
-    return status{errc::not_found, "trial \"" + trial_id + "\" was never suggested by " + name()};
-  if (it->second.done)
-    return status{errc::invalid_argument, "trial \"" + trial_id + "\" already completed"};
+  auto t = open_trial(trial_id);
+  if (!t) return t.error();
   if (learns() ? values.size() != directions_.size() : values.empty())
     return status{errc::invalid_argument, "trial \"" + trial_id + "\" completed with " + std::to_string(values.size()) +
                                               " values; " + name() + " has " + std::to_string(directions_.size()) +
@@ -78,7 +80,7 @@ status search_algorithm::on_complete(const std::string& trial_id, const std::vec
                                               " constraint values, the trials before " + std::to_string(*constraints_) +
                                               "; give the same constraints for every trial"};
   constraints_ = constraints.size();
-  it->second.done = true;
+  (*t)->done = true;
   observe_outcome(trial_id, values, constraints);
   return status::ok();
 }

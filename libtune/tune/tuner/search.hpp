@@ -88,6 +88,8 @@ class search_algorithm {
     bool done = false;
     std::optional<double> last;
   };
+  // The trial's bookkeeping, or why it cannot be completed (unknown, or completed).
+  expected<trial_state*> open_trial(const std::string& trial_id);
   mode mode_;
   std::vector<mode> directions_;
   std::unordered_map<std::string, trial_state> trials_;
