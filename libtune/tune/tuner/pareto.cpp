@@ -39,11 +39,29 @@ std::vector<int> nondominated_ranks(const std::vector<point>& points) {
 }
 
 std::vector<std::size_t> pareto_front(const std::vector<point>& points) {
-  const auto ranks = nondominated_ranks(points);
-  std::vector<std::size_t> out;
-  for (std::size_t i = 0; i < ranks.size(); ++i)
-    if (ranks[i] == 0) out.push_back(i);
-  return out;
+  // In lexicographic order a point can only be dominated by one before it, and if it is
+  // dominated at all then by one on the front (dominance is transitive): so each point
+  // is checked against the front found so far only, not against every other point and
+  // without the full sort's n^2 memory (the head runs this on every dashboard refresh).
+  std::vector<std::size_t> order(points.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return points[a] < points[b]; });
+  std::vector<std::size_t> front;
+  const bool two = !points.empty() && std::all_of(points.begin(), points.end(), [](const point& p) { return p.size() == 2; });
+  if (two) {
+    // Two objectives: a sweep. A point is on the front when its second value is below
+    // every earlier one's, or when it equals the latest front point (equal points are
+    // both on it: neither dominates the other).
+    for (std::size_t i : order) {
+      if (front.empty() || points[i][1] < points[front.back()][1] || points[i] == points[front.back()]) front.push_back(i);
+    }
+  } else {
+    for (std::size_t i : order)
+      if (std::none_of(front.begin(), front.end(), [&](std::size_t f) { return dominates(points[f], points[i]); }))
+        front.push_back(i);
+  }
+  std::sort(front.begin(), front.end());
+  return front;
 }
 
 namespace {
