@@ -46,6 +46,11 @@ nlohmann::json row_of(const std::string& id, const engine_trial& et, const nlohm
   row["state"] = et.state;
   row["iteration"] = et.iteration;
   row["value"] = et.value ? nlohmann::json(*et.value) : nlohmann::json(nullptr);
+  if (!et.others.empty()) {  // other objectives, then constraints: the dashboard's Pareto front
+    auto others = nlohmann::json::array();
+    for (const auto& v : et.others) others.push_back(v ? nlohmann::json(*v) : nlohmann::json(nullptr));
+    row["others"] = std::move(others);
+  }
   row["config"] = et.cfg;
   row["error"] = et.error;
   row["starts"] = et.starts;
@@ -63,7 +68,7 @@ nlohmann::json board_feed::report(const std::map<std::string, engine_trial>& tri
   nlohmann::json rows = nlohmann::json::array(), points = nlohmann::json::object(), last = nlohmann::json::object();
   for (auto& [id, et] : trials) {
     auto& t = of(id);
-    trial::key k{et.state, et.error, et.iteration, et.checkpoint, et.value, et.starts, et.failures, t.where_version};
+    trial::key k{et.state, et.error, et.iteration, et.checkpoint, et.value, et.others, et.starts, et.failures, t.where_version};
     if (full || k != t.sent) {
       t.sent = std::move(k);
       rows.push_back(row_of(id, et, t.where));

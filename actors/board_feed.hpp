@@ -19,7 +19,8 @@ namespace tune {
 
 class board_feed {
  public:
-  // `info`: what the board shows of the experiment (name, metric, mode, dir, host, pid).
+  // `info`: what the board shows of the experiment (name, metric, mode, dir, host, pid;
+  // objectives and constraints when it has several or any).
   board_feed(std::string experiment_id, nlohmann::json info, size_t max_points = 512);
 
   // The board's id of the experiment in `dir` on `host` (the same when it is resumed).
@@ -48,6 +49,7 @@ class board_feed {
       std::string error;
       int64_t iteration = 0, checkpoint = 0;
       std::optional<double> value;
+      std::vector<std::optional<double>> others;
       int starts = 0, failures = 0;
       uint64_t where_version = 0;
       bool operator==(const key&) const = default;

@@ -71,5 +71,28 @@ TEST(BoardFeed, IdsDependOnHostAndFolder) {
   EXPECT_EQ(board_feed::experiment_id("h", "/a").rfind("exp-", 0), 0u);
 }
 
+// Several objectives: each row carries the others' latest values (null: not reported),
+// a change of one sends the row again, and the board builds its front from them.
+TEST(BoardFeed, OtherObjectivesReachTheBoardsFront) {
+  board_feed feed{"exp-2", {{"name", "x"}, {"metric", "acc"}, {"mode", "max"},
+                            {"objectives", {{{"name", "acc"}, {"mode", "max"}}, {{"name", "ms"}, {"mode", "min"}}}},
+                            {"constraints", nlohmann::json::array()}}};
+  std::map<std::string, engine_trial> trials{{"t1", running("t1", 1, 0.5)}, {"t2", running("t2", 1, 0.4)}};
+  trials["t1"].others = {20.0};
+  trials["t2"].others = {std::nullopt};
+  experiment_board board;
+  auto r1 = feed.report(trials, "running", "", 1.0, 2);
+  ASSERT_TRUE(board.apply(r1, 1));
+  EXPECT_EQ(r1["trials"][1]["others"], nlohmann::json::parse("[null]"));
+  trials["t2"].others = {10.0};  // only the other objective changed
+  auto r2 = feed.report(trials, "running", "", 2.0, 3);
+  ASSERT_FALSE(r2.is_null());
+  ASSERT_EQ(r2["trials"].size(), 1u);
+  ASSERT_TRUE(board.apply(r2, 2));
+  auto p = board.experiment_json("exp-2", false)["pareto"];
+  ASSERT_EQ(p["trials"].size(), 2u);
+  EXPECT_EQ(p["front_size"], 2);  // t1 better in acc, t2 in ms
+}
+
 }  // namespace
 }  // namespace tune

@@ -455,6 +455,14 @@ void open_feed(controller_actor self) {
                       {"host", host},
                       {"pid", static_cast<int64_t>(::getpid())},
                       {"started", wall_seconds()}};
+  if (!eo.other_objectives.empty() || !eo.constraints.empty()) {  // the dashboard's Pareto front
+    auto objectives = nlohmann::json::array({{{"name", eo.metric}, {"mode", info["mode"]}}});
+    for (std::size_t i = 0; i < eo.other_objectives.size(); ++i)
+      objectives.push_back({{"name", eo.other_objectives[i]},
+                            {"mode", i < eo.other_directions.size() && eo.other_directions[i] == mode::min ? "min" : "max"}});
+    info["objectives"] = std::move(objectives);
+    info["constraints"] = eo.constraints;
+  }
   st.feed.emplace(board_feed::experiment_id(host, dir), std::move(info));
   std::map<std::string, const result_row*> latest;  // rows come by trial, then iteration
   for (auto& r : st.setup.replayed_results) {

@@ -60,14 +60,70 @@ class Cluster:
         with urllib.request.urlopen(req, timeout=10) as r:
             return json.load(r)
 
-    def stop(self):
+    def stop_program(self):
         if self.program and self.program.poll() is None:
             self.program.send_signal(signal.SIGINT)
             try:
                 self.program.wait(20)
             except subprocess.TimeoutExpired:
                 self.program.kill()
+                self.program.wait()
+
+    def stop(self):
+        self.stop_program()
         subprocess.run([self.tune, "stop"], env=self.env, capture_output=True, timeout=60)
+
+
+# acc peaks at x = 0.7 and ms grows with x: the front is x in [0, 0.7]; over = x - LIMIT
+# (the second argument) is met below LIMIT only.
+TWO_PY = """import sys, time
+x, limit = float(sys.argv[1]), float(sys.argv[2])
+for i in range(1, 11):
+    acc = (1 - (x - 0.7) ** 2) * (1 - 0.5 ** i)
+    print(f"it={i} acc={acc:.6f} ms={10 + 40 * x:.4f} over={x - limit:.4f}", flush=True)
+    time.sleep(0.05)
+"""
+TWO_YAML = """name: two
+command: [python3, two.py, "${x}", "0.8"]
+metric_pattern: 'it=(?P<iteration>\\d+) acc=(?P<acc>\\S+) ms=(?P<ms>\\S+) over=(?P<over>\\S+)'
+metrics: {acc: max, ms: min}
+constraints: [over]
+space: {x: {uniform: [0, 1]}}
+search: random
+num_samples: 12
+resources_per_trial: {cpu: 1}
+progress: none
+"""
+
+
+# One objective and a constraint the best acc (x near 0.7) does not meet (x <= 0.5): the
+# plot is acc against over, and the best shown must be a feasible trial.
+ONE_YAML = (TWO_YAML.replace("name: two", "name: one").replace("metrics: {acc: max, ms: min}", "metric: acc")
+            .replace('"0.8"]', '"0.5"]'))
+
+
+def run_file(cluster, work, name, yaml):
+    """`tune run NAME.yaml` (running two.py) on the cluster, in the background."""
+    folder = os.path.join(work, name)
+    os.makedirs(folder)
+    for file, text in (("two.py", TWO_PY), (name + ".yaml", yaml)):
+        with open(os.path.join(folder, file), "w") as f:
+            f.write(text)
+    return subprocess.Popen([cluster.tune, "run", name + ".yaml", "--address", cluster.address,
+                             "--token-file", cluster.token_file, "--experiment-dir", os.path.join(work, name + "-exp")],
+                            cwd=folder, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finished_front(cluster, name, trials):
+    """The experiment NAME once it is done with `trials` trials in its front's view."""
+    def ready():
+        for e in cluster.api("/api/experiments"):
+            if e.get("name") == name and e["state"] == "done":
+                p = cluster.api(f"/api/experiments/{e['id']}").get("pareto")
+                if p and len(p["trials"]) == trials:
+                    return e, p
+        return None
+    return wait_for(f"{name}: {trials} trials in the front's view", ready, timeout=120)
 
 
 def wait_for(what, check, timeout=60, every=0.25):
@@ -198,6 +254,50 @@ def main():
             assert g["uuid"] in page, f"GPU {g['uuid']} of {running['id']} is not on its page"
         wait_for("the trial's plot", lambda: int(driver.find_element(By.ID, "curves").get_attribute("data-points") or 0) > 0)
         shot("trial")
+
+        # Two objectives and a constraint (`tune run` with an experiment file): the
+        # experiment's page plots the Pareto front the head computes, every trial that
+        # reported both objectives on it, the front's trials filled and listed, the
+        # infeasible ones marked.
+        cluster.stop_program()
+        cluster.program = run_file(cluster, work, "two", TWO_YAML)
+        two, front = finished_front(cluster, "two", 12)
+        page = load(f"#/experiments/{two['id']}", "two-objective experiment")
+        assert "Pareto front: acc (max) × ms (min)" in page and "over ≤ 0" in page, "no front's heading"
+        canvas = lambda key: int(driver.find_element(By.ID, "front").get_attribute("data-" + key) or -1)
+        wait_for("the front on the plot", lambda: canvas("points") == 12)
+        on_front = [t["trial"] for t in front["trials"] if t["front"]]
+        infeasible = [t["trial"] for t in front["trials"] if not t["feasible"]]
+        assert on_front and infeasible, f"want trials on the front and over the constraint: {front}"
+        assert canvas("front") == len(on_front) == front["front_size"], (canvas("front"), front)
+        assert canvas("infeasible") == len(infeasible), (canvas("infeasible"), infeasible)
+        assert driver.find_element(By.ID, "front-size").text == str(len(on_front))
+        for t in on_front:
+            assert f"trials/{t}" in page, f"{t} is on the front but not in the front's table"
+        for t in front["trials"]:  # the head's front: feasible, and no feasible trial beats it
+            x = t["values"]
+            if t["front"]:
+                assert t["feasible"] and not any(
+                    o["feasible"] and o["values"][0] >= x[0] and o["values"][1] <= x[1] and o["values"] != x
+                    for o in front["trials"]), f"{t} is dominated"
+        log(f"Pareto front: {len(on_front)} of 12 trials on it, {len(infeasible)} over the constraint")
+        shot("pareto")
+
+        # One objective and a constraint: the objective against the constraint, the best
+        # trial one that meets it.
+        cluster.stop_program()
+        cluster.program = run_file(cluster, work, "one", ONE_YAML)
+        one, front = finished_front(cluster, "one", 12)
+        load(f"#/experiments/{one['id']}", "constrained experiment")
+        wait_for("the constrained trials on the plot", lambda: canvas("points") == 12)
+        infeasible = [t["trial"] for t in front["trials"] if not t["feasible"]]
+        assert canvas("infeasible") == len(infeasible) and infeasible, (canvas("infeasible"), front)
+        best_any = max(front["trials"], key=lambda t: t["values"][0])
+        assert not best_any["feasible"], f"want the highest acc over the constraint, to test the best: {front}"
+        assert one["best"]["trial"] not in infeasible, f"the best, {one['best']}, is over its constraint"
+        assert front["front_size"] >= 1 and all(t["feasible"] for t in front["trials"] if t["front"]), front
+        log(f"one objective and a constraint: best {one['best']['trial']}, {len(infeasible)} of 12 over")
+        shot("constrained")
 
         errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
         assert not errors, f"console errors: {errors}"

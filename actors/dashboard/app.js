@@ -70,7 +70,8 @@ function niceTicks(lo, hi, count) {
 
 // Draws every series ({name, points: [[x, y], ...]}) into the canvas; the best ones
 // (by their best value, `maximize`) get a legend.
-function plot(canvas, series, yLabel, maximize) {
+// The canvas at its displayed size (sharp on high-DPI screens), cleared.
+function surface(canvas) {
   const dpr = window.devicePixelRatio || 1;
   const w = canvas.clientWidth, h = canvas.clientHeight;
   canvas.width = Math.round(w * dpr);
@@ -78,10 +79,27 @@ function plot(canvas, series, yLabel, maximize) {
   const g = canvas.getContext("2d");
   g.setTransform(dpr, 0, 0, dpr, 0, 0);
   g.clearRect(0, 0, w, h);
+  g.font = "12px system-ui, sans-serif";
+  return { g, w, h };
+}
+
+// Horizontal grid lines across [left, right] with their values at the left edge.
+function yGrid(g, y0, y1, Y, left, right) {
+  g.strokeStyle = "#e3e6ee";
+  g.fillStyle = "#6b7385";
+  g.lineWidth = 1;
+  for (const t of niceTicks(y0, y1, 5)) {
+    if (t < y0 || t > y1) continue;
+    g.beginPath(); g.moveTo(left, Y(t)); g.lineTo(right, Y(t)); g.stroke();
+    g.fillText(num(t, 3), 6, Y(t) + 4);
+  }
+}
+
+function plot(canvas, series, yLabel, maximize) {
+  const { g, w, h } = surface(canvas);
   const all = series.flatMap(s => s.points);
   canvas.dataset.points = String(all.length);
   canvas.dataset.series = String(series.filter(s => s.points.length).length);
-  g.font = "12px system-ui, sans-serif";
   if (!all.length) {
     g.fillStyle = "#6b7385";
     g.fillText("No results yet.", 20, 30);
@@ -94,14 +112,7 @@ function plot(canvas, series, yLabel, maximize) {
   const pad = { l: 56, r: 16, t: 12, b: 34 };
   const X = x => pad.l + (x - x0) / (x1 - x0) * (w - pad.l - pad.r);
   const Y = y => h - pad.b - (y - y0) / (y1 - y0) * (h - pad.t - pad.b);
-  g.strokeStyle = "#e3e6ee";
-  g.fillStyle = "#6b7385";
-  g.lineWidth = 1;
-  for (const t of niceTicks(y0, y1, 5)) {
-    if (t < y0 || t > y1) continue;
-    g.beginPath(); g.moveTo(pad.l, Y(t)); g.lineTo(w - pad.r, Y(t)); g.stroke();
-    g.fillText(num(t, 3), 6, Y(t) + 4);
-  }
+  yGrid(g, y0, y1, Y, pad.l, w - pad.r);
   for (const t of niceTicks(x0, x1, Math.min(8, Math.max(1, x1 - x0)))) {  // iterations: whole numbers
     if (t < x0 || t > x1 || !Number.isInteger(t)) continue;
     g.fillText(String(t), X(t) - 4, h - pad.b + 16);
@@ -120,6 +131,93 @@ function plot(canvas, series, yLabel, maximize) {
   });
   g.fillStyle = "#1d2330";
   g.fillText(yLabel + (maximize ? " (higher is better)" : " (lower is better)"), pad.l + 6, pad.t + 12);
+}
+
+// [min, max] of many numbers (Math.min(...a) fails past the engine's argument limit).
+function extent(a) {
+  let lo = Infinity, hi = -Infinity;
+  for (const v of a) { if (v < lo) lo = v; if (v > hi) hi = v; }
+  return [lo, hi];
+}
+
+// The Pareto front (the board's "pareto": objectives, constraints, and per trial its
+// values, constraint values, feasible, front): a scatter of the first two objectives
+// (or, with one objective and constraints, the objective against the first
+// constraint), with the trials marked by markFront.
+function plotFront(canvas, p) {
+  const { g, w, h } = surface(canvas);
+  const two = p.objectives.length >= 2;
+  const xy = t => two ? [t.values[0], t.values[1]] : [t.values[0], (t.constraint_values || [])[0]];
+  const pts = p.trials.map(t => ({ t, v: xy(t) })).filter(q => Number.isFinite(q.v[0]) && Number.isFinite(q.v[1]));
+  canvas.dataset.points = String(pts.length);
+  canvas.dataset.front = String(pts.filter(q => q.t.front).length);
+  canvas.dataset.infeasible = String(pts.filter(q => !q.t.feasible).length);
+  if (!pts.length) {
+    g.fillStyle = "#6b7385";
+    g.fillText("No trial has reported every objective yet.", 20, 30);
+    return;
+  }
+  let [x0, x1] = extent(pts.map(q => q.v[0])), [y0, y1] = extent(pts.map(q => q.v[1]));
+  if (!two) { y0 = Math.min(y0, 0); y1 = Math.max(y1, 0); }  // the feasibility line shows
+  const widen = (a, b) => a === b ? [a - (Math.abs(a) * 0.1 || 1), b + (Math.abs(b) * 0.1 || 1)] : [a - (b - a) * 0.04, b + (b - a) * 0.04];
+  [x0, x1] = widen(x0, x1);
+  [y0, y1] = widen(y0, y1);
+  const pad = { l: 64, r: 16, t: 24, b: 38 };
+  const X = x => pad.l + (x - x0) / (x1 - x0) * (w - pad.l - pad.r);
+  const Y = y => h - pad.b - (y - y0) / (y1 - y0) * (h - pad.t - pad.b);
+  yGrid(g, y0, y1, Y, pad.l, w - pad.r);
+  for (const t of niceTicks(x0, x1, 6)) {
+    if (t < x0 || t > x1) continue;
+    g.beginPath(); g.moveTo(X(t), pad.t); g.lineTo(X(t), h - pad.b); g.stroke();
+    g.fillText(num(t, 3), X(t) - 12, h - pad.b + 16);
+  }
+  const label = o => `${o.name} (${o.mode === "min" ? "lower" : "higher"} is better)`;
+  g.fillStyle = "#1d2330";
+  g.fillText(label(p.objectives[0]), w / 2 - 60, h - 6);
+  g.fillText(two ? label(p.objectives[1]) : `${p.constraints[0]} (feasible at or below 0)`, pad.l + 6, pad.t - 8);
+  if (!two) {
+    g.strokeStyle = "#d64545";
+    g.setLineDash([4, 4]);
+    g.beginPath(); g.moveTo(pad.l, Y(0)); g.lineTo(w - pad.r, Y(0)); g.stroke();
+    g.setLineDash([]);
+  }
+  markFront(g, pts, X, Y, p.objectives.length === 2);
+}
+
+// The trials: the front's filled (and joined by a line when `join`: a projection of more
+// than two objectives would not be one), dominated ones hollow, infeasible ones crosses.
+function markFront(g, pts, X, Y, join) {
+  const front = pts.filter(q => q.t.front).sort((a, b) => a.v[0] - b.v[0]);
+  if (join && front.length > 1) {
+    g.strokeStyle = "#2f6fde";
+    g.lineWidth = 1.4;
+    g.beginPath();
+    front.forEach((q, k) => k ? g.lineTo(X(q.v[0]), Y(q.v[1])) : g.moveTo(X(q.v[0]), Y(q.v[1])));
+    g.stroke();
+  }
+  for (const q of pts) {
+    const x = X(q.v[0]), y = Y(q.v[1]);
+    g.lineWidth = 1.4;
+    if (!q.t.feasible) {
+      g.strokeStyle = "#d64545";
+      g.beginPath(); g.moveTo(x - 3.5, y - 3.5); g.lineTo(x + 3.5, y + 3.5); g.moveTo(x + 3.5, y - 3.5); g.lineTo(x - 3.5, y + 3.5); g.stroke();
+    } else if (q.t.front) {
+      g.fillStyle = "#2f6fde";
+      g.beginPath(); g.arc(x, y, 4.5, 0, 2 * Math.PI); g.fill();
+    } else {
+      g.strokeStyle = "#8a93a6";
+      g.beginPath(); g.arc(x, y, 3.5, 0, 2 * Math.PI); g.stroke();
+    }
+  }
+}
+
+function frontTable(exp, p) {
+  const on = p.trials.filter(t => t.front).sort((a, b) => (p.objectives[0].mode === "min" ? -1 : 1) * (b.values[0] - a.values[0]));  // best first
+  const head = ["Trial"].concat(p.objectives.map(o => `#${o.name} (${o.mode})`), p.constraints.map(c => `#${c} (≤ 0)`));
+  return table(head, on.map(t => `<td>${trialLink(exp, t.trial)}</td>` +
+      t.values.map(v => `<td class="num">${num(v)}</td>`).join("") +
+      (t.constraint_values || []).map(v => `<td class="num">${num(v)}</td>`).join("")),
+    "No trial meets every constraint yet.");
 }
 
 function legend(series, maximize) {
@@ -190,7 +288,7 @@ async function pageExperiments() {
   const rows = list.map(e => {
     const by = Object.entries(e.trials_by_state || {}).map(([s, n]) => `${badge(s)} ${n}`).join(" ");
     return `<td>${expLink(e.id, e.name || e.id)}<br><span class="muted mono">${esc(e.id)}</span></td><td>${badge(e.state)}</td>
-      <td>${esc(e.metric)} (${esc(e.mode)})</td><td>${by}</td>
+      <td>${(e.objectives || [{ name: e.metric, mode: e.mode }]).map(o => `${esc(o.name)} (${esc(o.mode)})`).join(", ")}${(e.constraints || []).length ? `<br><span class="muted">${e.constraints.map(c => esc(c) + " ≤ 0").join(", ")}</span>` : ""}</td><td>${by}</td>
       <td>${e.best ? `${trialLink(e.id, e.best.trial)} ${num(e.best.value)}` : "–"}</td>
       <td class="num">${e.results}</td><td class="num">${secs(e.elapsed_s)}</td>
       <td class="mono">${esc(e.host)}:${esc(e.dir)}</td>`;
@@ -210,18 +308,30 @@ async function pageExperiment(id) {
       <td class="mono">${(t.gpus || []).map(g => esc(typeof g === "object" ? (g.uuid || JSON.stringify(g)) : g)).join("<br>")}</td>
       <td class="mono">${esc(configText(t.config))}</td><td class="error">${esc(t.error)}</td>`);
   const by = Object.entries(e.trials_by_state || {}).map(([s, n]) => `${badge(s)} ${n}`).join(" ");
+  const p = e.pareto;
   window.requestAnimationFrame(() => {
     const c = document.getElementById("curves");
     if (c) plot(c, series, e.metric, maximize);
+    const f = document.getElementById("front");
+    if (f && p) plotFront(f, p);
   });
+  const objectives = p ? p.objectives.map(o => `${esc(o.name)} (${esc(o.mode)})`).join(" × ") : "";
+  const several = p && p.objectives.length > 1;
+  const frontSection = !p ? "" : `<h2>${several ? "Pareto front" : "Constraints"}: ${objectives}${p.constraints.length ? ` <span class="muted">subject to ${p.constraints.map(c => esc(c) + " ≤ 0").join(", ")}</span>` : ""}</h2>
+    <div class="plot"><canvas id="front"></canvas><div class="legend"><span><i data-color="#2f6fde"></i>${several ? "on the front" : "best feasible"} (${p.front_size})</span>
+      <span><i data-color="#8a93a6"></i>dominated</span><span><i data-color="#d64545"></i>over a constraint</span>
+      ${p.objectives.length > 2 ? `<span class="muted">the first two of ${p.objectives.length} objectives; the front is over all of them</span>` : ""}</div></div>
+    ${frontTable(e.id, p)}`;
   return `<h1>${esc(e.name)} ${badge(e.state)} <span class="muted mono">${esc(e.id)}</span></h1>
     ${e.error ? `<p class="error">${esc(e.error)}</p>` : ""}
     <div class="cards">
       <div class="card"><div class="n">${e.trials}</div><div class="l">trials ${by}</div></div>
       <div class="card"><div class="n">${e.best ? num(e.best.value) : "–"}</div><div class="l">best ${esc(e.metric)} ${e.best ? esc(e.best.trial) : ""}</div></div>
+      ${p ? `<div class="card"><div class="n" id="front-size">${p.front_size}</div><div class="l">${several ? "trials on the Pareto front" : "best trials that meet the constraints"}</div></div>` : ""}
       <div class="card"><div class="n">${e.results}</div><div class="l">results</div></div>
       <div class="card"><div class="n">${secs(e.elapsed_s)}</div><div class="l">elapsed</div></div>
     </div>
+    ${frontSection}
     <h2>Learning curves: ${esc(e.metric)}</h2>
     <div class="plot"><canvas id="curves"></canvas><div class="legend">${legend(series, maximize)}</div></div>
     <h2>Trials</h2>

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tune/tuner/pareto.hpp"
+
 namespace tune {
 
 void bounded_series::add(int64_t iteration, double value) {
@@ -41,6 +43,9 @@ bool valid_trial_field(const std::string& key, const nlohmann::json& v) {
   if (key == "iteration" || key == "pid" || key == "starts" || key == "failures" || key == "checkpoint")
     return v.is_number_integer();
   if (key == "value") return v.is_number() || v.is_null();
+  if (key == "others")  // the other objectives' and the constraints' latest values
+    return v.is_array() && v.size() <= 64 &&
+           std::all_of(v.begin(), v.end(), [](const nlohmann::json& x) { return x.is_number() || x.is_null(); });
   if (key == "config") return v.is_object();
   if (key == "gpus") return v.is_array();
   if (key == "run_s" || key == "host_memory_peak" || key == "cpu_seconds" || key == "gpu_memory_peak" ||
@@ -48,6 +53,56 @@ bool valid_trial_field(const std::string& key, const nlohmann::json& v) {
     return v.is_number();
   if (key == "containment") return v.is_string();
   return false;  // unknown keys are left out
+}
+
+// The objectives ([{name, mode}], the metric first) and constraints ([name]) of an
+// experiment with several objectives or constraints.
+status check_objectives(const nlohmann::json& r) {
+  if (r.contains("objectives")) {
+    const auto& o = r["objectives"];
+    if (!o.is_array() || o.empty() || o.size() > 16)
+      return bad("\"objectives\" must be a list of 1 to 16 {name, mode} objects");
+    for (const auto& x : o) {
+      const bool named = x.is_object() && x.contains("name") && x["name"].is_string() && !x["name"].get<std::string>().empty();
+      const auto m = x.is_object() && x.contains("mode") && x["mode"].is_string() ? x["mode"].get<std::string>() : "";
+      if (!named || (m != "max" && m != "min"))
+        return bad("an objective is not {\"name\": NAME, \"mode\": \"max\" or \"min\"}: " + x.dump());
+    }
+  }
+  if (r.contains("constraints")) {
+    const auto& c = r["constraints"];
+    if (!c.is_array() || c.size() > 16 ||
+        !std::all_of(c.begin(), c.end(), [](const nlohmann::json& x) { return x.is_string() && !x.get<std::string>().empty(); }))
+      return bad("\"constraints\" must be a list of at most 16 metric names");
+  }
+  return status::ok();
+}
+
+bool finite(const nlohmann::json& v) { return v.is_number() && std::isfinite(v.get<double>()); }
+
+// How many objectives an experiment has (the metric is one when none are listed).
+std::size_t objective_count(const nlohmann::json& info) {
+  auto it = info.find("objectives");
+  return it == info.end() || it->empty() ? 1 : it->size();
+}
+
+// A trial's latest constraint values ("others" holds the other objectives, then the
+// constraints; null: not reported yet) and whether it meets them all (one not reported
+// yet is not met).
+struct constraint_state {
+  nlohmann::json values = nlohmann::json::array();
+  bool met = true;
+};
+constraint_state constraints_of(const nlohmann::json& trial_info, std::size_t objectives, std::size_t constraints) {
+  constraint_state out;
+  const auto others = trial_info.value("others", nlohmann::json::array());
+  for (std::size_t c = 0; c < constraints; ++c) {
+    const std::size_t at = objectives - 1 + c;
+    const bool known = at < others.size() && finite(others[at]);
+    out.values.push_back(known ? others[at] : nlohmann::json());
+    out.met = out.met && known && others[at].get<double>() <= 0;
+  }
+  return out;
 }
 
 }  // namespace
@@ -69,6 +124,7 @@ status experiment_board::apply(const nlohmann::json& r, double now) {
   if (r.contains("trials"))
     for (auto& t : r["trials"])
       if (!t.is_object() || !t.contains("id") || !t["id"].is_string()) return bad("a trial without an id");
+  if (auto ok = check_objectives(r); !ok) return ok;
 
   experiment fresh;
   if (full) {
@@ -80,6 +136,8 @@ status experiment_board::apply(const nlohmann::json& r, double now) {
   for (auto key : {"name", "metric", "mode", "dir", "host", "scheduler", "search", "started"})
     if (r.contains(key) && (r[key].is_string() || r[key].is_number())) e.info[key] = r[key];
   if (r.contains("pid") && r["pid"].is_number_integer()) e.info["pid"] = r["pid"];
+  for (auto key : {"objectives", "constraints"})
+    if (r.contains(key)) e.info[key] = r[key];
   if (r.contains("elapsed_s") && r["elapsed_s"].is_number()) e.info["elapsed_s"] = r["elapsed_s"];
   if (r.contains("state") && r["state"].is_string()) e.state = r["state"];
   if (r.contains("error") && r["error"].is_string()) e.error = r["error"];
@@ -145,9 +203,20 @@ nlohmann::json experiment_board::summary(const std::string& id, const experiment
   j["trials"] = e.trials.size();
   std::map<std::string, int64_t> by_state;
   bool maximize = e.info.value("mode", "max") == "max";
+  const std::size_t constraints = e.info.value("constraints", nlohmann::json::array()).size();
+  const std::size_t objectives = objective_count(e.info);
   nlohmann::json best = nullptr;
   for (auto& [tid, t] : e.trials) {
     ++by_state[t.info.value("state", "pending")];
+    if (constraints) {
+      // With constraints, a trial's latest value counts only while it meets them (the
+      // board has their latest values only): an infeasible trial is never the best.
+      const auto v = t.info.value("value", nlohmann::json());
+      if (finite(v) && constraints_of(t.info, objectives, constraints).met &&
+          (best.is_null() || is_better(v.get<double>(), best["value"].get<double>(), maximize)))
+        best = {{"trial", tid}, {"value", v}, {"iteration", t.info.value("iteration", int64_t{0})}};
+      continue;
+    }
     // The best value any of its results reached (what the progress table shows is the
     // latest; the best over a curve is what people look for first).
     for (auto& [it, v] : t.curve.points())
@@ -181,7 +250,40 @@ nlohmann::json experiment_board::experiment_json(const std::string& id, bool cur
     rows.push_back(std::move(row));
   }
   j["trial_table"] = std::move(rows);
+  if (auto front = pareto_view(it->second); !front.is_null()) j["pareto"] = std::move(front);
   return j;
+}
+
+nlohmann::json experiment_board::pareto_view(const experiment& e) {
+  const auto objectives = e.info.value("objectives", nlohmann::json::array());
+  const auto constraints = e.info.value("constraints", nlohmann::json::array());
+  if (objectives.size() < 2 && constraints.empty()) return nullptr;
+  const std::size_t n = objective_count(e.info);
+  auto trials = nlohmann::json::array();
+  std::vector<point> losses;           // of the feasible trials
+  std::vector<std::size_t> feasible;   // their rows in `trials`
+  for (const auto& [tid, t] : e.trials) {
+    const auto value = t.info.value("value", nlohmann::json());
+    const auto others = t.info.value("others", nlohmann::json::array());
+    if (!finite(value) || others.size() < n - 1) continue;
+    nlohmann::json values = nlohmann::json::array({value});
+    for (std::size_t i = 0; i + 1 < n; ++i) values.push_back(others[i]);
+    if (!std::all_of(values.begin(), values.end(), finite)) continue;  // not every objective yet
+    auto met = constraints_of(t.info, n, constraints.size());
+    if (met.met) {
+      point loss;
+      for (std::size_t i = 0; i < n; ++i) {
+        const bool max = i < objectives.size() ? objectives[i].value("mode", "max") == "max" : e.info.value("mode", "max") == "max";
+        loss.push_back(max ? -values[i].get<double>() : values[i].get<double>());
+      }
+      losses.push_back(std::move(loss));
+      feasible.push_back(trials.size());
+    }
+    trials.push_back({{"trial", tid}, {"values", std::move(values)}, {"constraint_values", std::move(met.values)}, {"feasible", met.met}, {"front", false}});
+  }
+  const auto front = pareto_front(losses);
+  for (std::size_t i : front) trials[feasible[i]]["front"] = true;
+  return {{"objectives", objectives}, {"constraints", constraints}, {"trials", std::move(trials)}, {"front_size", front.size()}};
 }
 
 nlohmann::json experiment_board::trial_json(const std::string& experiment, const std::string& trial) const {

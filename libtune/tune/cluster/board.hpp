@@ -59,7 +59,8 @@ class experiment_board {
   // The experiments, newest first: id, name, state, metric, mode, trial counts by state,
   // the best trial and its value, results, times.
   nlohmann::json list_json() const;
-  // One experiment with its trial table; `curves`: every trial's points too.
+  // One experiment with its trial table; `curves`: every trial's points too; with
+  // several objectives or constraints its Pareto front ("pareto", docs/dashboard.md).
   // Null when there is no such experiment.
   nlohmann::json experiment_json(const std::string& id, bool curves) const;
   // One trial: config, state, node, PID, GPUs, error, last result, its whole curve.
@@ -93,6 +94,10 @@ class experiment_board {
 
   void evict();
   static nlohmann::json summary(const std::string& id, const experiment& e);
+  // With several objectives or constraints: every trial that has reported each
+  // objective, with its latest values, whether it meets the constraints and whether it
+  // is on the Pareto front of the feasible ones. Null otherwise.
+  static nlohmann::json pareto_view(const experiment& e);
 
   limits limits_;
   std::map<std::string, experiment> experiments_;

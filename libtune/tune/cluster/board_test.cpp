@@ -187,5 +187,80 @@ TEST(GpusView, JoinsCardsBundlesTrialsAndTheAudit) {
   EXPECT_TRUE(v[1]["memory_used"].is_null());
 }
 
+// Two objectives (acc up, ms down) and a constraint (over <= 0): the front is the
+// feasible trials no other feasible one beats in both; an infeasible trial that would
+// beat them is shown but never on it; a trial that has not reported every objective is
+// left out.
+TEST(ExperimentBoard, TheParetoFrontOfTheFeasibleTrials) {
+  experiment_board b;
+  auto r = nlohmann::json::parse(R"({
+    "id": "mo", "full": true, "name": "two", "metric": "acc", "mode": "max", "state": "running",
+    "objectives": [{"name": "acc", "mode": "max"}, {"name": "ms", "mode": "min"}], "constraints": ["over"],
+    "trials": [
+      {"id": "a", "state": "done", "value": 0.9, "others": [30, -1]},
+      {"id": "b", "state": "done", "value": 0.8, "others": [10, 0]},
+      {"id": "c", "state": "done", "value": 0.7, "others": [20, -2]},
+      {"id": "d", "state": "done", "value": 0.99, "others": [1, 0.5]},
+      {"id": "e", "state": "running", "value": 0.95, "others": [null, -1]},
+      {"id": "f", "state": "running", "value": 0.95, "others": [5, null]},
+      {"id": "g", "state": "pending"}
+    ]})");
+  ASSERT_TRUE(b.apply(r, 1));
+  auto e = b.experiment_json("mo", false);
+  ASSERT_TRUE(e.contains("pareto")) << e.dump();
+  auto& p = e["pareto"];
+  EXPECT_EQ(p["objectives"].size(), 2u);
+  EXPECT_EQ(p["constraints"], nlohmann::json::array({"over"}));
+  std::map<std::string, nlohmann::json> by;
+  for (auto& t : p["trials"]) by[t["trial"]] = t;
+  ASSERT_EQ(by.size(), 5u) << p.dump();  // e has no ms yet, g nothing
+  EXPECT_TRUE(by["a"]["front"].get<bool>());
+  EXPECT_TRUE(by["b"]["front"].get<bool>());
+  EXPECT_FALSE(by["c"]["front"].get<bool>());  // b beats it in both
+  EXPECT_FALSE(by["d"]["feasible"].get<bool>());
+  EXPECT_FALSE(by["d"]["front"].get<bool>());  // better in both, but over its constraint
+  EXPECT_FALSE(by["f"]["feasible"].get<bool>());  // its constraint not reported yet
+  EXPECT_EQ(by["a"]["values"], nlohmann::json::parse("[0.9, 30]"));
+  EXPECT_EQ(by["a"]["constraint_values"], nlohmann::json::parse("[-1]"));
+  EXPECT_EQ(by["f"]["constraint_values"], nlohmann::json::parse("[null]"));
+  EXPECT_EQ(p["front_size"], 2);
+  // The best by the first objective among the trials that meet the constraints: e
+  // (0.95; it has not reported ms yet, which the best does not need), not d (0.99, over).
+  EXPECT_EQ(e["best"]["trial"], "e");
+  EXPECT_EQ(b.list_json()[0]["best"]["trial"], "e");
+  // A delta with a trial's new values moves the front.
+  ASSERT_TRUE(b.apply(nlohmann::json::parse(R"({"id": "mo", "trials": [{"id": "c", "value": 0.85, "others": [5, -1]}]})"), 2));
+  e = b.experiment_json("mo", false);
+  for (auto& t : e["pareto"]["trials"]) by[t["trial"]] = t;
+  EXPECT_TRUE(by["c"]["front"].get<bool>());
+  EXPECT_FALSE(by["b"]["front"].get<bool>());
+  // One objective and no constraint: no front.
+  ASSERT_TRUE(b.apply(first_report(), 3));
+  EXPECT_FALSE(b.experiment_json("e1", false).contains("pareto"));
+}
+
+TEST(ExperimentBoard, MalformedObjectivesChangeNothing) {
+  experiment_board b;
+  for (const char* bad : {R"("objectives": "acc")", R"("objectives": [{"name": "acc", "mode": "up"}])",
+                          R"("objectives": [{"mode": "max"}])", R"("objectives": [])", R"("constraints": [1])",
+                          R"("constraints": "over")"}) {
+    auto r = nlohmann::json::parse(std::string{R"({"id": "x", "full": true, "metric": "acc", )"} + bad + "}");
+    auto st = b.apply(r, 1);
+    EXPECT_FALSE(st) << bad;
+    EXPECT_NE(st.message().find(std::string{bad}.find("constraints") != std::string::npos ? "constraints" : "objective"),
+              std::string::npos)
+        << st.message();
+    EXPECT_EQ(b.size(), 0u);
+  }
+  // Others that are not a list of numbers are left out of the trial.
+  auto r = nlohmann::json::parse(R"({"id": "x", "full": true, "metric": "acc",
+    "objectives": [{"name": "acc", "mode": "max"}, {"name": "ms", "mode": "min"}],
+    "trials": [{"id": "t", "value": 1, "others": ["fast"]}]})");
+  ASSERT_TRUE(b.apply(r, 1));
+  auto e = b.experiment_json("x", false);
+  EXPECT_FALSE(e["trial_table"][0].contains("others"));
+  EXPECT_TRUE(e["pareto"]["trials"].empty());
+}
+
 }  // namespace
 }  // namespace tune
