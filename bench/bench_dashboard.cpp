@@ -1,6 +1,7 @@
 // What the dashboard costs, with a head in this process serving it over loopback HTTP:
 //  - latency of each JSON view and /metrics (p50, p99 over --requests GETs, one client)
-//    with 64 nodes of 8 GPUs and an experiment of 1,000 trials x 100 points on the board;
+//    with 64 nodes of 8 GPUs and an experiment of 1,000 trials x 100 points on the board
+//    (and the same with two objectives and a constraint: its page has the Pareto front);
 //  - the head's own work while people watch: advertisements (heartbeats) it processes
 //    per second with no dashboard open, and while 10 pages poll /api/cluster and one
 //    the experiment's page (curves of every trial) every second, as browsers do —
@@ -123,15 +124,27 @@ int main(int argc, char** argv) {
     for (int i = 1; i <= 100; ++i) pts.push_back({i, 0.5 + 0.001 * i});
     report["points"][id] = pts;
   }
+  // The same with two objectives and a constraint: its page has the Pareto front too.
+  nlohmann::json two = report;
+  two["id"] = "exp-two";
+  two["objectives"] = {{{"name", "acc"}, {"mode", "max"}}, {{"name", "ms"}, {"mode", "min"}}};
+  two["constraints"] = {"over"};
+  for (int t = 0; t < 1000; ++t) {
+    const double x = (t * 7919 % 1000) / 1000.0;  // spread over [0, 1) in no order
+    two["trials"][t]["value"] = 1 - (x - 0.7) * (x - 0.7);
+    two["trials"][t]["others"] = {10 + 40 * x + (t % 13) * 0.5, x - 0.8};
+  }
   {
     caf::scoped_actor program{sys};
     program->send(head, wire::board_atom::value, token, report.dump());
+    program->send(head, wire::board_atom::value, token, two.dump());
     // It stays on the board while this actor lives; the views are measured meanwhile.
     auto nodes = bench::join_fake_nodes(sys, head, token, 64);
-    std::printf("board: 1 experiment, 1000 trials x 100 points; 64 nodes x 8 GPUs\n");
+    std::printf("board: 2 experiments (one with two objectives and a constraint), 1000 trials x 100 points each; 64 nodes x 8 GPUs\n");
     nlohmann::json lat;
     for (std::string path : {"/api/cluster", "/api/gpus", "/api/nodes", "/api/groups", "/metrics", "/api/experiments",
-                             "/api/experiments/exp-bench", "/api/experiments/exp-bench/trials/trial-7"}) {
+                             "/api/experiments/exp-bench", "/api/experiments/exp-two",
+                             "/api/experiments/exp-bench/trials/trial-7"}) {
       auto l = measure(port, path, requests);
       std::printf("GET %-38s p50 %7.2f ms  p99 %7.2f ms  %8zu bytes\n", path.c_str(), l.p50_ms, l.p99_ms, l.bytes);
       lat[path] = {{"p50_ms", l.p50_ms}, {"p99_ms", l.p99_ms}, {"bytes", l.bytes}};
