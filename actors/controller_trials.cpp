@@ -427,7 +427,8 @@ void show(controller_actor self, bool force) {
   s.metric = st.setup.engine->options().metric;
   s.direction = st.setup.engine->options().direction;
   s.elapsed_s = elapsed(self);
-  for (auto& [id, t] : st.setup.engine->trials()) s.trials.push_back({id, std::string{to_string(t.state)}, t.iteration, t.value, t.cfg, t.error});
+  for (auto& [id, t] : st.setup.engine->trials())
+    s.trials.push_back({id, std::string{to_string(t.state)}, t.iteration, t.value, t.cfg, t.error, st.setup.engine->meets_constraints(t)});
   st.last_progress = now(self);
   opt.on_progress(s);
 }

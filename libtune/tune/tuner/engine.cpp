@@ -320,6 +320,13 @@ expected<std::vector<engine_action>> experiment_engine::on_ended(const std::stri
 
 // The metric, or another objective or a constraint, the trial never reported; empty
 // when it reported them all.
+bool experiment_engine::meets_constraints(const engine_trial& t) const {
+  const std::size_t k = opt_.other_objectives.size();
+  for (std::size_t c = 0; c < opt_.constraints.size(); ++c)
+    if (k + c >= t.others.size() || !t.others[k + c] || *t.others[k + c] > 0) return false;
+  return true;
+}
+
 std::string experiment_engine::first_unreported(const engine_trial& t) const {
   if (!t.value && !opt_.metric.empty()) return opt_.metric;
   const std::size_t k = opt_.other_objectives.size();

@@ -120,6 +120,9 @@ class experiment_engine {
   // Nothing runs and nothing more will start.
   bool finished() const;
   const std::map<std::string, engine_trial>& trials() const { return trials_; }
+  // The trial meets every constraint by its latest values (one not reported yet is not
+  // met); true without constraints.
+  bool meets_constraints(const engine_trial& t) const;
   const engine_options& options() const { return opt_; }
   int running() const;
 

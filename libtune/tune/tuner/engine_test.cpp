@@ -116,8 +116,12 @@ TEST(Engine, SeveralObjectivesAndConstraintsReachTheSearchWhenATrialEnds) {
   // Trial 2 through the columns' path: on_metric with the others.
   ok(engine->on_metric(a[1].trial, 1, 0.7, {3.0, -1.0}));
   ok(engine->on_ended(a[1].trial, true));
+  EXPECT_TRUE(engine->meets_constraints(engine->trials().at(a[0].trial)));  // -2: its latest
+  EXPECT_FALSE(engine->meets_constraints(engine->trials().at(a[2].trial)));  // none reported yet
   // Trial 3 never reports ms: it ends in error, naming it, and the search forgets it.
   ok(engine->on_result(a[2].trial, 1, {{"acc", 0.9}, {"mem_over", -1}}));
+  ok(engine->on_result(a[2].trial, 2, {{"acc", 0.9}, {"mem_over", 0.5}}));
+  EXPECT_FALSE(engine->meets_constraints(engine->trials().at(a[2].trial)));  // over by its latest
   ok(engine->on_ended(a[2].trial, true));
   ASSERT_EQ(search.outcomes.size(), 2u);
   EXPECT_EQ(search.outcomes[a[0].trial].first, (std::vector<double>{0.6, 7}));

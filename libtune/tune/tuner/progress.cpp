@@ -41,11 +41,12 @@ std::string fit(std::string s, size_t width) {
   return s + std::string(width - s.size(), ' ');
 }
 
-// The best trial so far: by the latest value of the metric.
+// The best trial so far: by the latest value of the metric, among those that meet the
+// constraints.
 const progress_trial* best_of(const progress_snapshot& s) {
   const progress_trial* best = nullptr;
   for (auto& t : s.trials)
-    if (t.value && (!best || better(s.direction, *t.value, *best->value))) best = &t;
+    if (t.value && t.feasible && (!best || better(s.direction, *t.value, *best->value))) best = &t;
   return best;
 }
 

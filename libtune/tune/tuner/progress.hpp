@@ -22,6 +22,7 @@ struct progress_trial {
   std::optional<double> value;  // the latest value of the metric
   nlohmann::json config = nlohmann::json::object();
   std::string error;
+  bool feasible = true;  // meets every constraint by its latest values (never the best otherwise)
 };
 
 struct progress_snapshot {

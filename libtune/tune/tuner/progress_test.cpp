@@ -54,6 +54,17 @@ TEST(Progress, NarrowTerminalsDropColumnsAndLongListsAreCut) {
   for (auto& l : lines) EXPECT_LE(l.size(), 45u) << l;
 }
 
+// A trial over a constraint is never the best, in the table or in the lines.
+TEST(Progress, ATrialOverAConstraintIsNeverTheBest) {
+  auto before = sample();
+  auto now = sample();
+  now.trials[1].value = 0.99;
+  now.trials[1].feasible = false;  // t-2, the best by value
+  auto lines = lines_of(render_progress(now, 100, 20));
+  EXPECT_EQ(lines[2], "Best so far: t-1 val_acc=0.88 (lr=0.05, width=128)");
+  for (auto& l : progress_changes(before, now)) EXPECT_EQ(l.find("best so far: t-2"), std::string::npos) << l;
+}
+
 TEST(Progress, PlainLinesSayWhatChanged) {
   auto before = sample();
   auto now = sample();
