@@ -65,10 +65,7 @@ expected<token_file> read_token(const std::string& path) {
   return out;
 }
 
-expected<token_file> ensure_token(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0) return read_token(path);
-  if (auto dir = make_parent(path); !dir) return dir;
+expected<std::string> random_token() {
   unsigned char raw[32];
   size_t got = 0;
   while (got < sizeof raw) {
@@ -83,6 +80,28 @@ expected<token_file> ensure_token(const std::string& path) {
     token += hex[b >> 4];
     token += hex[b & 15];
   }
+  return token;
+}
+
+status write_token_file(const std::string& path, const std::string& token) {
+  if (auto dir = make_parent(path); !dir) return dir;
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
+  if (fd < 0) return status{errc::invalid_argument, "cannot write the token file " + path + ": " + std::strerror(errno)};
+  std::string line = token + "\n";
+  bool ok = ::fchmod(fd, 0600) == 0;  // whatever the umask, and an older file's mode
+  ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) && ok;
+  ok = ::close(fd) == 0 && ok;
+  if (!ok) return status{errc::invalid_argument, "cannot write the token file " + path + ": " + std::strerror(errno)};
+  return status::ok();
+}
+
+expected<token_file> ensure_token(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) return read_token(path);
+  if (auto dir = make_parent(path); !dir) return dir;
+  auto made = random_token();
+  if (!made) return made.error();
+  const std::string& token = *made;
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
   if (fd < 0) {
     if (errno == EEXIST) return read_token(path);  // another process made it first

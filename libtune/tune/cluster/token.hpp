@@ -26,6 +26,12 @@ expected<token_file> read_token(const std::string& path);
 // new random token, mode 0600.
 expected<token_file> ensure_token(const std::string& path);
 
+// A new token: 64 hex digits from the kernel's randomness.
+expected<std::string> random_token();
+// Writes `token` to `path` (its folder made 0700 when missing), mode 0600, replacing
+// what was there; a symbolic link at `path` is refused.
+status write_token_file(const std::string& path, const std::string& token);
+
 // Compares in time independent of where the strings differ.
 bool token_equal(std::string_view a, std::string_view b);
 

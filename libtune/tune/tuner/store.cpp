@@ -6,47 +6,11 @@
 #include <filesystem>
 
 #include "tune/core/clock.hpp"
+#include "tune/core/sqlite.hpp"
 
 namespace tune {
 
 namespace {
-
-// A prepared statement, finalized on scope exit.
-class statement {
- public:
-  statement(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
-  ~statement() { sqlite3_finalize(s_); }
-  statement(const statement&) = delete;
-  statement& operator=(const statement&) = delete;
-  bool ok() const { return rc_ == SQLITE_OK; }
-  statement& text(int i, const std::string& v) {
-    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  statement& integer(int i, int64_t v) {
-    sqlite3_bind_int64(s_, i, v);
-    return *this;
-  }
-  statement& real(int i, double v) {
-    sqlite3_bind_double(s_, i, v);
-    return *this;
-  }
-  int step() { return sqlite3_step(s_); }
-  void reset() {
-    sqlite3_reset(s_);
-    sqlite3_clear_bindings(s_);
-  }
-  std::string column_text(int i) const {
-    auto* p = sqlite3_column_text(s_, i);
-    return p ? std::string{reinterpret_cast<const char*>(p), static_cast<size_t>(sqlite3_column_bytes(s_, i))} : "";
-  }
-  int64_t column_int(int i) const { return sqlite3_column_int64(s_, i); }
-  double column_real(int i) const { return sqlite3_column_double(s_, i); }
-
- private:
-  sqlite3_stmt* s_ = nullptr;
-  int rc_ = SQLITE_ERROR;
-};
 
 nlohmann::json parse_or_null(const std::string& text) {
   auto j = nlohmann::json::parse(text, nullptr, false);
@@ -110,7 +74,7 @@ expected<std::unique_ptr<experiment_store>> experiment_store::open(const std::st
   // controller holds a batch open); a new one gets its tables.
   bool have_tables = false;
   {
-    statement q{s->db_, "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ('meta', 'trials', 'results', 'events')"};
+    sqlite_statement q{s->db_, "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ('meta', 'trials', 'results', 'events')"};
     if (!q.ok()) return not_ours(s->fail("cannot read the database's schema"));
     if (q.step() == SQLITE_ROW) have_tables = q.column_int(0) == 4;
   }
@@ -140,13 +104,13 @@ experiment_store::~experiment_store() {
 std::string experiment_store::checkpoint_dir(const std::string& trial) const { return dir_ + "/checkpoints/" + trial; }
 
 status experiment_store::set_meta(const std::string& key, const nlohmann::json& value) {
-  statement st{db_, "INSERT INTO meta(key, value) VALUES(?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value"};
+  sqlite_statement st{db_, "INSERT INTO meta(key, value) VALUES(?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value"};
   if (!st.ok() || st.text(1, key).text(2, value.dump()).step() != SQLITE_DONE) return fail("cannot store " + key);
   return status::ok();
 }
 
 expected<nlohmann::json> experiment_store::meta(const std::string& key) const {
-  statement st{db_, "SELECT value FROM meta WHERE key = ?1"};
+  sqlite_statement st{db_, "SELECT value FROM meta WHERE key = ?1"};
   if (!st.ok()) return fail("cannot read the experiment's settings");
   st.text(1, key);
   int rc = st.step();
@@ -170,7 +134,7 @@ status experiment_store::update_trial(const std::string& id, std::string_view st
 
 status experiment_store::add_trial(const std::string& id, const nlohmann::json& config, trial_state state) {
   if (id.empty()) return status{errc::invalid_argument, "a trial needs an id"};
-  statement st{db_, "INSERT INTO trials(id, config, state, created, updated) VALUES(?1, ?2, ?3, ?4, ?4)"};
+  sqlite_statement st{db_, "INSERT INTO trials(id, config, state, created, updated) VALUES(?1, ?2, ?3, ?4, ?4)"};
   if (!st.ok()) return fail("cannot add trial " + id);
   double t = wall_seconds();
   int rc = st.text(1, id).text(2, config.dump()).text(3, std::string{to_string(state)}).real(4, t).step();
@@ -186,7 +150,7 @@ status experiment_store::update_trial(const std::string& id, trial_state state, 
   if (!current) return current.error();
   auto merged = current->info;
   merged.update(info);
-  statement st{db_, "UPDATE trials SET state = ?2, error = ?3, info = ?4, updated = ?5 WHERE id = ?1"};
+  sqlite_statement st{db_, "UPDATE trials SET state = ?2, error = ?3, info = ?4, updated = ?5 WHERE id = ?1"};
   if (!st.ok() || st.text(1, id).text(2, std::string{to_string(state)}).text(3, error).text(4, merged.dump()).real(5, wall_seconds()).step() != SQLITE_DONE)
     return fail("cannot update trial " + id);
   return status::ok();
@@ -223,7 +187,7 @@ expected<size_t> experiment_store::add_results(const std::vector<encoded_result>
   const char* undo = batch_ ? "ROLLBACK TO results; RELEASE results" : "ROLLBACK";
   const char* done = batch_ ? "RELEASE results" : "COMMIT";
   if (auto st = exec(open); !st) return st;
-  statement ins{db_, "INSERT INTO results(trial, iteration, time, metrics) VALUES(?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING"};
+  sqlite_statement ins{db_, "INSERT INTO results(trial, iteration, time, metrics) VALUES(?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING"};
   if (!ins.ok()) {
     auto why = fail("cannot store results");
     (void)exec(undo);
@@ -251,7 +215,7 @@ expected<size_t> experiment_store::add_results(const std::vector<encoded_result>
 }
 
 status experiment_store::add_event(const std::string& trial, const std::string& kind, const nlohmann::json& body) {
-  statement st{db_, "INSERT INTO events(time, trial, kind, body) VALUES(?1, ?2, ?3, ?4)"};
+  sqlite_statement st{db_, "INSERT INTO events(time, trial, kind, body) VALUES(?1, ?2, ?3, ?4)"};
   if (!st.ok() || st.real(1, wall_seconds()).text(2, trial).text(3, kind).text(4, body.dump()).step() != SQLITE_DONE)
     return fail("cannot store an event");
   return status::ok();
@@ -260,7 +224,7 @@ status experiment_store::add_event(const std::string& trial, const std::string& 
 namespace {
 // A trial's row; a state the store should never hold (written by something else) is
 // an error naming it.
-expected<trial_row> read_trial(const statement& st) {
+expected<trial_row> read_trial(const sqlite_statement& st) {
   auto state = st.column_text(2);
   auto s = parse_trial_state(state);
   if (!s) return status{errc::inconsistent, "trial " + st.column_text(0) + " has an unknown state \"" + state + "\" in the store"};
@@ -270,7 +234,7 @@ expected<trial_row> read_trial(const statement& st) {
 }  // namespace
 
 expected<std::vector<trial_row>> experiment_store::trials() const {
-  statement st{db_, "SELECT id, config, state, error, info, created, updated FROM trials ORDER BY created, id"};
+  sqlite_statement st{db_, "SELECT id, config, state, error, info, created, updated FROM trials ORDER BY created, id"};
   if (!st.ok()) return fail("cannot read trials");
   std::vector<trial_row> out;
   int rc;
@@ -284,7 +248,7 @@ expected<std::vector<trial_row>> experiment_store::trials() const {
 }
 
 expected<trial_row> experiment_store::trial(const std::string& id) const {
-  statement st{db_, "SELECT id, config, state, error, info, created, updated FROM trials WHERE id = ?1"};
+  sqlite_statement st{db_, "SELECT id, config, state, error, info, created, updated FROM trials WHERE id = ?1"};
   if (!st.ok()) return fail("cannot read trial " + id);
   st.text(1, id);
   int rc = st.step();
@@ -294,7 +258,7 @@ expected<trial_row> experiment_store::trial(const std::string& id) const {
 }
 
 status experiment_store::for_each_result(const std::function<void(const result_row&)>& f, const std::string& trial) const {
-  statement st{db_, trial.empty() ? "SELECT trial, iteration, time, metrics FROM results ORDER BY trial, iteration"
+  sqlite_statement st{db_, trial.empty() ? "SELECT trial, iteration, time, metrics FROM results ORDER BY trial, iteration"
                                   : "SELECT trial, iteration, time, metrics FROM results WHERE trial = ?1 ORDER BY iteration"};
   if (!st.ok()) return fail("cannot read results");
   if (!trial.empty()) st.text(1, trial);
@@ -312,7 +276,7 @@ expected<std::vector<result_row>> experiment_store::results(const std::string& t
 }
 
 expected<std::vector<event_row>> experiment_store::events(const std::string& trial) const {
-  statement st{db_, trial.empty() ? "SELECT seq, time, trial, kind, body FROM events ORDER BY seq"
+  sqlite_statement st{db_, trial.empty() ? "SELECT seq, time, trial, kind, body FROM events ORDER BY seq"
                                   : "SELECT seq, time, trial, kind, body FROM events WHERE trial = ?1 ORDER BY seq"};
   if (!st.ok()) return fail("cannot read events");
   if (!trial.empty()) st.text(1, trial);
@@ -326,7 +290,7 @@ expected<std::vector<event_row>> experiment_store::events(const std::string& tri
 }
 
 expected<int64_t> experiment_store::result_count() const {
-  statement st{db_, "SELECT count(*) FROM results"};
+  sqlite_statement st{db_, "SELECT count(*) FROM results"};
   if (!st.ok() || st.step() != SQLITE_ROW) return fail("cannot count results");
   return st.column_int(0);
 }
