@@ -27,6 +27,7 @@ using copier_actor = caf::stateful_actor<copier_state>*;
 // One copy on its way.
 struct copy_job {
   std::string trial, path, dest, part;
+  std::string token;  // what the node is shown: the trial's access secret, or the client's token
   int64_t iteration = 0;
   caf::actor server;
   caf::response_promise answer;
@@ -92,7 +93,7 @@ void step(copier_actor self, const job_ptr& job) {
     return step(self, job);
   }
   auto length = static_cast<uint32_t>(std::min<uint64_t>(wire::max_chunk, size - job->offset));
-  self->request(job->server, setup.request_timeout, wire::ckpt_read_atom::value, setup.token, job->trial, job->path,
+  self->request(job->server, setup.request_timeout, wire::ckpt_read_atom::value, job->token, job->trial, job->path,
                 name.string(), job->offset, length)
       .then(
           [self, job, length](wire::ckpt_read_atom, bool ok, const std::string& bytes) {
@@ -113,7 +114,7 @@ void copy(copier_actor self, const job_ptr& job) {
   fs::remove_all(job->part, ec);
   fs::create_directories(job->part, ec);
   if (ec) return failed(job, "cannot create " + job->part + ": " + ec.message());
-  self->request(job->server, setup.request_timeout, wire::ckpt_list_atom::value, setup.token, job->trial, job->path)
+  self->request(job->server, setup.request_timeout, wire::ckpt_list_atom::value, job->token, job->trial, job->path)
       .then(
           [self, job](wire::ckpt_list_atom, bool ok, const std::string& text) {
             if (!ok) return failed(job, text);
@@ -158,9 +159,10 @@ caf::behavior copier(copier_actor self, copier_setup setup) {
   self->state.setup = std::move(setup);
   return {
       [self](copy_atom, const std::string& trial, int64_t iteration, const std::string& path, const caf::actor& server,
-             const std::string& dest) {
+             const std::string& dest, const std::string& access) {
         auto job = std::make_shared<copy_job>();
         job->trial = trial;
+        job->token = access.empty() ? self->state.setup.token : access;
         job->iteration = iteration;
         job->path = path;
         job->server = server;

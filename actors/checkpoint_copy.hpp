@@ -2,9 +2,10 @@
 // node that holds it into the experiment folder, and checks a copy before a trial
 // starts from it. The controller asks; it answers copied or failed.
 //
-//   (copy_atom, trial, iteration, path, node actor, dest)
+//   (copy_atom, trial, iteration, path, node actor, dest, access)
 //        -> (copy_atom, true, manifest JSON, bytes) | (copy_atom, false, error, 0)
-//      The checkpoint's files are listed (ckpt_list_atom) and read in chunks of at most
+//      The checkpoint's files are listed (ckpt_list_atom, with the trial's `access`
+//      secret, or the setup's token when it is empty) and read in chunks of at most
 //      wire::max_chunk (ckpt_read_atom, never one giant message), each hashed as it
 //      comes, into <dest>.part, which is renamed to <dest> when complete, with its
 //      MANIFEST.json ({"trial", "iteration", "files": [{"name", "size", "sha256"}],
@@ -29,7 +30,7 @@ using copy_atom = caf::atom_constant<caf::atom("ckcopy")>;
 using check_atom = caf::atom_constant<caf::atom("ckcheck")>;
 
 struct copier_setup {
-  std::string token;                          // the cluster's (the nodes ask for it)
+  std::string token;                          // the client's (for nodes of trials without an access secret)
   caf::actor programs;                        // the program server (for checks)
   std::chrono::milliseconds request_timeout{10000};
 };

@@ -160,6 +160,17 @@ expected<std::string> cluster_client::rebalance() {
   return out;
 }
 
+expected<std::string> cluster_client::manage_users(const std::string& op, const std::string& json) {
+  expected<std::string> out = status{errc::not_found, "no answer"};
+  self_->request(head_, timeout_, wire::user_atom::value, token_, op, json)
+      .receive(
+          [&](wire::user_atom, bool ok, std::string& text) {
+            out = ok ? expected<std::string>{std::move(text)} : expected<std::string>{status{errc::invalid_argument, text}};
+          },
+          [&](caf::error& err) { out = status{errc::not_found, "the head did not answer: " + describe(sys_, err)}; });
+  return out;
+}
+
 expected<std::string> cluster_client::drain(const std::string& node, bool on) {
   expected<std::string> out = status{errc::not_found, "no answer"};
   self_->request(head_, timeout_, wire::drain_atom::value, token_, node, on)
@@ -330,7 +341,7 @@ std::optional<trial_event> cluster_client::next_trial_event(ms timeout) {
           unpacked_.push_back({std::move(id), "ended", wire::to_json(e).dump(),
                                caf::actor_cast<caf::actor>(self_->current_sender())});
         },
-        [&](wire::trial_node_atom, std::string&, caf::actor&) { counted(); },  // checkpoints are the controller's
+        [&](wire::trial_node_atom, std::string&, caf::actor&, std::string&) { counted(); },  // checkpoints are the controller's
         // Results as columns: one "result" event each, as the trial's JSON path writes it.
         [&](wire::trial_results_atom, std::string& id, wire::wire_results& r) {
           counted();

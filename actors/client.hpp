@@ -159,6 +159,8 @@ class cluster_client {
   expected<std::string> rebalance();
   // Drain a node (on) or let it take work again (off); JSON of what was asked to move.
   expected<std::string> drain(const std::string& node, bool on);
+  // The admin's user management (wire.hpp, user_atom): the head's JSON answer.
+  expected<std::string> manage_users(const std::string& op, const std::string& json);
   // Where the head was reached (connect); empty and 0 for a head in this process.
   const std::string& head_host() const { return host_; }
   uint16_t head_port() const { return port_; }

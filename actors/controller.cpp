@@ -185,8 +185,10 @@ caf::message_handler trial_handlers(controller_actor self) {
       [self](wire::trial_ended_atom, const std::string& id, wire::wire_trial_end& e) {
         if (heard(self, id, true)) end_of(self, id, std::move(e));
       },
-      [self](wire::trial_node_atom, const std::string& id, const caf::actor& node) {
-        if (heard(self, id, false)) self->state.records[id].node_actor = node;
+      [self](wire::trial_node_atom, const std::string& id, const caf::actor& node, const std::string& access) {
+        if (!heard(self, id, false)) return;
+        self->state.records[id].node_actor = node;
+        self->state.records[id].access = access;
       },
   };
 }

@@ -23,7 +23,8 @@ namespace tune {
 // A checkpoint a trial reported: where it is on its node, and who serves it there.
 struct node_checkpoint {
   std::string path;
-  caf::actor server;  // the node actor (none: not known, not copied)
+  caf::actor server;   // the node actor (none: not known, not copied)
+  std::string access;  // the trial's secret for reading it there
 };
 
 // A complete copy in the experiment folder: <dir>/checkpoints/<trial>/<iteration>/,
@@ -36,6 +37,7 @@ struct stored_checkpoint {
 // What the controller keeps of a trial beside its live state (live_trials).
 struct trial_record {
   caf::actor node_actor;                           // its node's, for its checkpoints (trial_node_atom)
+  std::string access;                              // and its secret for reading them there
   std::map<int64_t, node_checkpoint> checkpoints;  // iteration -> on its node
   std::map<int64_t, stored_checkpoint> stored;     // iteration -> copy in the experiment folder
   std::map<int64_t, int> pinned;                   // copies starts on their way restore from: how many

@@ -139,7 +139,8 @@ void copy_checkpoint(controller_actor self, const std::string& id) {
   ++st.copies;
   int64_t it = c->first;
   auto dest = st.setup.store->checkpoint_dir(id) + "/" + std::to_string(it);
-  self->request(st.copier, caf::infinite, copy_atom::value, id, it, c->second.path, c->second.server, dest)
+  self->request(st.copier, caf::infinite, copy_atom::value, id, it, c->second.path, c->second.server, dest,
+                c->second.access)
       .then([self, id, it, dest](copy_atom, bool ok, const std::string& text,
                                  uint64_t bytes) { copied(self, id, it, dest, ok, text, bytes); },
             [self, id, it, dest](caf::error& err) { copied(self, id, it, dest, false, to_string(err), 0); });
@@ -332,7 +333,7 @@ void on_checkpoint(controller_actor self, const std::string& id, const nlohmann:
   auto& st = self->state;
   auto& r = st.records[id];
   int64_t it = body.value("iteration", int64_t{-1});
-  r.checkpoints[it] = {body.value("path", ""), r.node_actor};
+  r.checkpoints[it] = {body.value("path", ""), r.node_actor, r.access};
   st.setup.engine->on_checkpoint(id, it);
   (void)st.setup.store->add_event(id, "checkpoint", body);
   if (r.node_actor && it > r.copy_next) {

@@ -67,27 +67,34 @@ struct dashboard_server::impl {
   std::atomic<bool> listen_ended{false};
   int port = 0;
 
-  // The browser keeps the token: only for this site, never for scripts.
-  void sign_in(httplib::Response& res) const {
-    res.set_header("Set-Cookie", std::string{cookie_name} + "=" + opt.token + "; HttpOnly; SameSite=Strict; Path=/");
+  // The browser keeps the token it signed in with (the admin's or a user's): only for
+  // this site, never for scripts.
+  void sign_in(httplib::Response& res, const std::string& token) const {
+    res.set_header("Set-Cookie", std::string{cookie_name} + "=" + token + "; HttpOnly; SameSite=Strict; Path=/");
   }
 
-  bool signed_in(const httplib::Request& req) const {
-    auto t = presented_token(req);
-    return !t.empty() && token_equal(t, opt.token);
-  }
-
-  // Asks the head for a view; answers with its status and body.
-  void ask(httplib::Response& res, const std::string& view, const std::string& a = "", const std::string& b = "",
-           const char* type = "application/json") {
+  // The head's answer to a view asked with `token`: {HTTP status, body}. The head decides
+  // who the token is (docs/users.md) and what they may see.
+  std::pair<int, std::string> from_head(const std::string& token, const std::string& view, const std::string& a = "",
+                                        const std::string& b = "") const {
     caf::scoped_actor self{*sys};
     int code = 503;
     std::string body;
-    self->request(head, wire::request_timeout, wire::dashboard_atom::value, opt.token, view, a, b)
+    self->request(head, wire::request_timeout, wire::dashboard_atom::value, token, view, a, b)
         .receive([&](wire::dashboard_atom, int c, std::string& text) { code = c, body = std::move(text); },
                  [&](caf::error& err) {
                    body = nlohmann::json{{"error", "the head did not answer: " + sys->render(err)}}.dump();
                  });
+    return {code, std::move(body)};
+  }
+
+  // Whether the head takes this token for the dashboard (the admin's or a user's).
+  bool accepted(const std::string& token) const { return !token.empty() && from_head(token, "whoami").first == 200; }
+
+  // Asks the head for a view with the request's token; answers with its status and body.
+  void ask(const httplib::Request& req, httplib::Response& res, const std::string& view, const std::string& a = "",
+           const std::string& b = "", const char* type = "application/json") {
+    auto [code, body] = from_head(presented_token(req), view, a, b);
     res.status = code;
     res.set_content(body, code == 200 ? type : "application/json");
   }
@@ -100,8 +107,8 @@ struct dashboard_server::impl {
       // The token in the address (the link `tune dashboard` prints): kept in a cookie,
       // and the address shown without it.
       if (req.method == "GET" && req.has_param("token")) {
-        if (token_equal(req.get_param_value("token"), opt.token)) {
-          sign_in(res);
+        if (accepted(req.get_param_value("token"))) {
+          sign_in(res, req.get_param_value("token"));
           res.set_redirect(req.path, 303);
         } else {
           res.status = 401;
@@ -109,7 +116,11 @@ struct dashboard_server::impl {
         }
         return httplib::Server::HandlerResponse::Handled;
       }
-      if (signed_in(req)) return httplib::Server::HandlerResponse::Unhandled;
+      // The API and /metrics pass the token to the head, which answers 401 for one it
+      // does not take; the pages need one it takes.
+      bool api = req.path.rfind("/api/", 0) == 0 || req.path == "/metrics";
+      auto presented = presented_token(req);
+      if (api ? !presented.empty() : accepted(presented)) return httplib::Server::HandlerResponse::Unhandled;
       res.status = 401;
       if (req.path.rfind("/api/", 0) == 0)
         res.set_content(nlohmann::json{{"error", "sign in with the cluster token: an Authorization: Bearer TOKEN header "
@@ -127,8 +138,8 @@ struct dashboard_server::impl {
       res.set_content(login_page(""), "text/html; charset=utf-8");
     });
     s.Post("/login", [this](const httplib::Request& req, httplib::Response& res) {
-      if (req.has_param("token") && token_equal(req.get_param_value("token"), opt.token)) {
-        sign_in(res);
+      if (req.has_param("token") && accepted(req.get_param_value("token"))) {
+        sign_in(res, req.get_param_value("token"));
         res.set_redirect("/", 303);
         return;
       }
@@ -140,16 +151,16 @@ struct dashboard_server::impl {
         auto* a = find_dashboard_asset(path);
         res.set_content(a->body, a->content_type);
       });
-    s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      ask(res, "metrics", "", "", "text/plain; version=0.0.4; charset=utf-8");
+    s.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+      ask(req, res, "metrics", "", "", "text/plain; version=0.0.4; charset=utf-8");
     });
-    for (auto view : {"cluster", "nodes", "gpus", "groups", "experiments"})
-      s.Get(std::string{"/api/"} + view, [this, view](const httplib::Request&, httplib::Response& res) { ask(res, view); });
+    for (auto view : {"cluster", "nodes", "gpus", "groups", "experiments", "whoami"})
+      s.Get(std::string{"/api/"} + view, [this, view](const httplib::Request& req, httplib::Response& res) { ask(req, res, view); });
     s.Get(R"(/api/experiments/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-      ask(res, "experiment", req.matches[1]);
+      ask(req, res, "experiment", req.matches[1]);
     });
     s.Get(R"(/api/experiments/([^/]+)/trials/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-      ask(res, "trial", req.matches[1], req.matches[2]);
+      ask(req, res, "trial", req.matches[1], req.matches[2]);
     });
     s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (res.status != 404 || !res.body.empty()) return;

@@ -21,7 +21,8 @@ struct dashboard_options {
   std::string host = "0.0.0.0";  // the address to listen on
   int port = 8265;               // 0: any free port
   bool any_port_if_taken = false;  // the default port in use: take any free one instead of failing
-  std::string token;
+  // No token here: every request's token goes to the head, which says who it is and
+  // what they may see (docs/users.md).
 };
 
 class dashboard_server {

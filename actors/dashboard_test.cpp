@@ -25,7 +25,7 @@ struct DashboardTest : ::testing::Test {
   std::unique_ptr<dashboard_server> server;
 
   void SetUp() override {
-    auto bound = dashboard_server::bind(sys, {"127.0.0.1", 0, false, token});
+    auto bound = dashboard_server::bind(sys, {"127.0.0.1", 0, false});
     ASSERT_TRUE(bound) << bound.error().message();
     server = std::move(*bound);
     head_options opt{token, "test:6380", wire::heartbeat_timeout};
@@ -162,13 +162,13 @@ TEST_F(DashboardTest, ViewsShowTheClusterAndTheExperiments) {
 }
 
 TEST_F(DashboardTest, APortInUseIsAClearError) {
-  auto again = dashboard_server::bind(sys, {"127.0.0.1", server->port(), false, token});
+  auto again = dashboard_server::bind(sys, {"127.0.0.1", server->port(), false});
   ASSERT_FALSE(again);
   EXPECT_NE(again.error().message().find("--dashboard-port"), std::string::npos);
-  auto other = dashboard_server::bind(sys, {"127.0.0.1", server->port(), true, token});
+  auto other = dashboard_server::bind(sys, {"127.0.0.1", server->port(), true});
   ASSERT_TRUE(other);  // the default port taken: any free one
   EXPECT_NE((*other)->port(), server->port());
-  EXPECT_FALSE(dashboard_server::bind(sys, {"127.0.0.1", 70000, false, token}));
+  EXPECT_FALSE(dashboard_server::bind(sys, {"127.0.0.1", 70000, false}));
 }
 
 }  // namespace

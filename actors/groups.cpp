@@ -52,10 +52,14 @@ struct groups_state {
   struct claim_wait {
     wire::wire_group_spec spec;
     caf::actor owner;
+    std::string user;
     caf::response_promise rp;
     time_point until;
   };
   std::vector<claim_wait> claim_waits;
+  // The user each group belongs to ("admin": the admin token's): only they, or the
+  // admin, act on it (docs/users.md).
+  std::map<std::string, std::string> user_of;
   uint64_t next_start = 1;
   std::string id_prefix;
   uint64_t next_id = 1;
@@ -310,12 +314,22 @@ nlohmann::json group_json(groups_actor self, const group_table::group& g, time_p
           {"strategy", to_string(g.spec.strat)},
           {"reason", g.reason},
           {"detached", st.detached.count(g.spec.id) > 0},
+          {"owner", st.user_of.count(g.spec.id) ? st.user_of.at(g.spec.id) : std::string{}},
           {"age_s", secs(g.created)},
           {"in_state_s", secs(g.since)},
           {"bundles", std::move(bundles)}};
 }
 
-caf::message create(groups_actor self, const wire::wire_group_spec& w, caf::actor owner) {
+// Empty when `user` may act on group `id` (its owner, or the admin); else why not,
+// naming the owner.
+std::string not_theirs(groups_actor self, const std::string& user, const std::string& id, const char* what) {
+  auto it = self->state.user_of.find(id);
+  if (user == "admin" || it == self->state.user_of.end() || it->second == user) return {};
+  return "placement group " + id + " belongs to " + it->second + ": only " + it->second +
+         " or the cluster's admin can " + what + " it";
+}
+
+caf::message create(groups_actor self, const wire::wire_group_spec& w, caf::actor owner, const std::string& user) {
   auto& st = self->state;
   auto no = [](const std::string& why) {
     return caf::make_message(wire::pg_create_atom::value, false, std::string{}, std::string{}, why);
@@ -338,6 +352,7 @@ caf::message create(groups_actor self, const wire::wire_group_spec& w, caf::acto
     if (auto ok = check_group_id(w.id); !ok) return no(ok.message());
     spec.id = w.id;
     if (auto* old = st.table.find(spec.id)) {
+      if (auto why = not_theirs(self, user, spec.id, "make it again"); !why.empty()) return no(why);
       if (old->state != group_state::removed && old->state != group_state::infeasible)
         return caf::make_message(wire::pg_create_atom::value, false, std::string{}, std::string{"exists"},
                                  "placement group " + spec.id + " exists already (" + std::string{to_string(old->state)} +
@@ -351,6 +366,7 @@ caf::message create(groups_actor self, const wire::wire_group_spec& w, caf::acto
     auto made = st.table.create(std::move(spec), st.view, now);
     if (!made) return no(made.error().message());
   }
+  st.user_of[id] = user;
   if (w.detached || !owner) st.detached.insert(id);
   if (!w.detached && owner) {
     auto& mine = st.groups_of[owner.address()];
@@ -387,7 +403,7 @@ void answer_claim_waits(groups_actor self) {
     }
     auto c = std::move(w);
     st.claim_waits.erase(st.claim_waits.begin() + static_cast<std::ptrdiff_t>(i));
-    c.rp.deliver(create(self, c.spec, c.owner));
+    c.rp.deliver(create(self, c.spec, c.owner, c.user));
   }
 }
 
@@ -538,25 +554,26 @@ caf::behavior groups(groups_actor self, groups_options opt) {
                                              self->clock().now()));
         flush(self);
       },
-      [self](wire::pg_create_atom, const wire::wire_group_spec& spec) -> caf::result<caf::message> {
+      [self](wire::pg_create_atom, const std::string& user, const wire::wire_group_spec& spec) -> caf::result<caf::message> {
         auto& st = self->state;
         auto owner = caf::actor_cast<caf::actor>(self->current_sender());
         if (spec.claim_wait_ms > 0 && !spec.id.empty() && !st.table.find(spec.id) && !orphans_complete(self, spec)) {
           auto rp = self->make_response_promise<caf::message>();
           auto wait = std::chrono::milliseconds(std::min<int64_t>(spec.claim_wait_ms, 60000));
-          st.claim_waits.push_back({spec, owner, rp, self->clock().now() + wait});
+          st.claim_waits.push_back({spec, owner, user, rp, self->clock().now() + wait});
           return rp;
         }
-        return create(self, spec, owner);
+        return create(self, spec, owner, user);
       },
       // A trial in one of a group's bundles: passed on to the node that holds it, which
       // answers the client.
-      [self](wire::trial_start_atom, const wire::wire_trial_spec& spec, const caf::actor& server)
+      [self](wire::trial_start_atom, const std::string& user, const wire::wire_trial_spec& spec, const caf::actor& server)
           -> caf::result<caf::message> {
         auto& st = self->state;
         auto no = [](const std::string& why) { return wire::start_answer(false, why); };
         auto* g = st.table.find(spec.group);
         if (!g) return no("no placement group " + spec.group);
+        if (auto why = not_theirs(self, user, spec.group, "start trials in"); !why.empty()) return no(why);
         if (spec.bundle >= g->site.size())
           return no("placement group " + spec.group + " has " + std::to_string(g->site.size()) + " bundles, not " +
                     std::to_string(spec.bundle + 1));
@@ -600,10 +617,11 @@ caf::behavior groups(groups_actor self, groups_options opt) {
       },
       // A client's greeting for its trial, to the node of the trial's bundle; its sender
       // stays the client (the node's process learns the route back to it from it).
-      [self](wire::route_atom, const std::string& group, uint32_t bundle, const std::string& trial, uint64_t received) {
+      [self](wire::route_atom, const std::string& user, const std::string& group, uint32_t bundle, const std::string& trial,
+             uint64_t received) {
         auto& st = self->state;
         auto* g = st.table.find(group);
-        if (!g || bundle >= g->site.size() || !g->site[bundle]) return;
+        if (!g || bundle >= g->site.size() || !g->site[bundle] || !not_theirs(self, user, group, "greet").empty()) return;
         auto n = st.nodes.find(g->site[bundle]->node);
         if (n == st.nodes.end()) return;
         self->delegate(n->second, wire::route_atom::value, trial, received);
@@ -632,12 +650,14 @@ caf::behavior groups(groups_actor self, groups_options opt) {
         flush(self);
         return caf::make_message(wire::drain_atom::value, true, nlohmann::json{{"moves", moves}, {"stays", stays}}.dump());
       },
-      [self](wire::pg_wait_atom, const std::string& id, int64_t timeout_ms) {
+      [self](wire::pg_wait_atom, const std::string& user, const std::string& id, int64_t timeout_ms) {
         auto& st = self->state;
         auto rp = self->make_response_promise();
         auto* g = st.table.find(id);
         if (!g) {
           rp.deliver(wire::pg_wait_atom::value, false, std::string{"unknown"}, "no placement group " + id);
+        } else if (auto why = not_theirs(self, user, id, "wait for"); !why.empty()) {
+          rp.deliver(wire::pg_wait_atom::value, false, std::string{"unknown"}, why);
         } else if (timeout_ms < 0) {
           rp.deliver(wire::pg_wait_atom::value, false, std::string{to_string(g->state)},
                      std::string{"a negative timeout; give 0 to ask without waiting"});
@@ -648,20 +668,24 @@ caf::behavior groups(groups_actor self, groups_options opt) {
         }
         return rp;
       },
-      [self](wire::pg_remove_atom, const std::string& id) {
+      [self](wire::pg_remove_atom, const std::string& user, const std::string& id) {
         auto& st = self->state;
         auto* g = st.table.find(id);
         if (!g) return caf::make_message(wire::pg_remove_atom::value, false, "no placement group " + id);
+        if (auto why = not_theirs(self, user, id, "remove"); !why.empty())
+          return caf::make_message(wire::pg_remove_atom::value, false, why);
         if (g->state == group_state::removed)
           return caf::make_message(wire::pg_remove_atom::value, true, std::string{"already removed"});
         remove_group(self, id);
         flush(self);
         return caf::make_message(wire::pg_remove_atom::value, true, std::string{"removed"});
       },
-      [self](wire::pg_get_atom, const std::string& id) {
+      [self](wire::pg_get_atom, const std::string& user, const std::string& id) {
         auto& st = self->state;
         auto* g = st.table.find(id);
         if (!g) return caf::make_message(wire::pg_get_atom::value, false, "no placement group " + id);
+        if (auto why = not_theirs(self, user, id, "read"); !why.empty())
+          return caf::make_message(wire::pg_get_atom::value, false, why);
         return caf::make_message(wire::pg_get_atom::value, true, group_json(self, *g, self->clock().now()).dump());
       },
       [self](wire::pg_list_atom) {
@@ -707,6 +731,7 @@ caf::behavior groups(groups_actor self, groups_options opt) {
         }
         if (now - st.last_forget > std::chrono::seconds(1)) {
           st.table.forget_ended(now, st.opt.keep_ended, st.opt.max_ended);
+          std::erase_if(st.user_of, [&](const auto& u) { return !st.table.find(u.first); });
           st.last_forget = now;
         }
         flush(self);

@@ -38,7 +38,11 @@ struct groups_options {
 //   (node_down_atom, node_id)
 //   (holdings_atom, node_id, version, std::vector<wire_hold>)
 //   (pg_list_atom) -> (pg_list_atom, json array of every group and orphan)
-// and the client requests of wire.hpp without their token.
+// and the client requests of wire.hpp with the requesting user's name in place of their
+// token ("admin" for the admin): (pg_create_atom, user, spec), (pg_wait_atom, user, id,
+// timeout_ms), (pg_remove_atom, user, id), (pg_get_atom, user, id), (trial_start_atom,
+// user, spec, server), (route_atom, user, group, bundle, trial, received). A group
+// belongs to the user who made it: another user is refused, naming the owner.
 caf::actor spawn_groups(caf::actor_system& sys, groups_options opt = {});
 
 }  // namespace tune

@@ -1,6 +1,9 @@
 #include "head.hpp"
 
 #include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <initializer_list>
 #include <set>
 
 #include "groups.hpp"
@@ -42,6 +45,37 @@ std::string wrong_token() {
          "(--token-file, default ~/.tune/token)";
 }
 
+// Who a token is (tune/cluster/users.hpp). Every comparison is made, in constant time,
+// whichever matches.
+principal who(head_actor self, const std::string& token) {
+  auto& st = self->state;
+  bool admin = token_equal(token, st.opt.token);
+  bool node = !st.opt.node_token.empty() && token_equal(token, st.opt.node_token);
+  const user_record* user = st.opt.users ? st.opt.users->by_token(token) : nullptr;
+  if (admin) return {role::admin, "admin"};
+  if (node) return {role::node, "node"};
+  if (user) return {role::user, user->name};
+  return {};
+}
+
+// Why `p` may not do `what` (empty: it may). `need`: the roles that may.
+std::string refused(const principal& p, std::initializer_list<role> need, const std::string& what) {
+  if (std::find(need.begin(), need.end(), p.kind) != need.end()) return {};
+  switch (p.kind) {
+    case role::nobody: return wrong_token();
+    case role::node:
+      return "the node token lets nodes join and nothing else; to " + what +
+             ", use a user's token (`tune user add NAME` on the head makes one) or the admin token";
+    case role::user:
+      if (std::find(need.begin(), need.end(), role::node) != need.end() &&
+          std::find(need.begin(), need.end(), role::admin) != need.end() && need.size() == 2)
+        return "a user's token cannot " + what + ": start nodes with the node token (node-token beside the head's token)";
+      return "only the cluster's admin (the head's own token) can " + what + "; user " + p.name + " cannot";
+    case role::admin: return "the admin token cannot " + what;
+  }
+  return wrong_token();
+}
+
 std::string version_mismatch(const std::string& theirs) {
   return "version mismatch: this process runs libtune " + theirs + ", the head runs libtune " +
          version() + "; run the same version on every machine";
@@ -70,8 +104,10 @@ void node_gone(head_actor self, const node_id& id, bool tell_groups = true) {
 // placement-group actor (delegated, so its answer goes straight to the client).
 template <class Atom, class... Ts>
 caf::message to_groups(head_actor self, const std::string& token, Atom atom, Ts&&... xs) {
-  if (!token_equal(token, self->state.opt.token)) return caf::make_message(atom, false, wrong_token());
-  self->delegate(self->state.groups, atom, std::forward<Ts>(xs)...);
+  auto p = who(self, token);
+  if (auto why = refused(p, {role::admin, role::user}, "use placement groups"); !why.empty())
+    return caf::make_message(atom, false, why);
+  self->delegate(self->state.groups, atom, p.name, std::forward<Ts>(xs)...);
   return {};
 }
 
@@ -109,17 +145,37 @@ void collect_status(head_actor self, Then then, Failed failed) {
 }
 
 // One view of the dashboard's JSON API (docs/dashboard.md): (HTTP status, body).
+// A user sees their own experiments and trials whole, other users' holdings without
+// their trials (status_for_user, hide_others_holders), and is refused the pages of
+// other users' experiments, naming the owner.
 std::pair<int, std::string> dashboard_view(head_actor self, const nlohmann::json& status, const std::string& view,
-                                           const std::string& a, const std::string& b) {
+                                           const std::string& a, const std::string& b, const principal& p) {
   auto& board = self->state.board;
   auto not_found = [](const std::string& what) {
     return std::make_pair(404, nlohmann::json{{"error", what}}.dump());
   };
-  if (view == "metrics") return {200, prometheus_text(status, board)};
+  const std::string viewer = p.kind == role::user ? p.name : "";
+  auto gpus = [&] {
+    auto g = gpus_view(status, board);
+    if (!viewer.empty()) hide_others_holders(g, viewer);
+    return g;
+  };
+  if (view == "experiment" || view == "trial") {
+    auto owner = board.owner(a);
+    if (!viewer.empty() && !owner.empty() && owner != viewer)
+      return {403, nlohmann::json{{"error", "experiment " + a + " belongs to " + owner + ": only " + owner +
+                                                " or the cluster's admin can read it"}}
+                       .dump()};
+  }
+  if (view == "whoami") return {200, nlohmann::json{{"name", p.name}, {"admin", p.kind == role::admin}}.dump()};
+  if (view == "metrics") {
+    if (!viewer.empty()) return {403, nlohmann::json{{"error", "/metrics is the cluster admin's (the head's own token)"}}.dump()};
+    return {200, prometheus_text(status, board)};
+  }
   if (view == "nodes") return {200, status["nodes"].dump()};
-  if (view == "gpus") return {200, gpus_view(status, board).dump()};
+  if (view == "gpus") return {200, gpus().dump()};
   if (view == "groups") return {200, status["placement_groups"].dump()};
-  if (view == "experiments") return {200, board.list_json().dump()};
+  if (view == "experiments") return {200, board.list_json(viewer).dump()};
   if (view == "experiment") {
     auto e = board.experiment_json(a, true);
     return e.is_null() ? not_found("no experiment " + a + " on this head (see /api/experiments)") : std::make_pair(200, e.dump());
@@ -133,12 +189,54 @@ std::pair<int, std::string> dashboard_view(head_actor self, const nlohmann::json
                      {"alive_nodes", status.value("alive_nodes", 0)},
                      {"resources", status.value("resources", nlohmann::json::object())},
                      {"nodes", status["nodes"]},
-                     {"gpus", gpus_view(status, board)},
+                     {"gpus", gpus()},
                      {"placement_groups", status["placement_groups"]},
-                     {"experiments", board.list_json()}};
+                     {"experiments", board.list_json(viewer)}};
+    if (!viewer.empty()) j["viewer"] = viewer;
     return {200, j.dump()};
   }
   return not_found("no view " + view);
+}
+
+// The admin's user management (wire.hpp, user_atom): the answer's JSON, or why not.
+expected<nlohmann::json> manage_users(head_actor self, const std::string& op, const std::string& body) {
+  auto& users = self->state.opt.users;
+  if (!users) return status{errc::invalid_argument, "this head keeps no users (it was started without a users file)"};
+  auto j = body.empty() ? nlohmann::json::object() : nlohmann::json::parse(body, nullptr, false);
+  if (!j.is_object()) return status{errc::invalid_argument, "a user request must be a JSON object"};
+  if (op == "list") {
+    auto out = nlohmann::json::array();
+    for (const auto& u : users->users()) out.push_back(to_json(u, false));
+    return out;
+  }
+  if (!j.contains("name") || !j["name"].is_string()) return status{errc::invalid_argument, "give the user's name"};
+  const std::string name = j["name"];
+  if (op == "add" || op == "set") {
+    const auto* now = users->find(name);
+    auto limits = limits_from_json(j, op == "set" && now ? now->limits : user_limits{});
+    if (!limits) return limits.error();
+    auto u = op == "add" ? users->add(name, *limits) : users->set(name, *limits);
+    if (!u) return u.error();
+    log_line(std::string{op == "add" ? "added" : "changed"} + " user " + name + ": " + to_json(*u, false).dump());
+    return to_json(*u, op == "add");
+  }
+  if (op == "token") {  // {"name", "new": true}: a new token, the old one ends
+    if (!j.value("new", false)) {
+      const auto* u = users->find(name);
+      if (!u) return status{errc::not_found, "no user " + name + " (tune user list)"};
+      return to_json(*u, true);
+    }
+    auto u = users->new_token(name);
+    if (!u) return u.error();
+    log_line("user " + name + " has a new token (the old one no longer works)");
+    return to_json(*u, true);
+  }
+  if (op == "remove") {
+    if (auto ok = users->remove(name); !ok) return ok;
+    log_line("removed user " + name);
+    return nlohmann::json{{"name", name}, {"removed", true}};
+  }
+  return status{errc::invalid_argument, "no user operation \"" + op + "\" (add, set, token, remove, list)"};
 }
 
 caf::behavior head(head_actor self, head_options opt) {
@@ -175,7 +273,7 @@ caf::behavior head(head_actor self, head_options opt) {
           log_line("refused node " + ad.node_id + " (" + ad.hostname + "): " + why);
           return caf::make_message(wire::join_atom::value, false, why);
         };
-        if (!token_equal(token, st.opt.token)) return refuse(wrong_token());
+        if (auto why = refused(who(self, token), {role::admin, role::node}, "join a node"); !why.empty()) return refuse(why);
         if (ad.version != version()) return refuse(version_mismatch(ad.version));
         auto resources = wire::resources_from_ad(ad);
         if (!resources) return refuse("its advertisement is malformed: " + resources.error().message());
@@ -197,7 +295,7 @@ caf::behavior head(head_actor self, head_options opt) {
       [self](wire::heartbeat_atom, const std::string& token, const node_id& id, uint64_t version,
              const wire::wire_avail& free, const std::vector<wire::wire_hold>& holds) {
         auto& st = self->state;
-        if (!token_equal(token, st.opt.token)) return;
+        if (!refused(who(self, token), {role::admin, role::node}, "beat").empty()) return;
         auto it = st.addr_of.find(id);
         auto sender = caf::actor_cast<caf::actor>(self->current_sender());
         if (it == st.addr_of.end() || !sender || it->second != sender.address()) {
@@ -220,7 +318,9 @@ caf::behavior head(head_actor self, head_options opt) {
       [self](wire::gpu_audit_atom, const std::string& token, const node_id& id, const std::string& report) {
         auto& st = self->state;
         auto it = st.addr_of.find(id);
-        if (!token_equal(token, st.opt.token) || it == st.addr_of.end() || it->second != self->current_sender()) return;
+        if (!refused(who(self, token), {role::admin, role::node}, "report an audit").empty() || it == st.addr_of.end() ||
+            it->second != self->current_sender())
+          return;
         auto j = nlohmann::json::parse(report, nullptr, false);
         if (!j.is_object()) return;
         if (j.contains("cards") && j["cards"].is_array()) st.audits[id] = std::move(j["cards"]);
@@ -229,7 +329,8 @@ caf::behavior head(head_actor self, head_options opt) {
       },
       [self](wire::leave_atom, const std::string& token, const node_id& id) {
         auto& st = self->state;
-        if (!token_equal(token, st.opt.token)) return caf::make_message(wire::leave_atom::value, false);
+        if (!refused(who(self, token), {role::admin, role::node}, "leave").empty())
+          return caf::make_message(wire::leave_atom::value, false);
         bool left = st.registry.mark_left(id, self->clock().now());
         node_gone(self, id);
         if (left) {
@@ -239,32 +340,37 @@ caf::behavior head(head_actor self, head_options opt) {
         return caf::make_message(wire::leave_atom::value, left);
       },
       [self](wire::status_atom, const std::string& token, const std::string& their_version) -> caf::result<caf::message> {
-        auto& st = self->state;
-        if (!token_equal(token, st.opt.token))
-          return caf::make_message(wire::status_atom::value, false, wrong_token());
+        auto p = who(self, token);
+        if (auto why = refused(p, {role::admin, role::user}, "read the cluster's status"); !why.empty())
+          return caf::make_message(wire::status_atom::value, false, why);
         if (their_version != version())
           return caf::make_message(wire::status_atom::value, false, version_mismatch(their_version));
         auto rp = self->make_response_promise<caf::message>();
         collect_status(
             self,
-            [rp](nlohmann::json j) mutable { rp.deliver(caf::make_message(wire::status_atom::value, true, j.dump())); },
+            [rp, p](nlohmann::json j) mutable {
+              if (p.kind == role::user) j = status_for_user(std::move(j), p.name);
+              rp.deliver(caf::make_message(wire::status_atom::value, true, j.dump()));
+            },
             [rp](const std::string& why) mutable { rp.deliver(caf::make_message(wire::status_atom::value, false, why)); });
         return rp;
       },
       [self](wire::pg_create_atom, const std::string& token, const std::string& their_version,
              const wire::wire_group_spec& spec) {
-        if (their_version != version() && token_equal(token, self->state.opt.token))
+        auto p = who(self, token);
+        if (auto why = refused(p, {role::admin, role::user}, "make placement groups"); !why.empty())
+          return caf::make_message(wire::pg_create_atom::value, false, std::string{}, std::string{}, why);
+        if (their_version != version())
           return caf::make_message(wire::pg_create_atom::value, false, std::string{}, std::string{},
                                    version_mismatch(their_version));
-        if (!token_equal(token, self->state.opt.token))
-          return caf::make_message(wire::pg_create_atom::value, false, std::string{}, std::string{}, wrong_token());
-        self->delegate(self->state.groups, wire::pg_create_atom::value, spec);
+        self->delegate(self->state.groups, wire::pg_create_atom::value, p.name, spec);
         return caf::message{};
       },
       [self](wire::pg_wait_atom, const std::string& token, const std::string& id, int64_t timeout_ms) {
-        if (!token_equal(token, self->state.opt.token))
-          return caf::make_message(wire::pg_wait_atom::value, false, std::string{"unknown"}, wrong_token());
-        self->delegate(self->state.groups, wire::pg_wait_atom::value, id, timeout_ms);
+        auto p = who(self, token);
+        if (auto why = refused(p, {role::admin, role::user}, "wait for placement groups"); !why.empty())
+          return caf::make_message(wire::pg_wait_atom::value, false, std::string{"unknown"}, why);
+        self->delegate(self->state.groups, wire::pg_wait_atom::value, p.name, id, timeout_ms);
         return caf::message{};
       },
       [self](wire::trial_start_atom, const std::string& token, const wire::wire_trial_spec& spec,
@@ -274,15 +380,27 @@ caf::behavior head(head_actor self, head_options opt) {
       // A client greets its trial through here (wire.hpp, route_atom); passed on as it is.
       [self](wire::route_atom, const std::string& token, const std::string& group, uint32_t bundle,
              const std::string& trial, uint64_t received) {
-        if (!token_equal(token, self->state.opt.token)) return;
-        self->delegate(self->state.groups, wire::route_atom::value, group, bundle, trial, received);
+        auto p = who(self, token);
+        if (!p.can_act()) return;
+        self->delegate(self->state.groups, wire::route_atom::value, p.name, group, bundle, trial, received);
       },
       // An experiment's report for the board; the sender is watched (its experiments
       // are marked interrupted should it go before saying they ended).
       [self](wire::board_atom, const std::string& token, const std::string& report) {
         auto& st = self->state;
-        if (!token_equal(token, st.opt.token)) return;
+        auto p = who(self, token);
+        if (!p.can_act()) return;
         auto j = nlohmann::json::parse(report, nullptr, false);
+        if (j.is_object() && j.contains("id") && j["id"].is_string()) {
+          // An experiment is its first reporter's: another user's report for it is refused.
+          auto owner = st.board.owner(j["id"].get<std::string>());
+          if (!owner.empty() && owner != p.name && p.kind != role::admin) {
+            log_line("refused a report for experiment " + j["id"].get<std::string>() + " from user " + p.name +
+                     ": it belongs to " + owner);
+            return;
+          }
+          if (owner.empty() || p.kind != role::admin) j["owner"] = owner.empty() ? p.name : owner;
+        }
         if (auto s = st.board.apply(j, wall_seconds()); !s) {
           log_line(s.message());
           return;
@@ -296,20 +414,21 @@ caf::behavior head(head_actor self, head_options opt) {
       },
       [self](wire::dashboard_atom, const std::string& token, const std::string& view, const std::string& a,
              const std::string& b) -> caf::result<caf::message> {
-        auto& st = self->state;
-        if (!token_equal(token, st.opt.token))
-          return caf::make_message(wire::dashboard_atom::value, 401, nlohmann::json{{"error", wrong_token()}}.dump());
+        auto p = who(self, token);
+        if (auto why = refused(p, {role::admin, role::user}, "read the dashboard"); !why.empty())
+          return caf::make_message(wire::dashboard_atom::value, 401, nlohmann::json{{"error", why}}.dump());
         auto rp = self->make_response_promise<caf::message>();
         // The board's own views need no status; the rest are joined with it.
-        if (view == "experiments" || view == "experiment" || view == "trial") {
-          auto [code, body] = dashboard_view(self, nlohmann::json::object(), view, a, b);
+        if (view == "experiments" || view == "experiment" || view == "trial" || view == "whoami") {
+          auto [code, body] = dashboard_view(self, nlohmann::json::object(), view, a, b, p);
           rp.deliver(caf::make_message(wire::dashboard_atom::value, code, std::move(body)));
           return rp;
         }
         collect_status(
             self,
-            [self, rp, view, a, b](nlohmann::json j) mutable {
-              auto [code, body] = dashboard_view(self, j, view, a, b);
+            [self, rp, view, a, b, p](nlohmann::json j) mutable {
+              if (p.kind == role::user) j = status_for_user(std::move(j), p.name);
+              auto [code, body] = dashboard_view(self, j, view, a, b, p);
               rp.deliver(caf::make_message(wire::dashboard_atom::value, code, std::move(body)));
             },
             [rp](const std::string& why) mutable {
@@ -318,14 +437,15 @@ caf::behavior head(head_actor self, head_options opt) {
         return rp;
       },
       [self](wire::rebalance_atom, const std::string& token) {
-        if (!token_equal(token, self->state.opt.token))
-          return caf::make_message(wire::rebalance_atom::value, false, wrong_token());
+        if (auto why = refused(who(self, token), {role::admin}, "rebalance the cluster"); !why.empty())
+          return caf::make_message(wire::rebalance_atom::value, false, why);
         self->delegate(self->state.groups, wire::rebalance_atom::value);
         return caf::message{};
       },
       [self](wire::drain_atom, const std::string& token, const node_id& node, bool on) {
         auto& st = self->state;
-        if (!token_equal(token, st.opt.token)) return caf::make_message(wire::drain_atom::value, false, wrong_token());
+        if (auto why = refused(who(self, token), {role::admin}, "drain a node"); !why.empty())
+          return caf::make_message(wire::drain_atom::value, false, why);
         auto* e = st.registry.find(node);
         if (!e) return caf::make_message(wire::drain_atom::value, false, "no node " + node + " (see tune status)");
         on ? (void)st.draining.insert(node) : (void)st.draining.erase(node);
@@ -340,14 +460,21 @@ caf::behavior head(head_actor self, head_options opt) {
       },
       [self](wire::subscribe_atom, const std::string& token) {
         auto& st = self->state;
-        if (!token_equal(token, st.opt.token))
-          return caf::make_message(wire::subscribe_atom::value, false, wrong_token());
+        if (auto why = refused(who(self, token), {role::admin, role::user}, "follow the cluster's events"); !why.empty())
+          return caf::make_message(wire::subscribe_atom::value, false, why);
         auto sender = caf::actor_cast<caf::actor>(self->current_sender());
         if (sender) {
           st.subscribers.push_back(sender);
           self->monitor(sender);
         }
         return caf::make_message(wire::subscribe_atom::value, true, version());
+      },
+      [self](wire::user_atom, const std::string& token, const std::string& op, const std::string& body) {
+        auto answer = [](bool ok, const std::string& text) { return caf::make_message(wire::user_atom::value, ok, text); };
+        if (auto why = refused(who(self, token), {role::admin}, "manage users"); !why.empty()) return answer(false, why);
+        auto r = manage_users(self, op, body);
+        if (!r) return answer(false, r.error().message());
+        return answer(true, r->dump());
       },
       [self](wire::sweep_atom) {
         auto& st = self->state;

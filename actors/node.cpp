@@ -173,6 +173,13 @@ void start_trial(node_actor self, const wire::wire_trial_spec& spec, const reser
     rp.deliver(wire::start_answer(false, "cannot create " + t.trial_dir + ": " + ec.message()));
     return;
   }
+  // The secret its owner reads its checkpoints with (a user's token is not the node's).
+  auto access = random_token();
+  if (!access || !write_token_file(t.trial_dir + "/.access", *access)) {
+    rp.deliver(wire::start_answer(false, "cannot write the trial's access secret in " + t.trial_dir));
+    return;
+  }
+  t.access = *access;
   for (auto& g : hold.alloc.gpus) {
     t.cards.push_back(st.table.resources().gpus()[g.card]);
     t.grants.push_back(g);
@@ -611,10 +618,28 @@ void connect(node_actor self) {
           [self](caf::error& err) { schedule_retry(self, "connect: " + to_string(err)); });
 }
 
+// Whether `token` may read trial `trial`'s checkpoints: the node's own token, or the
+// trial's access secret (made at its start, kept in its folder, given to its owner).
+bool may_read(node_actor self, const std::string& token, const std::string& trial) {
+  bool node = token_equal(token, self->state.opt.token);
+  bool owner = false;
+  if (!trial.empty() && trial.find_first_of("/\\") == std::string::npos && trial[0] != '.' && !self->state.opt.work_dir.empty()) {
+    std::ifstream in(self->state.opt.work_dir + "/trials/" + trial + "/.access");
+    std::string secret;
+    owner = std::getline(in, secret) && secret.size() == 64 && token_equal(token, secret);
+  }
+  return node || owner;
+}
+
+std::string not_allowed(const std::string& trial) {
+  return "not allowed to read trial " + trial + "'s checkpoints: only its owner (with its access secret) or a holder of "
+         "the node's token may";
+}
+
 // A checkpoint's files (name, size), for a client that copies it.
 caf::message list_checkpoint(node_actor self, const std::string& token, const std::string& trial, const std::string& path) {
   auto no = [](const std::string& why) { return caf::make_message(wire::ckpt_list_atom::value, false, why); };
-  if (!token_equal(token, self->state.opt.token)) return no("wrong cluster token");
+  if (!may_read(self, token, trial)) return no(not_allowed(trial));
   auto dir = checkpoint_folder(self, trial, path);
   if (!dir) return no(dir.error().message());
   namespace fs = std::filesystem;
@@ -634,7 +659,7 @@ caf::message list_checkpoint(node_actor self, const std::string& token, const st
 caf::message read_checkpoint(node_actor self, const std::string& token, const std::string& trial, const std::string& path,
                              const std::string& name, uint64_t offset, uint32_t length) {
   auto no = [](const std::string& why) { return caf::make_message(wire::ckpt_read_atom::value, false, why); };
-  if (!token_equal(token, self->state.opt.token)) return no("wrong cluster token");
+  if (!may_read(self, token, trial)) return no(not_allowed(trial));
   if (length > wire::max_chunk) return no("at most " + std::to_string(wire::max_chunk) + " bytes at a time");
   auto dir = checkpoint_folder(self, trial, path);
   if (!dir) return no(dir.error().message());

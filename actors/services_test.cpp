@@ -48,11 +48,11 @@ TEST(Services, AHeadWithItsDashboardShowsWhereTheDashboardIs) {
   wire::config cfg{false};
   caf::actor_system sys{cfg};
   head_options hopt{"tok", "h:1", wire::heartbeat_timeout, {}};
-  auto wild = start_head_service(sys, hopt, dashboard_options{"0.0.0.0", 0, false, "tok"}, "gpu-a");
+  auto wild = start_head_service(sys, hopt, dashboard_options{"0.0.0.0", 0, false}, "gpu-a");
   ASSERT_TRUE(wild) << wild.error().message();
   ASSERT_TRUE(wild->dashboard);
   EXPECT_EQ(wild->dashboard_url, "http://gpu-a:" + std::to_string(wild->dashboard->port()) + "/");
-  auto local = start_head_service(sys, hopt, dashboard_options{"127.0.0.1", 0, false, "tok"}, "gpu-a");
+  auto local = start_head_service(sys, hopt, dashboard_options{"127.0.0.1", 0, false}, "gpu-a");
   ASSERT_TRUE(local);
   EXPECT_EQ(local->dashboard_url, "http://127.0.0.1:" + std::to_string(local->dashboard->port()) + "/");
   auto none = start_head_service(sys, hopt, std::nullopt, "gpu-a");
@@ -60,7 +60,7 @@ TEST(Services, AHeadWithItsDashboardShowsWhereTheDashboardIs) {
   EXPECT_FALSE(none->dashboard);
   EXPECT_EQ(none->dashboard_url, "");
   // A port that is taken is the caller's error, not a head without a dashboard.
-  auto taken = start_head_service(sys, hopt, dashboard_options{"127.0.0.1", local->dashboard->port(), false, "tok"}, "gpu-a");
+  auto taken = start_head_service(sys, hopt, dashboard_options{"127.0.0.1", local->dashboard->port(), false}, "gpu-a");
   EXPECT_FALSE(taken);
   for (auto* h : {&*wild, &*local, &*none}) {
     h->dashboard.reset();

@@ -528,7 +528,8 @@ void on_started(trial_actor self, int pid, int group, const std::string& error, 
   log_line("trial " + st.opt.spec.trial_id + " started, pid " + std::to_string(pid));
   st.started_ok = true;
   st.opt.started.deliver(wire::start_answer(true, info.dump(), caf::actor_cast<caf::actor>(self)));
-  if (st.opt.node) to_owner(self, caf::make_message(wire::trial_node_atom::value, st.opt.spec.trial_id, st.opt.node));
+  if (st.opt.node)
+    to_owner(self, caf::make_message(wire::trial_node_atom::value, st.opt.spec.trial_id, st.opt.node, st.opt.access));
   event(self, "started", info);
   if (!st.opt.audit) return;
   nlohmann::json quota = nlohmann::json::object();

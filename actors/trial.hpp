@@ -57,6 +57,7 @@ struct trial_options {
   std::string program;    // the program's path on this node
   std::string node_id;
   std::string trial_dir;  // the trial's own folder (created)
+  std::string access;     // the secret its owner reads its checkpoints with (in trial_dir/.access)
   std::vector<gpu_instance> cards;  // the bundle's cards, in order
   std::vector<gpu_grant> grants;    // their shares and memory
   std::map<std::string, std::string> base_env;  // PATH, HOME, LD_LIBRARY_PATH, ...

@@ -2,7 +2,12 @@
 // `inspect`, and the CAF configuration every process uses. One place, so that head,
 // node and client always agree.
 //
-// The protocol (all requests carry the cluster token; every reply says ok or why not):
+// The protocol (all requests carry a token; every reply says ok or why not). Who a token
+// is (tune/cluster/users.hpp): the head's own token is the admin; the node token lets
+// nodes join, beat, report audits and leave, nothing else; a user's token acts as that
+// user, on what that user owns (placement groups, their trials, experiments) and the
+// cluster's status with other users' holdings summarized; drain, rebalance and user
+// management are the admin's. A refusal names the owner or the role that may.
 //
 //   node -> head   (join_atom, token, wire_ad)              -> (join_atom, bool, text)
 //                  text: the head's version when accepted, else the reason
@@ -63,8 +68,11 @@
 //                  acknowledged stops reading its worker's reports until they are (the
 //                  worker then blocks on its writes), so a report flood holds bounded
 //                  memory on the node, the head and the client
-//   trial -> client (trial_node_atom, trial_id, node actor)   once it runs: where its checkpoints are read
-// Checkpoints are copied from the node in chunks (docs/trials.md), by a token holder:
+//   trial -> client (trial_node_atom, trial_id, node actor, access)   once it runs: where its
+//                  checkpoints are read, and the trial's own secret for reading them (the
+//                  node makes one per trial: users' tokens are not the node's)
+// Checkpoints are copied from the node in chunks (docs/trials.md), by the trial's owner
+// (with the trial's access secret) or a holder of the node's token:
 //   client -> node (ckpt_list_atom, token, trial_id, path)  -> (ckpt_list_atom, bool, json-or-error)
 //                  json: [{"name", "size"}] of the checkpoint folder `path` (a trial's, on the node)
 //   client -> node (ckpt_read_atom, token, trial_id, path, name, offset, length) -> (ckpt_read_atom, bool, bytes-or-error)
@@ -76,6 +84,12 @@
 //   head -> owner (pg_move_atom, group, avoid node ids)   please move the trial in this group off
 //                  those nodes: the owner pauses it (its process ends, its checkpoint stays),
 //                  gives the group back and starts it again in a new group (avoid) from it
+// Users (docs/users.md), the admin only:
+//   client -> head (user_atom, token, op, json) -> (user_atom, bool, json-or-error)
+//                  op: "add" {name, settings...} -> the user with their token; "set" {name,
+//                  settings...}; "token" {name, new} -> the user's token (new: a new one;
+//                  the old one ends); "remove"
+//                  {name}; "list" {} -> [users without tokens]
 // Nodes put what they hold (wire_hold) in their advertisement and every heartbeat.
 //
 // The head is a dynamically typed actor on purpose: a client of another version still
@@ -143,6 +157,7 @@ using route_atom = caf::atom_constant<caf::atom("route")>;
 using trial_ack_atom = caf::atom_constant<caf::atom("trialack")>;
 using rebalance_atom = caf::atom_constant<caf::atom("rebalance")>;
 using drain_atom = caf::atom_constant<caf::atom("drain")>;
+using user_atom = caf::atom_constant<caf::atom("user")>;
 using pg_move_atom = caf::atom_constant<caf::atom("pgmove")>;
 // An experiment's controller reports to the head's board (tune/cluster/board.hpp):
 // (board_atom, token, report JSON), no answer.

@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
   }
   wire::config cfg{false};
   caf::actor_system sys{cfg};
-  auto bound = dashboard_server::bind(sys, {"127.0.0.1", 0, false, token});
+  auto bound = dashboard_server::bind(sys, {"127.0.0.1", 0, false});
   if (!bound) {
     std::fprintf(stderr, "bench_dashboard: %s\n", bound.error().message().c_str());
     return 1;

@@ -41,6 +41,8 @@
 #include "services.hpp"
 #include "tune/cluster/status_text.hpp"
 #include "tune/cluster/token.hpp"
+#include "tune/cluster/users.hpp"
+#include "tune/core/quantity.hpp"
 #include "tune/cluster/version.hpp"
 #include "tune/host/detect.hpp"
 #include "tune/trial/mps.hpp"
@@ -67,6 +69,7 @@ const char* usage =
     "  rebalance  even the GPU load across nodes (trials move, from their checkpoints)\n"
     "  drain    move every trial off a node and place nothing new there (maintenance)\n"
     "  dashboard  print the head's web dashboard address (with a link that signs in)\n"
+    "  user     add, change, list or remove the cluster's users (their tokens, quotas, priorities)\n"
     "\n"
     "`tune <command> --help` describes a command's options; `tune --version` prints the version.\n";
 
@@ -138,6 +141,17 @@ int start_head(const po::variables_map& vm, const std::string& dir) {
   if (!token) return fail("start", token.error().message());
   if (token->created) std::cout << "tune: created a new cluster token in " << token_path << " (mode 0600)\n";
   if (!token->warning.empty()) std::cerr << "tune: warning: " << token->warning << "\n";
+  // Nodes join with the node token, which can do nothing else; users have their own
+  // (docs/users.md), kept beside it.
+  auto node_token_path = node_token_file_beside(token_path);
+  auto node_token = ensure_token(node_token_path);
+  if (!node_token) return fail("start", node_token.error().message());
+  if (node_token->created)
+    std::cout << "tune: created the node token in " << node_token_path
+              << " (mode 0600): nodes join with it (tune start --address ... --token-file FILE)\n";
+  auto users = user_store::open(users_file_beside(token_path));
+  if (!users) return fail("start", users.error().message());
+  std::shared_ptr<user_store> shared_users{std::move(*users)};
   if (port != 0) {
     if (int pid = cli::live_pid(dir + "/head-" + std::to_string(port) + ".pid"))
       return fail("start", "a head on port " + std::to_string(port) + " is already running (pid " +
@@ -165,13 +179,14 @@ int start_head(const po::variables_map& vm, const std::string& dir) {
     groups_options groups;
     groups.orphan_grace = std::chrono::milliseconds(static_cast<int64_t>(orphan_grace_s * 1000));
     head_options hopt{token->token, shown_host + ":" + std::to_string(actual), wire::heartbeat_timeout, groups};
+    hopt.node_token = node_token->token;
+    hopt.users = shared_users;
     std::optional<dashboard_options> dopt;
     if (!vm.count("no-dashboard")) {
       dopt.emplace();
       dopt->host = vm.count("dashboard-host") ? vm["dashboard-host"].as<std::string>() : host.empty() ? "0.0.0.0" : host;
       dopt->port = vm["dashboard-port"].as<int>();
       dopt->any_port_if_taken = vm["dashboard-port"].defaulted();
-      dopt->token = token->token;
     }
     auto service = start_head_service(sys, hopt, dopt, shown_host);  // actors/services.hpp
     if (!service) {
@@ -199,7 +214,9 @@ int start_head(const po::variables_map& vm, const std::string& dir) {
                 "  runtime dir: " + dir + "\n" + (block ? "" : "  log: " + dir + "/head-" + std::to_string(port) + ".log\n") +
                 "  token file:  " + token_path + "\n" +
                 (hopt.dashboard.empty() ? "" : "  dashboard:   " + hopt.dashboard + " (tune dashboard prints a link that signs in)\n") +
-                "  nodes join with: tune start --address " + address + " --token-file " + token_path);
+                "  nodes join with: tune start --address " + address + " --token-file " + node_token_path +
+                " (the node token; the admin token works too)\n" +
+                "  users: tune user add NAME (each gets a token of their own)");
     int sig = 0;
     sigwait(&signals, &sig);
     log_line(std::string{"stopping ("} + strsignal(sig) + ")");
@@ -756,6 +773,114 @@ int cmd_group(const std::vector<std::string>& args) {
 
 // --- tune stop -------------------------------------------------------------------
 
+// --- tune user ------------------------------------------------------------------
+
+// The settings options of `tune user add/set` as the head's JSON (only those given).
+expected<nlohmann::json> user_settings(const po::variables_map& vm) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const char* q : {"gpus", "cpus"})
+    if (vm.count(q)) {
+      auto v = vm[q].as<std::string>();
+      auto amount = quantity::parse(v, std::string{"--"} + q);
+      if (v == "none") j[q] = nullptr;
+      else if (!amount)
+        return status{errc::invalid_argument, "--" + std::string{q} + " " + v + ": give a number of " + q +
+                                                  " (2, 0.5, ...) or none (no quota)"};
+      else j[q] = amount->to_double();
+    }
+  if (vm.count("max-trials")) j["max_trials"] = vm["max-trials"].as<int64_t>();
+  if (vm.count("priority")) j["priority"] = vm["priority"].as<int64_t>();
+  if (vm.count("weight")) j["weight"] = vm["weight"].as<double>();
+  if (vm.count("account")) j["account"] = vm["account"].as<std::string>();
+  return j;
+}
+
+std::string quota_text(const nlohmann::json& v) { return v.is_null() ? "no limit" : v.dump(); }
+
+void print_user(const nlohmann::json& u) {
+  std::cout << u["name"].get<std::string>() << ": gpus " << quota_text(u["gpus"]) << ", cpus " << quota_text(u["cpus"])
+            << ", trials at once " << quota_text(u["max_trials"]) << ", priority " << u["priority"] << ", weight "
+            << u["weight"] << ", trials run as "
+            << (u["account"].get<std::string>().empty() ? std::string{"the node's --trial-user"} : u["account"].get<std::string>())
+            << "\n";
+}
+
+// `tune user add|set|list|remove|token`: the admin manages the cluster's users on the
+// head (docs/users.md); each user's token goes to a file of its own, mode 0600.
+int cmd_user(const std::vector<std::string>& args) {
+  const char* about =
+      "  add NAME [settings] [--out FILE]   a new user; their token goes to FILE (default: users/NAME.token\n"
+      "                                     beside the admin token), mode 0600: give it to them\n"
+      "  set NAME [settings]                change a user's settings\n"
+      "  list [--json]                      every user and their settings\n"
+      "  remove NAME                        the user's token stops working at once\n"
+      "  token NAME [--out FILE] [--new]    write the user's token to FILE again (--new: a new token;\n"
+      "                                     the old one stops working)\n"
+      "settings: --gpus N (whole cards and shares, exactly; none: no quota), --cpus N, --max-trials N,\n"
+      "--priority P (higher preempts lower), --weight W (fair share), --account UNIX_USER (what the\n"
+      "user's trials run as). Only the admin (the head's own token) manages users.\n";
+  po::options_description desc("tune user options");
+  desc.add_options()("help,h", "show this help")("op", po::value<std::string>(), "add, set, list, remove or token")(
+      "name", po::value<std::string>(), "the user")("gpus", po::value<std::string>(), "GPU quota (none: no quota)")(
+      "cpus", po::value<std::string>(), "CPU quota (none: no quota)")("max-trials", po::value<int64_t>(), "trials at once")(
+      "priority", po::value<int64_t>(), "priority (default 0)")("weight", po::value<double>(), "fair-share weight (default 1)")(
+      "account", po::value<std::string>(), "Unix account of the user's trials")("out", po::value<std::string>(),
+                                                                                  "where the user's token goes")(
+      "new", "token: make a new token")("json", "print JSON");
+  add_client_options(desc);
+  po::positional_options_description pos;
+  pos.add("op", 1).add("name", 1);
+  po::variables_map vm;
+  if (int rc = parse("user", args, desc, "tune user <add|set|list|remove|token> [NAME] [options] --address HOST:PORT", vm,
+                     &pos, about);
+      rc >= 0)
+    return rc;
+  if (!vm.count("op")) return fail("user", "say what to do: tune user add|set|list|remove|token (tune user --help)", 2);
+  const auto op = vm["op"].as<std::string>();
+  if (op != "add" && op != "set" && op != "list" && op != "remove" && op != "token")
+    return fail("user", "\"" + op + "\" is not add, set, list, remove or token (tune user --help)", 2);
+  if (op != "list" && !vm.count("name")) return fail("user", "say which user: tune user " + op + " NAME", 2);
+  auto settings = user_settings(vm);
+  if (!settings) return fail("user", settings.error().message(), 2);
+  if (op != "add" && op != "set" && !settings->empty())
+    return fail("user", "--gpus, --cpus, --max-trials, --priority, --weight and --account are for add and set", 2);
+  auto body = op == "add" || op == "set" ? *settings : nlohmann::json::object();
+  if (op == "set" && body.empty()) return fail("user", "say what to change: --gpus, --cpus, --max-trials, --priority, --weight or --account", 2);
+  if (vm.count("name")) body["name"] = vm["name"].as<std::string>();
+  if (op == "token" && vm.count("new")) body["new"] = true;
+  auto out_file = vm.count("out") ? vm["out"].as<std::string>()
+                                  : user_token_file_beside(vm["token-file"].as<std::string>(),
+                                                           vm.count("name") ? vm["name"].as<std::string>() : "");
+  auto c = connect_head("user", vm);
+  if (auto* rc = std::get_if<int>(&c)) return *rc;
+  auto& conn = std::get<connected>(c);
+  auto text = conn.client->manage_users(op == "token" ? "token" : op, body.dump());
+  if (!text) finish(fail("user", text.error().message()));
+  auto j = nlohmann::json::parse(*text);
+  if (j.is_object() && j.contains("token")) {  // add, token: the user's token to its file
+    auto written = write_token_file(out_file, j["token"].get<std::string>());
+    if (!written) finish(fail("user", written.message()));
+    j.erase("token");
+  }
+  if (vm.count("json")) {
+    std::cout << j.dump() << "\n";
+    finish(0);
+  }
+  if (op == "list") {
+    if (j.empty()) std::cout << "no users yet: tune user add NAME (only the admin token acts until then)\n";
+    for (auto& u : j) print_user(u);
+  } else if (op == "remove") {
+    std::cout << "removed user " << j["name"].get<std::string>() << ": their token no longer works\n";
+  } else {
+    if (op == "add") std::cout << "added ";
+    print_user(j);
+    if (op == "add" || op == "token")
+      std::cout << "their token is in " << out_file << " (mode 0600): give it to " << j["name"].get<std::string>()
+                << ", who passes it as --token-file (or puts it in ~/.tune/token)\n";
+  }
+  finish(0);
+}
+
 int cmd_stop(const std::vector<std::string>& args) {
   po::options_description desc("tune stop options");
   desc.add_options()
@@ -854,6 +979,7 @@ int main(int argc, char** argv) {
   if (command == "rebalance") return cmd_rebalance(args);
   if (command == "drain") return cmd_drain(args);
   if (command == "dashboard") return cmd_dashboard(args);
+  if (command == "user") return cmd_user(args);
   std::cerr << "tune: unknown command '" << command << "'\n\n" << usage;
   return 2;
 }

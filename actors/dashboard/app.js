@@ -252,7 +252,7 @@ async function pageCluster() {
         <td class="num">${n.alive ? Math.round(n.last_heartbeat_ms_ago) + " ms ago" : "–"}</td>`;
     }), "No node has joined yet: start one with tune start --address HOST:PORT.");
   const gpuRows = gpus.map(g => {
-    const holders = g.holders.map(h => `<span class="holder">${h.trial ? trialLink(h.experiment, h.trial) : `<span class="mono">${esc(h.group)}</span>`}
+    const holders = g.holders.map(h => `<span class="holder">${h.trial ? trialLink(h.experiment, h.trial) : h.held_by ? `held by ${esc(h.held_by)}` : `<span class="mono">${esc(h.group)}</span>`}
         · ${num(h.share)} GPU · quota ${bytes(h.memory_quota)}${h.memory_used !== null ? ` · uses ${bytes(h.memory_used)}` : ""}${h.host_memory !== undefined ? ` · host ${bytes(h.host_memory)}` : ""}${h.cpu_seconds !== undefined ? ` · ${num(h.cpu_seconds, 1)} CPU-s` : ""}</span>`).join("");
     const foreign = g.foreign.map(f => `<span class="holder error">not ours: pid ${esc(f.pid)} ${esc(f.name)} · ${bytes(f.memory)}</span>`).join("");
     return `<td class="mono">${esc(g.node)}</td><td class="num">${g.index}</td>
@@ -287,6 +287,10 @@ async function pageExperiments() {
   const list = await api("/api/experiments");
   const rows = list.map(e => {
     const by = Object.entries(e.trials_by_state || {}).map(([s, n]) => `${badge(s)} ${n}`).join(" ");
+    if (e.held_by)  // another user's: who holds what, nothing of it
+      return `<td><span class="muted">held by ${esc(e.held_by)}</span><br><span class="muted mono">${esc(e.id)}</span></td>
+        <td>${badge(e.state)}</td><td class="muted">–</td><td>${by}</td><td>–</td><td class="num">–</td><td class="num">–</td>
+        <td class="muted">${esc(e.owner)}'s</td>`;
     return `<td>${expLink(e.id, e.name || e.id)}<br><span class="muted mono">${esc(e.id)}</span></td><td>${badge(e.state)}</td>
       <td>${(e.objectives || [{ name: e.metric, mode: e.mode }]).map(o => `${esc(o.name)} (${esc(o.mode)})`).join(", ")}${(e.constraints || []).length ? `<br><span class="muted">${e.constraints.map(c => esc(c) + " ≤ 0").join(", ")}</span>` : ""}</td><td>${by}</td>
       <td>${e.best ? `${trialLink(e.id, e.best.trial)} ${num(e.best.value)}` : "–"}</td>
@@ -432,7 +436,8 @@ function start() {
 
 window.addEventListener("hashchange", start);
 window.addEventListener("resize", render);
-api("/api/cluster").then(c => {
-  document.getElementById("footer").textContent = `head ${c.head.address} · libtune ${c.head.version}`;
+Promise.all([api("/api/cluster"), api("/api/whoami")]).then(([c, me]) => {
+  document.getElementById("footer").textContent =
+    `head ${c.head.address} · libtune ${c.head.version} · signed in as ${me.admin ? "the cluster's admin" : me.name}`;
 }).catch(() => {});
 start();

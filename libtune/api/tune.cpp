@@ -197,7 +197,7 @@ expected<std::shared_ptr<cluster::impl>> start_embedded(const cluster_options& o
   head_options hopt{token, "embedded", wire::heartbeat_timeout, {}};
   std::optional<dashboard_options> dopt;
   // On this machine only: the embedded cluster's token is made up here, for this run.
-  if (opt.dashboard_port) dopt = dashboard_options{"127.0.0.1", *opt.dashboard_port, false, token};
+  if (opt.dashboard_port) dopt = dashboard_options{"127.0.0.1", *opt.dashboard_port, false};
   auto service = start_head_service(*st->sys, hopt, dopt, "127.0.0.1");  // actors/services.hpp
   if (!service) return service.error();
   st->head = service->head;

@@ -133,7 +133,7 @@ status experiment_board::apply(const nlohmann::json& r, double now) {
     fresh.results = found == experiments_.end() ? 0 : found->second.results;
   }
   experiment& e = full ? fresh : found->second;
-  for (auto key : {"name", "metric", "mode", "dir", "host", "scheduler", "search", "started"})
+  for (auto key : {"name", "metric", "mode", "dir", "host", "scheduler", "search", "started", "owner"})
     if (r.contains(key) && (r[key].is_string() || r[key].is_number())) e.info[key] = r[key];
   if (r.contains("pid") && r["pid"].is_number_integer()) e.info["pid"] = r["pid"];
   for (auto key : {"objectives", "constraints"})
@@ -228,13 +228,34 @@ nlohmann::json experiment_board::summary(const std::string& id, const experiment
   return j;
 }
 
-nlohmann::json experiment_board::list_json() const {
+nlohmann::json experiment_board::list_json(const std::string& viewer) const {
   std::vector<std::pair<uint64_t, std::string>> order;
   for (auto& [id, e] : experiments_) order.emplace_back(e.order, id);
   std::sort(order.rbegin(), order.rend());
   auto out = nlohmann::json::array();
-  for (auto& [o, id] : order) out.push_back(summary(id, experiments_.at(id)));
+  for (auto& [o, id] : order) {
+    const auto& e = experiments_.at(id);
+    auto owner = e.info.value("owner", "");
+    if (viewer.empty() || owner.empty() || owner == viewer) {
+      out.push_back(summary(id, e));
+      continue;
+    }
+    // Another user's: who holds what, no names, configs or metrics.
+    auto full = summary(id, e);
+    out.push_back({{"id", id},
+                   {"owner", owner},
+                   {"state", full["state"]},
+                   {"trials", full["trials"]},
+                   {"trials_by_state", full["trials_by_state"]},
+                   {"held_by", owner + " (" + std::to_string(full["trials_by_state"].value("running", int64_t{0})) +
+                                   " trials running)"}});
+  }
   return out;
+}
+
+std::string experiment_board::owner(const std::string& id) const {
+  auto it = experiments_.find(id);
+  return it == experiments_.end() ? std::string{} : it->second.info.value("owner", "");
 }
 
 nlohmann::json experiment_board::experiment_json(const std::string& id, bool curves) const {
@@ -338,6 +359,7 @@ nlohmann::json gpus_view(const nlohmann::json& status, const experiment_board& b
         if (!b.contains("gpus")) continue;
         for (auto& c : b["gpus"]) {
           nlohmann::json h{{"group", gid},
+                           {"owner", g.value("owner", "")},
                            {"bundle", b.value("index", 0)},
                            {"share", c.value("share", 0.0)},
                            {"memory_quota", c.value("memory", int64_t{0})},
@@ -395,6 +417,32 @@ nlohmann::json gpus_view(const nlohmann::json& status, const experiment_board& b
     }
   }
   return out;
+}
+
+}  // namespace tune
+
+namespace tune {
+
+nlohmann::json status_for_user(nlohmann::json status, const std::string& user) {
+  if (status.contains("placement_groups") && status["placement_groups"].is_array())
+    for (auto& g : status["placement_groups"]) {
+      const auto owner = g.value("owner", "");
+      if (owner.empty() || owner == user) continue;
+      g.erase("reason");
+      g["held_by"] = owner;
+    }
+  return status;
+}
+
+void hide_others_holders(nlohmann::json& gpus, const std::string& user) {
+  for (auto& card : gpus)
+    for (auto& h : card["holders"]) {
+      const auto owner = h.value("owner", "");
+      if (owner.empty() || owner == user) continue;
+      h["experiment"] = nullptr;
+      h["trial"] = nullptr;
+      h["held_by"] = owner;
+    }
 }
 
 }  // namespace tune

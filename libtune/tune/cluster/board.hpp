@@ -57,8 +57,11 @@ class experiment_board {
   void owner_lost(const std::string& experiment, const std::string& why, double now);
 
   // The experiments, newest first: id, name, state, metric, mode, trial counts by state,
-  // the best trial and its value, results, times.
-  nlohmann::json list_json() const;
+  // the best trial and its value, results, times, owner. Seen by user `viewer` (empty:
+  // the admin), other users' experiments show only their owner, state and counts.
+  nlohmann::json list_json(const std::string& viewer = "") const;
+  // The user an experiment belongs to (its first reporter); empty when not on the board.
+  std::string owner(const std::string& id) const;
   // One experiment with its trial table; `curves`: every trial's points too; with
   // several objectives or constraints its Pareto front ("pareto", docs/dashboard.md).
   // Null when there is no such experiment.
@@ -110,5 +113,11 @@ class experiment_board {
 // the trial in it (from the board) and the memory the GPU audit saw it use — plus other
 // people's processes the audit found. `status` is the head's status JSON.
 nlohmann::json gpus_view(const nlohmann::json& status, const experiment_board& board);
+
+// The head's status as user `user` sees it: other users' placement groups keep what
+// they hold and are marked "held_by" their owner, without their reasons.
+nlohmann::json status_for_user(nlohmann::json status, const std::string& user);
+// Other users' holders in gpus_view: their owner, share and memory, no experiment or trial.
+void hide_others_holders(nlohmann::json& gpus, const std::string& user);
 
 }  // namespace tune

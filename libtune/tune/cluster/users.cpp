@@ -229,5 +229,8 @@ const user_record* user_store::by_token(std::string_view token) const {
 
 std::string users_file_beside(const std::string& token_file) { return folder_of(token_file) + "/users.db"; }
 std::string node_token_file_beside(const std::string& token_file) { return folder_of(token_file) + "/node-token"; }
+std::string user_token_file_beside(const std::string& token_file, const std::string& user) {
+  return folder_of(token_file) + "/users/" + user + ".token";
+}
 
 }  // namespace tune

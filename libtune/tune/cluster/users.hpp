@@ -103,5 +103,7 @@ class user_store {
 std::string users_file_beside(const std::string& token_file);
 // The node token beside it: "/root/.tune/node-token".
 std::string node_token_file_beside(const std::string& token_file);
+// Where `tune user add` puts a user's token: "/root/.tune/users/ann.token".
+std::string user_token_file_beside(const std::string& token_file, const std::string& user);
 
 }  // namespace tune
