@@ -203,11 +203,11 @@ caf::message_handler head_handlers(controller_actor self) {
       [](wire::subscribe_atom, bool, const std::string&) {},
       [](wire::rebalance_atom, bool, const std::string&) {},  // the head's plan: its moves come as pg_move
       // The head asks to move the trial in `group` off `avoid` (rebalance, drain).
-      [self](wire::pg_move_atom, const std::string& group, const std::vector<std::string>& avoid) {
+      [self](wire::pg_move_atom, const std::string& group, const std::vector<std::string>& avoid, const std::string& why) {
         auto& st = self->state;
         auto from = self->current_sender();
         if (st.over || !from || from->node() != st.setup.head.node()) return;  // the head's process
-        st.table.on_move(group, avoid, now(self));
+        st.table.on_move(group, avoid, now(self), why);
         drain(self);
       },
       [self](wire::node_event_atom, const std::string& node, const std::string& state, const std::string& reason) {

@@ -248,7 +248,8 @@ TEST_F(ControllerTest, AMoveStopsTheTrialAndStartsItAgainOffItsNode) {
   start(1, {}, ro);
   auto first = trial("trial-00001");
   say(first, wire::trial_results_atom::value, std::string{"trial-00001"}, results({{1, 0.5}}));
-  caf::send_as(head, controller, wire::pg_move_atom::value, std::string{"g1"}, std::vector<std::string>{"n1"});
+  caf::send_as(head, controller, wire::pg_move_atom::value, std::string{"g1"}, std::vector<std::string>{"n1"},
+               std::string{"rebalance"});
   sched.run();
   EXPECT_EQ(log->heard[first.address()], "stop");
   ASSERT_EQ(log->created.size(), 2u);

@@ -95,6 +95,24 @@ status check_group_id(const std::string& id) {
 
 void send_all(groups_actor self, std::vector<group_message> msgs);
 void flush(groups_actor self);
+bool ask_move(groups_actor self, const std::string& group, const std::vector<node_id>& avoid, const std::string& why);
+
+// A higher-priority group waits on a full cluster: the owners of the fewest
+// lower-priority groups that make room are asked to move their trials (paused through
+// their checkpoints, their groups given back; docs/users.md).
+void preempt(groups_actor self) {
+  auto& st = self->state;
+  auto movable = [&](const std::string& id) { return st.owner_of.count(id) > 0; };
+  auto p = st.table.preempt(st.view, self->clock().now(), std::chrono::seconds(30), movable);
+  if (!p) return;
+  std::string names;
+  for (auto& v : p->victims) {
+    ask_move(self, v, {}, p->reason);
+    names += (names.empty() ? "" : ", ") + v;
+  }
+  log_line("placement group " + p->for_group + " waits on a full cluster: lower-priority group(s) " + names +
+           " asked to move (" + p->reason + ")");
+}
 
 void send_all(groups_actor self, std::vector<group_message> msgs) {
   auto& st = self->state;
@@ -151,6 +169,7 @@ void answer_waiters(groups_actor self) {
 void flush(groups_actor self) {
   auto& st = self->state;
   send_all(self, st.table.schedule(st.view, self->clock().now()));
+  preempt(self);
   for (auto& moved : st.table.take_moved()) {
     std::string list;
     for (auto b : moved.bundles) list += (list.empty() ? "" : ", ") + std::to_string(b);
@@ -338,6 +357,7 @@ caf::message create(groups_actor self, const wire::wire_group_spec& w, caf::acto
   auto strat = parse_strategy(w.strategy.empty() ? "PACK" : w.strategy);
   if (!strat) return no(strat.error().message());
   spec.strat = *strat;
+  spec.user = user;  // its quota, priority and share (docs/users.md)
   if (w.bundles.empty()) return no("a placement group needs at least one bundle");
   if (w.bundles.size() > 4096) return no("a placement group has at most 4096 bundles");
   spec.avoid = w.avoid;
@@ -418,11 +438,11 @@ std::map<node_id, double> gpus_by_node(const group_table::group& g) {
 
 // Asks the owner of `group` to move its trial off `avoid`; false when nobody can (a
 // detached group has no owner to ask).
-bool ask_move(groups_actor self, const std::string& group, const std::vector<node_id>& avoid) {
+bool ask_move(groups_actor self, const std::string& group, const std::vector<node_id>& avoid, const std::string& why) {
   auto& st = self->state;
   auto o = st.owner_of.find(group);
   if (o == st.owner_of.end()) return false;
-  self->send(o->second, wire::pg_move_atom::value, group, avoid);
+  self->send(o->second, wire::pg_move_atom::value, group, avoid, why);
   return true;
 }
 
@@ -478,7 +498,7 @@ nlohmann::json rebalance(groups_actor self) {
     std::vector<node_id> avoid;
     for (auto& [n, c] : st.nodes)
       if (n != lo) avoid.push_back(n);
-    ask_move(self, best->group, avoid);
+    ask_move(self, best->group, avoid, "rebalance: from " + hi + " to " + lo);
     moves.push_back({{"group", best->group}, {"from", hi}, {"to", lo}, {"gpu", best->gpu}});
   }
   for (auto& [n, c] : cap) load[n] = used[n] / c;
@@ -640,7 +660,7 @@ caf::behavior groups(groups_actor self, groups_options opt) {
             bool there = false;
             for (auto& s : g.site) there = there || (s && s->node == node);
             if (!there) continue;
-            if (ask_move(self, id, {node})) moves.push_back({{"group", id}, {"from", node}});
+            if (ask_move(self, id, {node}, "node " + node + " is draining")) moves.push_back({{"group", id}, {"from", node}});
             else stays.push_back({{"group", id}, {"why", "detached: nobody owns it to move it; remove it when done"}});
           }
           log_line("node " + node + " is draining: " + std::to_string(moves.size()) + " group(s) asked to move");
@@ -687,6 +707,17 @@ caf::behavior groups(groups_actor self, groups_options opt) {
         if (auto why = not_theirs(self, user, id, "read"); !why.empty())
           return caf::make_message(wire::pg_get_atom::value, false, why);
         return caf::make_message(wire::pg_get_atom::value, true, group_json(self, *g, self->clock().now()).dump());
+      },
+      // The users' quotas, priorities and weights, from the head (at its start and after
+      // every change): a JSON list of users as tune/cluster/users.hpp's to_json.
+      [self](wire::user_atom, const std::string& users) {
+        auto j = nlohmann::json::parse(users, nullptr, false);
+        if (!j.is_array()) return;
+        std::map<std::string, user_limits> limits;
+        for (auto& u : j)
+          if (auto l = limits_from_json(u); l && u.contains("name") && u["name"].is_string()) limits[u["name"]] = *l;
+        self->state.table.set_users(std::move(limits));
+        flush(self);
       },
       [self](wire::pg_list_atom) {
         auto& st = self->state;

@@ -38,6 +38,7 @@ struct groups_options {
 //   (node_down_atom, node_id)
 //   (holdings_atom, node_id, version, std::vector<wire_hold>)
 //   (pg_list_atom) -> (pg_list_atom, json array of every group and orphan)
+//   (user_atom, json)   the users' quotas, priorities and weights (a list of users)
 // and the client requests of wire.hpp with the requesting user's name in place of their
 // token ("admin" for the admin): (pg_create_atom, user, spec), (pg_wait_atom, user, id,
 // timeout_ms), (pg_remove_atom, user, id), (pg_get_atom, user, id), (trial_start_atom,

@@ -198,6 +198,15 @@ std::pair<int, std::string> dashboard_view(head_actor self, const nlohmann::json
   return not_found("no view " + view);
 }
 
+// The users' settings to the placement-group actor, which schedules by them.
+void tell_groups_users(head_actor self) {
+  auto& st = self->state;
+  if (!st.opt.users) return;
+  auto list = nlohmann::json::array();
+  for (const auto& u : st.opt.users->users()) list.push_back(to_json(u, false));
+  self->send(st.groups, wire::user_atom::value, list.dump());
+}
+
 // The admin's user management (wire.hpp, user_atom): the answer's JSON, or why not.
 expected<nlohmann::json> manage_users(head_actor self, const std::string& op, const std::string& body) {
   auto& users = self->state.opt.users;
@@ -244,6 +253,7 @@ caf::behavior head(head_actor self, head_options opt) {
   self->state.started = self->clock().now();
   self->state.groups = spawn_groups(self->home_system(), self->state.opt.groups);
   self->link_to(self->state.groups);
+  tell_groups_users(self);
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
     std::erase_if(st.subscribers, [&](const caf::actor& a) { return a.address() == dm.source; });
@@ -474,6 +484,7 @@ caf::behavior head(head_actor self, head_options opt) {
         if (auto why = refused(who(self, token), {role::admin}, "manage users"); !why.empty()) return answer(false, why);
         auto r = manage_users(self, op, body);
         if (!r) return answer(false, r.error().message());
+        tell_groups_users(self);
         return answer(true, r->dump());
       },
       [self](wire::sweep_atom) {

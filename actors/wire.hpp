@@ -81,7 +81,7 @@
 //                  json: {"moves": [{"group", "from", "to", "gpu"}], "load": {node: fraction}}
 //   client -> head (drain_atom, token, node_id, bool on) -> (drain_atom, bool, json-or-error)
 //                  json: {"moves": [...], "stays": [{"group", "why"}]}
-//   head -> owner (pg_move_atom, group, avoid node ids)   please move the trial in this group off
+//   head -> owner (pg_move_atom, group, avoid node ids, why)   please move the trial in this group off
 //                  those nodes: the owner pauses it (its process ends, its checkpoint stays),
 //                  gives the group back and starts it again in a new group (avoid) from it
 // Users (docs/users.md), the admin only:

@@ -6,9 +6,12 @@
 // own access secret, not the node's token); users outlive a head restart.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <regex>
+#include <thread>
 
 #include "harness.hpp"
 #include "tune/tuner/store.hpp"
@@ -35,7 +38,7 @@ class UsersClusterTest : public ::testing::Test {
 
   void SetUp() override {
     ASSERT_TRUE(start_head());
-    auto n = files.tune({"start", "--address", address, "--num-cpus", "4", "--token-file", node_token()});
+    auto n = files.tune({"start", "--address", address, "--num-cpus", "4", "--num-gpus", "4", "--token-file", node_token()});
     ASSERT_EQ(n.rc, 0) << n.out << n.err;
     node = node_id_in(n.out);
     for (auto [name, gpus] : {std::pair{"ann", "2"}, std::pair{"bob", "none"}}) {
@@ -54,6 +57,22 @@ class UsersClusterTest : public ::testing::Test {
     if (std::regex_search(h.out, m, std::regex{R"(dashboard:\s+(http://\S+?)/?\s)"})) dashboard = m[1];
     EXPECT_FALSE(dashboard.empty()) << h.out;
     return h.rc == 0;
+  }
+
+  // The project folder `tune run` ships (trial.py from tests/programs), with an
+  // experiment file NAME.yaml: `name`, metric val_acc, the command, and `rest`.
+  std::string project() const { return files.dir() + "/project"; }
+  void experiment_file(const std::string& name, const std::string& rest) const {
+    fs::create_directories(project());
+    if (!fs::exists(project() + "/trial.py")) fs::copy_file(std::string{PROGRAMS_DIR} + "/trial.py", project() + "/trial.py");
+    std::ofstream(project() + "/" + name + ".yaml")
+        << "name: " << name << "\nmetric: val_acc\ncommand: [" << py() << ", trial.py]\nprogress: none\n" << rest;
+  }
+  // tune run NAME.yaml as `user`, into files.dir()/NAME.
+  run_result run_as(const std::string& user, const std::string& name) const {
+    return run({tune_binary(), "run", name + ".yaml", "--address", address, "--token-file", token_of(user), "--experiment-dir",
+                files.dir() + "/" + name},
+               {{"TUNE_RUNTIME_DIR", files.dir()}, {"CUDA_VISIBLE_DEVICES", ""}}, 180s, project());
   }
 
   // tune ARGS against the cluster with this token file.
@@ -137,17 +156,9 @@ TEST_F(UsersClusterTest, EachTokenActsOnlyOnWhatIsItsOwnAndTheNodeTokenOnlyJoins
 }
 
 TEST_F(UsersClusterTest, AUsersExperimentRunsWithItsCheckpointsAndStaysTheirs) {
-  auto project = files.dir() + "/project";
-  auto exp = files.dir() + "/exp";
-  fs::create_directories(project);
-  fs::copy_file(std::string{PROGRAMS_DIR} + "/trial.py", project + "/trial.py");
-  std::ofstream(project + "/e.yaml") << "name: anns\nmetric: val_acc\ncommand: [" << py() << R"(, trial.py]
-num_samples: 3
-space: {x: {uniform: [0.0, 1.0]}, epochs: 3, sleep: 0.05}
-progress: none
-)";
-  auto r = run({tune_binary(), "run", "e.yaml", "--address", address, "--token-file", token_of("ann"), "--experiment-dir", exp},
-               {{"TUNE_RUNTIME_DIR", files.dir()}, {"CUDA_VISIBLE_DEVICES", ""}}, 120s, project);
+  auto exp = files.dir() + "/anns";
+  experiment_file("anns", "num_samples: 3\nspace: {x: {uniform: [0.0, 1.0]}, epochs: 3, sleep: 0.05}\n");
+  auto r = run_as("ann", "anns");
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   // Its checkpoints were copied from the node with each trial's access secret (a user's
   // token is not the node's).
@@ -182,6 +193,160 @@ progress: none
   EXPECT_EQ(page["name"], "anns");
   EXPECT_EQ(get(files.token_file(), "/api/experiments/" + id).first, 200);  // the admin reads all
   EXPECT_EQ(get(node_token(), "/api/experiments").first, 401);
+}
+
+// A group over its user's quota waits in the head's records, saying why; another user's
+// group goes past it; it is placed once its user gives a share back.
+TEST_F(UsersClusterTest, AGroupOverItsUsersQuotaWaitsSayingWhy) {
+  auto first = as(token_of("ann"), {"group", "create", "--bundles", R"([{"gpu": 1}, {"gpu": 0.5}])", "--id", "a1", "--wait", "10"});
+  ASSERT_EQ(first.rc, 0) << first.err;
+  auto over = as(token_of("ann"), {"group", "create", "--bundles", R"([{"gpu": 1}])", "--id", "a2"});
+  ASSERT_EQ(over.rc, 0) << over.err;
+  auto bobs = as(token_of("bob"), {"group", "create", "--bundles", R"([{"gpu": 2}])", "--id", "b1", "--wait", "10"});
+  EXPECT_EQ(bobs.rc, 0) << "bob's group goes past ann's: " << bobs.err;
+  auto group = [&](const std::string& id) {
+    auto status = nlohmann::json::parse(as(files.token_file(), {"status", "--json"}).out, nullptr, false);
+    if (status.is_object())
+      for (auto& g : status["placement_groups"])
+        if (g["id"] == id) return g;
+    return nlohmann::json();
+  };
+  EXPECT_EQ(group("a2")["state"], "pending") << over.out;
+  EXPECT_EQ(group("a2")["reason"],
+            "over ann's quota of 2 gpus: 1.5 in use, it asks 1 (it waits until ann's other groups give some back)");
+  // The text status shows it too.
+  EXPECT_TRUE(contains(as(token_of("ann"), {"status"}).out, "over ann's quota of 2 gpus")) << as(token_of("ann"), {"status"}).out;
+  ASSERT_EQ(as(token_of("ann"), {"group", "remove", "a1"}).rc, 0);
+  EXPECT_TRUE(wait_until([&] { return group("a2")["state"] == "created"; }, 10s)) << group("a2");
+  // More than the quota at all: refused at once with what to do.
+  auto huge = as(token_of("ann"), {"group", "create", "--bundles", R"([{"gpu": 3}])", "--wait", "5"});
+  EXPECT_NE(huge.rc, 0);
+  EXPECT_TRUE(contains(huge.out + huge.err, "more than ann's quota of 2")) << huge.out << huge.err;
+}
+
+// A user's experiment asks for more than her quota: the head's records never show her
+// holding more than it, sampled all along, and every trial still runs to its end.
+TEST_F(UsersClusterTest, AnExperimentIsHeldToItsUsersQuotaAtEveryMoment) {
+  ASSERT_EQ(as(files.token_file(), {"user", "set", "ann", "--gpus", "1"}).rc, 0);
+  auto exp = files.dir() + "/quota";
+  experiment_file("quota", "num_samples: 6\nresources_per_trial: {gpu: 0.5, cpu: 0.5}\n"
+                           "space: {x: {uniform: [0.0, 1.0]}, epochs: 4, sleep: 0.1}\n");
+  std::atomic<bool> done{false};
+  run_result r;
+  std::thread driver([&] {
+    r = run_as("ann", "quota");
+    done = true;
+  });
+  double most = 0;
+  int samples = 0, waiting_seen = 0;
+  while (!done) {
+    auto st = nlohmann::json::parse(as(files.token_file(), {"status", "--json"}).out, nullptr, false);
+    if (st.is_object()) {
+      double held = 0;
+      for (auto& g : st["placement_groups"]) {
+        if (g.value("owner", "") != "ann") continue;
+        auto state = g.value("state", "");
+        if (state == "created" || state == "preparing" || state == "rescheduling")
+          for (auto& b : g["bundles"])
+            for (auto& c : b.value("gpus", nlohmann::json::array())) held += c.value("share", 0.0);
+        waiting_seen += state == "pending" && contains(g.value("reason", ""), "over ann's quota of 1 gpus");
+      }
+      most = std::max(most, held);
+      ++samples;
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  driver.join();
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_GE(samples, 5);
+  EXPECT_LE(most, 1.0 + 1e-9) << "ann held more GPUs than her quota";
+  EXPECT_GT(most, 0.0);
+  EXPECT_GT(waiting_seen, 0) << "no group was seen waiting for her quota";
+  auto store = experiment_store::open(exp);
+  ASSERT_TRUE(store);
+  auto trials = (*store)->trials();
+  ASSERT_TRUE(trials);
+  ASSERT_EQ(trials->size(), 6u);
+  for (auto& t : *trials) EXPECT_EQ(t.state, "terminated") << t.id << ": " << t.error;
+}
+
+// A high-priority user's experiment started on a cluster full of a low-priority user's
+// trials gets its cards within seconds: the head asks the fewest low-priority trials to
+// move (paused through their checkpoints), and each of them later completes from its
+// checkpoint with every iteration stored once.
+TEST_F(UsersClusterTest, AHighPriorityExperimentPreemptsLowerTrialsThroughTheirCheckpoints) {
+  ASSERT_EQ(as(files.token_file(), {"user", "set", "ann", "--priority", "10", "--gpus", "none"}).rc, 0);
+  auto experiment = [&](const std::string& name, int trials, int epochs, double sleep) {
+    experiment_file(name, "num_samples: " + std::to_string(trials) + "\nresources_per_trial: {gpu: 1, cpu: 0.5}\n" +
+                              "space: {x: {uniform: [0.0, 1.0]}, epochs: " + std::to_string(epochs) +
+                              ", sleep: " + std::to_string(sleep) + "}\n");
+  };
+  experiment("low", 4, 30, 0.2);
+  experiment("high", 2, 3, 0.05);
+  auto launch = [&](const std::string& name, const std::string& user, run_result& r, std::atomic<bool>& done) {
+    return std::thread([&, name, user] {
+      r = run_as(user, name);
+      done = true;
+    });
+  };
+  auto created_of = [&](const std::string& user) {
+    int n = 0;
+    auto st = nlohmann::json::parse(as(files.token_file(), {"status", "--json"}).out, nullptr, false);
+    if (st.is_object())
+      for (auto& g : st["placement_groups"]) n += g.value("owner", "") == user && g.value("state", "") == "created";
+    return n;
+  };
+  run_result low, high;
+  std::atomic<bool> low_done{false}, high_done{false};
+  auto t_low = launch("low", "bob", low, low_done);
+  ASSERT_TRUE(wait_until([&] { return created_of("bob") == 4; }, 30s)) << "bob's trials fill the 4 cards";
+  auto asked = std::chrono::steady_clock::now();
+  const double asked_wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  auto t_high = launch("high", "ann", high, high_done);
+  auto got = wait_until([&] { return created_of("ann") >= 1 || high_done; }, 30s);
+  auto waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+  t_high.join();
+  t_low.join();
+  ASSERT_TRUE(got);
+  EXPECT_LT(waited, 10.0) << "ann's first trial waited " << waited << " s for its card";
+  std::cerr << "[ann's first card after " << waited << " s]\n";
+  ASSERT_EQ(high.rc, 0) << high.out << high.err;
+  ASSERT_EQ(low.rc, 0) << low.out << low.err;
+  // Bob's trials: some were preempted, saying why; every one completed with every
+  // iteration stored once.
+  auto store = experiment_store::open(files.dir() + "/low");
+  ASSERT_TRUE(store);
+  auto events = (*store)->events();
+  ASSERT_TRUE(events);
+  int preempted = 0;
+  for (auto& e : *events)
+    preempted += e.kind == "move" && contains(e.body.value("why", ""), "preempted for placement group");
+  EXPECT_GE(preempted, 1) << "no trial of bob's was preempted";
+  for (auto& e : *events)
+    if (e.kind.rfind("checkpoint", 0) != 0)
+      std::cerr << "[bob's " << e.trial << " " << e.kind << " at +" << e.time - asked_wall << " s: " << e.body.dump().substr(0, 200) << "]\n";
+  for (auto& f : fs::directory_iterator(files.dir()))
+    if (f.path().filename().string().rfind("head-", 0) == 0 && f.path().extension() == ".log") {
+      std::ifstream in(f.path());
+      for (std::string line; std::getline(in, line);)
+        if (contains(line, "asked to move") || contains(line, "placement group")) std::cerr << "[head] " << line << "\n";
+    }
+  if (auto hs = experiment_store::open(files.dir() + "/high"); hs)
+    if (auto he = (*hs)->events(); he)
+      for (auto& e : *he) std::cerr << "[ann's " << e.trial << " " << e.kind << " at +" << e.time - asked_wall << " s]\n";
+  auto trials = (*store)->trials();
+  ASSERT_TRUE(trials);
+  ASSERT_EQ(trials->size(), 4u);
+  for (auto& t : *trials) {
+    EXPECT_EQ(t.state, "terminated") << t.id << ": " << t.error;
+    auto results = (*store)->results(t.id);
+    ASSERT_TRUE(results);
+    std::vector<int64_t> its;
+    for (auto& r : *results) its.push_back(r.iteration);
+    std::vector<int64_t> want(30);
+    std::iota(want.begin(), want.end(), 1);
+    EXPECT_EQ(its, want) << t.id << ": every iteration once";
+  }
 }
 
 TEST_F(UsersClusterTest, UsersAndTheirSettingsOutliveAHeadRestart) {

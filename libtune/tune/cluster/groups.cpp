@@ -67,7 +67,7 @@ expected<group_state> group_table::create(group_spec spec, cluster_view& view, t
   g.created = g.since = g.next_try = now;
   g.site.resize(g.spec.bundles.size());
   if (p->result == outcome::infeasible) {
-    g.state = group_state::infeasible;
+    set_state(g, group_state::infeasible);
     g.reason = p->reason;
   } else {
     queue_.push_back(g.spec.id);
@@ -84,73 +84,289 @@ std::vector<uint32_t> group_table::unplaced(const group& g) const {
   return out;
 }
 
+namespace {
+
+bool holds(group_state s) {
+  return s == group_state::preparing || s == group_state::created || s == group_state::rescheduling;
+}
+
+}  // namespace
+
+// Every change of a group's state goes through here, so that what each user holds is
+// kept as it changes (not summed over every group on every schedule).
+void group_table::set_state(group& g, group_state to) {
+  const bool before = holds(g.state), after = holds(to);
+  g.state = to;
+  if (before == after) return;
+  auto& h = held_[g.spec.user];
+  for (const auto& b : g.spec.bundles) {
+    if (after) h.gpus += b.gpu(), h.cpus += b.cpu();
+    else h.gpus -= b.gpu(), h.cpus -= b.cpu();
+  }
+  h.groups += after ? 1 : -1;
+}
+
+namespace {
+
+quantity gpus_of(const group_spec& s) {
+  quantity q;
+  for (const auto& b : s.bundles) q += b.gpu();
+  return q;
+}
+quantity cpus_of(const group_spec& s) {
+  quantity q;
+  for (const auto& b : s.bundles) q += b.cpu();
+  return q;
+}
+
+}  // namespace
+
+// Why a pending group of a user with limits may not be placed now (empty: it may);
+// `never`: it asks more than the quota allows at all.
+std::string group_table::over_quota(const group& g, const holding& h, bool& never) const {
+  never = false;
+  auto it = users_.find(g.spec.user);
+  if (it == users_.end()) return {};
+  const auto& l = it->second;
+  const std::string& u = g.spec.user;
+  auto check = [&](const std::optional<quantity>& quota, quantity held, quantity asks, const char* what) -> std::string {
+    if (!quota || held + asks <= *quota) return {};
+    never = asks > *quota;
+    if (never)
+      return "it asks " + asks.to_string() + " " + what + ", more than " + u + "'s quota of " + quota->to_string() +
+             " (the admin can raise it: tune user set " + u + " --" + what + " N)";
+    return "over " + u + "'s quota of " + quota->to_string() + " " + what + ": " + held.to_string() + " in use, it asks " +
+           asks.to_string() + " (it waits until " + u + "'s other groups give some back)";
+  };
+  if (auto why = check(l.gpus, h.gpus, gpus_of(g.spec), "gpus"); !why.empty()) return why;
+  if (auto why = check(l.cpus, h.cpus, cpus_of(g.spec), "cpus"); !why.empty()) return why;
+  if (l.max_trials && h.groups + 1 > *l.max_trials)
+    return "over " + u + "'s quota of " + std::to_string(*l.max_trials) + " trials at once: " + std::to_string(h.groups) +
+           " placement groups held (it waits until one is given back)";
+  return {};
+}
+
+int64_t group_table::priority_of(const std::string& user) const {
+  auto it = users_.find(user);
+  return it == users_.end() ? int64_t{0} : it->second.priority;
+}
+
+// One pass over the queue: what no longer waits leaves it, the rest goes to its user's
+// lane, in order. Few users wait at once: lanes are found by a linear look.
+std::vector<std::pair<const std::string*, group_table::lane>> group_table::build_lanes() {
+  std::vector<std::pair<const std::string*, lane>> lanes;
+  size_t kept = 0;
+  for (size_t i = 0; i < queue_.size(); ++i) {
+    auto found = groups_.find(queue_[i]);
+    if (found == groups_.end() || found->second.state == group_state::removed ||
+        found->second.state == group_state::created || found->second.state == group_state::infeasible)
+      continue;
+    if (kept != i) queue_[kept] = std::move(queue_[i]);
+    group* g = &found->second;
+    const std::string& u = g->spec.user;
+    auto l = lanes.size() == 1 && *lanes[0].first == u
+                 ? lanes.begin()
+                 : std::find_if(lanes.begin(), lanes.end(), [&](const auto& x) { return *x.first == u; });
+    if (l == lanes.end()) l = lanes.insert(lanes.end(), {&u, lane{}});
+    l->second.entries.emplace_back(kept++, g);
+  }
+  queue_.resize(kept);
+  return lanes;
+}
+
+// Places group `g` on the view and adds the prepares to `out`; or says why it waits
+// (its reason set), failing it when it can never fit.
+group_table::attempt_result group_table::try_place(group& g, cluster_view& view, time_point now,
+                                                   std::vector<group_message>& out) {
+  auto todo = unplaced(g);
+  std::vector<resource_set> bundles;
+  for (auto b : todo) bundles.push_back(g.spec.bundles[b]);
+  std::vector<node_id> avoid = g.spec.avoid;
+  avoid.insert(avoid.end(), draining_.begin(), draining_.end());
+  if (g.spec.strat == strategy::strict_spread)
+    for (auto& site : g.site)
+      if (site) avoid.push_back(site->node);
+  auto p = place(view, bundles, g.spec.strat, avoid);
+  if (!p || p->result != outcome::placed) {
+    std::string why = p ? p->reason : p.error().message();
+    // Infeasible only on the nodes that are not draining: it waits for them.
+    bool never = p && p->result == outcome::infeasible && draining_.empty();
+    if (never && g.state == group_state::pending) {  // it can never be placed: fail it, now
+      set_state(g, group_state::infeasible);
+      g.reason = why;
+      g.since = now;
+      return attempt_result::infeasible;
+    }
+    g.reason = never ? why + " (on the nodes in the cluster now; waiting for nodes to join)" : why;
+    return never ? attempt_result::waits_for_nodes : attempt_result::waits;
+  }
+  if (!commit(view, *p)) return attempt_result::waits;  // cannot happen: the view is ours; be safe anyway
+  g.attempt = next_attempt_++;
+  g.reason.clear();
+  g.placing = todo;
+  g.yes.assign(todo.size(), 0);
+  g.attempt_started = now;
+  if (g.state == group_state::pending) {
+    set_state(g, group_state::preparing);
+    g.since = now;
+  }
+  for (size_t i = 0; i < todo.size(); ++i) {
+    auto b = todo[i];
+    g.site[b] = bundle_site{p->bundles[i].node, p->bundles[i].alloc, g.attempt};
+    group_message m;
+    m.what = group_message::kind::prepare;
+    m.node = p->bundles[i].node;
+    m.key = node_key(g.spec.id, b, g.attempt);
+    m.attempt = g.attempt;
+    m.request = g.spec.bundles[b];
+    m.preferred = p->bundles[i].alloc;
+    out.push_back(std::move(m));
+  }
+  return attempt_result::placed;
+}
+
 std::vector<group_message> group_table::schedule(cluster_view& view, time_point now) {
   std::vector<group_message> out;
-  for (auto it = queue_.begin(); it != queue_.end();) {
-    auto found = groups_.find(*it);
-    if (found == groups_.end() || found->second.state == group_state::removed ||
-        found->second.state == group_state::created || found->second.state == group_state::infeasible) {
-      it = queue_.erase(it);
-      continue;
+  blocked_.clear();
+  if (queue_.empty()) return out;
+  // Each user's waiting groups in arrival order (a lane each). The next group placed is
+  // the head of the lane of the user with the highest priority, then the smallest
+  // weighted dominant share (GPUs or CPUs held over the cluster's, over the weight),
+  // then the earliest: free resources go to whoever is furthest below their share.
+  // Without users there is one lane and this is first come, first served.
+  auto lanes = build_lanes();
+  auto& held = held_;
+  quantity gpu_total, cpu_total;  // for the shares: only when users compete
+  if (lanes.size() > 1)
+    for (size_t slot = 0; slot < view.size(); ++slot)
+      gpu_total += view.node(slot).total().gpu(), cpu_total += view.node(slot).total().cpu();
+  auto share = [&](const std::string& user) {
+    const auto& h = held[user];
+    double d = std::max(gpu_total.is_zero() ? 0.0 : h.gpus.to_double() / gpu_total.to_double(),
+                        cpu_total.is_zero() ? 0.0 : h.cpus.to_double() / cpu_total.to_double());
+    auto it = users_.find(user);
+    return d / (it == users_.end() ? 1.0 : it->second.weight);
+  };
+  // The lane whose head goes next (null: none left).
+  auto pick = [&]() -> std::pair<lane*, const std::string*> {
+    std::pair<lane*, const std::string*> best{nullptr, nullptr};
+    for (auto& [name, l] : lanes) {
+      if (l.done || l.next >= l.entries.size()) continue;
+      if (best.first) {
+        auto pu = priority_of(*name), pb = priority_of(*best.second);
+        double su = share(*name), sb = share(*best.second);
+        bool better = pu != pb   ? pu > pb
+                      : su != sb ? su < sb
+                                 : l.entries[l.next].first < best.first->entries[best.first->next].first;
+        if (!better) continue;
+      }
+      best = {&l, name};
     }
-    group& g = found->second;
+    return best;
+  };
+  std::vector<size_t> gone;  // queue_ entries that became infeasible
+  for (;;) {
+    auto [best, user] = pick();
+    if (!best) break;
+    const size_t index = best->entries[best->next].first;
+    group& g = *best->entries[best->next].second;
     if (!g.placing.empty()) {  // an attempt is in flight: it holds its place, others go on
-      ++it;
+      ++best->next;
       continue;
     }
     if (g.next_try > now) break;  // backing off: nothing overtakes it
-    auto todo = unplaced(g);
-    std::vector<resource_set> bundles;
-    for (auto b : todo) bundles.push_back(g.spec.bundles[b]);
-    std::vector<node_id> avoid = g.spec.avoid;
-    avoid.insert(avoid.end(), draining_.begin(), draining_.end());
-    if (g.spec.strat == strategy::strict_spread)
-      for (auto& s : g.site)
-        if (s) avoid.push_back(s->node);
-    auto p = place(view, bundles, g.spec.strat, avoid);
-    if (!p || p->result != outcome::placed) {
-      std::string why = p ? p->reason : p.error().message();
-      // Infeasible only on the nodes that are not draining: it waits for them.
-      bool never = p && p->result == outcome::infeasible && draining_.empty();
-      if (never && g.state == group_state::pending) {  // it can never be placed: fail it, now
-        g.state = group_state::infeasible;
-        g.reason = why;
-        g.since = now;
-        it = queue_.erase(it);
-        continue;
-      }
-      g.reason = never ? why + " (on the nodes in the cluster now; waiting for nodes to join)" : why;
-      if (never) {  // a rescheduling group waits for nodes without blocking the others
-        ++it;
-        continue;
-      }
-      break;  // first come, first served: later groups wait behind this one
-    }
-    if (!commit(view, *p)) break;  // cannot happen: the view is ours; be safe anyway
-    g.attempt = next_attempt_++;
-    g.reason.clear();
-    g.placing = todo;
-    g.yes.assign(todo.size(), 0);
-    g.attempt_started = now;
     if (g.state == group_state::pending) {
-      g.state = group_state::preparing;
-      g.since = now;
+      bool never = false;
+      if (auto why = over_quota(g, held[*user], never); !why.empty()) {
+        g.reason = why;
+        if (never) {
+          set_state(g, group_state::infeasible);
+          g.since = now;
+          gone.push_back(index);
+          ++best->next;
+        } else {
+          best->done = true;  // the rest of this user's groups wait behind it; others go on
+        }
+        continue;
+      }
     }
-    for (size_t i = 0; i < todo.size(); ++i) {
-      auto b = todo[i];
-      g.site[b] = bundle_site{p->bundles[i].node, p->bundles[i].alloc, g.attempt};
-      group_message m;
-      m.what = group_message::kind::prepare;
-      m.node = p->bundles[i].node;
-      m.key = node_key(g.spec.id, b, g.attempt);
-      m.attempt = g.attempt;
-      m.request = g.spec.bundles[b];
-      m.preferred = p->bundles[i].alloc;
-      out.push_back(std::move(m));
+    auto tried = try_place(g, view, now, out);
+    if (tried == attempt_result::waits) {
+      blocked_ = g.spec.id;
+      break;  // first come (by share), first served: later groups wait behind this one
     }
-    ++it;
+    if (tried == attempt_result::infeasible) gone.push_back(index);
+    // placed, or a rescheduling group waiting for nodes (it does not block the others)
+    ++best->next;
   }
+  std::sort(gone.rbegin(), gone.rend());
+  for (size_t i : gone) queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
   return out;
+}
+
+std::optional<group_table::preemption> group_table::preempt(const cluster_view& view, time_point now,
+                                                             std::chrono::milliseconds again,
+                                                             const std::function<bool(const std::string&)>& movable,
+                                                             std::chrono::milliseconds retry) {
+  std::erase_if(asked_, [&](const auto& a) { return now - a.second > again || !groups_.count(a.first); });
+  std::erase_if(asked_for_, [&](const auto& a) { return now - a.second > retry || !groups_.count(a.first); });
+  auto found = groups_.find(blocked_);
+  if (found == groups_.end() || asked_for_.count(blocked_)) return std::nullopt;
+  const group& waiting = found->second;
+  if (waiting.state != group_state::pending && waiting.state != group_state::rescheduling) return std::nullopt;
+  const int64_t mine = priority_of(waiting.spec.user);
+  int64_t lowest = 0;  // nobody below it: nothing to look at (the common case)
+  for (const auto& [u, l] : users_) lowest = std::min(lowest, l.priority);
+  if (mine <= lowest) return std::nullopt;
+  std::vector<const group*> candidates;
+  for (const auto& [id, g] : groups_)
+    if (g.state == group_state::created && priority_of(g.spec.user) < mine && !asked_.count(id) && (!movable || movable(id)))
+      candidates.push_back(&g);
+  if (candidates.empty()) return std::nullopt;
+  std::sort(candidates.begin(), candidates.end(), [&](const group* a, const group* b) {
+    auto pa = priority_of(a->spec.user), pb = priority_of(b->spec.user);
+    if (pa != pb) return pa < pb;
+    auto ga = gpus_of(a->spec), gb = gpus_of(b->spec);
+    if (ga != gb) return ga > gb;
+    return a->created < b->created;  // the oldest: most likely running, and checkpointed
+  });
+  std::vector<resource_set> bundles;
+  for (auto b : unplaced(waiting)) bundles.push_back(waiting.spec.bundles[b]);
+  std::vector<node_id> avoid = waiting.spec.avoid;
+  avoid.insert(avoid.end(), draining_.begin(), draining_.end());
+  // Whether the group fits once these groups are released (on a copy of the view).
+  auto fits_without = [&](const std::vector<const group*>& released) {
+    cluster_view trial = view;
+    for (const group* v : released)
+      for (const auto& site : v->site)
+        if (site && trial.find(site->node)) (void)trial.release(site->node, site->alloc);
+    auto p = place(trial, bundles, waiting.spec.strat, avoid);
+    return p && p->result == outcome::placed;
+  };
+  // Candidates are added in order until it fits; then each that is not needed is left out.
+  std::vector<const group*> chosen;
+  for (const group* v : candidates) {
+    chosen.push_back(v);
+    if (fits_without(chosen)) break;
+  }
+  if (!fits_without(chosen)) return std::nullopt;  // even all of them would not make room
+  for (size_t i = 0; i < chosen.size();) {
+    auto fewer = chosen;
+    fewer.erase(fewer.begin() + static_cast<std::ptrdiff_t>(i));
+    if (!fewer.empty() && fits_without(fewer)) chosen = std::move(fewer);
+    else ++i;
+  }
+  preemption out;
+  out.for_group = waiting.spec.id;
+  for (const group* v : chosen) out.victims.push_back(v->spec.id);
+  {
+    for (const auto& id : out.victims) asked_[id] = now;
+    asked_for_[out.for_group] = now;
+    out.reason = "preempted for placement group " + out.for_group + " of " +
+                 (waiting.spec.user.empty() ? std::string{"the admin"} : waiting.spec.user) + " (priority " +
+                 std::to_string(mine) + ", above " + std::to_string(priority_of(groups_.at(out.victims.front()).spec.user)) + ")";
+    return out;
+  }
 }
 
 void group_table::fail_attempt(group& g, std::vector<group_message>& out, cluster_view& view, time_point now,
@@ -163,7 +379,7 @@ void group_table::fail_attempt(group& g, std::vector<group_message>& out, cluste
   }
   g.placing.clear();
   g.yes.clear();
-  if (g.state == group_state::preparing) g.state = group_state::pending;
+  if (g.state == group_state::preparing) set_state(g, group_state::pending);
   ++g.failures;
   auto backoff = first_backoff * (1 << std::min(g.failures - 1, 10));
   g.next_try = now + std::min<std::chrono::milliseconds>(backoff, max_backoff);
@@ -220,7 +436,7 @@ std::vector<group_message> group_table::on_prepared(const bundle_key& key, uint6
   g->placing.clear();
   g->yes.clear();
   g->failures = 0;
-  g->state = group_state::created;
+  set_state(*g, group_state::created);
   g->since = now;
   return out;
 }
@@ -250,7 +466,7 @@ void group_table::lose_site(group& g, uint32_t bundle, std::vector<group_message
   unreserve(view, *g.site[bundle]);
   g.site[bundle].reset();
   if (g.state == group_state::created) {
-    g.state = group_state::rescheduling;
+    set_state(g, group_state::rescheduling);
     g.since = now;
     queue_.push_front(g.spec.id);
   }
@@ -295,7 +511,7 @@ std::vector<group_message> group_table::node_lost(const node_id& node, cluster_v
       }
     }
     if (g.state == group_state::created) {
-      g.state = group_state::rescheduling;
+      set_state(g, group_state::rescheduling);
       g.since = now;
       g.reason = "node " + node + " was lost; placing its bundles again";
       queue_.push_front(id);
@@ -317,7 +533,7 @@ std::vector<group_message> group_table::remove(const std::string& id, cluster_vi
   }
   g.placing.clear();
   g.yes.clear();
-  g.state = group_state::removed;
+  set_state(g, group_state::removed);
   g.since = now;
   g.reason.clear();
   std::erase(queue_, id);
@@ -332,7 +548,7 @@ status group_table::adopt(group_spec spec, std::vector<bundle_site> sites, time_
                                         " sites for " + std::to_string(spec.bundles.size()) + " bundles"};
   group g;
   g.spec = std::move(spec);
-  g.state = group_state::created;
+  set_state(g, group_state::created);
   g.created = g.since = g.next_try = now;
   for (auto& s : sites) {
     g.attempt = std::max(g.attempt, s.attempt);

@@ -14,7 +14,12 @@
 //   remove (any state) --> removed: every bundle held anywhere is aborted
 //
 // Fairness: groups are tried in arrival order, and the first one that has to wait
-// stops the walk, so a large group is never overtaken forever by small ones.
+// stops the walk, so a large group is never overtaken forever by small ones. With
+// users (docs/users.md) each user's groups form a lane in arrival order, and the next
+// group tried is the head of the lane of the user with the highest priority, then the
+// smallest weighted dominant share of what they hold, then the earliest; a group over
+// its user's quota waits (saying why) without blocking other users' groups, and one
+// that asks more than the quota at all is infeasible.
 // Every message carries the group, the bundle and the attempt: a reply from an older
 // attempt is recognised and ignored. Attempt numbers are unique across the table (and,
 // seeded from the clock, across head restarts), so a reused group id or a new head
@@ -24,6 +29,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -32,6 +38,7 @@
 
 #include "tune/cluster/metrics.hpp"
 #include "tune/cluster/reservations.hpp"
+#include "tune/cluster/users.hpp"
 #include "tune/core/placement.hpp"
 
 namespace tune {
@@ -44,6 +51,7 @@ struct group_spec {
   strategy strat = strategy::pack;
   std::vector<resource_set> bundles;
   std::vector<node_id> avoid = {};  // never placed on these (a trial moved off them)
+  std::string user = {};            // whose it is (docs/users.md); empty: nobody's in particular
 };
 
 struct bundle_site {
@@ -154,11 +162,52 @@ class group_table {
   void set_draining(const node_id& node, bool on) { on ? (void)draining_.insert(node) : (void)draining_.erase(node); }
   const std::set<node_id>& draining() const { return draining_; }
 
+  // The users' quotas, priorities and weights (a user not listed has none, priority 0,
+  // weight 1). Taken into account from the next schedule().
+  void set_users(std::map<std::string, user_limits> users) { users_ = std::move(users); }
+  // What each user holds now (groups preparing, created or rescheduling: all of their
+  // bundles), by user name.
+  struct holding {
+    quantity gpus, cpus;
+    int64_t groups = 0;
+  };
+  const std::map<std::string, holding>& holdings() const { return held_; }
+
+  // Preemption (docs/users.md). When the group the last schedule() stopped at waits for
+  // resources and users of a lower priority hold created groups: the fewest of those
+  // whose release lets it fit (lowest priority first, then the most GPUs, then the
+  // oldest), none asked within `again`, with why; a group still waiting `retry` after
+  // its last preemption (a victim that could not move: its trial was still starting,
+  // or it moved too recently) preempts again, among the others. The caller asks their
+  // owners to move them (pause through their checkpoints, give the group back); the
+  // waiting group is then placed first, the victims' new groups wait behind it.
+  struct preemption {
+    std::string for_group;
+    std::vector<std::string> victims;
+    std::string reason;
+  };
+  // `movable`: whether a group can be moved at all (it has an owner to ask).
+  std::optional<preemption> preempt(const cluster_view& view, time_point now,
+                                    std::chrono::milliseconds again = std::chrono::seconds(30),
+                                    const std::function<bool(const std::string&)>& movable = {},
+                                    std::chrono::milliseconds retry = std::chrono::seconds(5));
+
   // Seconds from each group's creation until it was first placed (for /metrics).
   const latency_histogram& placement_latency() const { return placement_latency_; }
 
  private:
   void fail_attempt(group& g, std::vector<group_message>& out, cluster_view& view, time_point now, std::string why);
+  std::string over_quota(const group& g, const holding& h, bool& never) const;
+  void set_state(group& g, group_state to);
+  enum class attempt_result { placed, infeasible, waits_for_nodes, waits };
+  struct lane {  // one user's waiting groups, in arrival order
+    std::vector<std::pair<size_t, group*>> entries;  // index into queue_, and the group
+    size_t next = 0;
+    bool done = false;  // its head waits for its user's quota
+  };
+  std::vector<std::pair<const std::string*, lane>> build_lanes();
+  int64_t priority_of(const std::string& user) const;
+  attempt_result try_place(group& g, cluster_view& view, time_point now, std::vector<group_message>& out);
   std::vector<uint32_t> unplaced(const group& g) const;
   // A reservation of `g` the node no longer holds: fail its attempt, or place it again.
   void lose_site(group& g, uint32_t bundle, std::vector<group_message>& out, cluster_view& view, time_point now,
@@ -167,6 +216,11 @@ class group_table {
   std::map<std::string, group> groups_;
   std::deque<std::string> queue_;  // waiting groups, in arrival order
   std::set<node_id> draining_;     // nothing new is placed there
+  std::map<std::string, user_limits> users_;
+  std::map<std::string, holding> held_;        // what each user holds now (set_state keeps it)
+  std::string blocked_;                        // the group the last schedule() stopped at
+  std::map<std::string, time_point> asked_;    // victims asked to move, and when
+  std::map<std::string, time_point> asked_for_;  // groups preempted for, and when
   std::vector<moved_bundles> moved_;
   latency_histogram placement_latency_;
   uint64_t next_attempt_;

@@ -474,5 +474,152 @@ TEST_F(GroupsTest, RandomChaos) {
   }
 }
 
+// --- users: quotas, fair share, priorities (docs/users.md) ---------------------
+
+user_limits limits(std::optional<double> gpus, double weight = 1, int64_t priority = 0,
+                   std::optional<int64_t> max_trials = std::nullopt) {
+  user_limits l;
+  if (gpus) l.gpus = *quantity::from_double(*gpus, "gpus");
+  l.weight = weight;
+  l.priority = priority;
+  l.max_trials = max_trials;
+  return l;
+}
+
+group_spec of(const std::string& user, const std::string& id, double gpu) {
+  return {id, strategy::pack, {req({{"gpu", gpu}})}, {}, user};
+}
+
+// A request over its user's quota waits and says why, counted exactly in shares; other
+// users' groups go on past it; it goes once the user gives some back.
+TEST_F(GroupsTest, AGroupOverItsUsersQuotaWaitsSayingWhyAndOthersGoOn) {
+  add_node("n1", 8);
+  table.set_users({{"ann", limits(4)}, {"bob", limits(std::nullopt)}});
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(table.create(of("ann", "a" + std::to_string(i), 0.5), view, now));
+  ASSERT_TRUE(table.create(of("ann", "a-big", 1), view, now));  // 3.5 + 1 > 4: waits
+  ASSERT_TRUE(table.create(of("bob", "b1", 1), view, now));
+  settle();
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(state("a" + std::to_string(i)), group_state::created);
+  EXPECT_EQ(state("a-big"), group_state::pending);
+  EXPECT_EQ(table.find("a-big")->reason,
+            "over ann's quota of 4 gpus: 3.5 in use, it asks 1 (it waits until ann's other groups give some back)");
+  EXPECT_EQ(state("b1"), group_state::created) << "bob's group goes on past ann's";
+  EXPECT_EQ(table.holdings().at("ann").gpus, *quantity::from_double(3.5, "gpus"));
+  // Ann gives one share back: 3 + 1 fits.
+  append(table.remove("a0", view, now));
+  settle();
+  EXPECT_EQ(state("a-big"), group_state::created);
+  EXPECT_EQ(table.holdings().at("ann").gpus, quantity::whole(4));
+  // More than the quota at all: infeasible at once, with what to do.
+  ASSERT_TRUE(table.create(of("ann", "a-huge", 5), view, now));
+  settle();
+  EXPECT_EQ(state("a-huge"), group_state::infeasible);
+  EXPECT_NE(table.find("a-huge")->reason.find("more than ann's quota of 4 (the admin can raise it: tune user set ann --gpus N)"),
+            std::string::npos)
+      << table.find("a-huge")->reason;
+  // Trials at once.
+  table.set_users({{"ann", limits(std::nullopt, 1, 0, 7)}});  // she holds 7
+  ASSERT_TRUE(table.create(of("ann", "a-ninth", 0.1), view, now));
+  settle();
+  EXPECT_EQ(state("a-ninth"), group_state::pending);
+  EXPECT_NE(table.find("a-ninth")->reason.find("quota of 7 trials at once"), std::string::npos) << table.find("a-ninth")->reason;
+  expect_books_agree();
+}
+
+// When the cluster is full, each freed GPU goes to the user furthest below their
+// weighted share: over a run, the GPUs each user holds follow the weights.
+TEST_F(GroupsTest, FreedGpusGoToTheUserFurthestBelowTheirWeightedShare) {
+  add_node("n1", 6);
+  table.set_users({{"ann", limits(std::nullopt, 2)}, {"bob", limits(std::nullopt, 1)}});
+  // Bob came first and asked for everything; ann asks for as much after him.
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(table.create(of("bob", "b" + std::to_string(i), 1), view, now));
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(table.create(of("ann", "a" + std::to_string(i), 1), view, now));
+  settle();
+  // Both were empty: ties go by share then arrival, so the first card is bob's, then
+  // each next card goes to whoever is lower by GPUs over weight: ann gets 2 per bob's 1.
+  auto h = table.holdings();
+  EXPECT_EQ(h["ann"].gpus, quantity::whole(4)) << "ann (weight 2) holds 4 of 6";
+  EXPECT_EQ(h["bob"].gpus, quantity::whole(2));
+  // Bob's trials end one by one: each freed card goes to the one below their share.
+  for (int round = 0; round < 2; ++round) {
+    std::string victim;
+    for (auto& [id, g] : table.groups())
+      if (g.spec.user == "bob" && g.state == group_state::created) victim = id;
+    append(table.remove(victim, view, now));
+    settle();
+    h = table.holdings();
+    EXPECT_EQ(h["ann"].gpus + h["bob"].gpus, quantity::whole(6)) << "no card idles";
+  }
+  h = table.holdings();
+  EXPECT_EQ(h["ann"].gpus, quantity::whole(4)) << "ann is at her share: the freed cards went back to bob";
+  EXPECT_EQ(h["bob"].gpus, quantity::whole(2));
+  expect_books_agree();
+}
+
+// A higher priority goes first, whatever the shares.
+TEST_F(GroupsTest, AHigherPriorityIsPlacedFirst) {
+  add_node("n1", 2);
+  table.set_users({{"low", limits(std::nullopt, 1, 0)}, {"high", limits(std::nullopt, 1, 10)}});
+  ASSERT_TRUE(table.create(of("low", "l1", 2), view, now));
+  settle();
+  ASSERT_EQ(state("l1"), group_state::created);
+  ASSERT_TRUE(table.create(of("low", "l2", 1), view, now));
+  ASSERT_TRUE(table.create(of("high", "h1", 1), view, now));
+  ASSERT_TRUE(table.create(of("high", "h2", 1), view, now));
+  settle();
+  append(table.remove("l1", view, now));
+  settle();
+  EXPECT_EQ(state("h1"), group_state::created);
+  EXPECT_EQ(state("h2"), group_state::created);
+  EXPECT_EQ(state("l2"), group_state::pending) << "low waits behind high, though it came first";
+}
+
+// A higher-priority group waiting on a full cluster names the fewest lower-priority
+// groups whose release lets it fit, and asks nothing again while they move.
+TEST_F(GroupsTest, PreemptionNamesTheFewestLowerPriorityGroupsThatMakeRoom) {
+  add_node("n1", 4);
+  add_node("n2", 4);
+  table.set_users({{"low", limits(std::nullopt, 1, 0)}, {"mid", limits(std::nullopt, 1, 5)}, {"high", limits(std::nullopt, 1, 10)}});
+  // n1: four low 1-GPU groups; n2: a mid 4-GPU group (STRICT_PACK keeps each on one node).
+  for (int i = 0; i < 4; ++i)
+    ASSERT_TRUE(table.create({"l" + std::to_string(i), strategy::strict_pack, {req({{"gpu", 1}})}, {}, "low"}, view, now));
+  settle();
+  ASSERT_TRUE(table.create({"m", strategy::strict_pack, {req({{"gpu", 4}})}, {}, "mid"}, view, now));
+  settle();
+  for (auto id : {"l0", "l1", "l2", "l3", "m"}) ASSERT_EQ(state(id), group_state::created) << id;
+  EXPECT_FALSE(table.preempt(view, now)) << "nothing waits";
+  // High asks 2 GPUs on one node: two of low's groups make room; mid's is never touched
+  // while low's suffice.
+  ASSERT_TRUE(table.create({"h", strategy::strict_pack, {req({{"gpu", 2}})}, {}, "high"}, view, now));
+  settle();
+  ASSERT_EQ(state("h"), group_state::pending);
+  auto p = table.preempt(view, now);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->for_group, "h");
+  ASSERT_EQ(p->victims.size(), 2u) << "the fewest";
+  for (auto& v : p->victims) EXPECT_EQ(v[0], 'l') << v;
+  EXPECT_NE(p->reason.find("preempted for placement group h of high (priority 10, above 0)"), std::string::npos) << p->reason;
+  EXPECT_FALSE(table.preempt(view, now)) << "asked once while they move";
+  // Still waiting 6 s later (a victim could not move): two others are asked, never the
+  // same ones again within 30 s.
+  auto again = table.preempt(view, now + 6s);
+  ASSERT_TRUE(again);
+  ASSERT_EQ(again->victims.size(), 2u);
+  for (auto& v : again->victims)
+    EXPECT_EQ(std::count(p->victims.begin(), p->victims.end(), v), 0) << v << " asked twice";
+  // The victims give their groups back (their owners paused them) and ask again: high
+  // is placed first, the victims' new groups wait behind it.
+  for (auto& v : p->victims) append(table.remove(v, view, now));
+  ASSERT_TRUE(table.create({"l0b", strategy::strict_pack, {req({{"gpu", 1}})}, {}, "low"}, view, now));
+  settle();
+  EXPECT_EQ(state("h"), group_state::created);
+  EXPECT_EQ(state("l0b"), group_state::pending);
+  // A same-priority group never preempts; nor a lower one.
+  ASSERT_TRUE(table.create({"l-more", strategy::strict_pack, {req({{"gpu", 4}})}, {}, "low"}, view, now + 1min));
+  settle();
+  EXPECT_FALSE(table.preempt(view, now + 1min));
+  expect_books_agree();
+}
+
 }  // namespace
 }  // namespace tune

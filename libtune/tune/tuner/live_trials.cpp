@@ -173,7 +173,7 @@ void live_trials::on_start_answer(const std::string& id, uint64_t attempt, bool 
   }
   if (!ok) return fail_start(id, *t, reason);
   t->start.reset();
-  t->move_avoid.clear();
+  if (!t->move_when_started) t->move_avoid.clear();
   if (!node.empty()) t->node = node;
   // Its first message may have come already (its events can overtake this answer).
   if (t->state == live_state::starting) t->state = live_state::running;
@@ -184,6 +184,11 @@ void live_trials::on_start_answer(const std::string& id, uint64_t attempt, bool 
     t->stop_asked = false;
     t->state = live_state::stopping;
     out_.push_back(live::stop_actor{actor});
+  } else if (t->move_when_started) {
+    auto [why, asked] = std::move(*t->move_when_started);
+    t->move_when_started.reset();
+    auto avoid = t->move_avoid;
+    on_move(t->group, avoid, asked, why);
   }
 }
 
@@ -267,9 +272,15 @@ bool live_trials::on_lost(const std::string& id, actor_handle actor, live_clock:
   return true;
 }
 
-void live_trials::on_move(const std::string& group, const std::vector<std::string>& avoid, live_clock::time_point now) {
+void live_trials::on_move(const std::string& group, const std::vector<std::string>& avoid, live_clock::time_point now,
+                          const std::string& why) {
   if (!head_up_) return;
   for (auto& [id, t] : trials_) {
+    if (t.group == group && (t.start || t.state == live_state::starting) && !t.stop_asked) {
+      t.move_when_started = {why, now};  // its start is on its way: moved once it runs
+      t.move_avoid = avoid;
+      return;
+    }
     if (t.group != group || !t.actor || t.start || t.state != live_state::running || t.stop_asked) continue;
     if (t.last_move && now - *t.last_move < opt_.min_move_interval) {
       out_.push_back(live::note{id, "move_refused", {{"why", "it moved less than min_move_interval ago"}}});
@@ -278,7 +289,9 @@ void live_trials::on_move(const std::string& group, const std::vector<std::strin
     t.state = live_state::moving;
     t.last_move = now;
     t.move_avoid = avoid;
-    out_.push_back(live::note{id, "move", {{"avoid", avoid}, {"from", t.node}}});
+    nlohmann::json body{{"avoid", avoid}, {"from", t.node}};
+    if (!why.empty()) body["why"] = why;
+    out_.push_back(live::note{id, "move", std::move(body)});
     out_.push_back(live::stop_actor{t.actor});
     return;
   }

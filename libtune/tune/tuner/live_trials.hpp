@@ -118,6 +118,9 @@ class live_trials {
     uint64_t received = 0;      // messages from its current actor
     std::vector<std::string> move_avoid;
     std::optional<live_clock::time_point> last_move;
+    // A move the head asked for while its start was on its way (preemption right after
+    // a group was made): done once the start's answer comes.
+    std::optional<std::pair<std::string, live_clock::time_point>> move_when_started;  // why, when asked
   };
 
   explicit live_trials(live_options o = {}) : opt_(o) {}
@@ -159,7 +162,8 @@ class live_trials {
   bool on_lost(const std::string& id, actor_handle actor, live_clock::time_point now);
 
   // The head asks to move the trial in `group` off `avoid` (rebalance, drain).
-  void on_move(const std::string& group, const std::vector<std::string>& avoid, live_clock::time_point now);
+  void on_move(const std::string& group, const std::vector<std::string>& avoid, live_clock::time_point now,
+               const std::string& why = {});
 
   void on_head_lost(live_clock::time_point now);
   void on_head_back(live_clock::time_point now);

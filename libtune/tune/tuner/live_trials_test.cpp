@@ -245,6 +245,14 @@ const std::vector<edge_case> cases = {
          {[](auto& l) { l.on_group_created("trial-1", 2, {true, "g2", "infeasible", ""}); },
           {"note trial-1 move_fallback", "remove_group g2", "create_group trial-1 #3 group="}},
      })},
+    {"a move asked while its start is on its way (a preemption right after its group was made) is made once it runs", {
+         {[](auto& l) { l.act({start("trial-1")}); }, {"create_group trial-1 #1 group="}},
+         {[](auto& l) { l.on_group_created("trial-1", 1, {true, "g1", "pending", ""}); }, {"wait_group trial-1 #1 g1"}},
+         {[](auto& l) { l.on_group_wait("trial-1", 1, true, "created", ""); }, {"start_trial trial-1 #1 g1"}, live_state::starting},
+         {[](auto& l) { l.on_move("g1", {}, t0 + 100s, "preempted"); }, {}, live_state::starting},
+         {[](auto& l) { l.on_start_answer("trial-1", 1, true, "", "n1", 7); },
+          {"watch 7", "route 7 0", "note trial-1 move", "stop_actor 7"}, live_state::moving},
+     }},
     {"a move is not made while the head is away", then(running_trial(), {
          {[](auto& l) { l.on_head_lost(t0); }, {}},
          {[](auto& l) { l.on_move("g1", {"n1"}, t0 + 100s); }, {}, live_state::running},
