@@ -39,6 +39,7 @@ struct control {
   std::atomic<int64_t> lines_in_flight{0};
 };
 constexpr int64_t max_lines_in_flight = 8192;  // lines read from the worker, not yet handled by the actor
+constexpr size_t max_batch_rows = 256;           // results in one message to the owner
 
 // How the watching thread starts the worker: for a program trial it first makes the
 // trial's own copy of the working directory and finds the command's program (off the
@@ -79,8 +80,9 @@ struct trial_state {
   } last_checkpoint;  // the latest one reported
   int64_t gpu_memory = 0, gpu_memory_peak = 0;
   bool started_ok = false;  // its worker ran
-  // What goes to the owner, numbered from 0: the latest `kept_messages` (all of them
-  // while held), so that what a broken route lost can be sent again. Nothing goes out
+  // What goes to the owner, numbered from 0: those it has not acknowledged, at most the
+  // latest `kept_messages` (all of them while held), so that what a broken route lost
+  // can be sent again. Nothing goes out
   // until the owner's first message (route_atom, wire.hpp) has come (or
   // trial_greeting_wait has passed), nor while held (the node lost the head) until the
   // owner greets it again; an ended trial waits for that too (at most hold_wait).
@@ -268,8 +270,15 @@ constexpr size_t kept_messages = 4096;  // a few seconds of a fast trial; small 
 constexpr std::chrono::seconds hold_wait{600};
 
 // Whether the watching thread may read on: the owner is at most ack_window behind.
+// What the owner acknowledged is not kept: a message can hold a batch of hundreds of
+// results, and keeping the latest kept_messages of them whatever was acknowledged held
+// hundreds of MiB in a report flood when the owner was slow.
 void pace(trial_actor self) {
   auto& st = self->state;
+  while (st.greeted && !st.sent.empty() && st.first < st.acked) {
+    st.sent.pop_front();
+    ++st.first;
+  }
   uint64_t end = st.first + st.sent.size();
   st.ctl->hold_reading = st.opt.owner && end > st.acked + wire::ack_window;
 }
@@ -291,9 +300,8 @@ void to_owner(trial_actor self, caf::message msg) {
 void greeted(trial_actor self, uint64_t received) {
   auto& st = self->state;
   st.acked = std::max(st.acked, received);
-  pace(self);
   uint64_t end = st.first + st.sent.size();
-  if (st.greeted && received >= end) return;  // nothing missing
+  if (st.greeted && received >= end) return pace(self);  // nothing missing
   if (received < st.first)
     log_line("trial " + st.opt.spec.trial_id + ": " + std::to_string(st.first - received) +
              " message(s) to its owner were lost with the route and are no longer kept");
@@ -303,6 +311,7 @@ void greeted(trial_actor self, uint64_t received) {
     st.sent.pop_front();
     ++st.first;
   }
+  pace(self);
   if (st.over) self->quit();
 }
 
@@ -601,6 +610,10 @@ void on_lines(trial_actor self, const std::vector<std::string>& lines) {
     }
     batch.iterations.push_back(row.iteration ? *row.iteration : st.results);
     for (double v : row.values) batch.add(v);
+    // At most max_batch_rows a message: the flow-control window counts messages, so
+    // what is in flight stays bounded however many lines one read gave (a report flood
+    // on a loaded machine read thousands at once, and 512 of those held 300 MiB).
+    if (batch.iterations.size() >= max_batch_rows) flush();
   }
   flush();
 }
