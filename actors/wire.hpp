@@ -54,7 +54,8 @@
 //                  through the head: client -> head (route_atom, token, group, bundle, trial_id,
 //                  received) -> placement-group actor -> node -> trial, delegated (the client
 //                  stays the sender); `received` is how many of the trial's messages it got,
-//                  and the trial sends again what followed (it keeps its latest 4096).
+//                  and the trial sends again what followed (it keeps what its owner has not
+//                  acknowledged, at most the latest 4096; results travel at most 256 a message).
 //   node -> program_server (program_get_atom, sha256, offset, length) -> (program_get_atom, bytes)
 //   trial -> client (trial_event_atom, trial_id, kind, json)   started, checkpoint, done
 //   trial -> client (trial_results_atom, trial_id, wire_results)   results whose metrics are all
