@@ -8,6 +8,9 @@
 #include <future>
 
 #include "checkpoint_copy.hpp"
+#include <unistd.h>
+
+#include "tune/cluster/token.hpp"
 #include "controller_state.hpp"
 
 namespace tune {
@@ -171,21 +174,26 @@ void lost(controller_actor self, const std::string& id, actor_handle h, const st
 // The trial actors' messages, each heard (or not) first.
 caf::message_handler trial_handlers(controller_actor self) {
   return {
-      [self](wire::trial_event_atom, const std::string& id, const std::string& kind, const std::string& json) {
+      [self](wire::trial_event_atom, const std::string& wire_id, const std::string& kind, const std::string& json) {
+        auto id = self->state.from_wire(wire_id);
         if (!heard(self, id, false) || kind != "checkpoint") return;
         auto body = nlohmann::json::parse(json, nullptr, false);
         if (body.is_object()) on_checkpoint(self, id, body);
       },
-      [self](wire::trial_results_atom, const std::string& id, const wire::wire_results& r) {
+      [self](wire::trial_results_atom, const std::string& wire_id, const wire::wire_results& r) {
+        auto id = self->state.from_wire(wire_id);
         if (heard(self, id, false) && r.well_formed()) ingest_results(self, id, r);
       },
-      [self](wire::trial_result_atom, const std::string& id, const wire::wire_result& r) {
+      [self](wire::trial_result_atom, const std::string& wire_id, const wire::wire_result& r) {
+        auto id = self->state.from_wire(wire_id);
         if (heard(self, id, false)) ingest_result(self, id, r);
       },
-      [self](wire::trial_ended_atom, const std::string& id, wire::wire_trial_end& e) {
+      [self](wire::trial_ended_atom, const std::string& wire_id, wire::wire_trial_end& e) {
+        auto id = self->state.from_wire(wire_id);
         if (heard(self, id, true)) end_of(self, id, std::move(e));
       },
-      [self](wire::trial_node_atom, const std::string& id, const caf::actor& node, const std::string& access) {
+      [self](wire::trial_node_atom, const std::string& wire_id, const caf::actor& node, const std::string& access) {
+        auto id = self->state.from_wire(wire_id);
         if (!heard(self, id, false)) return;
         self->state.records[id].node_actor = node;
         self->state.records[id].access = access;
@@ -231,6 +239,8 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
   auto& st = self->state;
   st.setup = std::move(setup);
   st.cpu0 = thread_cpu_now();
+  auto key = random_token();
+  st.run_key = key ? key->substr(0, 8) : std::to_string(::getpid());
   st.t0 = now(self);
   st.last_progress = st.last_board = st.t0 - std::chrono::hours(1);
   st.table = live_trials({wire::ack_every, st.setup.options.min_move_interval});

@@ -67,7 +67,7 @@ void wait_group(controller_actor self, const live::wait_group& c) {
 // this process until a message from it comes through.
 void greet(controller_actor self, const std::string& trial, const std::string& group, uint64_t received) {
   auto& st = self->state;
-  self->send(st.setup.head, wire::route_atom::value, st.setup.token, group, uint32_t{0}, trial, received);
+  self->send(st.setup.head, wire::route_atom::value, st.setup.token, group, uint32_t{0}, st.on_wire(trial), received);
 }
 
 // After a head restart: the running trial's group made again with its id (its node

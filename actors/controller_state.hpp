@@ -68,6 +68,15 @@ struct controller_state {
   // experiment goes on with the head started again there.
   bool head_down = false;
   std::optional<board_feed> feed;  // the head's dashboard board: what changed
+  // Trial ids on the wire are `<id>@<run key>`: unique in the cluster, so that two
+  // experiments' trial-00001 on one node are two trials with two folders.
+  std::string run_key;
+  std::string on_wire(const std::string& id) const { return id + "@" + run_key; }
+  // The trial of a wire id of this run (empty: not this run's).
+  std::string from_wire(const std::string& wire_id) const {
+    auto at = wire_id.rfind('@');
+    return at != std::string::npos && wire_id.compare(at + 1, std::string::npos, run_key) == 0 ? wire_id.substr(0, at) : "";
+  }
   static inline const char* name = "tune.controller";
 };
 

@@ -37,7 +37,12 @@ using log_ptr = std::shared_ptr<cluster_log>;
 // its owner; ends cleanly when asked to stop; remembers a kill.
 caf::behavior puppet(caf::event_based_actor* self, caf::actor owner, std::string id, log_ptr log) {
   return {
-      [=](speak_atom, caf::message& m) { self->send(owner, std::move(m)); },
+      // The test names trials by their ids; on the wire they are <id>@<run key>.
+      [=](speak_atom, caf::message& m) {
+        if (m.size() > 1 && m.match_element<std::string>(1) && m.get_as<std::string>(1) == id.substr(0, id.rfind('@')))
+          m.get_mutable_as<std::string>(1) = id;
+        self->send(owner, std::move(m));
+      },
       [=](wire::trial_stop_atom, int64_t) {
         log->heard[self->address()] = "stop";
         wire::wire_trial_end end;
@@ -68,7 +73,7 @@ caf::behavior fake_head(caf::event_based_actor* self, log_ptr log) {
       [=](wire::trial_start_atom, const std::string&, const wire::wire_trial_spec& spec, const caf::actor&) {
         auto owner = caf::actor_cast<caf::actor>(self->current_sender());
         auto p = self->spawn(puppet, owner, spec.trial_id, log);
-        log->trials[spec.trial_id].push_back(p);
+        log->trials[spec.trial_id.substr(0, spec.trial_id.rfind('@'))].push_back(p);
         nlohmann::json info{{"node", "n1"}, {"pid", 4711}};
         return caf::make_message(wire::trial_start_atom::value, true, info.dump(), p);
       },

@@ -139,7 +139,7 @@ void copy_checkpoint(controller_actor self, const std::string& id) {
   ++st.copies;
   int64_t it = c->first;
   auto dest = st.setup.store->checkpoint_dir(id) + "/" + std::to_string(it);
-  self->request(st.copier, caf::infinite, copy_atom::value, id, it, c->second.path, c->second.server, dest,
+  self->request(st.copier, caf::infinite, copy_atom::value, st.on_wire(id), it, c->second.path, c->second.server, dest,
                 c->second.access)
       .then([self, id, it, dest](copy_atom, bool ok, const std::string& text,
                                  uint64_t bytes) { copied(self, id, it, dest, ok, text, bytes); },
@@ -212,7 +212,7 @@ void send_start(controller_actor self, const live::start_trial& c, std::string r
   if (st.over) return;
   auto& opt = st.setup.options;
   auto& a = c.action;
-  wire::wire_trial_spec spec{a.trial,          c.group,  0,           opt.program.name, opt.program.sha256,
+  wire::wire_trial_spec spec{st.on_wire(a.trial), c.group,  0,           opt.program.name, opt.program.sha256,
                              opt.program.size, opt.args, a.cfg.dump(), restore,          files};
   if (!opt.command.empty()) {  // a program trial: its configuration in its command line
     auto argv = render_command(opt.command, a.cfg, opt.command_args);

@@ -626,7 +626,9 @@ caf::behavior groups(groups_actor self, groups_options opt) {
           }
           rp.deliver(wire::start_answer(ok, std::move(text), std::move(trial)));
         };
-        self->request(n->second, std::chrono::minutes(10), wire::trial_start_atom::value, spec,
+        auto forwarded = spec;
+        forwarded.account = st.table.account_of(user);  // never what the client says
+        self->request(n->second, std::chrono::minutes(10), wire::trial_start_atom::value, forwarded,
                       node_key(spec.group, spec.bundle, site->attempt).group, spec.bundle, server, owner)
             .then([answer](wire::trial_start_atom, bool ok, std::string& text,
                            caf::actor& trial) mutable { answer(ok, std::move(text), std::move(trial)); },

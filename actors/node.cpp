@@ -148,6 +148,59 @@ void send_report(node_actor self, bool now = false) {
   self->send(st.head, wire::gpu_audit_atom::value, st.opt.token, st.opt.node_id, text);
 }
 
+// Who trial `spec` runs as: its user's account when the head named one, else the
+// node's own choice (--trial-user). An account the node cannot switch to is an error
+// that says why.
+expected<unix_account> account_for(node_actor self, const wire::wire_trial_spec& spec) {
+  auto& st = self->state;
+  auto& mine = st.opt.trial_account;
+  if (spec.account.empty() || spec.account == mine.name) return mine;
+  if (!mine.switches)
+    return status{errc::invalid_argument, "node " + st.opt.node_id + " runs as " + mine.name + ", not as root: it cannot "
+                                          "run trials as " + spec.account + " (their user's account); start it as root"};
+  auto a = find_account(spec.account);
+  if (!a) return status{a.error().code(), "node " + st.opt.node_id + ", the account of this trial's user: " + a.error().message()};
+  return a;
+}
+
+// The trial's folder, made when missing (the account's, 0700) or checked when there (a
+// folder, not a link, and the account's): the folder the trial writes in and the node
+// prepares its start in.
+status ensure_trial_folder(node_actor self, const std::string& trial, const unix_account& account) {
+  auto& st = self->state;
+  std::error_code ec;
+  std::filesystem::create_directories(st.opt.work_dir + "/trials", ec);
+  auto dir = st.opt.work_dir + "/trials/" + trial;
+  auto fail = [&](const std::string& why) { return status{errc::invalid_argument, "node " + st.opt.node_id + ": " + why}; };
+  if (::mkdir(dir.c_str(), 0700) == 0) {
+    if (account.switches && ::chown(dir.c_str(), account.uid, account.gid) != 0)
+      return fail("cannot give " + dir + " to " + account.name + ": " + std::strerror(errno));
+    return status::ok();
+  }
+  if (errno != EEXIST) return fail("cannot create " + dir + ": " + std::strerror(errno));
+  struct stat s {};
+  if (::lstat(dir.c_str(), &s) != 0 || !S_ISDIR(s.st_mode)) return fail(dir + " is not a folder");
+  if (account.switches && s.st_uid != account.uid)
+    return fail(dir + " belongs to uid " + std::to_string(s.st_uid) + ", not to " + account.name + " (uid " +
+                std::to_string(account.uid) + "), who this trial runs as: an earlier run of it ran as another account; "
+                "remove the folder to start it afresh");
+  return status::ok();
+}
+
+// Who owns a trial's folder: what the node reads there, it reads as them.
+unix_account folder_owner(const std::string& dir) {
+  unix_account a = own_account();
+  struct stat s {};
+  if (::stat(dir.c_str(), &s) == 0 && ::geteuid() == 0 && s.st_uid != 0) {
+    a.name = std::to_string(s.st_uid);
+    a.uid = s.st_uid;
+    a.gid = s.st_gid;
+    a.groups = {s.st_gid};
+    a.switches = true;
+  }
+  return a;
+}
+
 // What a start needs on this node, once fetched: a trainable's program, or a program
 // trial's working directory (none: it runs in its trial folder).
 struct prepared {
@@ -167,16 +220,26 @@ void start_trial(node_actor self, const wire::wire_trial_spec& spec, const reser
   t.pythons = st.pythons;
   t.node_id = st.opt.node_id;
   t.trial_dir = st.opt.work_dir + "/trials/" + spec.trial_id;
-  std::error_code ec;
-  std::filesystem::create_directories(t.trial_dir, ec);
-  if (ec) {
-    rp.deliver(wire::start_answer(false, "cannot create " + t.trial_dir + ": " + ec.message()));
-    return;
-  }
-  // The secret its owner reads its checkpoints with (a user's token is not the node's).
+  auto account = account_for(self, spec);
+  if (!account) {
+      rp.deliver(wire::start_answer(false, account.error().message()));
+      return;
+    }
+  if (auto made = ensure_trial_folder(self, spec.trial_id, *account); !made)
+    {
+      rp.deliver(wire::start_answer(false, made.message()));
+      return;
+    }
+  t.account = *account;
+  // The secret its owner reads its checkpoints with (a user's token is not the node's),
+  // where the trial cannot reach it.
   auto access = random_token();
-  if (!access || !write_token_file(t.trial_dir + "/.access", *access)) {
-    rp.deliver(wire::start_answer(false, "cannot write the trial's access secret in " + t.trial_dir));
+  auto access_dir = st.opt.work_dir + "/access";
+  std::error_code ec;
+  std::filesystem::create_directories(access_dir, ec);
+  ::chmod(access_dir.c_str(), 0700);
+  if (!access || !write_token_file(access_dir + "/" + spec.trial_id, *access)) {
+    rp.deliver(wire::start_answer(false, "cannot write the trial's access secret in " + access_dir));
     return;
   }
   t.access = *access;
@@ -256,14 +319,14 @@ void fetch_more(node_actor self, std::shared_ptr<fetch_job> f) {
 // message; a few in flight at once) into `dest`, checks the hash, then calls `done`
 // (ok, or why not; `dest` is removed then).
 void fetch_file(node_actor self, caf::actor server, std::string sha, uint64_t size, std::string dest,
-                std::function<void(const status&)> done) {
+                std::function<void(const status&)> done, int opened = -1) {
   auto f = std::make_shared<fetch_job>();
   f->server = std::move(server);
   f->sha = std::move(sha);
   f->dest = std::move(dest);
   f->size = size;
   f->done = std::move(done);
-  f->fd = ::open(f->dest.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  f->fd = opened >= 0 ? opened : ::open(f->dest.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (f->fd < 0) return fetch_end(f, "cannot create " + f->dest + ": " + std::strerror(errno));
   if (size == 0) return fetch_end(f, "");
   fetch_more(self, f);
@@ -438,10 +501,26 @@ void continue_start(node_actor self, wire::wire_trial_spec spec, bundle_key key,
     auto f = files["files"].back();
     files["files"].erase(files["files"].size() - 1);
     auto dest = dir + "/" + f["name"].get<std::string>();
+    auto account = account_for(self, spec);
+    if (!account) {
+      rp.deliver(wire::start_answer(false, account.error().message()));
+      return;
+    }
+    if (auto made = ensure_trial_folder(self, spec.trial_id, *account); !made)
+      {
+      rp.deliver(wire::start_answer(false, made.message()));
+      return;
+    }
+    int fd = -1;
     std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(dest).parent_path(), ec);
-    if (ec) {
-      rp.deliver(wire::start_answer(false, "node " + st.opt.node_id + ": cannot create " + dir + ": " + ec.message()));
+    {  // in the trial's folder as its account: a link it left there leads nowhere it could not write
+      as_account as(*account);
+      std::filesystem::create_directories(std::filesystem::path(dest).parent_path(), ec);
+      if (!ec) fd = ::open(dest.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    }
+    if (fd < 0) {
+      rp.deliver(wire::start_answer(false, "node " + st.opt.node_id + ": cannot create " + dest + ": " +
+                                               (ec ? ec.message() : std::string{std::strerror(errno)})));
       return;
     }
     spec.restore_dir = dir;
@@ -454,7 +533,8 @@ void continue_start(node_actor self, wire::wire_trial_spec spec, bundle_key key,
                    return;
                  }
                  continue_start(self, spec, key, program, server, owner, rp, files, "its checkpoint");
-               });
+               },
+               fd);
     return;
   }
   start_trial(self, spec, *now, program, std::move(owner), std::move(rp));
@@ -477,6 +557,10 @@ caf::response_promise trial_start(node_actor self, const wire::wire_trial_spec& 
     // Not started again; the answer names the trial actor that runs it (wire.hpp).
     rp.deliver(wire::start_answer(false, "node " + st.opt.node_id + ": trial " + spec.trial_id + " already runs here",
                                   old->second.actor));
+    return rp;
+  }
+  if (auto account = account_for(self, spec); !account) {
+    rp.deliver(wire::start_answer(false, account.error().message()));
     return rp;
   }
   auto* hold = st.table.find({key, bundle});
@@ -624,7 +708,7 @@ bool may_read(node_actor self, const std::string& token, const std::string& tria
   bool node = token_equal(token, self->state.opt.token);
   bool owner = false;
   if (!trial.empty() && trial.find_first_of("/\\") == std::string::npos && trial[0] != '.' && !self->state.opt.work_dir.empty()) {
-    std::ifstream in(self->state.opt.work_dir + "/trials/" + trial + "/.access");
+    std::ifstream in(self->state.opt.work_dir + "/access/" + trial);
     std::string secret;
     owner = std::getline(in, secret) && secret.size() == 64 && token_equal(token, secret);
   }
@@ -640,6 +724,7 @@ std::string not_allowed(const std::string& trial) {
 caf::message list_checkpoint(node_actor self, const std::string& token, const std::string& trial, const std::string& path) {
   auto no = [](const std::string& why) { return caf::make_message(wire::ckpt_list_atom::value, false, why); };
   if (!may_read(self, token, trial)) return no(not_allowed(trial));
+  as_account as(folder_owner(self->state.opt.work_dir + "/trials/" + trial));  // read as the trial's account
   auto dir = checkpoint_folder(self, trial, path);
   if (!dir) return no(dir.error().message());
   namespace fs = std::filesystem;
@@ -661,6 +746,7 @@ caf::message read_checkpoint(node_actor self, const std::string& token, const st
   auto no = [](const std::string& why) { return caf::make_message(wire::ckpt_read_atom::value, false, why); };
   if (!may_read(self, token, trial)) return no(not_allowed(trial));
   if (length > wire::max_chunk) return no("at most " + std::to_string(wire::max_chunk) + " bytes at a time");
+  as_account as(folder_owner(self->state.opt.work_dir + "/trials/" + trial));  // read as the trial's account
   auto dir = checkpoint_folder(self, trial, path);
   if (!dir) return no(dir.error().message());
   namespace fs = std::filesystem;

@@ -31,6 +31,7 @@
 #include <string>
 
 #include "tune/core/node_resources.hpp"
+#include "tune/trial/account.hpp"
 #include "tune/trial/cgroup.hpp"
 #include "tune/trial/process.hpp"
 #include "wire.hpp"
@@ -60,6 +61,9 @@ struct node_options {
   // with a subreaper keeper; none: not contained (tests of the actors alone).
   std::shared_ptr<tune::containment> contain;
   int64_t trial_max_pids = 0;  // each trial's pids.max (0: none)
+  // Who its trials run as (tune/trial/account.hpp), unless the head names the submitting
+  // user's own account in the start; the default: the node's own account.
+  unix_account trial_account = own_account();
   // A head in this process (an embedded cluster, benchmarks): joined without a
   // connection. head_host and head_port are then only for messages.
   caf::actor head_actor;

@@ -9,6 +9,9 @@ namespace tune {
 
 expected<node_host> open_node_host(const node_host_options& opt) {
   node_host h;
+  auto account = trial_account(opt.trial_user);
+  if (!account) return status{account.error().code(), "--trial-user: " + account.error().message()};
+  h.trial_account = *account;
   if (auto w = spawner::start()) h.workers = *w;
   else log_line("workers start from this process itself: " + w.error().message());
   auto c = containment::open(opt.containment, opt.node_id, opt.require_limits);
@@ -34,6 +37,9 @@ void fill_node_options(node_options& opt, const node_host& host, int gpu_audit_m
   opt.workers = host.workers;
   opt.contain = host.contain;
   opt.trial_max_pids = trial_max_pids;
+  opt.trial_account = host.trial_account;
+  log_line("trials run as " + host.trial_account.name + " (uid " + std::to_string(host.trial_account.uid) + ")" +
+           (host.trial_account.switches ? ", unless their user's settings name another account" : ", the node's own account"));
   bool real = std::any_of(opt.resources.gpus().begin(), opt.resources.gpus().end(), [](auto& g) { return !g.logical; });
   if (!real || gpu_audit_ms <= 0) return;
   if (auto lib = nvml::load()) {
@@ -42,6 +48,11 @@ void fill_node_options(node_options& opt, const node_host& host, int gpu_audit_m
   } else {
     log_line("GPU audit off: " + lib.error().message());
   }
+}
+
+status check_trial_folder(const node_options& opt) {
+  if (opt.work_dir.empty()) return status::ok();
+  return reachable(opt.trial_account, opt.work_dir + "/trials");
 }
 
 expected<head_service> start_head_service(caf::actor_system& sys, head_options opt,

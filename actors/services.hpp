@@ -27,12 +27,18 @@ struct node_host_options {
   std::string node_id;
   std::string containment = "auto";  // auto, cgroup, subreaper
   std::vector<std::string> require_limits;  // memory, cpu, pids
+  std::string trial_user = {};  // who its trials run as (tune/trial/account.hpp; empty: nobody, as root)
 };
 
 struct node_host {
   std::shared_ptr<spawner> workers;  // none: trials fork from this process (logged)
   std::shared_ptr<containment> contain;
+  unix_account trial_account;  // who its trials run as, unless a user's settings map another
 };
+
+// Whether the node's trials can reach its folder (their own folders are in it), or an
+// error that names the folder they cannot enter and what to do.
+status check_trial_folder(const node_options& opt);
 
 // The spawner, then the containment. An error (a bad mode, a limit that cannot be
 // enforced, cgroups asked for and not there) names the problem and what to do.

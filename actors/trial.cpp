@@ -1,6 +1,7 @@
 #include "trial.hpp"
 
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <cmath>
@@ -56,6 +57,7 @@ struct launch {
   std::string trial_id;
   std::shared_ptr<containment> contain;  // its cgroup comes from here (none: not contained)
   host_limits limits;
+  unix_account account;  // who it runs as
 };
 
 nlohmann::json usage_json(const host_usage& u) {
@@ -130,17 +132,20 @@ expected<std::unique_ptr<trial_cgroup>> prepare(launch& l, std::optional<output_
     if (!m) return m.error();
     metrics = std::move(*m);
   }
-  if (l.workdir) {  // a fresh copy on every start: what an earlier run changed is gone
-    std::error_code ec;
-    std::filesystem::remove_all(l.spec.cwd, ec);
-    if (auto s = materialize_workdir(*l.workdir, l.blobs, l.spec.cwd); !s)
-      return status{s.code(), "its working directory: " + s.message()};
-  }
-  if (l.find_program) {
-    auto path = l.spec.env.count("PATH") ? l.spec.env.at("PATH") : std::string{};
-    auto program = resolve_program(l.spec.argv[0], l.spec.cwd, path);
-    if (!program) return program.error();
-    l.spec.argv[0] = *program;
+  {  // in its folder as its account: a link an earlier run left there leads nowhere it could not write
+    as_account as(l.account);
+    if (l.workdir) {  // a fresh copy on every start: what an earlier run changed is gone
+      std::error_code ec;
+      std::filesystem::remove_all(l.spec.cwd, ec);
+      if (auto s = materialize_workdir(*l.workdir, l.blobs, l.spec.cwd); !s)
+        return status{s.code(), "its working directory: " + s.message()};
+    }
+    if (l.find_program) {
+      auto path = l.spec.env.count("PATH") ? l.spec.env.at("PATH") : std::string{};
+      auto program = resolve_program(l.spec.argv[0], l.spec.cwd, path);
+      if (!program) return program.error();
+      l.spec.argv[0] = *program;
+    }
   }
   std::unique_ptr<trial_cgroup> cg;
   if (l.contain) {
@@ -498,6 +503,9 @@ launch make_launch(const trial_options& opt) {
   l.trial_id = opt.spec.trial_id;
   l.contain = opt.contain;
   l.limits = opt.limits;
+  l.account = opt.account;
+  if (opt.account.switches)
+    l.spec.run_as = {opt.account.uid, opt.account.gid, {opt.account.groups.begin(), opt.account.groups.end()}};
   l.spec.env = trial_environment(opt);
   l.spec.cwd = opt.trial_dir;
   if (!opt.spec.command.empty()) {  // a program trial: its command, in its working copy
@@ -736,9 +744,20 @@ std::map<std::string, std::string> trial_environment(const trial_options& opt) {
   for (auto& c : opt.cards) visible += (visible.empty() ? "" : ",") + c.uuid;
   env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
   env["CUDA_VISIBLE_DEVICES"] = visible;  // empty: no card at all
-  env["TUNE_TRIAL_ID"] = opt.spec.trial_id;
+  // The id its experiment knows it by: a tuner's trial ids travel as <id>@<run key>
+  // (unique in the cluster: its folder's name), the program sees <id>.
+  env["TUNE_TRIAL_ID"] = opt.spec.trial_id.substr(0, opt.spec.trial_id.rfind('@'));
   env["TUNE_NODE_ID"] = opt.node_id;
   env["TUNE_TRIAL_DIR"] = opt.trial_dir;
+  // Another account than the node's: its own home when it has one it can write, else its
+  // folder (caches go somewhere it may write, never the node's home).
+  if (opt.account.switches) {
+    struct stat h {};
+    bool own_home = !opt.account.home.empty() && ::stat(opt.account.home.c_str(), &h) == 0 && S_ISDIR(h.st_mode) &&
+                    h.st_uid == opt.account.uid;
+    env["HOME"] = own_home ? opt.account.home : opt.trial_dir;
+    env["USER"] = env["LOGNAME"] = opt.account.name;
+  }
   env["TUNE_TRIAL_CONFIG"] = opt.spec.config_json.empty() ? "{}" : opt.spec.config_json;
   env["TUNE_TRIAL_GPUS"] = gpus_json(opt).dump();
   env["TUNE_REPORT_FD"] = std::to_string(worker_process::report_fd);

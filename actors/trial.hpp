@@ -45,6 +45,7 @@
 
 #include "tune/core/node_resources.hpp"
 #include "tune/trial/cgroup.hpp"
+#include "tune/trial/account.hpp"
 #include "tune/trial/process.hpp"
 #include "tune/trial/python_spawners.hpp"
 #include "tune/trial/workdir.hpp"
@@ -57,7 +58,9 @@ struct trial_options {
   std::string program;    // the program's path on this node
   std::string node_id;
   std::string trial_dir;  // the trial's own folder (created)
-  std::string access;     // the secret its owner reads its checkpoints with (in trial_dir/.access)
+  std::string access;     // the secret its owner reads its checkpoints with (kept in <work>/access/<id>)
+  // Who it runs as (tune/trial/account.hpp); its working copy is written as it, too.
+  unix_account account = own_account();
   std::vector<gpu_instance> cards;  // the bundle's cards, in order
   std::vector<gpu_grant> grants;    // their shares and memory
   std::map<std::string, std::string> base_env;  // PATH, HOME, LD_LIBRARY_PATH, ...

@@ -316,13 +316,16 @@ struct wire_trial_spec {
   std::vector<std::string> env;
   std::vector<std::string> output_patterns;
   std::string metric;
+  // The Unix account it runs as, from its user's settings (docs/users.md): set by the
+  // head, whatever the client sent; empty: the node's --trial-user.
+  std::string account;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_trial_spec& x) {
   return f(caf::meta::type_name("wire_trial_spec"), x.trial_id, x.group, x.bundle, x.program_name, x.program_sha256,
            x.program_size, x.args, x.config_json, x.restore_dir, x.restore_files, x.command, x.workdir_sha256,
-           x.workdir_size, x.env, x.output_patterns, x.metric);
+           x.workdir_size, x.env, x.output_patterns, x.metric, x.account);
 }
 
 // Results of one trial that name the same metrics, as columns: row r's metric k is

@@ -12,6 +12,7 @@ mkdir -p "$out"
 fail=0
 for mode in cgroup subreaper; do
   work=$(mktemp -d /tmp/gpu-escape-XXXXXX)
+  chmod 711 "$work"  # a root node runs trials as nobody, in folders below it
   cp "$here/python/gpu_escape.py" "$work/"
   cat > "$work/escape.yaml" <<EOF2
 command: [$python, gpu_escape.py]

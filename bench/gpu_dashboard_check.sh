@@ -8,7 +8,7 @@
 set -uo pipefail
 bin=${1:?}; out=${2:?}
 mkdir -p "$out"
-export TUNE_RUNTIME_DIR=/tmp/tune-gpu-rt; rm -rf "$TUNE_RUNTIME_DIR"; mkdir -m 700 "$TUNE_RUNTIME_DIR"
+export TUNE_RUNTIME_DIR=/tmp/tune-gpu-rt; rm -rf "$TUNE_RUNTIME_DIR"; mkdir -m 711 "$TUNE_RUNTIME_DIR"
 tok=$TUNE_RUNTIME_DIR/token
 nvidia-smi -L | tee "$out/nvidia-smi.txt"
 want=$(nvidia-smi --query-gpu=index,uuid --format=csv,noheader | awk -F', ' '$1 == 1 {print $2}')

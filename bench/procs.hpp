@@ -2,6 +2,7 @@
 // command against one cluster's runtime directory and token file.
 #pragma once
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -58,6 +59,7 @@ inline void make_scratch(const std::string& bench_name) {
   std::string tmpl = "/tmp/" + bench_name + "-XXXXXX";
   if (!::mkdtemp(tmpl.data())) die("cannot make a scratch folder in /tmp");
   scratch::dir = tmpl;
+  ::chmod(tmpl.c_str(), 0711);  // a root node's trials (nobody) reach their folders below it
   scratch::token_path = scratch::dir + "/token";
   std::atexit(cleanup_scratch);
 }

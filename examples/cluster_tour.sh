@@ -7,6 +7,7 @@
 set -euo pipefail
 tune=${1:?usage: cluster_tour.sh PATH/TO/tune}
 work=$(mktemp -d /tmp/libtune-tour-XXXXXX)
+chmod 711 "$work"  # a root node runs trials as nobody, in folders below it
 export TUNE_RUNTIME_DIR=$work TUNE_TOKEN_FILE=$work/token
 trap '"$tune" stop --grace 5 >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 echo "== tune start --head --host 127.0.0.1 --port 0   (any free port)"

@@ -21,12 +21,16 @@ namespace tune::cli {
 
 expected<std::string> runtime_dir(const std::string& option) {
   std::string dir = option;
+  // As root, trials run as another account (nobody) in folders below this one: it must
+  // be searchable (0711: others may pass, not list), and not a login session's folder
+  // ($XDG_RUNTIME_DIR: 0700, and removed at logout, while the daemons outlive it).
+  bool root = ::geteuid() == 0;
   if (dir.empty()) {
     if (const char* e = std::getenv("TUNE_RUNTIME_DIR"); e && *e) dir = e;
-    else if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x && *x) dir = std::string{x} + "/libtune";
+    else if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x && *x && !root) dir = std::string{x} + "/libtune";
     else dir = "/tmp/libtune-" + std::to_string(::getuid());
   }
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+  if (::mkdir(dir.c_str(), root ? 0711 : 0700) != 0 && errno != EEXIST)
     return status{errc::invalid_argument, "cannot create the runtime directory " + dir + ": " + std::strerror(errno)};
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
@@ -35,6 +39,7 @@ expected<std::string> runtime_dir(const std::string& option) {
     return status{errc::invalid_argument, "the runtime directory " + dir +
                                               " belongs to another user or others may write to it; "
                                               "give --runtime-dir or TUNE_RUNTIME_DIR a private one"};
+  if (root && (st.st_mode & 0011) != 0011) ::chmod(dir.c_str(), (st.st_mode & 07777) | 0011);
   return dir;
 }
 

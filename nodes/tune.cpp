@@ -316,13 +316,14 @@ int start_node(const po::variables_map& vm, const std::string& dir) {
     }
   auto max_pids = vm["trial-max-pids"].as<int64_t>();
   if (auto s = check_trial_max_pids(max_pids, "--trial-max-pids"); !s) return fail("start", s.message(), 2);
+  std::string trial_user = vm.count("trial-user") ? vm["trial-user"].as<std::string>() : "";
   bool block = vm.count("block") > 0;
   std::string log_file = dir + "/" + id + ".log";
   return cli::run_service(block, log_file, 30, [&](cli::readiness& ready) {
     auto signals = service_signals();
     // The spawner and the trials' containment, before CAF's threads (actors/services.hpp);
     // they end after the actor system, killing whatever is left.
-    auto host_parts = open_node_host({id, containment_mode, require_limits});
+    auto host_parts = open_node_host({id, containment_mode, require_limits, trial_user});
     if (!host_parts) {
       ready.failed("tune start: " + host_parts.error().message());
       return 2;
@@ -341,6 +342,10 @@ int start_node(const po::variables_map& vm, const std::string& dir) {
     opt.resources = *resources;
     opt.work_dir = dir + "/" + id;  // programs/ and trials/ of this node
     fill_node_options(opt, *host_parts, audit_ms, max_pids);
+    if (auto s = check_trial_folder(opt); !s) {
+      ready.failed("tune start: " + s.message());
+      return 2;
+    }
     opt.on_first_join = [first](const status& st) { first->set_value(st); };
     opt.on_fatal = [fatal_message](const status& st) {
       *fatal_message = st.message();
@@ -442,6 +447,9 @@ int cmd_start(const std::vector<std::string>& args) {
        "node: host limits it must enforce, or refuse to start: a list of memory, cpu, pids (e.g. memory,cpu)")
       ("trial-max-pids", po::value<int64_t>()->default_value(16384),
        "node: each trial's limit of processes and threads (pids.max; 0: none), against fork bombs")
+      ("trial-user", po::value<std::string>(),
+       "node: the Unix account trials run as when the node runs as root (default: nobody; never root); a user's "
+       "own account (tune user set NAME --account A) takes its place for that user's trials")
       ("gpu-audit-ms", po::value<int>()->default_value(200),
        "node: how often the GPU audit (NVML) looks at what runs on the cards, in ms; 0 turns it off")
       ("token-file", po::value<std::string>()->default_value(default_token_file()),
@@ -460,6 +468,7 @@ int cmd_start(const std::vector<std::string>& args) {
     for (auto opt : {"containment", "trial-max-pids"})
       if (!vm[opt].defaulted()) return fail("start", std::string{"--"} + opt + " is for a node (--address)", 2);
     if (vm.count("require-limits")) return fail("start", "--require-limits is for a node (--address)", 2);
+    if (vm.count("trial-user")) return fail("start", "--trial-user is for a node (--address)", 2);
     if (vm.count("mps")) return fail("start", "--mps is for a node (--address)", 2);
     for (auto opt : {"num-gpus", "gpus", "num-cpus", "resources"})
       if (vm.count(opt)) return fail("start", std::string{"--"} + opt + " is for a node (--address); the head runs no trials", 2);

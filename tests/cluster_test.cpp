@@ -165,6 +165,7 @@ TEST_F(ClusterTest, KilledNodeIsDeadWithinOneSecond) {
 
 TEST_F(ClusterTest, FrozenNodeIsDeadWithinFiveSecondsAndComesBack) {
   auto a = start_node();
+  ASSERT_GT(a.pid, 0);  // kill(0, SIGSTOP) would stop this test's own process group
   ASSERT_EQ(::kill(a.pid, SIGSTOP), 0);
   auto took = wait_until([&] { return state(a) == "dead"; }, 8s, 50ms);
   ::kill(a.pid, SIGCONT);

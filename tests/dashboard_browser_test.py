@@ -164,6 +164,8 @@ def main():
             return SKIP
 
     work = tempfile.mkdtemp(prefix="tune-dashboard-")
+
+    os.chmod(work, 0o711)  # a root node runs trials as nobody, in folders below it
     cluster = Cluster(args.tune, work)
     driver = None
     try:

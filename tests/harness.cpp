@@ -1,5 +1,6 @@
 #include "harness.hpp"
 
+#include <sys/stat.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -150,6 +151,8 @@ std::string node_id_in(const std::string& text) {
 cluster_files::cluster_files() {
   char tmpl[] = "/tmp/libtune-test-XXXXXX";
   dir_ = ::mkdtemp(tmpl);
+  // Searchable by others: a root node's trials run as nobody, in folders below this one.
+  ::chmod(dir_.c_str(), 0711);
 }
 
 cluster_files::~cluster_files() {

@@ -58,6 +58,7 @@ class ProgramTest : public ::testing::Test {
     project = files.dir() + "/project";
     exp = files.dir() + "/exp";
     rec = files.dir() + "/record.jsonl";
+    shared_file(rec);  // the trials append what they saw to it
     fs::create_directories(project);
     for (auto name : {"trial.py", "broken.py"}) fs::copy_file(std::string{PROGRAMS_DIR} + "/" + name, project + "/" + name);
   }
@@ -119,6 +120,13 @@ class ProgramTest : public ::testing::Test {
   void add_contained() {
     if (!fs::exists(project + "/contained.py"))
       fs::copy_file(std::string{PROGRAMS_DIR} + "/contained.py", project + "/contained.py");
+    shared_file(files.dir() + "/helpers");  // where its helpers' pids go
+  }
+  // A file the trials (nobody, when the test runs as root) may append to.
+  static void shared_file(const std::string& path) {
+    std::ofstream{path, std::ios::app};
+    fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::group_write |
+                              fs::perms::others_read | fs::perms::others_write);
   }
 
   // The experiment file `name` in the project: `body` after the lines every test has.
@@ -171,7 +179,8 @@ scheduler: {type: asha, max_t: 6, grace_period: 1, reduction_factor: 2}
   ASSERT_EQ(seen.size(), 8u);
   for (auto& e : seen) {
     auto cwd = e["cwd"].get<std::string>();
-    EXPECT_TRUE(contains(cwd, "/trials/" + e["trial"].get<std::string>() + "/work")) << cwd;
+    EXPECT_TRUE(contains(cwd, "/trials/" + e["trial"].get<std::string>() + "@")) << cwd;  // <id>@<run key>
+    EXPECT_TRUE(contains(cwd, "/work")) << cwd;
     dirs.insert(cwd);
   }
   EXPECT_EQ(dirs.size(), 8u);

@@ -49,6 +49,8 @@ def main():
         return SKIP
 
     work = tempfile.mkdtemp(prefix="tune-prometheus-")
+
+    os.chmod(work, 0o711)  # a root node runs trials as nobody, in folders below it
     env = dict(os.environ, TUNE_RUNTIME_DIR=os.path.join(work, "rt"))
     os.makedirs(env["TUNE_RUNTIME_DIR"], mode=0o700)
     token_file = os.path.join(work, "token")

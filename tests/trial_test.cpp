@@ -294,6 +294,7 @@ TEST_F(TrialTest, ANodeThatDiesTakesItsTrialsWithIt) {
 // node dead (a few seconds), not when the request times out (minutes).
 TEST_F(TrialTest, AStartToANodeThatDiesFailsWhenItIsDeclaredDead) {
   auto g = group({*resource_set::make({{"gpu", 1}})});
+  ASSERT_GT(node_pid, 0);  // kill(0, SIGSTOP) would stop this test's own process group
   ASSERT_EQ(::kill(node_pid, SIGSTOP), 0);
   auto t0 = std::chrono::steady_clock::now();
   auto started = start("t-frozen", g, {{"mode", "report"}});

@@ -5,6 +5,9 @@
 // does nothing else; a user's experiment runs with its checkpoints copied (the trial's
 // own access secret, not the node's token); users outlive a head restart.
 #include <gtest/gtest.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
@@ -62,11 +65,11 @@ class UsersClusterTest : public ::testing::Test {
   // The project folder `tune run` ships (trial.py from tests/programs), with an
   // experiment file NAME.yaml: `name`, metric val_acc, the command, and `rest`.
   std::string project() const { return files.dir() + "/project"; }
-  void experiment_file(const std::string& name, const std::string& rest) const {
+  void experiment_file(const std::string& name, const std::string& rest, const std::string& args = "") const {
     fs::create_directories(project());
     if (!fs::exists(project() + "/trial.py")) fs::copy_file(std::string{PROGRAMS_DIR} + "/trial.py", project() + "/trial.py");
     std::ofstream(project() + "/" + name + ".yaml")
-        << "name: " << name << "\nmetric: val_acc\ncommand: [" << py() << ", trial.py]\nprogress: none\n" << rest;
+        << "name: " << name << "\nmetric: val_acc\ncommand: [" << py() << ", trial.py" << args << "]\nprogress: none\n" << rest;
   }
   // tune run NAME.yaml as `user`, into files.dir()/NAME.
   run_result run_as(const std::string& user, const std::string& name) const {
@@ -367,6 +370,80 @@ TEST_F(UsersClusterTest, UsersAndTheirSettingsOutliveAHeadRestart) {
   ASSERT_EQ(fresh.rc, 0) << fresh.err;
   EXPECT_TRUE(contains(as(token_of("ann"), {"status"}).err, "does not match"));
   EXPECT_EQ(as(files.dir() + "/ann2.token", {"status"}).rc, 0);
+}
+
+// Trials never run as root: a root node runs them as nobody (its --trial-user), or as
+// the Unix account in their user's settings. The files they write are that account's,
+// their folders are closed to other accounts, and their access secrets are out of reach.
+TEST_F(UsersClusterTest, TrialsRunAsTheirUsersAccountNeverAsRoot) {
+  if (::geteuid() != 0 || ::access("/usr/sbin/useradd", X_OK) != 0) GTEST_SKIP() << "needs root and useradd";
+  std::map<std::string, uid_t> uid;
+  for (auto name : {"tunetest-ann", "tunetest-bob"}) {
+    if (!::getpwnam(name)) run({"/usr/sbin/useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name});
+    auto* pw = ::getpwnam(name);
+    ASSERT_TRUE(pw) << "could not make account " << name;
+    uid[name] = pw->pw_uid;
+  }
+  auto* nobody = ::getpwnam("nobody");
+  ASSERT_TRUE(nobody);
+  ASSERT_EQ(as(files.token_file(), {"user", "set", "ann", "--account", "tunetest-ann"}).rc, 0);
+  ASSERT_EQ(as(files.token_file(), {"user", "set", "bob", "--account", "tunetest-bob"}).rc, 0);
+  experiment_file("who", "num_samples: 2\nspace: {x: {uniform: [0.0, 1.0]}}\n", ", --mode, whoami");
+  // Each user's trials report who they ran as; the admin's (no account) run as nobody.
+  auto who = [&](const std::string& user, const std::string& exp) {
+    auto r = user == "admin" ? run({tune_binary(), "run", "who.yaml", "--address", address, "--token-file", files.token_file(),
+                                    "--experiment-dir", files.dir() + "/" + exp},
+                                   {{"TUNE_RUNTIME_DIR", files.dir()}, {"CUDA_VISIBLE_DEVICES", ""}}, 180s, project())
+                             : run({tune_binary(), "run", "who.yaml", "--address", address, "--token-file", token_of(user),
+                                    "--experiment-dir", files.dir() + "/" + exp},
+                                   {{"TUNE_RUNTIME_DIR", files.dir()}, {"CUDA_VISIBLE_DEVICES", ""}}, 180s, project());
+    EXPECT_EQ(r.rc, 0) << r.out << r.err;
+    auto store = experiment_store::open(files.dir() + "/" + exp);
+    EXPECT_TRUE(store);
+    auto rows = store ? (*store)->results() : expected<std::vector<result_row>>{status{errc::not_found, "no store"}};
+    EXPECT_TRUE(rows && rows->size() == 2) << (rows ? rows->size() : 0);
+    return rows ? *rows : std::vector<result_row>{};
+  };
+  auto node_dir = files.dir() + "/" + node;
+  for (auto& [user, account] : {std::pair{std::string{"ann"}, std::string{"tunetest-ann"}}, {"bob", "tunetest-bob"},
+                                {"admin", "nobody"}}) {
+    uid_t expected_uid = account == "nobody" ? nobody->pw_uid : uid[account];
+    for (auto& row : who(user, user + "-who")) {
+      EXPECT_EQ(row.metrics["uid"], expected_uid) << user << "'s trial " << row.trial;
+      EXPECT_EQ(row.metrics["read_secret"], 0) << user << "'s trial read its access secret";
+      EXPECT_EQ(row.metrics["others"], 0) << user << "'s trial looked into another trial's folder";
+      EXPECT_EQ(row.metrics["home_is_trial_dir"], 1) << "a system account without a home: HOME is its folder";
+    }
+  }
+  // On the node: every trial folder 0700 and its account's, and what the trial wrote too.
+  int folders = 0;
+  for (auto& dir : fs::directory_iterator(node_dir + "/trials")) {
+    struct stat s {};
+    ASSERT_EQ(::stat(dir.path().c_str(), &s), 0);
+    EXPECT_NE(s.st_uid, 0u) << dir.path() << " is root's";
+    EXPECT_EQ(s.st_mode & 0777, 0700u) << dir.path();
+    struct stat f {};
+    ASSERT_EQ(::stat((dir.path() / "work/mine.txt").c_str(), &f), 0) << dir.path();
+    EXPECT_EQ(f.st_uid, s.st_uid) << "a file the trial wrote belongs to its account";
+    ++folders;
+  }
+  EXPECT_EQ(folders, 6);
+  struct stat access {};
+  ASSERT_EQ(::stat((node_dir + "/access").c_str(), &access), 0);
+  EXPECT_EQ(access.st_uid, 0u);
+  EXPECT_EQ(access.st_mode & 0777, 0700u);
+  // An account the node does not have: a clear refusal of the start, naming it.
+  ASSERT_EQ(as(files.token_file(), {"user", "set", "bob", "--account", "no-such-account"}).rc, 0);
+  experiment_file("who1", "num_samples: 1\nmax_failures: 0\nspace: {x: {uniform: [0.0, 1.0]}}\n", ", --mode, whoami");
+  auto bad = run({tune_binary(), "run", "who1.yaml", "--address", address, "--token-file", token_of("bob"), "--experiment-dir",
+                  files.dir() + "/bad-who"},
+                 {{"TUNE_RUNTIME_DIR", files.dir()}, {"CUDA_VISIBLE_DEVICES", ""}}, 180s, project());
+  auto bad_store = experiment_store::open(files.dir() + "/bad-who");
+  ASSERT_TRUE(bad_store);
+  auto bad_trials = (*bad_store)->trials();
+  ASSERT_TRUE(bad_trials && bad_trials->size() == 1) << bad.out << bad.err;
+  EXPECT_TRUE(contains((*bad_trials)[0].error, "no Unix account no-such-account")) << (*bad_trials)[0].error;
+  for (auto name : {"tunetest-ann", "tunetest-bob"}) run({"/usr/sbin/userdel", name});
 }
 
 }  // namespace

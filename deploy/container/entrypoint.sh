@@ -18,5 +18,6 @@ if [ ! -r "$token" ]; then
   exit 2
 fi
 dir=${LIBTUNE_DIR:-/var/lib/libtune}
-mkdir -p "$dir" && chmod 700 "$dir"
+# Others may pass (the trials run as nobody below it), not list it: 0711.
+mkdir -p "$dir" && chmod 711 "$dir"
 exec tune start --address "$LIBTUNE_HEAD" --token-file "$token" --runtime-dir "$dir" --block "$@"

@@ -11,6 +11,7 @@ build=${1:?usage: test_entrypoint.sh BUILD_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
 say() { echo "[container-test] $*"; }
 work=$(mktemp -d /tmp/libtune-container-XXXXXX)
+chmod 711 "$work"  # a root node runs trials as nobody, in folders below it
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
@@ -35,7 +36,7 @@ set -e
 say "ok: without LIBTUNE_HEAD or a token it says what to set (exit 2)"
 
 export TUNE_RUNTIME_DIR=$work/rt
-mkdir -m 700 "$TUNE_RUNTIME_DIR"
+mkdir -m 711 "$TUNE_RUNTIME_DIR"
 out=$(tune start --head --host 127.0.0.1 --port 0 --no-dashboard --token-file "$work/token")
 address=$(echo "$out" | sed -n 's/.*head started at \([^ ]*\).*/\1/p')
 LIBTUNE_HEAD=$address LIBTUNE_TOKEN_FILE=$work/token LIBTUNE_DIR=$work/var \
@@ -47,7 +48,7 @@ for _ in $(seq 1 100); do
 done
 tune status --address "$address" --token-file "$work/token" --json | grep -q '"alive_nodes":1' ||
   { say "FAILED: the node did not join"; cat "$work/node.log"; exit 1; }
-[ "$(stat -c %a "$work/var")" = 700 ] || { say "FAILED: LIBTUNE_DIR is not private"; exit 1; }
+[ "$(stat -c %a "$work/var")" = 711 ] || { say "FAILED: LIBTUNE_DIR is not private (0711: passable, not listable)"; exit 1; }
 say "ok: the entry point's node joined the head with the mounted token"
 kill -TERM $node
 for _ in $(seq 1 200); do kill -0 $node 2>/dev/null || break; sleep 0.1; done

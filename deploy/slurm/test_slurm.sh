@@ -26,6 +26,7 @@ done
 
 tag=lts$$
 work=$(mktemp -d /tmp/libtune-slurm-XXXXXX)
+chmod 711 "$work"  # a root node runs trials as nobody, in folders below it
 chmod 755 "$work"
 ctl=$tag-ctl
 nodes=(n1 n2)
@@ -160,8 +161,8 @@ check "the nodes and the head stopped gracefully (SIGTERM, not killed)" \
   "grep -q 'leaving the cluster' $work/libtune-$job/node-n1.log && grep -q 'leaving the cluster' $work/libtune-$job/node-n2.log &&
    grep -q 'stopping (Terminated)' $work/libtune-$job/head.log && ! grep -q 'Killed' '$out'"
 check "trials ran on both nodes" \
-  "grep -q 'trial trial-[0-9]* started' $work/libtune-$job/node-n1.log &&
-   grep -q 'trial trial-[0-9]* started' $work/libtune-$job/node-n2.log"
+  "grep -q 'trial trial-[0-9]*@[0-9a-f]* started' $work/libtune-$job/node-n1.log &&
+   grep -q 'trial trial-[0-9]*@[0-9a-f]* started' $work/libtune-$job/node-n2.log"
 # Any process still running with this job's folder in its command line.
 leftovers() {
   for f in /proc/[0-9]*/cmdline; do

@@ -17,6 +17,8 @@ say() { echo "[systemd-test] $*"; }
 command -v systemd-analyze >/dev/null || { say "skipped: systemd-analyze is missing"; exit $SKIP; }
 
 work=$(mktemp -d /tmp/libtune-systemd-XXXXXX)
+
+chmod 711 "$work"  # a root node runs trials as nobody, in folders below it
 pids=()
 # Delegate=yes: systemd starts the unit in a cgroup of its own, which the node may
 # divide. Done here as systemd does it, where this runs as root with cgroup2 mounted.
@@ -76,7 +78,8 @@ run_line() {
   }
 }
 
-mkdir -p -m 0700 "$work/state/libtune" "$work/state/libtune-node" "$work/etc"
+mkdir -p -m 0700 "$work/state/libtune" "$work/etc"
+mkdir -p -m 0711 "$work/state/libtune-node"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 echo "LIBTUNE_PORT=$port
 LIBTUNE_HEAD_ARGS=--host 127.0.0.1 --dashboard-port 0" > "$work/etc/head.env"
@@ -123,6 +126,7 @@ metric: loss
 mode: min
 num_samples: 1
 EOF2
+: > "$work/sleeper" && chmod 666 "$work/sleeper"  # the trial (nobody) writes its sleeper's pid
   "$tune" run "$work/escape.yaml" --address "127.0.0.1:$port" --token-file "$token" --experiment-dir "$work/exp" \
     > "$work/run.log" 2>&1 || { say "FAILED: tune run under the delegated node"; cat "$work/run.log"; exit 1; }
   sleeper=$(cat "$work/sleeper")

@@ -187,7 +187,7 @@ expected<std::shared_ptr<cluster::impl>> start_embedded(const cluster_options& o
   st->owns_log = true;
   // The spawner and the trials' containment, before the actor system's threads
   // (actors/services.hpp).
-  auto host_parts = open_node_host({id, opt.containment, {}});
+  auto host_parts = open_node_host({id, opt.containment, {}, opt.trial_user});
   if (!host_parts) return host_parts.error();
   st->workers = host_parts->workers;
   st->contain = host_parts->contain;
@@ -214,6 +214,7 @@ expected<std::shared_ptr<cluster::impl>> start_embedded(const cluster_options& o
   no.resources = *res;
   no.work_dir = st->work_dir;
   fill_node_options(no, *host_parts, opt.gpu_audit_ms, opt.trial_max_pids);
+  if (auto s = check_trial_folder(no); !s) return status{s.code(), "the embedded cluster: " + s.message()};
   no.head_actor = st->head;
   no.on_first_join = [joined](const status& s) { joined->set_value(s); };
   bool real = false;

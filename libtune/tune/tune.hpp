@@ -107,6 +107,9 @@ struct cluster_options {
   // can make them, else a subreaper), "cgroup" (or fail), "subreaper".
   std::string containment = "auto";
   int64_t trial_max_pids = 16384;  // each trial's pids.max (0: none)
+  // The Unix account trials run as when this process is root (never root itself;
+  // default "nobody"); not root, trials run as this process's own account.
+  std::string trial_user;
   std::optional<int> dashboard_port;  // serve the web dashboard on 127.0.0.1 (0: any free port)
 };
 

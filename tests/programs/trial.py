@@ -45,6 +45,33 @@ if args.mode == "argv":
                                                   b'{"type": "result", "metrics": {"val_acc": 1}}\n')
     sys.exit(0)
 
+if args.mode == "whoami":
+    # Who it runs as, what it may reach: its uid, a file it writes (whose owner the test
+    # checks), whether it can read its access secret or look into other trials' folders.
+    with open("mine.txt", "w") as f:
+        f.write("written by the trial\n")
+    trial_dir = os.environ["TUNE_TRIAL_DIR"]
+    me = os.path.basename(trial_dir)
+    secret = os.path.join(trial_dir, "..", "..", "access", me)
+    try:
+        open(secret).read()
+        read_secret = 1
+    except OSError:
+        read_secret = 0
+    others = 0
+    trials = os.path.dirname(trial_dir)
+    for name in os.listdir(trials):
+        if name != me and os.stat(os.path.join(trials, name)).st_uid != os.getuid():  # another account's
+            try:
+                os.listdir(os.path.join(trials, name))
+                others += 1
+            except OSError:
+                pass
+    metrics = {"val_acc": 1, "uid": os.getuid(), "gid": os.getgid(), "read_secret": read_secret, "others": others,
+               "home_is_trial_dir": int(os.environ.get("HOME") == trial_dir)}
+    os.write(int(os.environ["TUNE_REPORT_FD"]), (json.dumps({"type": "result", "metrics": metrics}) + "\n").encode())
+    sys.exit(0)
+
 import libtune  # noqa: E402 (after the modes that must not need it)
 
 cfg = libtune.config()

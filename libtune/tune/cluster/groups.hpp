@@ -165,6 +165,11 @@ class group_table {
   // The users' quotas, priorities and weights (a user not listed has none, priority 0,
   // weight 1). Taken into account from the next schedule().
   void set_users(std::map<std::string, user_limits> users) { users_ = std::move(users); }
+  // The Unix account `user`'s trials run as (empty: the node's default).
+  std::string account_of(const std::string& user) const {
+    auto u = users_.find(user);
+    return u == users_.end() ? std::string{} : u->second.account;
+  }
   // What each user holds now (groups preparing, created or rescheduling: all of their
   // bundles), by user name.
   struct holding {

@@ -46,6 +46,13 @@ void keep_tail(std::string& tail, const char* data, size_t n) {
 // In the worker, after the keeper's fork: only async-signal-safe calls until exec.
 [[noreturn]] void exec_worker(const process_spec& spec, char* const* argv, char* const* envp, int out_w, int err_w,
                               int rep_w, int fail_w, pid_t keeper) {
+  // Its account first (a change of credentials clears the death signal set below). Raw
+  // system calls: this process only (glibc's wrappers would signal the keeper's threads).
+  if (auto& c = spec.run_as; c.uid >= 0) {
+    if (::syscall(SYS_setgroups, c.groups.size(), c.groups.data()) != 0 ||
+        ::syscall(SYS_setresgid, c.gid, c.gid, c.gid) != 0 || ::syscall(SYS_setresuid, c.uid, c.uid, c.uid) != 0)
+      fail_with(fail_w, errno);
+  }
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);       // it dies with its keeper
   if (::getppid() != keeper) ::_exit(127);  // the keeper died before the line above
   sigset_t none;
@@ -380,6 +387,10 @@ std::string encode(const process_spec& spec) {
   for (auto& j : spec.contain.join) put(body, j);
   put(body, spec.contain.kill);
   put(body, spec.contain.subreaper ? "1" : "0");
+  put(body, std::to_string(spec.run_as.uid));
+  put(body, std::to_string(spec.run_as.gid));
+  put(body, std::to_string(spec.run_as.groups.size()));
+  for (auto g : spec.run_as.groups) put(body, std::to_string(g));
   std::string frame;
   put(frame, body);
   return frame;
@@ -410,6 +421,18 @@ bool decode(const std::string& in, process_spec& spec) {
   std::string subreaper;
   if (!take(in, at, spec.contain.kill) || !take(in, at, subreaper)) return false;
   spec.contain.subreaper = subreaper == "1";
+  std::string uid, gid;
+  if (!take(in, at, uid) || !take(in, at, gid) || !take(in, at, count)) return false;
+  spec.run_as.uid = std::strtoll(uid.c_str(), nullptr, 10);
+  spec.run_as.gid = std::strtoll(gid.c_str(), nullptr, 10);
+  n = std::strtoul(count.c_str(), nullptr, 10);
+  if (n > in.size()) return false;
+  spec.run_as.groups.resize(n);
+  for (auto& g : spec.run_as.groups) {
+    std::string one;
+    if (!take(in, at, one)) return false;
+    g = static_cast<uint32_t>(std::strtoul(one.c_str(), nullptr, 10));
+  }
   return at == in.size() && !spec.argv.empty();
 }
 

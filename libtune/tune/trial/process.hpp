@@ -25,6 +25,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -47,6 +48,14 @@ struct process_spec {
   // writes when the node dies, or, without cgroups, as a child subreaper that kills every
   // descendant it ever had at the end.
   containment_spec contain = {};
+  // Who the worker runs as (tune/trial/account.hpp): it drops to this user, group and
+  // supplementary groups just before exec; uid < 0: as the caller. Its keeper stays the
+  // caller (it kills the trial's cgroup when the node dies).
+  struct credentials {
+    int64_t uid = -1;
+    int64_t gid = -1;
+    std::vector<uint32_t> groups;
+  } run_as = {};
 };
 
 struct exit_info {

@@ -1,6 +1,8 @@
 // Worker processes for real, with /bin/sh standing in for a trial.
 #include "tune/trial/process.hpp"
 
+#include "tune/trial/account.hpp"
+
 #include "harness.hpp"
 
 #include <gtest/gtest.h>
@@ -318,6 +320,40 @@ TEST(Spawner, ItIgnoresSignalsToItsParentsGroupAndHoldsOnlyItsChannel) {
   auto e = p->wait(3s, reports);
   ASSERT_TRUE(e && e->ok());
   EXPECT_FALSE(test::process_gone(pid));
+}
+
+// Run as an unprivileged account (root only): its user, group and groups are the
+// account's, it cannot write what root owns, and it still dies with its keeper (a change
+// of credentials clears the death signal, so the order matters).
+TEST_P(WorkerProcess, RunsAsItsAccountAndStillDiesWithItsKeeper) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch accounts";
+  auto nobody = find_account("nobody");
+  ASSERT_TRUE(nobody) << nobody.error().message();
+  process_spec spec{{"/bin/sh", "-c", "id -u >&3; id -g >&3; touch /root/.libtune-probe 2>/dev/null && echo wrote >&3; "
+                                      "echo end >&3; sleep 60"},
+                    {{"PATH", "/usr/bin:/bin"}},
+                    ""};
+  spec.run_as = {nobody->uid, nobody->gid, {nobody->groups.begin(), nobody->groups.end()}};
+  auto p = start(spec);
+  ASSERT_TRUE(p) << p.error().message();
+  std::vector<std::string> reports;
+  ASSERT_TRUE(test::wait_until([&] { (*p)->poll(10ms, reports); return reports.size() >= 3; }, 5s));
+  EXPECT_EQ(reports[0], std::to_string(nobody->uid));
+  EXPECT_EQ(reports[1], std::to_string(nobody->gid));
+  EXPECT_EQ(reports[2], "end") << "it wrote into /root";
+  int worker = (*p)->pid();
+  ::kill((*p)->group(), SIGKILL);  // the keeper only (its pid), not its group
+  EXPECT_TRUE(test::wait_until([&] { return test::process_gone(worker); }, 3s)) << "the worker outlived its keeper";
+  std::filesystem::remove("/root/.libtune-probe");
+}
+
+TEST_P(WorkerProcess, AnAccountItCannotSwitchToIsAStartError) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root may switch to any account";
+  process_spec spec{{"/bin/true"}, {}, ""};
+  spec.run_as = {0, 0, {}};
+  auto p = start(spec);
+  ASSERT_FALSE(p);
+  EXPECT_NE(p.error().message().find("/bin/true"), std::string::npos) << p.error().message();
 }
 
 }  // namespace

@@ -83,9 +83,12 @@ def _decode(body):
     join = [take() for _ in range(int(take()))]
     kill = take()
     subreaper = take() == "1"
+    uid = int(take())
+    gid = int(take())
+    groups = [int(take()) for _ in range(int(take()))]
     if at != len(body) or not argv:
         raise ValueError("a malformed request")
-    return argv, env, cwd, (into, join, kill, subreaper)
+    return argv, env, cwd, (into, join, kill, subreaper), (uid, gid, groups)
 
 
 def _warm(argv, env):
@@ -228,7 +231,15 @@ def _exit_as_interpreter(code):
     os._exit(status)
 
 
-def _worker(argv, env, cwd, out_w, err_w, rep_w, fail_w, keeper):
+def _worker(argv, env, cwd, out_w, err_w, rep_w, fail_w, keeper, run_as):
+    uid, gid, groups = run_as
+    if uid >= 0:  # its account first: a change of credentials clears the death signal
+        try:
+            os.setgroups(groups)
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+        except OSError as e:
+            _fail(fail_w, e.errno or errno.EPERM)
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # it dies with its keeper
     if os.getppid() != keeper:
         os._exit(127)
@@ -305,7 +316,7 @@ def _kill_descendants():
             return escaped
 
 
-def _keeper(argv, env, cwd, fds, node, contain):
+def _keeper(argv, env, cwd, fds, node, contain, run_as):
     """The first child, leader of the trial's process group, parent of the worker
     (tune/trial/process.cpp's run_keeper, in Python)."""
     out_w, err_w, rep_w, fail_w, news_w = fds
@@ -345,7 +356,7 @@ def _keeper(argv, env, cwd, fds, node, contain):
         on_node_death(0, None)
     worker = os.fork()
     if worker == 0:
-        _worker(argv, env, cwd, out_w, err_w, rep_w, fail_w, me)
+        _worker(argv, env, cwd, out_w, err_w, rep_w, fail_w, me, run_as)
     for fd in (out_w, err_w, rep_w, fail_w):
         os.close(fd)
     os.write(news_w, struct.pack("=i", worker))
@@ -394,7 +405,7 @@ def _fork_into(cgroup_dir):
             pass
 
 
-def _start(sock, argv, env, cwd, contain):
+def _start(sock, argv, env, cwd, contain, run_as):
     """Forks a keeper; its pid and the read ends of the five pipes."""
     pipes = [os.pipe2(os.O_CLOEXEC) for _ in range(5)]
     me = os.getpid()
@@ -417,7 +428,7 @@ def _start(sock, argv, env, cwd, contain):
                 os.closerange(start, fd)
                 start = fd + 1
             os.closerange(start, 1 << 20)
-            _keeper(argv, env, cwd, writes, me, contain)
+            _keeper(argv, env, cwd, writes, me, contain, run_as)
         except Exception:  # noqa: B902
             os._exit(127)
     try:
@@ -457,8 +468,8 @@ def main():
             break
         answer, fds = [0, 0], []
         try:
-            argv, env, cwd, contain = _decode(body)
-            answer[0], fds = _start(sock, argv, env, cwd, contain)
+            argv, env, cwd, contain, run_as = _decode(body)
+            answer[0], fds = _start(sock, argv, env, cwd, contain, run_as)
         except (ValueError, struct.error, UnicodeDecodeError):
             answer[1] = errno.EINVAL
         except OSError as e:
