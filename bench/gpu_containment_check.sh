@@ -24,6 +24,7 @@ space: {pids: $work/pids, gib: 2.5, hold_s: 2.0}
 resources_per_trial: {cpu: 1, gpu: 0.25}
 experiment_dir: $work/exp
 EOF2
+  : > "$work/pids" && chmod 666 "$work/pids"  # the trial (nobody, as root) writes its helper's pid
   (cd "$work" && "$tune" run escape.yaml --num-gpus 1 --containment "$mode") > "$out/run-$mode.log" 2>&1
   rc=$?
   sleep 0.5
