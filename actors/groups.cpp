@@ -268,13 +268,15 @@ bool claim_orphans(groups_actor self, const group_spec& spec) {
   for (auto it : mine) {
     std::string id;
     uint64_t attempt = 0;
-    parse_node_key(it->first, id, attempt);
+    std::string key_owner;
+    parse_node_key(it->first, id, attempt, &key_owner);
     auto b = it->first.bundle;
     if (!match || b >= sites.size() || sites[b] || !(it->second.request == spec.bundles[b])) {
       match = false;
       break;
     }
     sites[b] = bundle_site{it->second.node, it->second.alloc, attempt};
+    sites[b]->owner = key_owner;  // the node's key keeps it, whoever claims the group
   }
   if (!match) {
     for (auto it : mine) release_orphan(self, it, true);
@@ -379,6 +381,16 @@ caf::message create(groups_actor self, const wire::wire_group_spec& w, caf::acto
                                      "); remove it first or choose another id");
       st.table.forget(spec.id);
     }
+  }
+  // Bundles nodes kept through a head restart are claimed only by their owner (their
+  // node key says whose) or the admin.
+  for (auto& [key, o] : st.orphans) {
+    std::string id, key_owner;
+    uint64_t attempt = 0;
+    if (parse_node_key(key, id, attempt, &key_owner) && id == spec.id && !key_owner.empty() && key_owner != user &&
+        user != "admin")
+      return no("placement group " + spec.id + " is held on node " + o.node + " for " + key_owner +
+                " since before the head restarted: only " + key_owner + " or the cluster's admin can claim it");
   }
   auto now = self->clock().now();
   std::string id = spec.id;
@@ -629,7 +641,7 @@ caf::behavior groups(groups_actor self, groups_options opt) {
         auto forwarded = spec;
         forwarded.account = st.table.account_of(user);  // never what the client says
         self->request(n->second, std::chrono::minutes(10), wire::trial_start_atom::value, forwarded,
-                      node_key(spec.group, spec.bundle, site->attempt).group, spec.bundle, server, owner)
+                      node_key(spec.group, spec.bundle, *site).group, spec.bundle, server, owner)
             .then([answer](wire::trial_start_atom, bool ok, std::string& text,
                            caf::actor& trial) mutable { answer(ok, std::move(text), std::move(trial)); },
                   [answer](caf::error& err) mutable {

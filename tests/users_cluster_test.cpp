@@ -53,9 +53,11 @@ class UsersClusterTest : public ::testing::Test {
   }
   void TearDown() override { files.tune({"stop", "--grace", "3"}); }
 
+  int head_pid = 0;
   bool start_head() {
     auto h = files.tune({"start", "--head", "--port", std::to_string(port), "--host", "127.0.0.1", "--dashboard-port", "0"});
     EXPECT_EQ(h.rc, 0) << h.out << h.err;
+    head_pid = pid_in(h.out);
     std::smatch m;
     if (std::regex_search(h.out, m, std::regex{R"(dashboard:\s+(http://\S+?)/?\s)"})) dashboard = m[1];
     EXPECT_FALSE(dashboard.empty()) << h.out;
@@ -444,6 +446,42 @@ TEST_F(UsersClusterTest, TrialsRunAsTheirUsersAccountNeverAsRoot) {
   ASSERT_TRUE(bad_trials && bad_trials->size() == 1) << bad.out << bad.err;
   EXPECT_TRUE(contains((*bad_trials)[0].error, "no Unix account no-such-account")) << (*bad_trials)[0].error;
   for (auto name : {"tunetest-ann", "tunetest-bob"}) run({"/usr/sbin/userdel", name});
+}
+
+// The head killed while users hold groups: the nodes keep the bundles, and their keys say
+// whose they are, so after the restart only their owner (or the admin) claims them.
+TEST_F(UsersClusterTest, AfterAHeadRestartOnlyItsOwnerClaimsAGroupTheNodesKept) {
+  std::string bundles = R"([{"cpu": 1}, {"gpu": 0.5}])";
+  for (auto user : {"ann", "bob"}) {
+    auto made = as(token_of(user), {"group", "create", "--bundles", bundles, "--id", std::string{user} + "-keep", "--wait", "10"});
+    ASSERT_EQ(made.rc, 0) << made.out << made.err;
+  }
+  ASSERT_GT(head_pid, 0);
+  ASSERT_EQ(::kill(head_pid, SIGKILL), 0);
+  ASSERT_TRUE(wait_until([&] { return ::kill(head_pid, 0) != 0; }, 5s));
+  ASSERT_TRUE(start_head());
+  ASSERT_TRUE(wait_until([&] {
+    auto s = files.status(address);
+    return !s.is_null() && s["alive_nodes"] == 1 && s["orphaned_bundles"].size() == 4;
+  }, 15s, 100ms)) << files.status(address).dump();
+  // Bob cannot take Ann's (the refusal names her); she claims hers, he his.
+  auto taken = as(token_of("bob"), {"group", "create", "--bundles", bundles, "--id", "ann-keep", "--json"});
+  EXPECT_NE(taken.rc, 0) << taken.out;
+  EXPECT_TRUE(contains(taken.out + taken.err, "held on node " + node + " for ann since before the head restarted")) << taken.out << taken.err;
+  for (auto user : {"ann", "bob"}) {
+    auto again = as(token_of(user), {"group", "create", "--bundles", bundles, "--id", std::string{user} + "-keep", "--json"});
+    ASSERT_EQ(again.rc, 0) << again.out << again.err;
+    EXPECT_TRUE(contains(again.out, "\"created\"")) << user << ": " << again.out;  // adopted at once, as held
+  }
+  auto mine = as(token_of("ann"), {"group", "get", "ann-keep"});
+  EXPECT_EQ(mine.rc, 0) << mine.err;
+  auto theirs = as(token_of("ann"), {"group", "get", "bob-keep"});
+  EXPECT_TRUE(contains(theirs.err, "belongs to bob")) << theirs.err;
+  auto s = files.status(address);
+  EXPECT_TRUE(s["orphaned_bundles"].empty()) << s.dump();
+  // Her quota counts what she claimed again (2 GPUs: 0.5 held, 1.5 left).
+  auto over = as(token_of("ann"), {"group", "create", "--bundles", R"([{"gpu": 2}])", "--id", "ann-more", "--json"});
+  EXPECT_TRUE(contains(over.out + over.err, "quota")) << over.out << over.err;
 }
 
 }  // namespace

@@ -17,21 +17,25 @@ std::string_view to_string(group_state s) {
   return "?";
 }
 
-bundle_key node_key(const std::string& group, uint32_t bundle, uint64_t attempt) {
-  return {group + "/" + std::to_string(attempt), bundle};
+bundle_key node_key(const std::string& group, uint32_t bundle, uint64_t attempt, const std::string& owner) {
+  return {group + "/" + std::to_string(attempt) + (owner.empty() ? "" : "~" + owner), bundle};
 }
 
-bool parse_node_key(const bundle_key& key, std::string& group, uint64_t& attempt) {
+bool parse_node_key(const bundle_key& key, std::string& group, uint64_t& attempt, std::string* owner) {
   auto slash = key.group.rfind('/');
   if (slash == std::string::npos || slash == 0 || slash + 1 == key.group.size()) return false;
+  auto tilde = key.group.find('~', slash);
+  auto end = tilde == std::string::npos ? key.group.size() : tilde;
+  if (end == slash + 1 || (tilde != std::string::npos && tilde + 1 == key.group.size())) return false;
   uint64_t a = 0;
-  for (size_t i = slash + 1; i < key.group.size(); ++i) {
+  for (size_t i = slash + 1; i < end; ++i) {
     char c = key.group[i];
     if (c < '0' || c > '9' || a > (UINT64_MAX - 9) / 10) return false;
     a = a * 10 + static_cast<uint64_t>(c - '0');
   }
   group = key.group.substr(0, slash);
   attempt = a;
+  if (owner) *owner = tilde == std::string::npos ? "" : key.group.substr(tilde + 1);
   return true;
 }
 
@@ -47,7 +51,7 @@ group_message abort_key(const node_id& node, const bundle_key& key, uint64_t att
 }
 
 group_message abort_message(const std::string& group, uint32_t bundle, const bundle_site& site) {
-  return abort_key(site.node, node_key(group, bundle, site.attempt), site.attempt);
+  return abort_key(site.node, node_key(group, bundle, site), site.attempt);
 }
 
 // Gives back a site's reservation on the head's view, if its node is still there.
@@ -213,10 +217,11 @@ group_table::attempt_result group_table::try_place(group& g, cluster_view& view,
   for (size_t i = 0; i < todo.size(); ++i) {
     auto b = todo[i];
     g.site[b] = bundle_site{p->bundles[i].node, p->bundles[i].alloc, g.attempt};
+    g.site[b]->owner = g.spec.user;
     group_message m;
     m.what = group_message::kind::prepare;
     m.node = p->bundles[i].node;
-    m.key = node_key(g.spec.id, b, g.attempt);
+    m.key = node_key(g.spec.id, b, *g.site[b]);
     m.attempt = g.attempt;
     m.request = g.spec.bundles[b];
     m.preferred = p->bundles[i].alloc;
@@ -427,7 +432,7 @@ std::vector<group_message> group_table::on_prepared(const bundle_key& key, uint6
     group_message m;
     m.what = group_message::kind::commit;
     m.node = g->site[b]->node;
-    m.key = node_key(g->spec.id, b, g->attempt);
+    m.key = node_key(g->spec.id, b, *g->site[b]);
     m.attempt = g->attempt;
     out.push_back(std::move(m));
   }
@@ -566,12 +571,13 @@ std::vector<group_message> group_table::reconcile(const node_id& node, const std
   for (auto& key : held) {
     std::string id;
     uint64_t attempt = 0;
+    std::string owner;
     bool ours = false;
-    if (parse_node_key(key, id, attempt)) {
+    if (parse_node_key(key, id, attempt, &owner)) {
       auto it = groups_.find(id);
       if (it != groups_.end() && key.bundle < it->second.site.size()) {
         auto& s = it->second.site[key.bundle];
-        ours = s && s->node == node && s->attempt == attempt;
+        ours = s && s->node == node && s->attempt == attempt && s->owner == owner;
       }
     }
     if (!ours) out.push_back(abort_key(node, key, attempt));
@@ -582,7 +588,7 @@ std::vector<group_message> group_table::reconcile(const node_id& node, const std
       if (!g.site[b] || g.site[b]->node != node) continue;
       auto pos = std::find(g.placing.begin(), g.placing.end(), b);
       bool answered = pos == g.placing.end() || g.yes[static_cast<size_t>(pos - g.placing.begin())];
-      if (!answered || g.site[b]->answered_at > version || holds.count(node_key(id, b, g.site[b]->attempt)))
+      if (!answered || g.site[b]->answered_at > version || holds.count(node_key(id, b, *g.site[b])))
         continue;
       lose_site(g, b, out, view, now, "bundle " + std::to_string(b) + " is no longer held on node " + node);
     }

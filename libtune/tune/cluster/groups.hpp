@@ -59,11 +59,18 @@ struct bundle_site {
   allocation alloc;
   uint64_t attempt = 0;  // the attempt that reserved it: part of its key on the node
   uint64_t answered_at = 0;  // the node's table version when it said yes
+  // Whose group reserved it (spec.user then): part of its key on the node, so that after
+  // a head restart the node's report says whose it is and only they can claim it.
+  std::string owner = {};
 };
 
 // The key of a group's bundle on a node: the attempt is part of it, so that what an
 // older attempt left behind can be aborted without touching the current one.
-bundle_key node_key(const std::string& group, uint32_t bundle, uint64_t attempt);
+// "<group>/<attempt>", then "~<owner>" when it has one.
+bundle_key node_key(const std::string& group, uint32_t bundle, uint64_t attempt, const std::string& owner = "");
+inline bundle_key node_key(const std::string& group, uint32_t bundle, const bundle_site& site) {
+  return node_key(group, bundle, site.attempt, site.owner);
+}
 
 // A message the head must send to a node.
 struct group_message {
@@ -233,6 +240,6 @@ class group_table {
 
 // The group id and attempt a node key names (the inverse of node_key); false for a
 // key that is not one of ours.
-bool parse_node_key(const bundle_key& key, std::string& group, uint64_t& attempt);
+bool parse_node_key(const bundle_key& key, std::string& group, uint64_t& attempt, std::string* owner = nullptr);
 
 }  // namespace tune

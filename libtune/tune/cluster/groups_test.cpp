@@ -374,8 +374,40 @@ TEST(NodeKeys, ParseIsTheInverse) {
   ASSERT_TRUE(parse_node_key(node_key("pg-1/x", 3, 42), g, a));
   EXPECT_EQ(g, "pg-1/x");
   EXPECT_EQ(a, 42u);
-  for (auto bad : {"plain", "/5", "g/", "g/12a", "g/99999999999999999999999"})
+  for (auto bad : {"plain", "/5", "g/", "g/12a", "g/99999999999999999999999", "g/~ann", "g/5~"})
     EXPECT_FALSE(parse_node_key({bad, 0}, g, a)) << bad;
+  // With its owner: the node's key says whose it is (claimed after a head restart).
+  std::string owner = "x";
+  ASSERT_TRUE(parse_node_key(node_key("pg-2", 0, 7, "ann"), g, a, &owner));
+  EXPECT_EQ(g, "pg-2");
+  EXPECT_EQ(a, 7u);
+  EXPECT_EQ(owner, "ann");
+  ASSERT_TRUE(parse_node_key(node_key("pg-2", 0, 7), g, a, &owner));
+  EXPECT_EQ(owner, "") << "a key made before owners were in keys: nobody's in particular";
+}
+
+// A group's reservations carry its user into their node keys (the nodes report them
+// after a head restart); a key the head did not make is aborted.
+TEST_F(GroupsTest, AGroupsNodeKeysNameItsUser) {
+  add_node("a", 2);
+  group_spec spec{"ann-g", strategy::pack, {req({{"gpu", 1}})}};
+  spec.user = "ann";
+  ASSERT_TRUE(table.create(spec, view, now));
+  settle();
+  EXPECT_EQ(state("ann-g"), group_state::created);
+  auto held = nodes.at("a").holdings();
+  ASSERT_EQ(held.size(), 1u);
+  std::string id, owner;
+  uint64_t attempt = 0;
+  ASSERT_TRUE(parse_node_key(held[0].key, id, attempt, &owner));
+  EXPECT_EQ(id, "ann-g");
+  EXPECT_EQ(owner, "ann");
+  // The same group and attempt under another owner's key is not the head's reservation.
+  auto forged = node_key("ann-g", 0, attempt, "bob");
+  auto out = table.reconcile("a", {held[0].key, forged}, view, now, nodes.at("a").version());
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].what, group_message::kind::abort);
+  EXPECT_EQ(out[0].key, forged);
 }
 
 // Groups created and removed at random, nodes lost, messages duplicated, delayed and
