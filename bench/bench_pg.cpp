@@ -5,7 +5,10 @@
 // Each group is two bundles of {gpu: 0.25} with SPREAD on nodes of 8 logical GPUs;
 // `clients` groups are in flight at once. Latency is measured apart, with one client
 // and one group at a time over loopback (nothing queued in front of it).
-// Last line: one JSON object. Usage: bench_pg [--quick] [--inproc-only]
+// With --users N (issue 21), each run is done twice side by side: with the admin's
+// token (one lane) and with N users' tokens (the clients split among them: a lane each,
+// the fair-share order and the quota checks on every placement).
+// Last line: one JSON object. Usage: bench_pg [--quick] [--inproc-only] [--users N]
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +29,7 @@
 #include "procs.hpp"
 #include "node.hpp"
 #include "tune/cluster/token.hpp"
+#include "tune/cluster/users.hpp"
 #include "tune/cluster/version.hpp"
 #include "tune/host/detect.hpp"
 #include "wire.hpp"
@@ -114,14 +118,14 @@ struct run_result {
   std::vector<double> ready_ms;
 };
 
-// `clients` drivers at once, `pairs` in all.
-run_result run(caf::actor_system& sys, caf::actor head, const std::string& token, int clients, int pairs) {
+// `clients` drivers at once, `pairs` in all; driver c uses tokens[c % tokens.size()].
+run_result run(caf::actor_system& sys, caf::actor head, const std::vector<std::string>& tokens, int clients, int pairs) {
   std::vector<std::future<driver_result>> futures;
   auto start = clock_type::now();
   for (int c = 0; c < clients; ++c) {
     auto p = std::make_shared<std::promise<driver_result>>();
     futures.push_back(p->get_future());
-    sys.spawn(driver, head, token, pairs / clients, p);
+    sys.spawn(driver, head, tokens[static_cast<size_t>(c) % tokens.size()], pairs / clients, p);
   }
   run_result out;
   int total = 0;
@@ -161,12 +165,14 @@ int64_t held_after(caf::actor_system& sys, caf::actor head, const std::string& t
 
 int main(int argc, char** argv) {
   bool quick = false, inproc_only = false;
+  int users = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") quick = true;
     else if (a == "--inproc-only") inproc_only = true;
+    else if (a == "--users" && i + 1 < argc) users = std::max(0, std::atoi(argv[++i]));
     else {
-      std::cout << "usage: bench_pg [--quick] [--inproc-only]\n";
+      std::cout << "usage: bench_pg [--quick] [--inproc-only] [--users N]\n";
       return a == "--help" ? 0 : 2;
     }
   }
@@ -181,7 +187,19 @@ int main(int argc, char** argv) {
   caf::actor_system sys{cfg};
 
   // (a) In this process.
-  auto head = spawn_head(sys, {token->token, "in-process", wire::heartbeat_timeout, groups_options{}});
+  head_options hopt{token->token, "in-process", wire::heartbeat_timeout, groups_options{}};
+  std::vector<std::string> admin{token->token}, user_tokens;
+  if (users > 0) {
+    auto store = user_store::open(bench::scratch::dir + "/inproc-users.db");
+    if (!store) die(store.error().message());
+    for (int u = 0; u < users; ++u) {
+      auto rec = (*store)->add("user" + std::to_string(u), user_limits{});
+      if (!rec) die(rec.error().message());
+      user_tokens.push_back(rec->token);
+    }
+    hopt.users = std::shared_ptr<user_store>(std::move(*store));
+  }
+  auto head = spawn_head(sys, hopt);
   std::vector<caf::actor> nodes;
   for (int i = 0; i < node_count; ++i) {
     node_options opt;
@@ -199,21 +217,32 @@ int main(int argc, char** argv) {
     nodes.push_back(spawn_node(sys, std::move(opt)));
     if (f.wait_for(10s) != std::future_status::ready || !f.get()) die("an in-process node did not join");
   }
-  std::vector<double> inproc, inproc_ready;
+  std::vector<double> inproc, inproc_ready, inproc_users;
   for (int r = 0; r < runs; ++r) {
-    auto res = run(sys, head, token->token, clients, inproc_pairs);
+    auto with_users = [&] {
+      if (users == 0) return;
+      auto u = run(sys, head, user_tokens, clients, inproc_pairs);
+      inproc_users.push_back(u.pairs_per_s);
+      std::printf("in process, run %d, %d users: %.0f pairs/s (create->ready p50 %.3f ms under load)\n", r + 1, users,
+                  u.pairs_per_s, percentile(u.ready_ms, 0.5));
+      std::fflush(stdout);
+    };
+    if (r % 2) with_users();  // which goes first alternates: neither always follows the other
+    auto res = run(sys, head, admin, clients, inproc_pairs);
     inproc.push_back(res.pairs_per_s);
     inproc_ready.push_back(percentile(res.ready_ms, 0.5));
     std::printf("in process, run %d: %.0f pairs/s (%d clients; create->ready p50 %.3f ms under load)\n", r + 1,
                 res.pairs_per_s, clients, inproc_ready.back());
     std::fflush(stdout);
+    if (r % 2 == 0) with_users();
   }
   if (auto left = held_after(sys, head, token->token); left != 0) die("in process: something is still held after every group was removed");
   for (auto& n : nodes) caf::anon_send_exit(n, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
   if (inproc_only) {
-    std::printf("{\"inproc_pairs_per_s\": %.0f, \"clients\": %d, \"nodes\": %d, \"bundles_per_group\": 2, \"runs\": %d}\n",
-                median(inproc), clients, node_count, runs);
+    std::printf("{\"inproc_pairs_per_s\": %.0f, \"inproc_users_pairs_per_s\": %.0f, \"users\": %d, \"clients\": %d, "
+                "\"nodes\": %d, \"bundles_per_group\": 2, \"runs\": %d}\n",
+                median(inproc), median(inproc_users), users, clients, node_count, runs);
     std::fflush(stdout);
     std::exit(0);
   }
@@ -247,22 +276,41 @@ int main(int argc, char** argv) {
     }
     if (alive < node_count) die("the node processes did not all join (" + std::to_string(alive) + " of " + std::to_string(node_count) + ")");
   }
-  std::vector<double> loop;
+  std::vector<std::string> loop_users;
+  for (int u = 0; u < users; ++u) {  // through the CLI, as an admin does; each token in its file
+    auto name = "user" + std::to_string(u);
+    auto added = sh(bench::tune_binary() + " user add " + name + " --address " + address + " --token-file " +
+                    bench::scratch::token_path + " --out " + bench::scratch::dir + "/" + name + ".token");
+    auto t = read_token(bench::scratch::dir + "/" + name + ".token");
+    if (!t) die("tune user add " + name + ": " + added);
+    loop_users.push_back(t->token);
+  }
+  std::vector<double> loop, loop_u;
   for (int r = 0; r < runs; ++r) {
-    auto res = run(sys, rhead, token->token, clients, loop_pairs);
+    auto with_users = [&] {
+      if (users == 0) return;
+      auto u = run(sys, rhead, loop_users, clients, loop_pairs);
+      loop_u.push_back(u.pairs_per_s);
+      std::printf("loopback, run %d, %d users: %.0f pairs/s\n", r + 1, users, u.pairs_per_s);
+      std::fflush(stdout);
+    };
+    if (r % 2) with_users();
+    auto res = run(sys, rhead, admin, clients, loop_pairs);
     loop.push_back(res.pairs_per_s);
     std::printf("loopback, run %d: %.0f pairs/s (%d clients, %d node processes)\n", r + 1, res.pairs_per_s, clients,
                 node_count);
     std::fflush(stdout);
+    if (r % 2 == 0) with_users();
   }
-  auto lat = run(sys, rhead, token->token, 1, latency_pairs);
+  auto lat = run(sys, rhead, admin, 1, latency_pairs);
   std::printf("loopback latency, one group at a time: %d pairs, create->ready p50 %.3f ms, p99 %.3f ms\n",
               latency_pairs, percentile(lat.ready_ms, 0.5), percentile(lat.ready_ms, 0.99));
   if (auto left = held_after(sys, rhead, token->token); left != 0) die("loopback: something is still held after every group was removed");
-  std::printf("{\"inproc_pairs_per_s\": %.0f, \"loopback_pairs_per_s\": %.0f, \"ready_ms_p50\": %.3f, "
+  std::printf("{\"inproc_pairs_per_s\": %.0f, \"loopback_pairs_per_s\": %.0f, \"inproc_users_pairs_per_s\": %.0f, "
+              "\"loopback_users_pairs_per_s\": %.0f, \"users\": %d, \"ready_ms_p50\": %.3f, "
               "\"ready_ms_p99\": %.3f, \"clients\": %d, \"nodes\": %d, \"bundles_per_group\": 2, \"runs\": %d}\n",
-              median(inproc), median(loop), percentile(lat.ready_ms, 0.5), percentile(lat.ready_ms, 0.99), clients,
-              node_count, runs);
+              median(inproc), median(loop), median(inproc_users), median(loop_u), users, percentile(lat.ready_ms, 0.5),
+              percentile(lat.ready_ms, 0.99), clients, node_count, runs);
   std::fflush(stdout);
   std::exit(0);
 }

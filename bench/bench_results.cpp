@@ -6,6 +6,9 @@
 //                  a TCP connection on loopback
 // The rate is the results stored over the time between the first and the last one
 // the controller received (the store's ingestion times), median of --repeats runs.
+// With --users N (issue 21): N experiments of one trial at once on the loopback cluster,
+// side by side in each repeat: all with the admin's token, then each with a user's own
+// (N users added with `tune user add`): results stored per second over all of them.
 // Last line: {"inproc_per_s": ..., "cross_process_per_s": ..., ...}.
 #include <chrono>
 #include <iostream>
@@ -59,11 +62,47 @@ run_result measure(tune::cluster& c, int trials, int64_t per_trial, const std::s
           static_cast<double>(r->ingested) / std::max(r->controller_cpu_s, 1e-9), r->results, r->wall_s};
 }
 
+// `clusters.size()` experiments of one trial at once, one per connection: the results
+// stored over the time from the first to the last, over all of them.
+double measure_many(std::vector<tune::cluster>& clusters, int64_t per_trial, const std::string& dir) {
+  std::vector<std::thread> threads;
+  std::vector<std::pair<double, double>> spans(clusters.size());
+  std::vector<int64_t> stored(clusters.size());
+  for (size_t k = 0; k < clusters.size(); ++k)
+    threads.emplace_back([&, k] {
+      tune::tune_config cfg;
+      cfg.name = "bench_results_" + std::to_string(k);
+      cfg.metric = "score";
+      cfg.num_samples = 1;
+      cfg.resources_per_trial = tune::resources{{"cpu", 1}};
+      cfg.progress = tune::progress_style::none;
+      cfg.experiment_dir = dir + "/" + std::to_string(k);
+      tune::tuner t{clusters[k], "flood", tune::search_space{{"x", tune::uniform(0, 1)}, {"results", per_trial}}, cfg};
+      auto r = t.fit();
+      if (!r) tune::bench::die(r.error().message());
+      auto rows = r->store().results();
+      if (!rows || rows->empty() || r->errors() > 0) tune::bench::die("experiment " + std::to_string(k) + " stored nothing or failed");
+      double first = rows->front().time, last = first;
+      for (auto& row : *rows) first = std::min(first, row.time), last = std::max(last, row.time);
+      spans[k] = {first, last};
+      stored[k] = r->results;
+    });
+  for (auto& t : threads) t.join();
+  double first = spans[0].first, last = spans[0].second;
+  int64_t total = 0;
+  for (size_t k = 0; k < spans.size(); ++k) {
+    first = std::min(first, spans[k].first), last = std::max(last, spans[k].second);
+    if (stored[k] != per_trial) tune::bench::die("experiment " + std::to_string(k) + " stored " + std::to_string(stored[k]));
+    total += stored[k];
+  }
+  return static_cast<double>(total) / std::max(last - first, 1e-9);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   tune::run_if_trial_worker(argc, argv);  // first: trials run this program
-  int trials = 4, repeats = 3;
+  int trials = 4, repeats = 3, users = 0;
   std::string only;  // inproc or cross_process: that one alone
   int64_t per_trial = 50000;
   for (int i = 1; i < argc; ++i) {
@@ -76,9 +115,10 @@ int main(int argc, char** argv) {
     else if (a == "--results-per-trial") per_trial = std::stoll(next());
     else if (a == "--repeats") repeats = std::stoi(next());
     else if (a == "--only") only = next();
+    else if (a == "--users") users = std::stoi(next());
     else if (a == "--help" || a == "-h") {
       std::cout << "usage: bench_results [--trials N (4)] [--results-per-trial N (50000)] [--repeats N (3)]\n"
-                   "                     [--only inproc|cross_process]\n";
+                   "                     [--only inproc|cross_process] [--users N]\n";
       return 0;
     } else {
       tune::bench::die("unknown option " + a + " (see --help)");
@@ -120,14 +160,42 @@ int main(int argc, char** argv) {
     return 0;
   }
   tune::cluster_options o;
-  o.address = tune::bench::start_loopback_cluster(1, "--num-cpus " + std::to_string(trials));
+  o.address = tune::bench::start_loopback_cluster(1, "--num-cpus " + std::to_string(std::max(trials, users)));
   o.token_file = tune::bench::scratch::token_path;
   runs_of("cross_process", o, cross, cross_cpu);
+  std::vector<double> as_admin, as_users;
+  if (users > 0) {
+    std::vector<tune::cluster> admins, own;
+    for (int u = 0; u < users; ++u) {
+      auto name = "user" + std::to_string(u);
+      auto file = dir + "/" + name + ".token";
+      auto added = tune::bench::run(tune::bench::tune_binary() + " user add " + name + " --address " + o.address +
+                                    " --token-file " + o.token_file + " --out " + file);
+      auto a = tune::cluster::start(o);
+      tune::cluster_options mine = o;
+      mine.token_file = file;
+      auto m = tune::cluster::start(mine);
+      if (!a || !m) tune::bench::die("cannot connect as the admin and as " + name + ": " + added);
+      admins.push_back(std::move(*a));
+      own.push_back(std::move(*m));
+    }
+    for (int k = 0; k < repeats; ++k) {
+      as_admin.push_back(measure_many(admins, per_trial, dir + "/admin-" + std::to_string(k)));
+      as_users.push_back(measure_many(own, per_trial, dir + "/users-" + std::to_string(k)));
+      std::cerr << users << " experiments at once, run " << k + 1 << ": admin's token " << static_cast<int64_t>(as_admin.back())
+                << " per s, " << users << " users' tokens " << static_cast<int64_t>(as_users.back()) << " per s\n";
+      runs.push_back({{"mode", "experiments_at_once"}, {"users", users}, {"admin_per_s", as_admin.back()},
+                      {"users_per_s", as_users.back()}});
+    }
+  }
   nlohmann::json j{{"inproc_per_s", tune::bench::median(inproc)},
                    {"cross_process_per_s", tune::bench::median(cross)},
                    {"inproc_controller_per_cpu_s", tune::bench::median(inproc_cpu)},
                    {"cross_process_controller_per_cpu_s", tune::bench::median(cross_cpu)},
                    {"trials", trials},
+                   {"users", users},
+                   {"experiments_at_once_admin_per_s", tune::bench::median(as_admin)},
+                   {"experiments_at_once_users_per_s", tune::bench::median(as_users)},
                    {"results_per_trial", per_trial},
                    {"repeats", repeats},
                    {"cpus", std::thread::hardware_concurrency()},

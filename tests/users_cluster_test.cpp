@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <regex>
 #include <thread>
 
@@ -482,6 +483,60 @@ TEST_F(UsersClusterTest, AfterAHeadRestartOnlyItsOwnerClaimsAGroupTheNodesKept) 
   // Her quota counts what she claimed again (2 GPUs: 0.5 held, 1.5 left).
   auto over = as(token_of("ann"), {"group", "create", "--bundles", R"([{"gpu": 2}])", "--id", "ann-more", "--json"});
   EXPECT_TRUE(contains(over.out + over.err, "quota")) << over.out << over.err;
+}
+
+// Two users of weights 2 and 1, both asking for more than the cluster has: while both
+// wait for cards (after the first trials handed back what one took before the other
+// asked), the GPU-time each holds, sampled from the head's records, is within 10% of the
+// weights' 2:1.
+TEST_F(UsersClusterTest, GpuTimeSharesFollowTheWeightsWithinTenPercent) {
+  ASSERT_EQ(as(files.token_file(), {"user", "set", "ann", "--gpus", "none", "--weight", "2"}).rc, 0);
+  ASSERT_EQ(as(files.token_file(), {"user", "set", "bob", "--weight", "1"}).rc, 0);
+  for (auto name : {"share-ann", "share-bob"})
+    // Quarter cards: 16 places, so that 2:1 can come close (10 or 11 of 16 for ann).
+    experiment_file(name, "num_samples: 40\nresources_per_trial: {gpu: 0.25, cpu: 0.25}\n"
+                          "space: {x: {uniform: [0.0, 1.0]}, epochs: 8, sleep: 0.1}\n");
+  std::atomic<int> running{2};
+  run_result ra, rb;
+  std::thread a([&] { ra = run_as("ann", "share-ann"); --running; });
+  std::thread b([&] { rb = run_as("bob", "share-bob"); --running; });
+  double ann_time = 0, bob_time = 0;  // GPUs held, summed over the samples where both wait
+  int contended = 0;
+  auto last = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> since;
+  while (running == 2) {
+    auto st = nlohmann::json::parse(as(files.token_file(), {"status", "--json"}).out, nullptr, false);
+    auto now = std::chrono::steady_clock::now();
+    double dt = std::chrono::duration<double>(now - last).count();
+    last = now;
+    if (!st.is_object()) continue;
+    std::map<std::string, double> held;
+    std::map<std::string, int> waiting;
+    for (auto& g : st["placement_groups"]) {
+      auto owner = g.value("owner", ""), state = g.value("state", "");
+      if (state == "created" || state == "preparing" || state == "rescheduling")
+        for (auto& bundle : g["bundles"])
+          for (auto& c : bundle.value("gpus", nlohmann::json::array())) held[owner] += c.value("share", 0.0);
+      waiting[owner] += state == "pending";
+    }
+    // Both want more than they have; from 1.5 s after that was first seen (what the first
+    // of them took before the other asked is handed back as its trials end, ~0.8 s each).
+    if (waiting["ann"] > 0 && waiting["bob"] > 0 && !since) since = now;
+    if (waiting["ann"] > 0 && waiting["bob"] > 0 && now - *since > 1500ms) {
+      ann_time += held["ann"] * dt;
+      bob_time += held["bob"] * dt;
+      ++contended;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  a.join();
+  b.join();
+  ASSERT_EQ(ra.rc, 0) << ra.out << ra.err;
+  ASSERT_EQ(rb.rc, 0) << rb.out << rb.err;
+  ASSERT_GE(contended, 20) << "too few samples with both users waiting to judge the shares";
+  double ann_share = ann_time / (ann_time + bob_time);
+  EXPECT_NEAR(ann_share, 2.0 / 3.0, 0.1 * 2.0 / 3.0) << "ann's GPU-time share over " << contended << " samples";
+  std::cerr << "[ann's GPU-time share while both waited: " << ann_share << " over " << contended << " samples]\n";
 }
 
 }  // namespace

@@ -167,11 +167,10 @@ std::vector<std::pair<const std::string*, group_table::lane>> group_table::build
       continue;
     if (kept != i) queue_[kept] = std::move(queue_[i]);
     group* g = &found->second;
-    const std::string& u = g->spec.user;
-    auto l = lanes.size() == 1 && *lanes[0].first == u
-                 ? lanes.begin()
-                 : std::find_if(lanes.begin(), lanes.end(), [&](const auto& x) { return *x.first == u; });
-    if (l == lanes.end()) l = lanes.insert(lanes.end(), {&u, lane{}});
+    if (!g->lane_key) g->lane_key = &*names_.insert(g->spec.user).first;
+    const std::string* u = g->lane_key;
+    auto l = std::find_if(lanes.begin(), lanes.end(), [&](const auto& x) { return x.first == u; });
+    if (l == lanes.end()) l = lanes.insert(lanes.end(), {u, lane{}});
     l->second.entries.emplace_back(kept++, g);
   }
   queue_.resize(kept);
@@ -252,17 +251,19 @@ std::vector<group_message> group_table::schedule(cluster_view& view, time_point 
     auto it = users_.find(user);
     return d / (it == users_.end() ? 1.0 : it->second.weight);
   };
+  // Each lane's priority and share, once (a placement changes only its own lane's share).
+  if (lanes.size() > 1)
+    for (auto& [name, l] : lanes) l.priority = priority_of(*name), l.share = share(*name);
   // The lane whose head goes next (null: none left).
   auto pick = [&]() -> std::pair<lane*, const std::string*> {
     std::pair<lane*, const std::string*> best{nullptr, nullptr};
     for (auto& [name, l] : lanes) {
       if (l.done || l.next >= l.entries.size()) continue;
       if (best.first) {
-        auto pu = priority_of(*name), pb = priority_of(*best.second);
-        double su = share(*name), sb = share(*best.second);
-        bool better = pu != pb   ? pu > pb
-                      : su != sb ? su < sb
-                                 : l.entries[l.next].first < best.first->entries[best.first->next].first;
+        const lane& b = *best.first;
+        bool better = l.priority != b.priority ? l.priority > b.priority
+                      : l.share != b.share     ? l.share < b.share
+                                               : l.entries[l.next].first < b.entries[b.next].first;
         if (!better) continue;
       }
       best = {&l, name};
@@ -302,6 +303,7 @@ std::vector<group_message> group_table::schedule(cluster_view& view, time_point 
     }
     if (tried == attempt_result::infeasible) gone.push_back(index);
     // placed, or a rescheduling group waiting for nodes (it does not block the others)
+    if (tried == attempt_result::placed && lanes.size() > 1) best->share = share(*user);
     ++best->next;
   }
   std::sort(gone.rbegin(), gone.rend());

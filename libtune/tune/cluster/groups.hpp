@@ -102,6 +102,7 @@ class group_table {
     std::vector<char> yes;          // per placing entry: its node said yes
     time_point attempt_started{};
     std::vector<uint32_t> moved;    // bundles placed again after their node was lost
+    const std::string* lane_key = nullptr;  // its user's name, interned: lanes compare pointers
   };
 
   // The bundles of a group a node lost (for the owner: which bundles moved).
@@ -216,6 +217,8 @@ class group_table {
     std::vector<std::pair<size_t, group*>> entries;  // index into queue_, and the group
     size_t next = 0;
     bool done = false;  // its head waits for its user's quota
+    int64_t priority = 0;  // its user's, looked up once per pass
+    double share = 0;      // its user's weighted dominant share, kept up to date in a pass
   };
   std::vector<std::pair<const std::string*, lane>> build_lanes();
   int64_t priority_of(const std::string& user) const;
@@ -229,6 +232,7 @@ class group_table {
   std::deque<std::string> queue_;  // waiting groups, in arrival order
   std::set<node_id> draining_;     // nothing new is placed there
   std::map<std::string, user_limits> users_;
+  std::set<std::string> names_;  // users' names, interned for the lanes
   std::map<std::string, holding> held_;        // what each user holds now (set_state keeps it)
   std::string blocked_;                        // the group the last schedule() stopped at
   std::map<std::string, time_point> asked_;    // victims asked to move, and when

@@ -152,6 +152,7 @@ expected<std::unique_ptr<user_store>> user_store::open(const std::string& path) 
 
 status user_store::load() {
   users_.clear();
+  by_hash_.clear();
   sqlite_statement q{db_, "SELECT name, token, settings, created FROM users ORDER BY name"};
   if (!q.ok()) return fail("cannot read the users");
   int rc;
@@ -161,6 +162,7 @@ status user_store::load() {
     auto limits = limits_from_json(settings);
     if (!limits) return bad("the users file " + path_ + ": user " + u.name + ": " + limits.error().message());
     u.limits = *limits;
+    by_hash_[std::hash<std::string_view>{}(u.token)].push_back(users_.size());
     users_.push_back(std::move(u));
   }
   return rc == SQLITE_DONE ? status::ok() : fail("cannot read the users");
@@ -222,8 +224,10 @@ const user_record* user_store::find(std::string_view name) const {
 
 const user_record* user_store::by_token(std::string_view token) const {
   const user_record* found = nullptr;
-  for (const auto& u : users_)  // no early exit: the time does not say which user matched
-    if (token_equal(token, u.token)) found = &u;
+  auto h = by_hash_.find(std::hash<std::string_view>{}(token));
+  if (h == by_hash_.end()) return nullptr;
+  for (size_t i : h->second)  // no early exit among them
+    if (token_equal(token, users_[i].token)) found = &users_[i];
   return found;
 }
 

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <string_view>
 #include <vector>
 
@@ -97,6 +98,9 @@ class user_store {
   sqlite3* db_ = nullptr;
   std::string path_;
   std::vector<user_record> users_;
+  // Users by their token's hash: a request compares its token (in constant time) with the
+  // few whose hash matches, not with everyone's.
+  std::unordered_map<size_t, std::vector<size_t>> by_hash_;
 };
 
 // The users file beside a token file: "/root/.tune/token" -> "/root/.tune/users.db".
