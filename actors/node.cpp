@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "audit.hpp"
@@ -271,6 +272,9 @@ struct fetch_job {
   int fd = -1, in_flight = 0;
   bool over = false;
   std::function<void(const status&)> done;
+  // Into a trial's folder: its file is checked and, when bad, removed as the trial's
+  // account (a folder on the way may have become a link since it was opened).
+  std::optional<unix_account> as;
 };
 constexpr int fetch_window = 4;
 
@@ -279,14 +283,20 @@ void fetch_end(std::shared_ptr<fetch_job> f, const std::string& why) {
   f->over = true;
   if (f->fd >= 0) ::close(f->fd);
   f->fd = -1;
-  if (why.empty()) {
-    auto got = sha256_file(f->dest);
-    if (got && *got == f->sha) return f->done(status::ok());
-    std::remove(f->dest.c_str());
-    return f->done(status{errc::not_found, got ? "its SHA-256 is " + *got + ", not " + f->sha : got.error().message()});
+  status outcome = status::ok();
+  {
+    std::optional<as_account> guard;  // only for the check and the removal: `done` runs as the node
+    if (f->as) guard.emplace(*f->as);
+    if (why.empty()) {
+      auto got = sha256_file(f->dest);
+      if (!got || *got != f->sha)
+        outcome = status{errc::not_found, got ? "its SHA-256 is " + *got + ", not " + f->sha : got.error().message()};
+    } else {
+      outcome = status{errc::not_found, why};
+    }
+    if (!outcome) std::remove(f->dest.c_str());
   }
-  std::remove(f->dest.c_str());
-  f->done(status{errc::not_found, why});
+  f->done(outcome);
 }
 
 void fetch_more(node_actor self, std::shared_ptr<fetch_job> f) {
@@ -319,13 +329,14 @@ void fetch_more(node_actor self, std::shared_ptr<fetch_job> f) {
 // message; a few in flight at once) into `dest`, checks the hash, then calls `done`
 // (ok, or why not; `dest` is removed then).
 void fetch_file(node_actor self, caf::actor server, std::string sha, uint64_t size, std::string dest,
-                std::function<void(const status&)> done, int opened = -1) {
+                std::function<void(const status&)> done, int opened = -1, std::optional<unix_account> as = {}) {
   auto f = std::make_shared<fetch_job>();
   f->server = std::move(server);
   f->sha = std::move(sha);
   f->dest = std::move(dest);
   f->size = size;
   f->done = std::move(done);
+  f->as = std::move(as);
   f->fd = opened >= 0 ? opened : ::open(f->dest.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (f->fd < 0) return fetch_end(f, "cannot create " + f->dest + ": " + std::strerror(errno));
   if (size == 0) return fetch_end(f, "");
@@ -534,7 +545,7 @@ void continue_start(node_actor self, wire::wire_trial_spec spec, bundle_key key,
                  }
                  continue_start(self, spec, key, program, server, owner, rp, files, "its checkpoint");
                },
-               fd);
+               fd, *account);
     return;
   }
   start_trial(self, spec, *now, program, std::move(owner), std::move(rp));

@@ -340,6 +340,7 @@ void checkpoint(trial_actor self, const nlohmann::json& j) {
     return;
   }
   int64_t bytes = 0, files = 0;
+  as_account as(st.opt.account);  // its sizes as its account sees them (a link leads nowhere else)
   for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
     if (it->is_regular_file(ec)) {
       bytes += static_cast<int64_t>(it->file_size(ec));
