@@ -157,8 +157,9 @@ int64_t group_table::priority_of(const std::string& user) const {
 
 // One pass over the queue: what no longer waits leaves it, the rest goes to its user's
 // lane, in order. Few users wait at once: lanes are found by a linear look.
-std::vector<std::pair<const std::string*, group_table::lane>> group_table::build_lanes() {
-  std::vector<std::pair<const std::string*, lane>> lanes;
+std::vector<std::pair<const std::string*, group_table::lane>>& group_table::build_lanes() {
+  auto& lanes = lanes_;
+  for (auto& [u, l] : lanes) l.entries.clear(), l.next = 0, l.done = false;
   size_t kept = 0;
   for (size_t i = 0; i < queue_.size(); ++i) {
     auto found = groups_.find(queue_[i]);
@@ -174,6 +175,7 @@ std::vector<std::pair<const std::string*, group_table::lane>> group_table::build
     l->second.entries.emplace_back(kept++, g);
   }
   queue_.resize(kept);
+  std::erase_if(lanes, [](const auto& l) { return l.second.entries.empty(); });  // only users that wait
   return lanes;
 }
 
@@ -238,7 +240,7 @@ std::vector<group_message> group_table::schedule(cluster_view& view, time_point 
   // weighted dominant share (GPUs or CPUs held over the cluster's, over the weight),
   // then the earliest: free resources go to whoever is furthest below their share.
   // Without users there is one lane and this is first come, first served.
-  auto lanes = build_lanes();
+  auto& lanes = build_lanes();
   auto& held = held_;
   quantity gpu_total, cpu_total;  // for the shares: only when users compete
   if (lanes.size() > 1)

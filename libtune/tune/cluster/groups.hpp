@@ -220,7 +220,8 @@ class group_table {
     int64_t priority = 0;  // its user's, looked up once per pass
     double share = 0;      // its user's weighted dominant share, kept up to date in a pass
   };
-  std::vector<std::pair<const std::string*, lane>> build_lanes();
+  std::vector<std::pair<const std::string*, lane>>& build_lanes();
+  std::vector<std::pair<const std::string*, lane>> lanes_;  // kept between passes: no allocation per pass
   int64_t priority_of(const std::string& user) const;
   attempt_result try_place(group& g, cluster_view& view, time_point now, std::vector<group_message>& out);
   std::vector<uint32_t> unplaced(const group& g) const;
