@@ -88,6 +88,11 @@ class group_table {
 
   // `first_attempt`: the first attempt number this table hands out.
   explicit group_table(uint64_t first_attempt = 1) : next_attempt_(first_attempt) {}
+  // Not copied: its groups and lanes point at its own interned user names.
+  group_table(const group_table&) = delete;
+  group_table& operator=(const group_table&) = delete;
+  group_table(group_table&&) = default;  // a std::set's nodes stay where they are when it moves
+  group_table& operator=(group_table&&) = default;
 
   struct group {
     group_spec spec;
