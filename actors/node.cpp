@@ -223,14 +223,13 @@ void start_trial(node_actor self, const wire::wire_trial_spec& spec, const reser
   t.trial_dir = st.opt.work_dir + "/trials/" + spec.trial_id;
   auto account = account_for(self, spec);
   if (!account) {
-      rp.deliver(wire::start_answer(false, account.error().message()));
-      return;
-    }
-  if (auto made = ensure_trial_folder(self, spec.trial_id, *account); !made)
-    {
-      rp.deliver(wire::start_answer(false, made.message()));
-      return;
-    }
+    rp.deliver(wire::start_answer(false, account.error().message()));
+    return;
+  }
+  if (auto made = ensure_trial_folder(self, spec.trial_id, *account); !made) {
+    rp.deliver(wire::start_answer(false, made.message()));
+    return;
+  }
   t.account = *account;
   // The secret its owner reads its checkpoints with (a user's token is not the node's),
   // where the trial cannot reach it.
@@ -517,8 +516,7 @@ void continue_start(node_actor self, wire::wire_trial_spec spec, bundle_key key,
       rp.deliver(wire::start_answer(false, account.error().message()));
       return;
     }
-    if (auto made = ensure_trial_folder(self, spec.trial_id, *account); !made)
-      {
+    if (auto made = ensure_trial_folder(self, spec.trial_id, *account); !made) {
       rp.deliver(wire::start_answer(false, made.message()));
       return;
     }
