@@ -188,6 +188,15 @@ status ensure_trial_folder(node_actor self, const std::string& trial, const unix
   return status::ok();
 }
 
+// Who trial `spec` runs as, its folder ready for it (account_for, then
+// ensure_trial_folder): what a start needs before the node writes anything there.
+expected<unix_account> trial_folder_for(node_actor self, const wire::wire_trial_spec& spec) {
+  auto account = account_for(self, spec);
+  if (!account) return account;
+  if (auto made = ensure_trial_folder(self, spec.trial_id, *account); !made) return made;
+  return account;
+}
+
 // Who owns a trial's folder: what the node reads there, it reads as them.
 unix_account folder_owner(const std::string& dir) {
   unix_account a = own_account();
@@ -221,13 +230,9 @@ void start_trial(node_actor self, const wire::wire_trial_spec& spec, const reser
   t.pythons = st.pythons;
   t.node_id = st.opt.node_id;
   t.trial_dir = st.opt.work_dir + "/trials/" + spec.trial_id;
-  auto account = account_for(self, spec);
+  auto account = trial_folder_for(self, spec);
   if (!account) {
     rp.deliver(wire::start_answer(false, account.error().message()));
-    return;
-  }
-  if (auto made = ensure_trial_folder(self, spec.trial_id, *account); !made) {
-    rp.deliver(wire::start_answer(false, made.message()));
     return;
   }
   t.account = *account;
@@ -511,13 +516,9 @@ void continue_start(node_actor self, wire::wire_trial_spec spec, bundle_key key,
     auto f = files["files"].back();
     files["files"].erase(files["files"].size() - 1);
     auto dest = dir + "/" + f["name"].get<std::string>();
-    auto account = account_for(self, spec);
+    auto account = trial_folder_for(self, spec);
     if (!account) {
       rp.deliver(wire::start_answer(false, account.error().message()));
-      return;
-    }
-    if (auto made = ensure_trial_folder(self, spec.trial_id, *account); !made) {
-      rp.deliver(wire::start_answer(false, made.message()));
       return;
     }
     int fd = -1;

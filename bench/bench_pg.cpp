@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "head.hpp"
+#include "inproc.hpp"
 #include "procs.hpp"
 #include "node.hpp"
 #include "tune/cluster/token.hpp"
@@ -200,23 +201,7 @@ int main(int argc, char** argv) {
     hopt.users = std::shared_ptr<user_store>(std::move(*store));
   }
   auto head = spawn_head(sys, hopt);
-  std::vector<caf::actor> nodes;
-  for (int i = 0; i < node_count; ++i) {
-    node_options opt;
-    opt.head_actor = head;
-    opt.token = token->token;
-    opt.node_id = "inproc-" + std::to_string(i);
-    opt.hostname = "bench";
-    opt.address = "in-process";
-    resource_set host;
-    host.set_cpu(quantity::whole(64)).set_memory(int64_t{512} << 30);
-    opt.resources = *node_resources::make(host, logical_gpus(opt.node_id, gpus_per_node, int64_t{80} << 30));
-    auto joined = std::make_shared<std::promise<status>>();
-    auto f = joined->get_future();
-    opt.on_first_join = [joined](const status& st) { joined->set_value(st); };
-    nodes.push_back(spawn_node(sys, std::move(opt)));
-    if (f.wait_for(10s) != std::future_status::ready || !f.get()) die("an in-process node did not join");
-  }
+  auto nodes = bench::spawn_inproc_nodes(sys, head, token->token, node_count, gpus_per_node);
   std::vector<double> inproc, inproc_ready, inproc_users;
   for (int r = 0; r < runs; ++r) {
     auto with_users = [&] {

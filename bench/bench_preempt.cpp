@@ -23,6 +23,7 @@
 
 #include "head.hpp"
 #include "node.hpp"
+#include "inproc.hpp"
 #include "procs.hpp"
 #include "tune/cluster/token.hpp"
 #include "tune/cluster/users.hpp"
@@ -144,22 +145,7 @@ int main(int argc, char** argv) {
     hopt.users = std::shared_ptr<user_store>(std::move(*store));
     head = spawn_head(sys, hopt);
   }
-  for (int i = 0; i < node_count && !loopback; ++i) {
-    node_options opt;
-    opt.head_actor = head;
-    opt.token = token->token;
-    opt.node_id = "inproc-" + std::to_string(i);
-    opt.hostname = "bench";
-    opt.address = "in-process";
-    resource_set host;
-    host.set_cpu(quantity::whole(64)).set_memory(int64_t{512} << 30);
-    opt.resources = *node_resources::make(host, logical_gpus(opt.node_id, gpus_per_node, int64_t{80} << 30));
-    auto joined = std::make_shared<std::promise<status>>();
-    auto f = joined->get_future();
-    opt.on_first_join = [joined](const status& st) { joined->set_value(st); };
-    nodes.push_back(spawn_node(sys, std::move(opt)));
-    if (f.wait_for(10s) != std::future_status::ready || !f.get()) die("an in-process node did not join");
-  }
+  if (!loopback) nodes = bench::spawn_inproc_nodes(sys, head, token->token, node_count, gpus_per_node);
   auto books = std::make_shared<low_books>();
   auto low_actor = sys.spawn(low_client, head, low_token, books);
   auto full = [&](std::chrono::seconds within) {
