@@ -436,13 +436,45 @@ TEST_F(TuneConnected, AKilledTuningProgramIsResumedWithNothingLostOrCountedTwice
             files.token_file().c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
-  // Killed once it has stored some results (the first trials run ~1.8 s).
+  // Each running trial's checkpoint copies the store knows of (complete, at or before its
+  // latest recorded checkpoint), oldest first.
+  std::error_code ec2;
+  auto known_copies = [&](tune::experiment_store& s) {
+    std::map<std::string, std::vector<std::filesystem::path>> out;
+    auto trials = s.trials();
+    if (!trials) return out;
+    for (auto& tr : *trials) {
+      if (tr.state != "running") continue;
+      int64_t known = -1;
+      if (auto ev = s.events(tr.id); ev)
+        for (auto& e : *ev)
+          if (e.kind == "checkpoint") known = std::max(known, e.body.value("iteration", int64_t{-1}));
+      std::vector<std::filesystem::path> copies;
+      for (auto& c : std::filesystem::directory_iterator(s.checkpoint_dir(tr.id), ec2)) {
+        auto name = c.path().filename().string();
+        if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+        if (std::filesystem::exists(c.path() / "MANIFEST.json") && std::stoll(name) <= known) copies.push_back(c.path());
+      }
+      std::sort(copies.begin(), copies.end(), [](auto& a, auto& b) {
+        return std::stoll(a.filename().string()) < std::stoll(b.filename().string());
+      });
+      out[tr.id] = std::move(copies);
+    }
+    return out;
+  };
+  // Killed once it has stored some results (the first trials run ~1.8 s) and a running
+  // trial has two checkpoint copies (so that one can be damaged below); on a loaded
+  // machine that takes longer, so the test waits for it rather than for a time.
   int64_t stored_before = 0;
-  for (int i = 0; i < 100 && stored_before < 40; ++i) {
+  bool two_copies = false;
+  for (int i = 0; i < 300 && (stored_before < 40 || !two_copies); ++i) {
     std::this_thread::sleep_for(100ms);
     if (!std::filesystem::exists(dir + "/experiment.db")) continue;
-    if (auto s = tune::experiment_store::open(dir); s)
+    if (auto s = tune::experiment_store::open(dir); s) {
       if (auto c = (*s)->result_count(); c) stored_before = *c;
+      two_copies = false;
+      for (auto& [id, copies] : known_copies(**s)) two_copies = two_copies || copies.size() >= 2;
+    }
   }
   ::kill(driver, SIGKILL);
   ::waitpid(driver, nullptr, 0);
@@ -466,22 +498,8 @@ TEST_F(TuneConnected, AKilledTuningProgramIsResumedWithNothingLostOrCountedTwice
   {
     auto s = tune::experiment_store::open(dir);
     ASSERT_TRUE(s);
-    auto trials = (*s)->trials();
-    ASSERT_TRUE(trials);
-    for (auto& tr : *trials) {
-      if (tr.state != "running") continue;
-      int64_t known = -1;
-      if (auto ev = (*s)->events(tr.id); ev)
-        for (auto& e : *ev)
-          if (e.kind == "checkpoint") known = std::max(known, e.body.value("iteration", int64_t{-1}));
-      std::vector<std::filesystem::path> copies;
-      for (auto& c : std::filesystem::directory_iterator((*s)->checkpoint_dir(tr.id), ec))
-        if (std::filesystem::exists(c.path() / "MANIFEST.json") && std::stoll(c.path().filename().string()) <= known)
-          copies.push_back(c.path());
+    for (auto& [id, copies] : known_copies(**s)) {
       if (copies.size() < 2) continue;
-      std::sort(copies.begin(), copies.end(), [](auto& a, auto& b) {
-        return std::stoll(a.filename().string()) < std::stoll(b.filename().string());
-      });
       std::filesystem::resize_file(copies.back() / "state", 0);
       ++damaged;
     }
