@@ -19,6 +19,7 @@ wire::wire_group_spec group_spec(controller_actor self, const std::string& id) {
   wire::wire_group_spec spec;
   spec.id = id;
   spec.strategy = std::string{to_string(opt.strat)};
+  spec.experiment = self->state.run_key;  // the user's share is split fairly between their experiments
   for (auto& b : opt.bundles) spec.bundles.push_back(wire::to_wire_request(b));
   return spec;
 }

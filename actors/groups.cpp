@@ -60,6 +60,9 @@ struct groups_state {
   // The user each group belongs to ("admin": the admin token's): only they, or the
   // admin, act on it (docs/users.md).
   std::map<std::string, std::string> user_of;
+  // Each running trial's iterations since its last checkpoint, by its group (the head's
+  // latest word; preemption's tie-break).
+  std::map<std::string, int64_t> since_checkpoint;
   uint64_t next_start = 1;
   std::string id_prefix;
   uint64_t next_id = 1;
@@ -103,7 +106,11 @@ bool ask_move(groups_actor self, const std::string& group, const std::vector<nod
 void preempt(groups_actor self) {
   auto& st = self->state;
   auto movable = [&](const std::string& id) { return st.owner_of.count(id) > 0; };
-  auto p = st.table.preempt(st.view, self->clock().now(), std::chrono::seconds(30), movable);
+  auto since = [&](const std::string& id) {
+    auto it = st.since_checkpoint.find(id);
+    return it == st.since_checkpoint.end() ? int64_t{-1} : it->second;
+  };
+  auto p = st.table.preempt(st.view, self->clock().now(), std::chrono::seconds(30), movable, std::chrono::seconds(5), since);
   if (!p) return;
   std::string names;
   for (auto& v : p->victims) {
@@ -336,6 +343,7 @@ nlohmann::json group_json(groups_actor self, const group_table::group& g, time_p
           {"reason", g.reason},
           {"detached", st.detached.count(g.spec.id) > 0},
           {"owner", st.user_of.count(g.spec.id) ? st.user_of.at(g.spec.id) : std::string{}},
+          {"experiment", g.spec.experiment},
           {"age_s", secs(g.created)},
           {"in_state_s", secs(g.since)},
           {"bundles", std::move(bundles)}};
@@ -363,6 +371,8 @@ caf::message create(groups_actor self, const wire::wire_group_spec& w, caf::acto
   if (w.bundles.empty()) return no("a placement group needs at least one bundle");
   if (w.bundles.size() > 4096) return no("a placement group has at most 4096 bundles");
   spec.avoid = w.avoid;
+  if (w.experiment.size() > 128) return no("an experiment key has at most 128 characters");
+  spec.experiment = w.experiment;
   for (size_t i = 0; i < w.bundles.size(); ++i) {
     auto r = wire::request_from_wire(w.bundles[i]);
     if (!r) return no("bundle " + std::to_string(i) + ": " + r.error().message());
@@ -732,6 +742,14 @@ caf::behavior groups(groups_actor self, groups_options opt) {
           if (auto l = limits_from_json(u); l && u.contains("name") && u["name"].is_string()) limits[u["name"]] = *l;
         self->state.table.set_users(std::move(limits));
         flush(self);
+      },
+      [self](since_checkpoint_atom, const std::string& json) {
+        auto j = nlohmann::json::parse(json, nullptr, false);
+        if (!j.is_object()) return;
+        auto& since = self->state.since_checkpoint;
+        since.clear();
+        for (auto& [id, n] : j.items())
+          if (n.is_number_integer()) since[id] = n.get<int64_t>();
       },
       [self](wire::pg_list_atom) {
         auto& st = self->state;

@@ -39,11 +39,16 @@ struct groups_options {
 //   (holdings_atom, node_id, version, std::vector<wire_hold>)
 //   (pg_list_atom) -> (pg_list_atom, json array of every group and orphan)
 //   (user_atom, json)   the users' quotas, priorities and weights (a list of users)
+//   (since_checkpoint_atom, json)  {group: iterations its trial ran since its last
+//                       checkpoint}, from the experiments' reports: preemption takes
+//                       the most recently checkpointed victims
 // and the client requests of wire.hpp with the requesting user's name in place of their
 // token ("admin" for the admin): (pg_create_atom, user, spec), (pg_wait_atom, user, id,
 // timeout_ms), (pg_remove_atom, user, id), (pg_get_atom, user, id), (trial_start_atom,
 // user, spec, server), (route_atom, user, group, bundle, trial, received). A group
 // belongs to the user who made it: another user is refused, naming the owner.
+using since_checkpoint_atom = caf::atom_constant<caf::atom("sinceckpt")>;
+
 caf::actor spawn_groups(caf::actor_system& sys, groups_options opt = {});
 
 }  // namespace tune

@@ -35,6 +35,7 @@ struct head_state {
   experiment_board board;                    // what experiments' controllers report
   std::map<caf::actor_addr, std::set<std::string>> board_owners;  // controller -> its experiments
   caf::actor_clock::time_point started;
+  caf::actor_clock::time_point told_checkpoints{};  // when the groups actor last heard since_checkpoint
   static inline const char* name = "tune.head";
 };
 
@@ -67,8 +68,8 @@ std::string refused(const principal& p, std::initializer_list<role> need, const 
       return "the node token lets nodes join and nothing else; to " + what +
              ", use a user's token (`tune user add NAME` on the head makes one) or the admin token";
     case role::user:
-      if (std::find(need.begin(), need.end(), role::node) != need.end() &&
-          std::find(need.begin(), need.end(), role::admin) != need.end() && need.size() == 2)
+      // What nodes do (join, heartbeat, report): a user is pointed to the node token.
+      if (std::find(need.begin(), need.end(), role::node) != need.end())
         return "a user's token cannot " + what + ": start nodes with the node token (node-token beside the head's token)";
       return "only the cluster's admin (the head's own token) can " + what + "; user " + p.name + " cannot";
     case role::admin: return "the admin token cannot " + what;
@@ -414,6 +415,13 @@ caf::behavior head(head_actor self, head_options opt) {
         if (auto s = st.board.apply(j, wall_seconds()); !s) {
           log_line(s.message());
           return;
+        }
+        // Preemption prefers the most recently checkpointed victims: the placement-group
+        // actor hears what each running trial would redo, at most once a second.
+        if (auto now = self->clock().now(); now - st.told_checkpoints >= std::chrono::seconds(1)) {
+          st.told_checkpoints = now;
+          nlohmann::json since = st.board.since_checkpoint();
+          self->send(st.groups, since_checkpoint_atom::value, since.dump());
         }
         auto sender = self->current_sender();
         if (!sender) return;

@@ -120,15 +120,31 @@ using report_atom = caf::atom_constant<caf::atom("nodereport")>;
 std::string node_report(node_actor self) {
   auto& st = self->state;
   nlohmann::json j = nlohmann::json::object();
+  // Each trial's user (its bundle's key names them): the head shows a user only their own.
+  auto owner_of = [&](const std::string& trial) {
+    std::string group, owner;
+    uint64_t attempt = 0;
+    if (auto t = st.trials.find(trial); t != st.trials.end()) parse_node_key(t->second.key, group, attempt, &owner);
+    return owner;
+  };
   auto audit = nlohmann::json::parse(st.audit_report.empty() ? "{}" : st.audit_report, nullptr, false);
-  if (audit.is_object() && audit.contains("cards")) j["cards"] = audit["cards"];
+  if (audit.is_object() && audit.contains("cards") && audit["cards"].is_array()) {
+    for (auto& card : audit["cards"])
+      if (card.is_object() && card.contains("trials") && card["trials"].is_array())
+        for (auto& t : card["trials"])
+          if (t.is_object() && t.contains("trial") && t["trial"].is_string()) t["owner"] = owner_of(t["trial"].get<std::string>());
+    j["cards"] = audit["cards"];
+  }
   if (st.opt.contain) {
     auto& caps = st.opt.contain->caps();
     j["containment"] = {{"kind", caps.kind()}, {"description", caps.describe()}, {"memory", caps.memory},
                         {"cpu", caps.cpu}, {"pids", caps.pids}};
   }
   nlohmann::json trials = nlohmann::json::object();
-  for (auto& [id, use] : st.host_use) trials[id] = use;
+  for (auto& [id, use] : st.host_use) {
+    trials[id] = use;
+    trials[id]["owner"] = owner_of(id);
+  }
   j["trials"] = trials;
   return j.dump();
 }

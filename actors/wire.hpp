@@ -283,11 +283,15 @@ struct wire_group_spec {
   // adopt them as they are) before it is placed anew. 0: placed at once.
   int64_t claim_wait_ms = 0;
   std::vector<std::string> avoid;  // node ids it must not be placed on (a trial moved off them)
+  // The experiment it is for (a tuning run's key): its user's share of the cluster is
+  // split fairly between their experiments. Empty: none in particular.
+  std::string experiment;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_group_spec& x) {
-  return f(caf::meta::type_name("wire_group_spec"), x.id, x.strategy, x.bundles, x.detached, x.claim_wait_ms, x.avoid);
+  return f(caf::meta::type_name("wire_group_spec"), x.id, x.strategy, x.bundles, x.detached, x.claim_wait_ms, x.avoid,
+           x.experiment);
 }
 
 // A trial to start: in bundle `bundle` of placement group `group`, running the program

@@ -334,6 +334,23 @@ std::map<std::string, std::pair<std::string, std::string>> experiment_board::hol
   return out;
 }
 
+std::map<std::string, int64_t> experiment_board::since_checkpoint() const {
+  std::map<std::string, int64_t> out;
+  for (auto& [eid, e] : experiments_) {
+    if (e.state != "running") continue;
+    for (auto& [tid, t] : e.trials) {
+      const auto& i = t.info;
+      if (i.value("state", "") != "running" || !i.contains("group") || !i["group"].is_string()) continue;
+      auto it = i.find("iteration");
+      if (it == i.end() || !it->is_number_integer()) continue;
+      auto c = i.find("checkpoint");
+      int64_t last = c != i.end() && c->is_number_integer() ? c->get<int64_t>() : -1;
+      out[i["group"].get<std::string>()] = std::max<int64_t>(0, it->get<int64_t>() - std::max<int64_t>(last, 0));
+    }
+  }
+  return out;
+}
+
 std::map<std::string, int64_t> experiment_board::trials_by_state() const {
   std::map<std::string, int64_t> out;
   for (auto& [eid, e] : experiments_)
@@ -429,7 +446,40 @@ nlohmann::json status_for_user(nlohmann::json status, const std::string& user) {
       const auto owner = g.value("owner", "");
       if (owner.empty() || owner == user) continue;
       g.erase("reason");
+      g.erase("experiment");
       g["held_by"] = owner;
+    }
+  // Nodes: other users' trials (their nodes' reports name each trial's owner) are
+  // counted by owner, not listed; on the audit's cards they keep their memory, not
+  // their trial.
+  if (status.contains("nodes") && status["nodes"].is_array())
+    for (auto& n : status["nodes"]) {
+      if (!n.is_object()) continue;
+      auto others = [&](const nlohmann::json& entry) -> std::string {
+        if (!entry.is_object()) return {};
+        auto o = entry.find("owner");
+        if (o == entry.end() || !o->is_string() || o->get<std::string>() == user) return {};
+        return o->get<std::string>();
+      };
+      if (n.contains("trial_host") && n["trial_host"].is_object()) {
+        nlohmann::json mine = nlohmann::json::object(), held = nlohmann::json::object();
+        for (auto& [id, use] : n["trial_host"].items()) {
+          if (auto owner = others(use); !owner.empty())
+            held[owner] = held.value(owner, 0) + 1;
+          else
+            mine[id] = use;
+        }
+        n["trial_host"] = std::move(mine);
+        if (!held.empty()) n["trials_held_by"] = std::move(held);
+      }
+      if (n.contains("gpu_audit") && n["gpu_audit"].is_array())
+        for (auto& card : n["gpu_audit"]) {
+          if (!card.is_object() || !card.contains("trials") || !card["trials"].is_array()) continue;
+          for (auto& t : card["trials"])
+            if (auto owner = others(t); !owner.empty())
+              t = nlohmann::json{{"held_by", owner},
+                                 {"memory", t["memory"].is_number_integer() ? t["memory"].get<int64_t>() : int64_t{0}}};
+        }
     }
   return status;
 }

@@ -71,6 +71,9 @@ class experiment_board {
 
   // Placement group id -> {"experiment", "trial"} for every trial that runs now.
   std::map<std::string, std::pair<std::string, std::string>> holders() const;
+  // For each placement group a running trial holds: the iterations it ran since its
+  // last checkpoint (all of them when it has none): what moving it would redo.
+  std::map<std::string, int64_t> since_checkpoint() const;
 
   // For /metrics: trials by state over every experiment on the board, experiments by
   // state, and the results every controller ingested (never decreases).
@@ -115,7 +118,10 @@ class experiment_board {
 nlohmann::json gpus_view(const nlohmann::json& status, const experiment_board& board);
 
 // The head's status as user `user` sees it: other users' placement groups keep what
-// they hold and are marked "held_by" their owner, without their reasons.
+// they hold and are marked "held_by" their owner, without their reasons or experiment;
+// on the nodes, other users' trials are counted by owner ("trials_held_by") instead of
+// their host use, and the audit's cards show their memory "held_by" the owner, without
+// the trial.
 nlohmann::json status_for_user(nlohmann::json status, const std::string& user);
 // Other users' holders in gpus_view: their owner, share and memory, no experiment or trial.
 void hide_others_holders(nlohmann::json& gpus, const std::string& user);

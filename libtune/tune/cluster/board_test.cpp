@@ -262,5 +262,51 @@ TEST(ExperimentBoard, MalformedObjectivesChangeNothing) {
   EXPECT_TRUE(e["pareto"]["trials"].empty());
 }
 
+// What moving each running trial would redo: its iterations since its last checkpoint.
+TEST(ExperimentBoard, SinceCheckpointPerPlacementGroup) {
+  experiment_board b;
+  auto r = first_report();  // t1: iteration 2, no checkpoint, in pg-1
+  r["trials"].push_back({{"id", "t3"}, {"state", "running"}, {"iteration", 9}, {"checkpoint", 7}, {"group", "pg-3"}});
+  r["trials"].push_back({{"id", "t4"}, {"state", "running"}, {"group", "pg-4"}});  // no iteration yet
+  r["trials"].push_back({{"id", "t5"}, {"state", "terminated"}, {"iteration", 3}, {"group", "pg-5"}});
+  ASSERT_TRUE(b.apply(r, 1));
+  auto since = b.since_checkpoint();
+  EXPECT_EQ(since, (std::map<std::string, int64_t>{{"pg-1", 2}, {"pg-3", 2}})) << "only running trials, known iterations";
+}
+
+// A user sees other users' trials on the nodes only as counts and memory "held by" their
+// owner: no trial ids, no host use of theirs; their own trials whole.
+TEST(StatusForUser, OtherUsersTrialsOnTheNodesShowOnlyAsHeldByTheirOwner) {
+  auto status = nlohmann::json::parse(R"({
+    "nodes": [{"id": "n1", "alive": true,
+      "trial_host": {"t1@a": {"memory": 100, "owner": "ann"}, "t2@a": {"memory": 200, "owner": "ann"},
+                     "t3@b": {"memory": 300, "owner": "bob"}, "t4@c": {"memory": 400}},
+      "gpu_audit": [{"uuid": "GPU-1", "memory_used": 10,
+        "trials": [{"trial": "t1@a", "memory": 5, "owner": "ann"}, {"trial": "t3@b", "memory": 7, "owner": "bob"}]}]}],
+    "placement_groups": [{"id": "g1", "owner": "ann", "experiment": "a", "reason": "why", "state": "created"},
+                         {"id": "g2", "owner": "bob", "experiment": "b", "state": "created"}]})");
+  auto seen = status_for_user(status, "bob");
+  auto& n = seen["nodes"][0];
+  EXPECT_EQ(n["trial_host"].size(), 2u) << n.dump();
+  EXPECT_TRUE(n["trial_host"].contains("t3@b"));
+  EXPECT_TRUE(n["trial_host"].contains("t4@c")) << "an entry without an owner is nobody's in particular";
+  EXPECT_EQ(n["trials_held_by"], nlohmann::json({{"ann", 2}}));
+  auto& cards = n["gpu_audit"][0]["trials"];
+  EXPECT_EQ(cards[0], nlohmann::json({{"held_by", "ann"}, {"memory", 5}}));
+  EXPECT_EQ(cards[1]["trial"], "t3@b");
+  EXPECT_EQ(seen["placement_groups"][0]["held_by"], "ann");
+  EXPECT_FALSE(seen["placement_groups"][0].contains("experiment"));
+  EXPECT_FALSE(seen["placement_groups"][0].contains("reason"));
+  EXPECT_EQ(seen["placement_groups"][1]["experiment"], "b");
+  EXPECT_NE(seen.dump().find("t3@b"), std::string::npos);
+  EXPECT_EQ(seen.dump().find("t1@a"), std::string::npos) << "ann's trial ids reach bob: " << seen.dump();
+  // The admin's status (no filter) and ann's own view keep everything of hers.
+  auto anns = status_for_user(status, "ann");
+  EXPECT_EQ(anns["nodes"][0]["trials_held_by"], nlohmann::json({{"bob", 1}}));
+  // Malformed node entries are left alone, not a crash.
+  auto odd = nlohmann::json::parse(R"({"nodes": [1, {"trial_host": [1]}, {"gpu_audit": [{"trials": [2, {"owner": 3}]}]}]})");
+  EXPECT_NO_THROW(status_for_user(odd, "bob"));
+}
+
 }  // namespace
 }  // namespace tune

@@ -103,11 +103,15 @@ void group_table::set_state(group& g, group_state to) {
   g.state = to;
   if (before == after) return;
   auto& h = held_[g.spec.user];
-  for (const auto& b : g.spec.bundles) {
-    if (after) h.gpus += b.gpu(), h.cpus += b.cpu();
-    else h.gpus -= b.gpu(), h.cpus -= b.cpu();
+  auto e = held_by_exp_.try_emplace({g.spec.user, g.spec.experiment}).first;
+  for (auto* x : {&h, &e->second}) {
+    for (const auto& b : g.spec.bundles) {
+      if (after) x->gpus += b.gpu(), x->cpus += b.cpu(), x->memory += b.memory();
+      else x->gpus -= b.gpu(), x->cpus -= b.cpu(), x->memory -= b.memory();
+    }
+    x->groups += after ? 1 : -1;
   }
-  h.groups += after ? 1 : -1;
+  if (e->second.groups == 0) held_by_exp_.erase(e);  // experiments come and go: keep only those that hold
 }
 
 namespace {
@@ -155,11 +159,12 @@ int64_t group_table::priority_of(const std::string& user) const {
   return it == users_.end() ? int64_t{0} : it->second.priority;
 }
 
-// One pass over the queue: what no longer waits leaves it, the rest goes to its user's
-// lane, in order. Few users wait at once: lanes are found by a linear look.
-std::vector<std::pair<const std::string*, group_table::lane>>& group_table::build_lanes() {
+// One pass over the queue: what no longer waits leaves it, the rest goes to its
+// experiment's lane, in order. Few experiments wait at once: lanes are found by a
+// linear look.
+std::vector<group_table::lane>& group_table::build_lanes() {
   auto& lanes = lanes_;
-  for (auto& [u, l] : lanes) l.entries.clear(), l.next = 0, l.done = false;
+  for (auto& l : lanes) l.entries.clear(), l.next = 0, l.done = false;
   size_t kept = 0;
   for (size_t i = 0; i < queue_.size(); ++i) {
     auto found = groups_.find(queue_[i]);
@@ -168,14 +173,19 @@ std::vector<std::pair<const std::string*, group_table::lane>>& group_table::buil
       continue;
     if (kept != i) queue_[kept] = std::move(queue_[i]);
     group* g = &found->second;
-    if (!g->lane_key) g->lane_key = &*names_.insert(g->spec.user).first;
-    const std::string* u = g->lane_key;
-    auto l = std::find_if(lanes.begin(), lanes.end(), [&](const auto& x) { return x.first == u; });
-    if (l == lanes.end()) l = lanes.insert(lanes.end(), {u, lane{}});
-    l->second.entries.emplace_back(kept++, g);
+    if (!g->lane_user) g->lane_user = &*names_.insert(g->spec.user).first;
+    const std::string* u = g->lane_user;
+    auto l = std::find_if(lanes.begin(), lanes.end(),
+                          [&](const lane& x) { return x.user == u && x.experiment == g->spec.experiment; });
+    if (l == lanes.end()) {
+      l = lanes.insert(lanes.end(), lane{});
+      l->user = u;
+      l->experiment = g->spec.experiment;
+    }
+    l->entries.emplace_back(kept++, g);
   }
   queue_.resize(kept);
-  std::erase_if(lanes, [](const auto& l) { return l.second.entries.empty(); });  // only users that wait
+  std::erase_if(lanes, [](const lane& l) { return l.entries.empty(); });  // only experiments that wait
   return lanes;
 }
 
@@ -235,47 +245,60 @@ std::vector<group_message> group_table::schedule(cluster_view& view, time_point 
   std::vector<group_message> out;
   blocked_.clear();
   if (queue_.empty()) return out;
-  // Each user's waiting groups in arrival order (a lane each). The next group placed is
-  // the head of the lane of the user with the highest priority, then the smallest
-  // weighted dominant share (GPUs or CPUs held over the cluster's, over the weight),
-  // then the earliest: free resources go to whoever is furthest below their share.
-  // Without users there is one lane and this is first come, first served.
+  // Each experiment's waiting groups in arrival order (a lane each). The next group
+  // placed is the head of the lane of the user with the highest priority, then the
+  // smallest weighted dominant share (GPUs, CPUs or memory held over the cluster's, over
+  // the weight), then between one user's experiments the smallest dominant share of the
+  // experiment, then the earliest: free resources go to whoever is furthest below their
+  // share. Without users and experiments there is one lane: first come, first served.
   auto& lanes = build_lanes();
   auto& held = held_;
-  quantity gpu_total, cpu_total;  // for the shares: only when users compete
+  quantity gpu_total, cpu_total;  // for the shares: only when lanes compete
+  int64_t memory_total = 0;
   if (lanes.size() > 1)
-    for (size_t slot = 0; slot < view.size(); ++slot)
-      gpu_total += view.node(slot).total().gpu(), cpu_total += view.node(slot).total().cpu();
-  auto share = [&](const std::string& user) {
-    const auto& h = held[user];
-    double d = std::max(gpu_total.is_zero() ? 0.0 : h.gpus.to_double() / gpu_total.to_double(),
-                        cpu_total.is_zero() ? 0.0 : h.cpus.to_double() / cpu_total.to_double());
-    auto it = users_.find(user);
-    return d / (it == users_.end() ? 1.0 : it->second.weight);
+    for (size_t slot = 0; slot < view.size(); ++slot) {
+      const auto& t = view.node(slot).total();
+      gpu_total += t.gpu(), cpu_total += t.cpu(), memory_total += t.memory();
+    }
+  auto dominant = [&](const holding& h) {
+    return std::max({gpu_total.is_zero() ? 0.0 : h.gpus.to_double() / gpu_total.to_double(),
+                     cpu_total.is_zero() ? 0.0 : h.cpus.to_double() / cpu_total.to_double(),
+                     memory_total <= 0 ? 0.0 : static_cast<double>(h.memory) / static_cast<double>(memory_total)});
   };
-  // Each lane's priority and share, once (a placement changes only its own lane's share).
+  auto share = [&](const std::string& user) {
+    auto it = users_.find(user);
+    return dominant(held[user]) / (it == users_.end() ? 1.0 : it->second.weight);
+  };
+  auto exp_share = [&](const lane& l) {
+    auto e = held_by_exp_.find({*l.user, l.experiment});
+    return e == held_by_exp_.end() ? 0.0 : dominant(e->second);
+  };
+  // Each lane's priority and shares, once (a placement changes only its own user's and
+  // experiment's shares).
   if (lanes.size() > 1)
-    for (auto& [name, l] : lanes) l.priority = priority_of(*name), l.share = share(*name);
+    for (auto& l : lanes) l.priority = priority_of(*l.user), l.share = share(*l.user), l.exp_share = exp_share(l);
   // The lane whose head goes next (null: none left).
-  auto pick = [&]() -> std::pair<lane*, const std::string*> {
-    std::pair<lane*, const std::string*> best{nullptr, nullptr};
-    for (auto& [name, l] : lanes) {
+  auto pick = [&]() -> lane* {
+    lane* best = nullptr;
+    for (auto& l : lanes) {
       if (l.done || l.next >= l.entries.size()) continue;
-      if (best.first) {
-        const lane& b = *best.first;
-        bool better = l.priority != b.priority ? l.priority > b.priority
-                      : l.share != b.share     ? l.share < b.share
-                                               : l.entries[l.next].first < b.entries[b.next].first;
+      if (best) {
+        const lane& b = *best;
+        bool better = l.priority != b.priority                      ? l.priority > b.priority
+                      : l.share != b.share                          ? l.share < b.share
+                      : l.user == b.user && l.exp_share != b.exp_share ? l.exp_share < b.exp_share
+                                                                    : l.entries[l.next].first < b.entries[b.next].first;
         if (!better) continue;
       }
-      best = {&l, name};
+      best = &l;
     }
     return best;
   };
   std::vector<size_t> gone;  // queue_ entries that became infeasible
   for (;;) {
-    auto [best, user] = pick();
+    lane* best = pick();
     if (!best) break;
+    const std::string* user = best->user;
     const size_t index = best->entries[best->next].first;
     group& g = *best->entries[best->next].second;
     if (!g.placing.empty()) {  // an attempt is in flight: it holds its place, others go on
@@ -293,7 +316,9 @@ std::vector<group_message> group_table::schedule(cluster_view& view, time_point 
           gone.push_back(index);
           ++best->next;
         } else {
-          best->done = true;  // the rest of this user's groups wait behind it; others go on
+          // The rest of this user's groups (in every experiment) wait behind it; others go on.
+          for (auto& l : lanes)
+            if (l.user == user) l.done = true;
         }
         continue;
       }
@@ -305,7 +330,12 @@ std::vector<group_message> group_table::schedule(cluster_view& view, time_point 
     }
     if (tried == attempt_result::infeasible) gone.push_back(index);
     // placed, or a rescheduling group waiting for nodes (it does not block the others)
-    if (tried == attempt_result::placed && lanes.size() > 1) best->share = share(*user);
+    if (tried == attempt_result::placed && lanes.size() > 1) {
+      const double now_share = share(*user);
+      for (auto& l : lanes)
+        if (l.user == user) l.share = now_share;
+      best->exp_share = exp_share(*best);
+    }
     ++best->next;
   }
   std::sort(gone.rbegin(), gone.rend());
@@ -316,7 +346,8 @@ std::vector<group_message> group_table::schedule(cluster_view& view, time_point 
 std::optional<group_table::preemption> group_table::preempt(const cluster_view& view, time_point now,
                                                              std::chrono::milliseconds again,
                                                              const std::function<bool(const std::string&)>& movable,
-                                                             std::chrono::milliseconds retry) {
+                                                             std::chrono::milliseconds retry,
+                                                             const std::function<int64_t(const std::string&)>& since_checkpoint) {
   std::erase_if(asked_, [&](const auto& a) { return now - a.second > again || !groups_.count(a.first); });
   std::erase_if(asked_for_, [&](const auto& a) { return now - a.second > retry || !groups_.count(a.first); });
   auto found = groups_.find(blocked_);
@@ -324,19 +355,24 @@ std::optional<group_table::preemption> group_table::preempt(const cluster_view& 
   const group& waiting = found->second;
   if (waiting.state != group_state::pending && waiting.state != group_state::rescheduling) return std::nullopt;
   const int64_t mine = priority_of(waiting.spec.user);
-  int64_t lowest = 0;  // nobody below it: nothing to look at (the common case)
-  for (const auto& [u, l] : users_) lowest = std::min(lowest, l.priority);
-  if (mine <= lowest) return std::nullopt;
+  if (mine <= lowest_priority_) return std::nullopt;  // nobody below it: nothing to look at (the common case)
   std::vector<const group*> candidates;
   for (const auto& [id, g] : groups_)
     if (g.state == group_state::created && priority_of(g.spec.user) < mine && !asked_.count(id) && (!movable || movable(id)))
       candidates.push_back(&g);
   if (candidates.empty()) return std::nullopt;
+  // What a move would redo: the iterations since the trial's last checkpoint (unknown last).
+  std::map<const group*, int64_t> redo;
+  for (const group* g : candidates) {
+    int64_t n = since_checkpoint ? since_checkpoint(g->spec.id) : -1;
+    redo[g] = n < 0 ? INT64_MAX : n;
+  }
   std::sort(candidates.begin(), candidates.end(), [&](const group* a, const group* b) {
     auto pa = priority_of(a->spec.user), pb = priority_of(b->spec.user);
     if (pa != pb) return pa < pb;
     auto ga = gpus_of(a->spec), gb = gpus_of(b->spec);
     if (ga != gb) return ga > gb;
+    if (redo[a] != redo[b]) return redo[a] < redo[b];  // the most recently checkpointed
     return a->created < b->created;  // the oldest: most likely running, and checkpointed
   });
   std::vector<resource_set> bundles;
@@ -359,11 +395,11 @@ std::optional<group_table::preemption> group_table::preempt(const cluster_view& 
     if (fits_without(chosen)) break;
   }
   if (!fits_without(chosen)) return std::nullopt;  // even all of them would not make room
-  for (size_t i = 0; i < chosen.size();) {
+  // The least preferred are left out first.
+  for (size_t i = chosen.size(); i-- > 0;) {
     auto fewer = chosen;
     fewer.erase(fewer.begin() + static_cast<std::ptrdiff_t>(i));
     if (!fewer.empty() && fits_without(fewer)) chosen = std::move(fewer);
-    else ++i;
   }
   preemption out;
   out.for_group = waiting.spec.id;

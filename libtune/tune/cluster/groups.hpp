@@ -15,17 +15,20 @@
 //
 // Fairness: groups are tried in arrival order, and the first one that has to wait
 // stops the walk, so a large group is never overtaken forever by small ones. With
-// users (docs/users.md) each user's groups form a lane in arrival order, and the next
-// group tried is the head of the lane of the user with the highest priority, then the
-// smallest weighted dominant share of what they hold, then the earliest; a group over
-// its user's quota waits (saying why) without blocking other users' groups, and one
-// that asks more than the quota at all is infeasible.
+// users (docs/users.md) each experiment's groups form a lane in arrival order, and the
+// next group tried is the head of the lane of the user with the highest priority, then
+// the smallest weighted dominant share of what the user holds (GPUs, CPUs or memory),
+// then, between one user's experiments, the smallest dominant share the experiment
+// holds, then the earliest; a group over its user's quota waits (saying why) without
+// blocking other users' groups, and one that asks more than the quota at all is
+// infeasible.
 // Every message carries the group, the bundle and the attempt: a reply from an older
 // attempt is recognised and ignored. Attempt numbers are unique across the table (and,
 // seeded from the clock, across head restarts), so a reused group id or a new head
 // never mistakes an old reservation on a node for its own.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -52,6 +55,7 @@ struct group_spec {
   std::vector<resource_set> bundles;
   std::vector<node_id> avoid = {};  // never placed on these (a trial moved off them)
   std::string user = {};            // whose it is (docs/users.md); empty: nobody's in particular
+  std::string experiment = {};      // the experiment it is for (its user's share is split between them)
 };
 
 struct bundle_site {
@@ -107,7 +111,7 @@ class group_table {
     std::vector<char> yes;          // per placing entry: its node said yes
     time_point attempt_started{};
     std::vector<uint32_t> moved;    // bundles placed again after their node was lost
-    const std::string* lane_key = nullptr;  // its user's name, interned: lanes compare pointers
+    const std::string* lane_user = nullptr;  // its user's name, interned: lanes compare pointers
   };
 
   // The bundles of a group a node lost (for the owner: which bundles moved).
@@ -177,7 +181,11 @@ class group_table {
 
   // The users' quotas, priorities and weights (a user not listed has none, priority 0,
   // weight 1). Taken into account from the next schedule().
-  void set_users(std::map<std::string, user_limits> users) { users_ = std::move(users); }
+  void set_users(std::map<std::string, user_limits> users) {
+    users_ = std::move(users);
+    lowest_priority_ = 0;  // a user not listed has priority 0
+    for (const auto& [u, l] : users_) lowest_priority_ = std::min(lowest_priority_, l.priority);
+  }
   // The Unix account `user`'s trials run as (empty: the node's default).
   std::string account_of(const std::string& user) const {
     auto u = users_.find(user);
@@ -187,14 +195,18 @@ class group_table {
   // bundles), by user name.
   struct holding {
     quantity gpus, cpus;
+    int64_t memory = 0;  // bytes
     int64_t groups = 0;
   };
   const std::map<std::string, holding>& holdings() const { return held_; }
+  // The same by user and experiment (only those that hold something).
+  const std::map<std::pair<std::string, std::string>, holding>& experiment_holdings() const { return held_by_exp_; }
 
   // Preemption (docs/users.md). When the group the last schedule() stopped at waits for
   // resources and users of a lower priority hold created groups: the fewest of those
   // whose release lets it fit (lowest priority first, then the most GPUs, then the
-  // oldest), none asked within `again`, with why; a group still waiting `retry` after
+  // least work since their trial's last checkpoint, then the oldest), none asked within
+  // `again`, with why; a group still waiting `retry` after
   // its last preemption (a victim that could not move: its trial was still starting,
   // or it moved too recently) preempts again, among the others. The caller asks their
   // owners to move them (pause through their checkpoints, give the group back); the
@@ -205,10 +217,13 @@ class group_table {
     std::string reason;
   };
   // `movable`: whether a group can be moved at all (it has an owner to ask).
+  // `since_checkpoint`: the iterations its trial ran since its last checkpoint (what a
+  // move would redo), or -1 when not known (ranked after every known one).
   std::optional<preemption> preempt(const cluster_view& view, time_point now,
                                     std::chrono::milliseconds again = std::chrono::seconds(30),
                                     const std::function<bool(const std::string&)>& movable = {},
-                                    std::chrono::milliseconds retry = std::chrono::seconds(5));
+                                    std::chrono::milliseconds retry = std::chrono::seconds(5),
+                                    const std::function<int64_t(const std::string&)>& since_checkpoint = {});
 
   // Seconds from each group's creation until it was first placed (for /metrics).
   const latency_histogram& placement_latency() const { return placement_latency_; }
@@ -218,15 +233,18 @@ class group_table {
   std::string over_quota(const group& g, const holding& h, bool& never) const;
   void set_state(group& g, group_state to);
   enum class attempt_result { placed, infeasible, waits_for_nodes, waits };
-  struct lane {  // one user's waiting groups, in arrival order
+  struct lane {  // one experiment's waiting groups, in arrival order
+    const std::string* user = nullptr;  // interned: lanes compare pointers
+    std::string experiment;
     std::vector<std::pair<size_t, group*>> entries;  // index into queue_, and the group
     size_t next = 0;
     bool done = false;  // its head waits for its user's quota
     int64_t priority = 0;  // its user's, looked up once per pass
     double share = 0;      // its user's weighted dominant share, kept up to date in a pass
+    double exp_share = 0;  // its experiment's dominant share, the same
   };
-  std::vector<std::pair<const std::string*, lane>>& build_lanes();
-  std::vector<std::pair<const std::string*, lane>> lanes_;  // kept between passes: no allocation per pass
+  std::vector<lane>& build_lanes();
+  std::vector<lane> lanes_;  // kept between passes: no allocation per pass
   int64_t priority_of(const std::string& user) const;
   attempt_result try_place(group& g, cluster_view& view, time_point now, std::vector<group_message>& out);
   std::vector<uint32_t> unplaced(const group& g) const;
@@ -238,8 +256,10 @@ class group_table {
   std::deque<std::string> queue_;  // waiting groups, in arrival order
   std::set<node_id> draining_;     // nothing new is placed there
   std::map<std::string, user_limits> users_;
+  int64_t lowest_priority_ = 0;  // the lowest of users_' priorities and 0
   std::set<std::string> names_;  // users' names, interned for the lanes
   std::map<std::string, holding> held_;        // what each user holds now (set_state keeps it)
+  std::map<std::pair<std::string, std::string>, holding> held_by_exp_;  // by user and experiment
   std::string blocked_;                        // the group the last schedule() stopped at
   std::map<std::string, time_point> asked_;    // victims asked to move, and when
   std::map<std::string, time_point> asked_for_;  // groups preempted for, and when

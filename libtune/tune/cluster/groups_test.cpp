@@ -588,6 +588,65 @@ TEST_F(GroupsTest, FreedGpusGoToTheUserFurthestBelowTheirWeightedShare) {
   expect_books_agree();
 }
 
+// Within one user, the freed GPUs go to the experiment holding the least, so a user's
+// second experiment is not starved by their first; the user's share against others is
+// unchanged.
+TEST_F(GroupsTest, AUsersShareIsSplitFairlyBetweenTheirExperiments) {
+  add_node("n1", 8);
+  table.set_users({{"ann", limits(std::nullopt, 1)}, {"bob", limits(std::nullopt, 1)}});
+  auto exp = [](const std::string& user, const std::string& experiment, const std::string& id) {
+    auto s = of(user, id, 1);
+    s.experiment = experiment;
+    return s;
+  };
+  // Ann's first experiment asks for everything, then her second, then bob's.
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(table.create(exp("ann", "e1", "a1-" + std::to_string(i)), view, now));
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(table.create(exp("ann", "e2", "a2-" + std::to_string(i)), view, now));
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(table.create(exp("bob", "e3", "b-" + std::to_string(i)), view, now));
+  settle();
+  auto held_by = [&](const std::string& e) {
+    auto& h = table.experiment_holdings();
+    auto it = h.find({"ann", e});
+    return it == h.end() ? quantity{} : it->second.gpus;
+  };
+  EXPECT_EQ(table.holdings().at("ann").gpus, quantity::whole(4));
+  EXPECT_EQ(table.holdings().at("bob").gpus, quantity::whole(4));
+  EXPECT_EQ(held_by("e1"), quantity::whole(2)) << "ann's 4 cards split between her experiments";
+  EXPECT_EQ(held_by("e2"), quantity::whole(2));
+  // An experiment's trials end: the freed card goes to ann's experiment below its share
+  // (ann is below bob once she gives one back).
+  append(table.remove("a2-0", view, now));
+  append(table.remove("a2-1", view, now));
+  settle();
+  EXPECT_EQ(held_by("e1"), quantity::whole(2));
+  EXPECT_EQ(held_by("e2"), quantity::whole(2)) << "e2 refills to its half of ann's share";
+  EXPECT_EQ(table.holdings().at("bob").gpus, quantity::whole(4));
+  expect_books_agree();
+}
+
+// Dominant-resource fairness: when memory is the bottleneck, a user's share is the
+// memory they hold, whatever their GPUs. Ann's groups take a quarter of the node's
+// memory and no card, bob's a card and a sixteenth of the memory: ann's three groups
+// (3/4 of the memory) and bob's four cards (1/2 of the cards) are the fair split; counted
+// by GPUs and CPUs only, ann's groups would look small and take the memory bob needs.
+TEST_F(GroupsTest, WhenMemoryIsTheBottleneckTheShareIsTheMemoryHeld) {
+  add_node("n1", 8);  // 8 cards, 32 CPUs, 256 GiB
+  table.set_users({{"ann", limits(std::nullopt, 1)}, {"bob", limits(std::nullopt, 1)}});
+  for (int i = 0; i < 4; ++i)
+    ASSERT_TRUE(table.create({"a" + std::to_string(i), strategy::pack, {req({{"cpu", 1}, {"memory", 64.0 * GiB}})}, {}, "ann"},
+                             view, now));
+  for (int i = 0; i < 8; ++i)
+    ASSERT_TRUE(table.create(
+        {"b" + std::to_string(i), strategy::pack, {req({{"gpu", 1}, {"cpu", 1}, {"memory", 16.0 * GiB}})}, {}, "bob"}, view,
+        now));
+  settle();
+  auto h = table.holdings();
+  EXPECT_EQ(h["ann"].memory, 192 * GiB) << "ann: 3 groups";
+  EXPECT_EQ(h["bob"].gpus, quantity::whole(4)) << "bob: 4 cards (by GPUs and CPUs only he would get 1)";
+  EXPECT_EQ(h["ann"].memory + h["bob"].memory, 256 * GiB) << "the memory is the bottleneck: all of it is used";
+  expect_books_agree();
+}
+
 // A higher priority goes first, whatever the shares.
 TEST_F(GroupsTest, AHigherPriorityIsPlacedFirst) {
   add_node("n1", 2);
@@ -650,6 +709,26 @@ TEST_F(GroupsTest, PreemptionNamesTheFewestLowerPriorityGroupsThatMakeRoom) {
   ASSERT_TRUE(table.create({"l-more", strategy::strict_pack, {req({{"gpu", 4}})}, {}, "low"}, view, now + 1min));
   settle();
   EXPECT_FALSE(table.preempt(view, now + 1min));
+  expect_books_agree();
+}
+
+// Between equal candidates, the victim is the one whose trial checkpointed most
+// recently (the least work to redo); unknown ones come last.
+TEST_F(GroupsTest, PreemptionPicksTheMostRecentlyCheckpointedVictims) {
+  add_node("n1", 4);
+  table.set_users({{"low", limits(std::nullopt, 1, 0)}, {"high", limits(std::nullopt, 1, 10)}});
+  for (int i = 0; i < 4; ++i)
+    ASSERT_TRUE(table.create({"l" + std::to_string(i), strategy::pack, {req({{"gpu", 1}})}, {}, "low"}, view, now));
+  settle();
+  ASSERT_TRUE(table.create({"h", strategy::pack, {req({{"gpu", 2}})}, {}, "high"}, view, now));
+  settle();
+  ASSERT_EQ(state("h"), group_state::pending);
+  std::map<std::string, int64_t> since{{"l0", 40}, {"l1", -1}, {"l2", 3}, {"l3", 0}};
+  auto redo = [&](const std::string& id) { return since.at(id); };
+  auto p = table.preempt(view, now, 30s, {}, 5s, redo);
+  ASSERT_TRUE(p);
+  std::set<std::string> victims(p->victims.begin(), p->victims.end());
+  EXPECT_EQ(victims, (std::set<std::string>{"l3", "l2"})) << "0 and 3 iterations to redo, not 40 or unknown";
   expect_books_agree();
 }
 

@@ -96,6 +96,11 @@ expected<std::string> render_status_text(std::string_view text) {
           if (u.contains("pids")) out << ", " << u.value("pids", 0) << " tasks";
           out << "\n";
         }
+      // Other users' trials (a user's view): who, and how many.
+      if (n.value("alive", false) && n.contains("trials_held_by") && n["trials_held_by"].is_object())
+        for (auto& [owner, count] : n["trials_held_by"].items())
+          out << "         held by " << owner << " (" << (count.is_number() ? count.get<int>() : 0) << " trial"
+              << (count.is_number() && count.get<int>() == 1 ? "" : "s") << ")\n";
     }
   }
 
@@ -135,8 +140,12 @@ expected<std::string> render_status_text(std::string_view text) {
           if (a.value("uuid", "") != uuid) continue;
           out << "      in use " << format_bytes(a.value("memory_used", int64_t{0})) << " of "
               << format_bytes(a.value("memory_total", int64_t{0}));
-          for (auto& t : a.value("trials", json::array()))
-            out << "; trial " << t.value("trial", "?") << " " << format_bytes(t.value("memory", int64_t{0}));
+          for (auto& t : a.value("trials", json::array())) {
+            if (t.contains("held_by"))
+              out << "; held by " << t.value("held_by", "?") << " " << format_bytes(t.value("memory", int64_t{0}));
+            else
+              out << "; trial " << t.value("trial", "?") << " " << format_bytes(t.value("memory", int64_t{0}));
+          }
           out << "\n";
           for (auto& f : a.value("foreign", json::array())) {
             std::string name = f.value("name", "");
@@ -182,6 +191,8 @@ expected<std::string> render_status_text(std::string_view text) {
         sites.push_back(site);
       }
       for (size_t i = 0; i < sites.size(); ++i) out << (i ? "; " : "") << sites[i];
+      if (g.contains("held_by") && g["held_by"].is_string()) out << "  (held by " << g["held_by"].get<std::string>() << ")";
+      else if (!g.value("owner", "").empty()) out << "  (" << g["owner"].get<std::string>() << "'s)";
       out << "\n";
       if (!g.value("reason", "").empty()) out << "  " << pad("", 22) << g["reason"].get<std::string>() << "\n";
     }

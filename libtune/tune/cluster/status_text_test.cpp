@@ -82,6 +82,31 @@ TEST(StatusText, ShowsWhatTheGpuAuditFoundOnACard) {
   EXPECT_NE(text->find("not libtune's: pid 17\n"), std::string::npos) << *text;
 }
 
+// What a user sees of others (status_for_user's marks): who holds, how many, how much.
+TEST(StatusText, ShowsOtherUsersHoldingsAsHeldByTheirOwner) {
+  node_registry reg;
+  auto t0 = node_registry::clock::now();
+  std::vector<gpu_instance> cards{{0, "GPU-aaaa", "0000:06:00.0", "NVIDIA H200", int64_t{140} << 30, false}};
+  ASSERT_TRUE(reg.join({"node-1", "box", "10.0.0.2", "0.1.0"}, *node_resources::make(resource_set{}, cards), t0));
+  auto j = nlohmann::json::parse(reg.status_json(t0));
+  j["nodes"][0]["trial_host"] = nlohmann::json::parse(R"({"t-1@x": {"memory": 1048576, "owner": "bob"}})");
+  j["nodes"][0]["trials_held_by"] = nlohmann::json::parse(R"({"ann": 3, "cy": 1})");
+  j["nodes"][0]["gpu_audit"] = nlohmann::json::parse(R"([{"index": 0, "uuid": "GPU-aaaa",
+      "memory_used": 4294967296, "memory_total": 150323855360,
+      "trials": [{"held_by": "ann", "memory": 2147483648}, {"trial": "t-1@x", "memory": 1073741824, "owner": "bob"}]}])");
+  j["placement_groups"] = nlohmann::json::parse(R"([
+    {"id": "g-ann", "state": "created", "strategy": "PACK", "owner": "ann", "held_by": "ann", "bundles": []},
+    {"id": "g-bob", "state": "created", "strategy": "PACK", "owner": "bob", "bundles": []}])");
+  auto text = render_status_text(j.dump());
+  ASSERT_TRUE(text) << text.error().message();
+  EXPECT_NE(text->find("held by ann (3 trials)"), std::string::npos) << *text;
+  EXPECT_NE(text->find("held by cy (1 trial)\n"), std::string::npos) << *text;
+  EXPECT_NE(text->find("trial t-1@x: host memory 1 MiB"), std::string::npos) << *text;
+  EXPECT_NE(text->find("in use 4 GiB of 140 GiB; held by ann 2 GiB; trial t-1@x 1 GiB"), std::string::npos) << *text;
+  EXPECT_NE(text->find("(held by ann)"), std::string::npos) << *text;
+  EXPECT_NE(text->find("(bob's)"), std::string::npos) << *text;
+}
+
 TEST(StatusText, RefusesOtherJson) {
   EXPECT_FALSE(render_status_text("{}"));
   EXPECT_FALSE(render_status_text("not json"));
