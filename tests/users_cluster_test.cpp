@@ -539,5 +539,41 @@ TEST_F(UsersClusterTest, GpuTimeSharesFollowTheWeightsWithinTenPercent) {
   std::cerr << "[ann's GPU-time share while both waited: " << ann_share << " over " << contended << " samples]\n";
 }
 
+// While ann's and bob's experiments run, each sees their own trials on the nodes whole
+// (host memory, CPU) and the other's only counted, "held by" them: through the JSON and
+// the text of tune status.
+TEST_F(UsersClusterTest, OnTheNodesAUserSeesOtherUsersTrialsOnlyAsHeldByThem) {
+  for (auto name : {"view-ann", "view-bob"})
+    experiment_file(name, "num_samples: 4\nresources_per_trial: {cpu: 0.25}\n"
+                          "space: {x: {uniform: [0.0, 1.0]}, epochs: 10, sleep: 0.3}\n");
+  std::atomic<int> running{2};
+  run_result ra, rb;
+  std::thread a([&] { ra = run_as("ann", "view-ann"); --running; });
+  std::thread b([&] { rb = run_as("bob", "view-bob"); --running; });
+  bool seen = false, text_seen = false;
+  std::string leaked;
+  while (running == 2 && !(seen && text_seen)) {
+    auto st = nlohmann::json::parse(as(token_of("bob"), {"status", "--json"}).out, nullptr, false);
+    if (st.is_object())
+      for (auto& n : st["nodes"]) {
+        const auto host = n.value("trial_host", nlohmann::json::object());
+        for (auto& [id, use] : host.items())
+          if (use.value("owner", "") != "bob") leaked = id + " " + use.dump();
+        const auto held = n.value("trials_held_by", nlohmann::json::object());
+        bool anns = held.value("ann", 0) >= 1;
+        seen = seen || (anns && !host.empty());
+      }
+    if (seen && !text_seen) text_seen = contains(as(token_of("bob"), {"status"}).out, "held by ann (");
+    std::this_thread::sleep_for(100ms);
+  }
+  a.join();
+  b.join();
+  ASSERT_EQ(ra.rc, 0) << ra.out << ra.err;
+  ASSERT_EQ(rb.rc, 0) << rb.out << rb.err;
+  EXPECT_TRUE(seen) << "bob never saw his own trials' host use beside ann's trials counted";
+  EXPECT_TRUE(text_seen) << "tune status's text never said 'held by ann (N trials)'";
+  EXPECT_TRUE(leaked.empty()) << "bob's status listed another user's trial: " << leaked;
+}
+
 }  // namespace
 }  // namespace tune::test
