@@ -90,21 +90,6 @@ bool flush(int fd, std::string& pending) {
   return true;
 }
 
-int connect_upstream(uint16_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  set_nonblocking(fd);
-  set_nodelay(fd);
-  return fd;
-}
-
 }  // namespace
 
 expected<std::unique_ptr<basp_gate>> basp_gate::listen(gate_options opt) {
@@ -145,8 +130,8 @@ expected<std::unique_ptr<basp_gate>> basp_gate::listen(gate_options opt) {
   return g;
 }
 
-void basp_gate::run(uint16_t upstream_port) {
-  opt_.upstream_port = upstream_port;
+void basp_gate::run(std::function<int()> upstream) {
+  upstream_ = std::move(upstream);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -184,11 +169,12 @@ void basp_gate::loop() {
       for (;;) {
         int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (c < 0) break;
-        int up = connect_upstream(opt_.upstream_port);
+        int up = upstream_();
         if (up < 0) {
           ::close(c);
           continue;
         }
+        set_nonblocking(up);
         set_nodelay(c);
         relay r;
         r.peer = c;

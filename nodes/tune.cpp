@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <sys/socket.h>
 #include <filesystem>
 #include <future>
 #include <iostream>
@@ -33,6 +34,7 @@
 #include "client.hpp"
 #include "daemon.hpp"
 #include "dashboard.hpp"
+#include "basp_fd.hpp"
 #include "gate.hpp"
 #include "head.hpp"
 #include "log.hpp"
@@ -166,8 +168,9 @@ int start_head(const po::variables_map& vm, const std::string& dir) {
     auto signals = service_signals();
     wire::config cfg;
     caf::actor_system sys{cfg};
-    // The gate owns the public port; CAF listens on loopback only, and the gate checks
-    // every frame's length before CAF reads it (see actors/gate.hpp).
+    // The gate owns the public port and checks every frame's length before CAF reads
+    // it; CAF listens on no port: each connection reaches it through a socketpair the
+    // gate feeds (actors/gate.hpp, actors/basp_fd.hpp).
     auto gate = basp_gate::listen({host, static_cast<uint16_t>(port)});
     if (!gate) {
       ready.failed("tune start: cannot listen on " + (host.empty() ? std::string{"port "} : host + ":") +
@@ -195,13 +198,15 @@ int start_head(const po::variables_map& vm, const std::string& dir) {
     }
     auto head = service->head;
     hopt.dashboard = service->dashboard_url;
-    auto published = sys.middleman().publish(head, 0, "127.0.0.1", true);
-    if (!published) {
-      caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
-      ready.failed("tune start: cannot open the head's internal port: " + describe(sys, published.error()));
-      return 1;
-    }
-    (*gate)->run(*published);
+    (*gate)->run([&sys, head, actual] {
+      int sv[2];
+      if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        log_line(std::string{"the gate cannot reach the head: socketpair: "} + std::strerror(errno));
+        return -1;
+      }
+      serve_fd(sys, sv[0], head, actual, "gate");  // CAF owns sv[0] from here on
+      return sv[1];
+    });
     std::string address = shown_host + ":" + std::to_string(actual);
     std::string pid_file = dir + "/head-" + std::to_string(actual) + ".pid";
     if (auto st = cli::write_pid_file(pid_file); !st) {
@@ -223,7 +228,7 @@ int start_head(const po::variables_map& vm, const std::string& dir) {
     exit_watchdog(std::chrono::seconds(10));
     gate->reset();
     service->dashboard.reset();
-    sys.middleman().unpublish(head, *published);
+    sys.middleman().unpublish(head, actual);
     caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
     ::unlink(pid_file.c_str());
     return 0;

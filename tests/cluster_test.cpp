@@ -1,6 +1,9 @@
 // Head and nodes as separate processes on loopback, through the real `tune` CLI.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <filesystem>
+#include <sstream>
+#include <set>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -305,6 +308,46 @@ TEST_F(ClusterTest, HeaderClaimingHugeMessageIsRefused) {
   while (std::getline(proc, line))
     if (line.rfind("VmRSS:", 0) == 0) rss_kib = std::stol(line.substr(6));
   EXPECT_LT(rss_kib, 200 * 1024) << "the head holds " << rss_kib << " KiB";
+  EXPECT_EQ(state(a), "alive");
+}
+
+// The TCP ports process `pid` listens on (its sockets in /proc/net/tcp{,6} in state LISTEN).
+std::set<int> listening_ports(int pid) {
+  std::set<std::string> inodes;
+  std::error_code ec;
+  for (auto& fd : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    auto target = std::filesystem::read_symlink(fd.path(), ec).string();
+    if (target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+  }
+  std::set<int> ports;
+  for (auto table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in{table};
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream f{line};
+      std::string sl, local, remote, st, queues, timer, retr, uid, timeout, inode;
+      f >> sl >> local >> remote >> st >> queues >> timer >> retr >> uid >> timeout >> inode;
+      if (st == "0A" && inodes.count(inode)) ports.insert(std::stoi(local.substr(local.find(':') + 1), nullptr, 16));
+    }
+  }
+  return ports;
+}
+
+// No unguarded entry: the head listens on its gate's port and the dashboard's, nothing
+// else (CAF gets each connection through a socketpair the gate feeds), and a node
+// listens on nothing.
+TEST_F(ClusterTest, TheHeadListensOnlyOnItsGateAndTheDashboardAndANodeOnNothing) {
+  auto a = start_node();
+  auto s = files.status(address);
+  ASSERT_FALSE(s.is_null());
+  std::set<int> expected{port};
+  std::smatch m;
+  auto dashboard = s["head"].value("dashboard", "");
+  ASSERT_TRUE(std::regex_search(dashboard, m, std::regex{R"(:(\d+)/?$)"})) << dashboard;
+  expected.insert(std::stoi(m[1]));
+  EXPECT_EQ(listening_ports(head_pid), expected);
+  EXPECT_TRUE(listening_ports(a.pid).empty()) << "the node listens on " << listening_ports(a.pid).size() << " port(s)";
   EXPECT_EQ(state(a), "alive");
 }
 
