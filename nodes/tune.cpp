@@ -35,6 +35,7 @@
 #include "daemon.hpp"
 #include "dashboard.hpp"
 #include "basp_fd.hpp"
+#include "tune/net/tls.hpp"
 #include "gate.hpp"
 #include "head.hpp"
 #include "log.hpp"
@@ -72,6 +73,7 @@ const char* usage =
     "  drain    move every trial off a node and place nothing new there (maintenance)\n"
     "  dashboard  print the head's web dashboard address (with a link that signs in)\n"
     "  user     add, change, list or remove the cluster's users (their tokens, quotas, priorities)\n"
+    "  tls      make a CA and a certificate for a cluster's TLS (tune tls init DIR)\n"
     "\n"
     "`tune <command> --help` describes a command's options; `tune --version` prints the version.\n";
 
@@ -967,6 +969,41 @@ int cmd_resume(const std::vector<std::string>& args) {
   return fail("resume", "cannot run " + exe + ": " + std::strerror(errno));
 }
 
+// --- tune tls -------------------------------------------------------------------
+
+int cmd_tls(const std::vector<std::string>& args) {
+  const char* about =
+      "  init DIR [--host NAME]... [--days N] [--force]\n"
+      "      makes DIR/ca.crt (the cluster's CA), DIR/ca.key, DIR/cluster.crt and DIR/cluster.key\n"
+      "      (keys 0600) for a test or small cluster: every process of the cluster is started with\n"
+      "      --tls-cert DIR/cluster.crt --tls-key DIR/cluster.key --tls-ca DIR/ca.crt (or the\n"
+      "      TUNE_TLS_CERT, TUNE_TLS_KEY and TUNE_TLS_CA variables). --host adds a name or address\n"
+      "      to the certificate (localhost, 127.0.0.1 and ::1 are always in it); peers are checked\n"
+      "      against the CA, not by name. Existing files are kept unless --force.";
+  po::options_description desc("tune tls options");
+  desc.add_options()("help,h", "show this help")("op", po::value<std::string>(), "init")(
+      "dir", po::value<std::string>(), "where the files go")("host", po::value<std::vector<std::string>>(),
+                                                              "a name or address the certificate names (repeatable)")(
+      "days", po::value<int>()->default_value(825), "how long the certificates are valid")(
+      "force", "replace files that exist");
+  po::positional_options_description pos;
+  pos.add("op", 1).add("dir", 1);
+  po::variables_map vm;
+  if (int rc = parse("tls", args, desc, "tune tls init DIR [options]", vm, &pos, about); rc >= 0) return rc;
+  if (!vm.count("op") || vm["op"].as<std::string>() != "init")
+    return fail("tls", "say what to do: tune tls init DIR (tune tls --help)", 2);
+  if (!vm.count("dir")) return fail("tls", "say where: tune tls init DIR", 2);
+  tls::init_options opt;
+  opt.dir = vm["dir"].as<std::string>();
+  opt.days = vm["days"].as<int>();
+  opt.force = vm.count("force") > 0;
+  if (vm.count("host")) opt.hosts = vm["host"].as<std::vector<std::string>>();
+  auto made = tls::init(opt);
+  if (!made) return fail("tls", made.error().message(), made.error().code() == errc::already_exists ? 1 : 2);
+  std::cout << "tune: " << *made << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -994,6 +1031,7 @@ int main(int argc, char** argv) {
   if (command == "drain") return cmd_drain(args);
   if (command == "dashboard") return cmd_dashboard(args);
   if (command == "user") return cmd_user(args);
+  if (command == "tls") return cmd_tls(args);
   std::cerr << "tune: unknown command '" << command << "'\n\n" << usage;
   return 2;
 }
