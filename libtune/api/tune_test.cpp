@@ -352,7 +352,9 @@ class TuneConnected : public ::testing::Test {
     ASSERT_EQ(h.rc, 0) << h.out << h.err;
     auto n = files.tune({"start", "--address", address, "--num-gpus", "4", "--num-cpus", "4"});
     ASSERT_EQ(n.rc, 0) << n.out << n.err;
+    node = tune::test::node_id_in(n.out);
   }
+  std::string node;  // the cluster's node
 };
 
 TEST_F(TuneConnected, TrialsRunOnTheNodesOfAClusterAtAnAddress) {
@@ -476,6 +478,7 @@ TEST_F(TuneConnected, AKilledTuningProgramIsResumedWithNothingLostOrCountedTwice
       for (auto& [id, copies] : known_copies(**s)) two_copies = two_copies || copies.size() >= 2;
     }
   }
+  EXPECT_FALSE(tune::test::workers_of_node(node).empty()) << "no trial process found in node " << node << "'s folder";
   ::kill(driver, SIGKILL);
   ::waitpid(driver, nullptr, 0);
   ASSERT_GE(stored_before, 40) << "the tuning program stored too little before it was killed";
@@ -483,7 +486,7 @@ TEST_F(TuneConnected, AKilledTuningProgramIsResumedWithNothingLostOrCountedTwice
   bool trials_gone = false;
   for (int i = 0; i < 50 && !trials_gone; ++i) {
     std::this_thread::sleep_for(100ms);
-    trials_gone = tune::test::processes_running({"--tune-worker", "counter"}) == 0;
+    trials_gone = tune::test::workers_of_node(node).empty();  // this cluster's: other tests may run trials too
   }
   EXPECT_TRUE(trials_gone) << "the dead program's trials still run";
   // The dashboard: the experiment was left interrupted by its program's death.
