@@ -6,6 +6,7 @@
 
 #include <fstream>
 
+#include "dial.hpp"
 #include "tune/cluster/version.hpp"
 #include "tune/trial/sha256.hpp"
 
@@ -55,13 +56,17 @@ expected<std::unique_ptr<cluster_client>> cluster_client::connect(caf::actor_sys
   caf::actor head;
   std::string why;
   std::string where = host + ":" + std::to_string(port);
-  self->request(sys.middleman().actor_handle(), timeout, caf::connect_atom::value, host, port)
+  auto d = dial(sys, host, port);
+  if (!d) return status{errc::not_found, "cannot reach a libtune head at " + where + ": " + d.error().message()};
+  self->request(d->to, timeout, std::move(d->msg))
       .receive(
           [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
             if (ptr) head = caf::actor_cast<caf::actor>(ptr);
             else why = where + " is a CAF node but no libtune head listens there";
           },
-          [&](caf::error& err) { why = "cannot reach a libtune head at " + where + ": " + describe(sys, err); });
+          [&](caf::error& err) {
+            why = "cannot reach a libtune head at " + where + ": " + connect_failure(sys, d->id, err);
+          });
   if (!head) return status{errc::not_found, why};
   auto c = std::make_unique<cluster_client>(sys, head, std::move(token), timeout);
   c->host_ = host;

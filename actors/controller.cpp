@@ -8,6 +8,7 @@
 #include <future>
 
 #include "checkpoint_copy.hpp"
+#include "dial.hpp"
 #include <unistd.h>
 
 #include "tune/cluster/token.hpp"
@@ -136,8 +137,12 @@ void reconnect(controller_actor self) {
     return finish(self, status{errc::not_found, "the head at " + st.setup.head_host + ":" + std::to_string(st.setup.head_port) +
                                                     " did not come back within " +
                                                     std::to_string(st.setup.head_wait.count() / 1000) + " s"});
-  auto mm = self->home_system().middleman().actor_handle();
-  self->request(mm, st.setup.request_timeout, caf::connect_atom::value, st.setup.head_host, st.setup.head_port)
+  auto d = dial(self->home_system(), st.setup.head_host, st.setup.head_port);
+  if (!d) {
+    self->delayed_send(self, std::chrono::milliseconds(500), reconnect_atom::value);
+    return;
+  }
+  self->request(d->to, st.setup.request_timeout, std::move(d->msg))
       .then(
           [self](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
             if (ptr) return head_back(self, caf::actor_cast<caf::actor>(ptr));

@@ -16,15 +16,20 @@
 #include <vector>
 
 #include "log.hpp"
+#include "tune/net/tls.hpp"
 
 namespace tune {
 
 namespace {
 
+using clock = std::chrono::steady_clock;
+
 constexpr size_t header_size = 32;       // BASP header in CAF 0.17
-constexpr uint8_t client_handshake = 1;  // caf::io::basp::message_type
+constexpr uint8_t server_handshake = 0;  // caf::io::basp::message_type
+constexpr uint8_t client_handshake = 1;
 constexpr uint8_t last_operation = 6;    // heartbeat
 constexpr size_t max_pending = 4u << 20; // bytes buffered towards one side before reading pauses
+constexpr unsigned char tls_handshake_record = 0x16;
 
 void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 void set_nodelay(int fd) {
@@ -32,19 +37,33 @@ void set_nodelay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-// One peer's connection and its relay to the head.
+std::string address_of(const sockaddr_storage& a) {
+  char buf[INET6_ADDRSTRLEN] = "?";
+  if (a.ss_family == AF_INET) ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, buf, sizeof buf);
+  if (a.ss_family == AF_INET6) ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, buf, sizeof buf);
+  return buf;
+}
+
+// One connection and its relay: `remote` is the network side, `local` CAF's side.
 struct relay {
-  int peer = -1, head = -1;
-  std::string to_head, to_peer;  // bytes waiting to be written
-  // Framing of what the peer sends: bytes left of the current header or payload.
+  int remote = -1, local = -1;
+  bool outbound = false;    // this process dialed it (the remote side is a head)
+  bool connecting = false;  // its connect() is under way
+  bool sniffed = false;     // the first byte from the remote side was looked at
+  std::unique_ptr<tls::session> tls;
+  std::string to_local, to_remote;  // bytes waiting to be written
+  // Framing of what the remote side sends (plaintext): the current header, or payload left.
   std::string header;
   uint64_t payload_left = 0;
   bool first = true, dead = false;
-  std::chrono::steady_clock::time_point opened = std::chrono::steady_clock::now();
+  clock::time_point opened = clock::now();
+  std::string name;  // the remote side, for people
+  uint64_t id = 0;   // outbound: for failure()
 };
 
-// Reads the peer's bytes into the relay, checking the frames; false: close it.
+// Checks the remote side's frames; false (and why) closes the connection.
 bool check_frames(relay& r, const char* data, size_t n, uint32_t max_frame, std::string& why) {
+  const uint8_t first_op = r.outbound ? server_handshake : client_handshake;
   size_t i = 0;
   while (i < n) {
     if (r.payload_left > 0) {
@@ -65,7 +84,7 @@ bool check_frames(relay& r, const char* data, size_t n, uint32_t max_frame, std:
       why = "bytes that are not the libtune protocol (unknown operation " + std::to_string(op) + ")";
       return false;
     }
-    if (r.first && op != client_handshake) {
+    if (r.first && op != first_op) {
       why = "bytes that are not the libtune protocol (no handshake first)";
       return false;
     }
@@ -130,6 +149,14 @@ expected<std::unique_ptr<basp_gate>> basp_gate::listen(gate_options opt) {
   return g;
 }
 
+std::unique_ptr<basp_gate> basp_gate::outbound(gate_options opt) {
+  std::unique_ptr<basp_gate> g{new basp_gate};
+  g->opt_ = std::move(opt);
+  if (::pipe2(g->wake_, O_CLOEXEC | O_NONBLOCK) != 0) return nullptr;
+  g->thread_ = std::thread([p = g.get()] { p->loop(); });
+  return g;
+}
+
 void basp_gate::run(std::function<int()> upstream) {
   upstream_ = std::move(upstream);
   thread_ = std::thread([this] { loop(); });
@@ -141,35 +168,110 @@ basp_gate::~basp_gate() {
   if (thread_.joinable()) thread_.join();
   for (int fd : {listen_fd_, wake_[0], wake_[1]})
     if (fd >= 0) ::close(fd);
+  for (auto& p : incoming_) ::close(p.remote), ::close(p.local);
+}
+
+uint64_t basp_gate::add_outbound(int remote, int local, std::shared_ptr<tls::context> tls, std::string name) {
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock{mutex_};
+    id = next_id_++;
+    incoming_.push_back({remote, local, std::move(tls), std::move(name), id});
+  }
+  (void)!::write(wake_[1], "x", 1);
+  return id;
+}
+
+std::string basp_gate::failure(uint64_t id) const {
+  std::lock_guard<std::mutex> lock{mutex_};
+  auto it = failures_.find(id);
+  return it == failures_.end() ? std::string{} : it->second;
+}
+
+void basp_gate::fail(uint64_t id, const std::string& why) {
+  if (id == 0) return;
+  std::lock_guard<std::mutex> lock{mutex_};
+  failures_[id] = why;
+  while (failures_.size() > 256) failures_.erase(failures_.begin());
 }
 
 void basp_gate::loop() {
   std::list<relay> relays;
+  std::map<std::string, size_t> unproven;  // by peer address: relays that have not sent a first frame
   std::vector<pollfd> fds;
   std::vector<relay*> owner;
   char buf[64 * 1024];
-  auto last_refusal_log = std::chrono::steady_clock::time_point{};
+  auto last_refusal_log = clock::time_point{};
+  auto refuse = [&](relay& r, const std::string& why, clock::time_point now) {
+    if (r.tls) {  // the TLS alert that says why, to the peer, as far as the socket takes it now
+      r.tls->take_output(r.to_remote);
+      if (!r.connecting) flush(r.remote, r.to_remote);
+    }
+    if (r.outbound) {
+      fail(r.id, why);
+    } else if (now - last_refusal_log > std::chrono::seconds(1)) {
+      log_line("closed a connection from " + r.name + ": " + why);
+      last_refusal_log = now;
+    }
+    r.dead = true;
+  };
   while (!stop_) {
+    {
+      std::lock_guard<std::mutex> lock{mutex_};
+      for (auto& p : incoming_) {
+        relay r;
+        r.remote = p.remote;
+        r.local = p.local;
+        r.outbound = true;
+        r.connecting = true;
+        r.name = p.name;
+        r.id = p.id;
+        set_nonblocking(r.local);
+        if (p.tls) r.tls = std::make_unique<tls::session>(*p.tls);
+        relays.push_back(std::move(r));
+      }
+      incoming_.clear();
+    }
     fds.clear();
     owner.clear();
     fds.push_back({wake_[0], POLLIN, 0});
-    fds.push_back({listen_fd_, static_cast<short>(relays.size() < opt_.max_connections ? POLLIN : 0), 0});
+    fds.push_back({listen_fd_, static_cast<short>(listen_fd_ >= 0 && relays.size() < opt_.max_connections ? POLLIN : 0), 0});
     owner.push_back(nullptr);
     owner.push_back(nullptr);
     for (auto& r : relays) {
-      short peer_ev = (r.to_head.size() < max_pending ? POLLIN : 0) | (r.to_peer.empty() ? 0 : POLLOUT);
-      short head_ev = (r.to_peer.size() < max_pending ? POLLIN : 0) | (r.to_head.empty() ? 0 : POLLOUT);
-      fds.push_back({r.peer, peer_ev, 0});
+      short remote_ev = r.connecting ? POLLOUT
+                                     : static_cast<short>((r.to_local.size() < max_pending ? POLLIN : 0) |
+                                                          (r.to_remote.empty() ? 0 : POLLOUT));
+      short local_ev = (r.to_remote.size() < max_pending ? POLLIN : 0) | (r.to_local.empty() ? 0 : POLLOUT);
+      fds.push_back({r.remote, remote_ev, 0});
       owner.push_back(&r);
-      fds.push_back({r.head, head_ev, 0});
+      fds.push_back({r.local, local_ev, 0});
       owner.push_back(&r);
     }
     if (::poll(fds.data(), fds.size(), 500) < 0 && errno != EINTR) break;
+    if (fds[0].revents & POLLIN) {
+      char drain[64];
+      while (::read(wake_[0], drain, sizeof drain) > 0) {
+      }
+    }
+    auto now = clock::now();
     if (fds[1].revents & POLLIN) {
       for (;;) {
-        int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        sockaddr_storage from{};
+        socklen_t len = sizeof from;
+        int c = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (c < 0) break;
-        int up = upstream_();
+        std::string peer = address_of(from);
+        if (unproven[peer] >= opt_.max_unproven_per_peer) {
+          if (now - last_refusal_log > std::chrono::seconds(1)) {
+            log_line("closed a connection from " + peer + ": it holds " + std::to_string(unproven[peer]) +
+                     " connections that have not spoken yet");
+            last_refusal_log = now;
+          }
+          ::close(c);
+          continue;
+        }
+        int up = upstream_ ? upstream_() : -1;
         if (up < 0) {
           ::close(c);
           continue;
@@ -177,52 +279,118 @@ void basp_gate::loop() {
         set_nonblocking(up);
         set_nodelay(c);
         relay r;
-        r.peer = c;
-        r.head = up;
+        r.remote = c;
+        r.local = up;
+        r.name = peer;
+        if (opt_.tls) r.tls = std::make_unique<tls::session>(*opt_.tls);
+        ++unproven[peer];
         relays.push_back(std::move(r));
       }
     }
-    auto now = std::chrono::steady_clock::now();
     for (size_t i = 2; i < fds.size(); ++i) {
       relay& r = *owner[i];
       if (r.dead || fds[i].revents == 0) continue;
-      bool is_peer = fds[i].fd == r.peer;
-      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+      const bool is_remote = fds[i].fd == r.remote;
+      std::string why;
+      if (is_remote && r.connecting) {  // the outbound connect finished, one way or the other
+        int err = 0;
+        socklen_t len = sizeof err;
+        ::getsockopt(r.remote, SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err != 0) {
+          refuse(r, std::string{"cannot connect: "} + std::strerror(err), now);
+          continue;
+        }
+        r.connecting = false;
+        set_nodelay(r.remote);
+        if (r.tls) {
+          if (!r.tls->start(why)) {
+            refuse(r, "TLS: " + why, now);
+            continue;
+          }
+          r.tls->take_output(r.to_remote);
+        }
+      } else if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
         ssize_t k = ::recv(fds[i].fd, buf, sizeof buf, 0);
         if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) {
+          if (is_remote && r.first)
+            fail(r.id, r.tls ? "the head closed the TLS connection before its handshake: it refused this process's "
+                               "certificate (give one the cluster's CA signed, valid now), or it does not use TLS"
+                             : "the head closed the connection before its handshake");
           // One side closed: deliver what is pending to the other side, then close.
-          if (is_peer) flush(r.head, r.to_head);
-          else flush(r.peer, r.to_peer);
+          if (is_remote) flush(r.local, r.to_local);
+          else flush(r.remote, r.to_remote);
           r.dead = true;
           continue;
         }
         if (k > 0) {
-          if (is_peer) {
-            std::string why;
-            if (!check_frames(r, buf, static_cast<size_t>(k), opt_.max_frame, why)) {
-              if (now - last_refusal_log > std::chrono::seconds(1)) {
-                log_line("closed a connection that sent " + why);
-                last_refusal_log = now;
+          if (is_remote) {
+            const char* data = buf;
+            size_t n = static_cast<size_t>(k);
+            if (!r.sniffed && !r.outbound) {  // the first byte says whether the peer speaks TLS
+              r.sniffed = true;
+              bool hello = static_cast<unsigned char>(buf[0]) == tls_handshake_record;
+              if (opt_.tls && !hello) {
+                refuse(r, "plain bytes, not TLS: this cluster uses TLS (give the process --tls-cert, --tls-key and --tls-ca)", now);
+                continue;
               }
-              r.dead = true;
+              if (!opt_.tls && hello) {
+                refuse(r, "a TLS handshake: this cluster does not use TLS (start its head with --tls-cert, --tls-key and "
+                          "--tls-ca, or connect without them)",
+                       now);
+                continue;
+              }
+            }
+            std::string plain;
+            if (r.tls) {
+              if (!r.tls->receive(buf, n, plain, why)) {
+                if (r.outbound && !r.tls->established() && why.find("wrong version number") != std::string::npos)
+                  why = "the head does not use TLS (its cluster was started without --tls-cert): connect without "
+                        "--tls-cert, --tls-key and --tls-ca (" + why + ")";
+                else if (why.find("alert") != std::string::npos)
+                  why += " (the other side refused this process's certificate: give one the cluster's CA signed, valid now)";
+                refuse(r, "TLS: " + why, now);
+                continue;
+              }
+              r.tls->take_output(r.to_remote);
+              data = plain.data();
+              n = plain.size();
+            }
+            bool was_first = r.first;
+            if (!check_frames(r, data, n, opt_.max_frame, why)) {
+              refuse(r, why, now);
               continue;
             }
-            r.to_head.append(buf, static_cast<size_t>(k));
+            if (was_first && !r.first && !r.outbound) {
+              auto u = unproven.find(r.name);
+              if (u != unproven.end() && --u->second == 0) unproven.erase(u);
+            }
+            r.to_local.append(data, n);
+          } else if (r.tls) {
+            if (!r.tls->send(std::string_view{buf, static_cast<size_t>(k)}, why)) {
+              refuse(r, "TLS: " + why, now);
+              continue;
+            }
+            r.tls->take_output(r.to_remote);
           } else {
-            r.to_peer.append(buf, static_cast<size_t>(k));
+            r.to_remote.append(buf, static_cast<size_t>(k));
           }
         }
       }
-      if (!flush(r.head, r.to_head) || !flush(r.peer, r.to_peer)) r.dead = true;
+      if (!flush(r.local, r.to_local) || (!r.connecting && !flush(r.remote, r.to_remote))) r.dead = true;
     }
     for (auto& r : relays)
-      if (!r.dead && r.first && now - r.opened > std::chrono::milliseconds(opt_.first_frame_timeout_ms)) {
-        r.dead = true;
-      }
+      if (!r.dead && r.first && now - r.opened > std::chrono::milliseconds(opt_.first_frame_timeout_ms))
+        refuse(r, r.connecting ? "no connection within " + std::to_string(opt_.first_frame_timeout_ms / 1000) + " s"
+                               : "no handshake within " + std::to_string(opt_.first_frame_timeout_ms / 1000) + " s",
+               now);
     for (auto it = relays.begin(); it != relays.end();) {
       if (it->dead) {
-        ::close(it->peer);
-        ::close(it->head);
+        if (!it->outbound && it->first) {
+          auto u = unproven.find(it->name);
+          if (u != unproven.end() && --u->second == 0) unproven.erase(u);
+        }
+        ::close(it->remote);
+        ::close(it->local);
         it = relays.erase(it);
       } else {
         ++it;
@@ -230,8 +398,8 @@ void basp_gate::loop() {
     }
   }
   for (auto& r : relays) {
-    ::close(r.peer);
-    ::close(r.head);
+    ::close(r.remote);
+    ::close(r.local);
   }
 }
 

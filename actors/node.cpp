@@ -14,6 +14,7 @@
 #include <set>
 
 #include "audit.hpp"
+#include "dial.hpp"
 #include "log.hpp"
 #include "tune/trial/paths.hpp"
 #include "trial.hpp"
@@ -712,8 +713,12 @@ void connect(node_actor self) {
     send_join(self);
     return;
   }
-  auto mm = self->home_system().middleman().actor_handle();
-  self->request(mm, wire::request_timeout, caf::connect_atom::value, st.opt.head_host, st.opt.head_port)
+  auto d = dial(self->home_system(), st.opt.head_host, st.opt.head_port);
+  if (!d) {
+    schedule_retry(self, d.error().message());
+    return;
+  }
+  self->request(d->to, wire::request_timeout, std::move(d->msg))
       .then(
           [self](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
             auto& st = self->state;
@@ -725,7 +730,13 @@ void connect(node_actor self) {
             self->monitor(st.head);
             send_join(self);
           },
-          [self](caf::error& err) { schedule_retry(self, "connect: " + to_string(err)); });
+          [self, id = d->id](caf::error& err) {
+            auto why = connect_failure(self->home_system(), id, err);
+            // A TLS refusal is not cured by trying again: said at once, at the start.
+            if (!self->state.ever_joined && hopeless(why))
+              return fatal(self, "the head at " + where(self) + " refused the connection: " + why);
+            schedule_retry(self, "connect: " + why);
+          });
 }
 
 // Whether `token` may read trial `trial`'s checkpoints: the node's own token, or the

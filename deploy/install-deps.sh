@@ -12,7 +12,7 @@ packages=(
   libcaf-dev                              # CAF 0.17: actors and remote messaging
   libboost-program-options-dev            # command-line options
   nlohmann-json3-dev                      # JSON
-  libssl-dev                              # SHA-256 of programs shipped to nodes
+  libssl-dev                              # TLS between the cluster's processes; SHA-256 of programs
   libsqlite3-dev                          # the experiment store
   libopenblas-dev                         # matrix products of the CPU training path
   zlib1g-dev                              # reading the gzip-compressed IDX files
@@ -31,6 +31,7 @@ if [ "${LIBTUNE_DEPS:-all}" != build ]; then
     prometheus                            # promtool checks the /metrics page in the tests
     chromium chromium-driver python3-selenium  # the dashboard's tests in a real browser
     slurmctld slurmd slurm-client         # the Slurm batch script's test (deploy/slurm)
+    tshark                                # captures a TLS cluster's traffic: no token, no config in clear
   )
 fi
 

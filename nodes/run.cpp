@@ -174,6 +174,9 @@ int cmd_run(const std::vector<std::string>& all_args) {
   where.add_options()
       ("address", po::value<std::string>(), "HOST:PORT of a head (default: an embedded cluster on this machine)")
       ("token-file", po::value<std::string>(), "that cluster's token (default ~/.tune/token)")
+      ("tls-cert", po::value<std::string>(), "for a head that uses TLS: this process's certificate (default: $TUNE_TLS_CERT)")
+      ("tls-key", po::value<std::string>(), "its key (default: $TUNE_TLS_KEY)")
+      ("tls-ca", po::value<std::string>(), "the cluster's CA certificate (default: $TUNE_TLS_CA)")
       ("num-cpus", po::value<double>(), "the embedded cluster's CPUs")
       ("num-gpus", po::value<int>(), "the embedded cluster's GPUs (without cards: logical ones, trials on the CPU)")
       ("dashboard-port", po::value<int>(), "serve the embedded cluster's dashboard on 127.0.0.1:PORT (0: any)")
@@ -216,6 +219,9 @@ int cmd_run(const std::vector<std::string>& all_args) {
   cluster_options opt;
   if (vm.count("address")) opt.address = vm["address"].as<std::string>();
   if (vm.count("token-file")) opt.token_file = vm["token-file"].as<std::string>();
+  if (vm.count("tls-cert")) opt.tls_cert = vm["tls-cert"].as<std::string>();
+  if (vm.count("tls-key")) opt.tls_key = vm["tls-key"].as<std::string>();
+  if (vm.count("tls-ca")) opt.tls_ca = vm["tls-ca"].as<std::string>();
   if (!opt.address.empty() && (vm.count("num-cpus") || vm.count("num-gpus") || vm.count("dashboard-port") ||
                                vm.count("containment") || vm.count("trial-max-pids")))
     return fail("--num-cpus, --num-gpus, --dashboard-port, --containment and --trial-max-pids are for the embedded cluster; "

@@ -35,6 +35,7 @@
 #include "daemon.hpp"
 #include "dashboard.hpp"
 #include "basp_fd.hpp"
+#include "dial.hpp"
 #include "tune/net/tls.hpp"
 #include "gate.hpp"
 #include "head.hpp"
@@ -136,6 +137,31 @@ std::string random_node_id() {
 
 // --- tune start --head -------------------------------------------------------
 
+// --tls-cert, --tls-key, --tls-ca (docs/cluster.md, Security).
+void add_tls_options(po::options_description& desc) {
+  desc.add_options()
+      ("tls-cert", po::value<std::string>(), "this process's certificate, for a cluster that uses TLS (default: $TUNE_TLS_CERT)")
+      ("tls-key", po::value<std::string>(), "its key (default: $TUNE_TLS_KEY)")
+      ("tls-ca", po::value<std::string>(), "the cluster's CA certificate: peers must show one it signed (default: $TUNE_TLS_CA)");
+}
+
+// The TLS files the options (or the environment) give; none: plain.
+tls::files tls_files(const po::variables_map& vm) {
+  auto get = [&](const char* name) { return vm.count(name) ? vm[name].as<std::string>() : std::string{}; };
+  return tls::from_environment({get("tls-cert"), get("tls-key"), get("tls-ca")});
+}
+
+// Makes this process dial heads over TLS when it has TLS files; the exit code after a
+// message when they are bad, -1 to go on.
+int use_client_tls(const std::string& command, const po::variables_map& vm) {
+  auto files = tls_files(vm);
+  if (!files.any()) return -1;
+  auto ctx = tls::context::make(files, false);
+  if (!ctx) return fail(command, ctx.error().message(), 2);
+  set_client_tls(*ctx);
+  return -1;
+}
+
 int start_head(const po::variables_map& vm, const std::string& dir) {
   auto port = vm["port"].as<int>();
   if (port < 0 || port > 65535) return fail("start", "--port must be between 0 and 65535", 2);
@@ -164,6 +190,13 @@ int start_head(const po::variables_map& vm, const std::string& dir) {
   double orphan_grace_s = vm["orphan-grace"].as<double>();
   if (!(orphan_grace_s >= 0 && orphan_grace_s <= 86400))
     return fail("start", "--orphan-grace must be between 0 and 86400 seconds", 2);
+  // TLS: every connection to the gate is a TLS session checked against the cluster's CA.
+  std::shared_ptr<tls::context> server_tls;
+  if (auto files = tls_files(vm); files.any()) {
+    auto ctx = tls::context::make(files, true);
+    if (!ctx) return fail("start", ctx.error().message(), 2);
+    server_tls = *ctx;
+  }
   bool block = vm.count("block") > 0;
   std::string log_file = dir + "/head-" + std::to_string(port) + ".log";
   return cli::run_service(block, log_file, 20, [&](cli::readiness& ready) {
@@ -173,7 +206,11 @@ int start_head(const po::variables_map& vm, const std::string& dir) {
     // The gate owns the public port and checks every frame's length before CAF reads
     // it; CAF listens on no port: each connection reaches it through a socketpair the
     // gate feeds (actors/gate.hpp, actors/basp_fd.hpp).
-    auto gate = basp_gate::listen({host, static_cast<uint16_t>(port)});
+    gate_options gopt;
+    gopt.host = host;
+    gopt.port = static_cast<uint16_t>(port);
+    gopt.tls = server_tls;
+    auto gate = basp_gate::listen(gopt);
     if (!gate) {
       ready.failed("tune start: cannot listen on " + (host.empty() ? std::string{"port "} : host + ":") +
                    std::to_string(port) + ": " + gate.error().message());
@@ -216,8 +253,10 @@ int start_head(const po::variables_map& vm, const std::string& dir) {
       caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
       return 1;
     }
-    log_line("head listening at " + address + " (libtune " + version() + ", pid " + std::to_string(::getpid()) + ")");
-    ready.ready("tune: head started at " + address + " (pid " + std::to_string(::getpid()) + ")\n" +
+    log_line("head listening at " + address + (server_tls ? " with TLS" : "") + " (libtune " + version() + ", pid " +
+             std::to_string(::getpid()) + ")");
+    ready.ready("tune: head started at " + address + " (pid " + std::to_string(::getpid()) + ")" +
+                (server_tls ? " with TLS: every process connects with --tls-cert, --tls-key and --tls-ca" : "") + "\n" +
                 "  runtime dir: " + dir + "\n" + (block ? "" : "  log: " + dir + "/head-" + std::to_string(port) + ".log\n") +
                 "  token file:  " + token_path + "\n" +
                 (hopt.dashboard.empty() ? "" : "  dashboard:   " + hopt.dashboard + " (tune dashboard prints a link that signs in)\n") +
@@ -302,6 +341,7 @@ int start_node(const po::variables_map& vm, const std::string& dir) {
   auto token = read_token(token_path);
   if (!token) return fail("start", token.error().message());
   if (!token->warning.empty()) std::cerr << "tune: warning: " << token->warning << "\n";
+  if (int rc = use_client_tls("start", vm); rc >= 0) return rc;
   auto host = detect_host();
   std::string id = random_node_id();
   auto resources = node_resources_from(vm, host, id);
@@ -464,6 +504,7 @@ int cmd_start(const std::vector<std::string>& args) {
       ("runtime-dir", po::value<std::string>()->default_value(""),
        "where pid and log files go (default: $TUNE_RUNTIME_DIR, $XDG_RUNTIME_DIR/libtune or /tmp/libtune-UID)")
       ("block", "stay in the foreground (for systemd, Slurm) instead of running as a daemon");
+  add_tls_options(desc);
   po::variables_map vm;
   if (int rc = parse("start", args, desc, "tune start --head | --address HOST:PORT [options]", vm); rc >= 0) return rc;
   bool head = vm.count("head") > 0, node = vm.count("address") > 0;
@@ -492,6 +533,7 @@ void add_client_options(po::options_description& desc) {
       ("address", po::value<std::string>(), "HOST:PORT of the head (default: $TUNE_ADDRESS)")
       ("token-file", po::value<std::string>()->default_value(default_token_file()), "the cluster token")
       ("timeout", po::value<double>()->default_value(5.0), "seconds to wait for the head");
+  add_tls_options(desc);
 }
 
 // A client connected to the head the options name, or the exit code after a message.
@@ -514,6 +556,7 @@ std::variant<connected, int> connect_head(const std::string& command, const po::
   if (!(timeout_s > 0 && timeout_s <= 3600)) return fail(command, "--timeout must be between 0 and 3600 seconds", 2);
   auto token = read_token(vm["token-file"].as<std::string>());
   if (!token) return fail(command, token.error().message());
+  if (int rc = use_client_tls(command, vm); rc >= 0) return rc;
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   // Connecting to an address that never answers can block inside CAF: end the process
   // with a clear error instead of hanging.

@@ -21,9 +21,11 @@
 #include <random>
 
 #include "tune/cluster/address.hpp"
+#include "tune/net/tls.hpp"
 #include "client.hpp"
 #include "controller.hpp"
 #include "dashboard.hpp"
+#include "dial.hpp"
 #include "head.hpp"
 #include "log.hpp"
 #include "node.hpp"
@@ -236,6 +238,11 @@ expected<std::shared_ptr<cluster::impl>> connect_to(const cluster_options& opt) 
   if (!where) return where.error();
   auto token = read_token(opt.token_file.empty() ? default_token_file() : opt.token_file);
   if (!token) return token.error();
+  if (auto files = tls::from_environment({opt.tls_cert, opt.tls_key, opt.tls_ca}); files.any()) {
+    auto ctx = tls::context::make(files, false);
+    if (!ctx) return ctx.error();
+    set_client_tls(*ctx);  // this process dials heads over TLS from here on
+  }
   auto st = std::make_shared<cluster::impl>();
   st->cfg = std::make_unique<wire::config>(true);
   st->sys = std::make_unique<caf::actor_system>(*st->cfg);

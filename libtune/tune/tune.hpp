@@ -95,6 +95,9 @@ struct program {
 struct cluster_options {
   std::string address;     // HOST:PORT of a head; empty: an embedded cluster in this process
   std::string token_file;  // the cluster token for `address` (default: ~/.tune/token)
+  // For a head that uses TLS (docs/cluster.md): this process's certificate, its key and
+  // the cluster's CA (defaults: $TUNE_TLS_CERT, $TUNE_TLS_KEY, $TUNE_TLS_CA; none: plain).
+  std::string tls_cert, tls_key, tls_ca;
   // An embedded cluster's node (ignored with an address):
   std::optional<double> num_cpus;  // default: this machine's CPUs
   std::optional<int> num_gpus;     // default: this machine's GPUs; on a machine without

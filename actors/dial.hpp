@@ -1,0 +1,47 @@
+// How this process reaches a head: the one place that opens a connection to one.
+//
+// A process without TLS files connects with CAF's own TCP (the head's gate checks what
+// it sends). One with TLS files (set_client_tls) connects through its outbound gate
+// (actors/gate.hpp): the gate makes the TCP connection and the TLS session and checks
+// the head's frames; CAF gets the plaintext through a socketpair (actors/basp_fd.hpp).
+// Either way the answer is CAF's connect answer: (caf::node_id, caf::strong_actor_ptr,
+// std::set<std::string>), or an error.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tune/core/status.hpp"
+
+namespace tune {
+
+namespace tls {
+class context;
+}
+
+// The TLS this process uses towards heads (a client context; null: plain). Set once,
+// before the first dial.
+void set_client_tls(std::shared_ptr<tls::context> ctx);
+const std::shared_ptr<tls::context>& client_tls();
+
+// A connection to make: send `msg` to `to` as a request; its answer is CAF's connect
+// answer. `id`: for why_closed() (0 for CAF's own connections).
+struct dial_request {
+  caf::actor to;
+  caf::message msg;
+  uint64_t id = 0;
+};
+expected<dial_request> dial(caf::actor_system& sys, const std::string& host, uint16_t port);
+
+// Why the connection `id` (of dial_request::id) failed, for people: what its gate saw
+// (TLS refused, no connection), else CAF's error, with what to do when the head closed
+// it during the handshake (a cluster that uses TLS).
+std::string connect_failure(caf::actor_system& sys, uint64_t id, const caf::error& err);
+// Whether a connect failure is a refusal that trying again cannot cure (TLS: a
+// certificate refused, one side with TLS and the other without).
+bool hopeless(const std::string& why);
+
+}  // namespace tune
