@@ -31,6 +31,8 @@
 #include "node.hpp"
 #include "tune/cluster/token.hpp"
 #include "tune/cluster/users.hpp"
+#include "tune/net/tls.hpp"
+#include "dial.hpp"
 #include "tune/cluster/version.hpp"
 #include "tune/host/detect.hpp"
 #include "wire.hpp"
@@ -165,15 +167,16 @@ int64_t held_after(caf::actor_system& sys, caf::actor head, const std::string& t
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, inproc_only = false;
+  bool quick = false, inproc_only = false, with_tls = false;
   int users = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") quick = true;
     else if (a == "--inproc-only") inproc_only = true;
     else if (a == "--users" && i + 1 < argc) users = std::max(0, std::atoi(argv[++i]));
+    else if (a == "--tls") with_tls = true;
     else {
-      std::cout << "usage: bench_pg [--quick] [--inproc-only] [--users N]\n";
+      std::cout << "usage: bench_pg [--quick] [--inproc-only] [--users N] [--tls]\n";
       return a == "--help" ? 0 : 2;
     }
   }
@@ -261,6 +264,45 @@ int main(int argc, char** argv) {
     }
     if (alive < node_count) die("the node processes did not all join (" + std::to_string(alive) + " of " + std::to_string(node_count) + ")");
   }
+  // --tls: a second cluster of the same shape that uses TLS, measured side by side with
+  // the plain one in every run (which goes first alternates).
+  caf::actor tls_head;
+  int tls_port = port + 1;
+  if (with_tls) {
+    const std::string dir = bench::scratch::dir + "/tls";
+    auto made = sh(bench::tune_binary() + " tls init " + dir);
+    const std::string flags = " --tls-cert " + dir + "/cluster.crt --tls-key " + dir + "/cluster.key --tls-ca " + dir + "/ca.crt";
+    auto h = sh(bench::tune_binary() + " start --head --host 127.0.0.1 --no-dashboard --port " + std::to_string(tls_port) + flags);
+    if (h.find("head started at") == std::string::npos) die("cannot start a TLS head: " + made + h);
+    for (int i = 0; i < node_count; ++i) {
+      auto n = sh(bench::tune_binary() + " start --address 127.0.0.1:" + std::to_string(tls_port) + " --num-gpus " +
+                  std::to_string(gpus_per_node) + flags);
+      if (n.find("node started") == std::string::npos && n.find("joined") == std::string::npos) die("cannot start a TLS node: " + n);
+    }
+    auto ctx = tls::context::make({dir + "/cluster.crt", dir + "/cluster.key", dir + "/ca.crt"}, false);
+    if (!ctx) die(ctx.error().message());
+    set_client_tls(*ctx);
+    auto d = dial(sys, "127.0.0.1", static_cast<uint16_t>(tls_port));
+    if (!d) die(d.error().message());
+    caf::scoped_actor self{sys};
+    self->request(d->to, 5s, std::move(d->msg))
+        .receive([&](const caf::node_id&, caf::strong_actor_ptr& p, const std::set<std::string>&) { tls_head = caf::actor_cast<caf::actor>(p); },
+                 [&](caf::error& e) { die("cannot reach the TLS head: " + connect_failure(sys, d->id, e)); });
+    if (!tls_head) die("no head at the TLS port");
+    for (int i = 0; i < 100; ++i) {  // its nodes joined
+      int alive = 0;
+      self->request(tls_head, 5s, wire::status_atom::value, token->token, version())
+          .receive([&](wire::status_atom, bool, std::string& text) {
+                     auto j = nlohmann::json::parse(text, nullptr, false);
+                     if (j.is_object())
+                       for (auto& n : j["nodes"]) alive += n["alive"].get<bool>();
+                   },
+                   [&](caf::error&) {});
+      if (alive >= node_count) break;
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+  std::vector<double> loop_tls;
   std::vector<std::string> loop_users;
   for (int u = 0; u < users; ++u) {  // through the CLI, as an admin does; each token in its file
     auto name = "user" + std::to_string(u);
@@ -279,13 +321,28 @@ int main(int argc, char** argv) {
       std::printf("loopback, run %d, %d users: %.0f pairs/s\n", r + 1, users, u.pairs_per_s);
       std::fflush(stdout);
     };
-    if (r % 2) with_users();
+    auto tls_run = [&] {
+      if (!tls_head) return;
+      auto t = run(sys, tls_head, admin, clients, loop_pairs);
+      loop_tls.push_back(t.pairs_per_s);
+      std::printf("loopback, run %d, TLS: %.0f pairs/s\n", r + 1, t.pairs_per_s);
+      std::fflush(stdout);
+    };
+    if (r % 2) with_users(), tls_run();
     auto res = run(sys, rhead, admin, clients, loop_pairs);
     loop.push_back(res.pairs_per_s);
     std::printf("loopback, run %d: %.0f pairs/s (%d clients, %d node processes)\n", r + 1, res.pairs_per_s, clients,
                 node_count);
     std::fflush(stdout);
-    if (r % 2 == 0) with_users();
+    if (r % 2 == 0) with_users(), tls_run();
+  }
+  if (tls_head) {
+    auto lat_tls = run(sys, tls_head, admin, 1, latency_pairs);
+    std::printf("loopback latency with TLS, one group at a time: create->ready p50 %.3f ms, p99 %.3f ms\n",
+                percentile(lat_tls.ready_ms, 0.5), percentile(lat_tls.ready_ms, 0.99));
+    std::printf("{\"loopback_pairs_per_s\": %.0f, \"loopback_tls_pairs_per_s\": %.0f, \"tls_ratio\": %.3f, "
+                "\"tls_ready_ms_p50\": %.3f}\n",
+                median(loop), median(loop_tls), median(loop_tls) / median(loop), percentile(lat_tls.ready_ms, 0.5));
   }
   auto lat = run(sys, rhead, admin, 1, latency_pairs);
   std::printf("loopback latency, one group at a time: %d pairs, create->ready p50 %.3f ms, p99 %.3f ms\n",
