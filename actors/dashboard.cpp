@@ -7,6 +7,15 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "gate.hpp"
 #include "log.hpp"
 #include "tune/cluster/token.hpp"
 #include "wire.hpp"
@@ -58,19 +67,36 @@ void json_error(httplib::Response& res, int code, const std::string& message) {
 
 }  // namespace
 
+// httplib serving on a socket made here (a Unix socket in a 0700 folder): only the
+// dashboard's gate reaches it.
+struct unix_http_server : httplib::Server {
+  void take(int listening_fd) { svr_sock_ = listening_fd; }
+};
+
 struct dashboard_server::impl {
   caf::actor_system* sys = nullptr;
   caf::actor head;
   dashboard_options opt;
-  httplib::Server server;
+  unix_http_server server;
+  // The public port: a gate that holds each connection (TLS ended there) until its whole
+  // request head arrived, and only then connects it to httplib, which answers one
+  // request per connection: idle or slow sockets hold no httplib thread.
+  std::unique_ptr<basp_gate> front;
+  std::string socket_dir, socket_path;
   std::thread thread;
   std::atomic<bool> listen_ended{false};
   int port = 0;
 
+  ~impl() {
+    if (!socket_path.empty()) ::unlink(socket_path.c_str());
+    if (!socket_dir.empty()) ::rmdir(socket_dir.c_str());
+  }
+
   // The browser keeps the token it signed in with (the admin's or a user's): only for
-  // this site, never for scripts.
+  // this site, never for scripts; only over HTTPS when the dashboard uses it.
   void sign_in(httplib::Response& res, const std::string& token) const {
-    res.set_header("Set-Cookie", std::string{cookie_name} + "=" + token + "; HttpOnly; SameSite=Strict; Path=/");
+    res.set_header("Set-Cookie", std::string{cookie_name} + "=" + token + "; HttpOnly; SameSite=Strict; Path=/" +
+                                     (opt.tls ? "; Secure" : ""));
   }
 
   // The head's answer to a view asked with `token`: {HTTP status, body}. The head decides
@@ -180,19 +206,17 @@ struct dashboard_server::impl {
     });
     // Not httplib's default SO_REUSEPORT: a second head on the same port must fail, not
     // share the port with the first (the kernel would split requests between them).
-    s.set_socket_options([](socket_t sock) {
-      int yes = 1;
-      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    });
     s.set_payload_max_length(64 * 1024);
-    s.set_read_timeout(10);
+    s.set_read_timeout(5);
     s.set_write_timeout(10);
+    s.set_keep_alive_max_count(1);  // one request per connection: no thread waits on an idle keep-alive
   }
 };
 
 dashboard_server::dashboard_server(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 
 dashboard_server::~dashboard_server() {
+  impl_->front.reset();  // no new connections
   if (impl_->thread.joinable()) impl_->server.stop();
   if (impl_->thread.joinable()) impl_->thread.join();
 }
@@ -203,6 +227,15 @@ void dashboard_server::serve(caf::actor head) {
   if (impl_->thread.joinable()) return;
   impl_->head = std::move(head);
   auto* raw = impl_.get();
+  impl_->front->run([path = impl_->socket_path] {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+    if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+    if (fd >= 0) ::close(fd);
+    return -1;
+  });
   impl_->thread = std::thread([raw] {
     raw->server.listen_after_bind();
     raw->listen_ended = true;
@@ -220,17 +253,40 @@ expected<std::unique_ptr<dashboard_server>> dashboard_server::bind(caf::actor_sy
   p->routes();
   auto& o = p->opt;
   std::string host = o.host.empty() ? "0.0.0.0" : o.host;
-  if (o.port == 0) p->port = p->server.bind_to_any_port(host);
-  else if (p->server.bind_to_port(host, o.port)) p->port = o.port;
-  else if (o.any_port_if_taken) {
-    p->port = p->server.bind_to_any_port(host);
-    if (p->port > 0) log_line("dashboard: port " + std::to_string(o.port) + " is taken; listening on " + std::to_string(p->port));
+  auto listen = [&](int port) {
+    gate_options g;
+    g.host = host;
+    g.port = static_cast<uint16_t>(port);
+    g.http = true;
+    g.tls = o.tls;
+    return basp_gate::listen(g);
+  };
+  auto front = listen(o.port);
+  if (!front && o.port != 0 && o.any_port_if_taken) {
+    front = listen(0);
+    if (front) log_line("dashboard: port " + std::to_string(o.port) + " is taken; listening on " + std::to_string((*front)->port()));
   }
-  if (p->port <= 0)
+  if (!front)
     return status{errc::invalid_argument,
                   "the dashboard cannot listen on " + host + ":" + std::to_string(o.port) +
                       " (in use, or not an address of this machine); give --dashboard-port another port, 0 for any "
                       "free one, or --no-dashboard"};
+  p->front = std::move(*front);
+  p->port = p->front->port();
+  // httplib behind it, on a Unix socket in a folder only this process's user can enter.
+  char dir[] = "/tmp/libtune-dashboard-XXXXXX";
+  if (!::mkdtemp(dir)) return status{errc::invalid_argument, std::string{"the dashboard: mkdtemp: "} + std::strerror(errno)};
+  p->socket_dir = dir;
+  p->socket_path = p->socket_dir + "/http.sock";
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", p->socket_path.c_str());
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 256) != 0) {
+    if (fd >= 0) ::close(fd);
+    return status{errc::invalid_argument, "the dashboard cannot listen on " + p->socket_path + ": " + std::strerror(errno)};
+  }
+  p->server.take(fd);
   return std::unique_ptr<dashboard_server>(new dashboard_server(std::move(p)));
 }
 

@@ -263,20 +263,27 @@ void basp_gate::loop() {
         if (c < 0) break;
         std::string peer = address_of(from);
         if (unproven[peer] >= opt_.max_unproven_per_peer) {
+          // The oldest of this peer's connections that have not spoken makes room.
+          for (auto& old : relays)
+            if (!old.dead && !old.outbound && old.first && old.name == peer) {
+              old.dead = true;
+              break;
+            }
           if (now - last_refusal_log > std::chrono::seconds(1)) {
-            log_line("closed a connection from " + peer + ": it holds " + std::to_string(unproven[peer]) +
-                     " connections that have not spoken yet");
+            log_line("closed the oldest of " + std::to_string(unproven[peer]) + " connections from " + peer +
+                     " that have not spoken yet");
             last_refusal_log = now;
           }
-          ::close(c);
-          continue;
         }
-        int up = upstream_ ? upstream_() : -1;
-        if (up < 0) {
-          ::close(c);
-          continue;
+        int up = -1;
+        if (!opt_.http) {  // BASP: the head's side at once (CAF greets first)
+          up = upstream_ ? upstream_() : -1;
+          if (up < 0) {
+            ::close(c);
+            continue;
+          }
+          set_nonblocking(up);
         }
-        set_nonblocking(up);
         set_nodelay(c);
         relay r;
         r.remote = c;
@@ -317,8 +324,11 @@ void basp_gate::loop() {
                                "certificate (give one the cluster's CA signed, valid now), or it does not use TLS"
                              : "the head closed the connection before its handshake");
           // One side closed: deliver what is pending to the other side, then close.
-          if (is_remote) flush(r.local, r.to_local);
-          else flush(r.remote, r.to_remote);
+          if (is_remote) {
+            if (r.local >= 0) flush(r.local, r.to_local);
+          } else {
+            flush(r.remote, r.to_remote);
+          }
           r.dead = true;
           continue;
         }
@@ -356,15 +366,37 @@ void basp_gate::loop() {
               n = plain.size();
             }
             bool was_first = r.first;
-            if (!check_frames(r, data, n, opt_.max_frame, why)) {
-              refuse(r, why, now);
-              continue;
+            if (opt_.http) {
+              if (r.first) {  // the request head, whole, before the server behind sees it
+                r.header.append(data, n);
+                if (r.header.find("\r\n\r\n") != std::string::npos) {
+                  r.local = upstream_ ? upstream_() : -1;
+                  if (r.local < 0) {
+                    refuse(r, "the server behind the gate cannot be reached", now);
+                    continue;
+                  }
+                  set_nonblocking(r.local);
+                  r.first = false;
+                  r.to_local.append(r.header);
+                  r.header.clear();
+                } else if (r.header.size() > 64 * 1024) {
+                  refuse(r, "a request head over 64 KiB", now);
+                  continue;
+                }  // else: more of the head to come (what TLS has to send goes out below)
+              } else {
+                r.to_local.append(data, n);
+              }
+            } else {
+              if (!check_frames(r, data, n, opt_.max_frame, why)) {
+                refuse(r, why, now);
+                continue;
+              }
+              r.to_local.append(data, n);
             }
             if (was_first && !r.first && !r.outbound) {
               auto u = unproven.find(r.name);
               if (u != unproven.end() && --u->second == 0) unproven.erase(u);
             }
-            r.to_local.append(data, n);
           } else if (r.tls) {
             if (!r.tls->send(std::string_view{buf, static_cast<size_t>(k)}, why)) {
               refuse(r, "TLS: " + why, now);
@@ -376,7 +408,7 @@ void basp_gate::loop() {
           }
         }
       }
-      if (!flush(r.local, r.to_local) || (!r.connecting && !flush(r.remote, r.to_remote))) r.dead = true;
+      if ((r.local >= 0 && !flush(r.local, r.to_local)) || (!r.connecting && !flush(r.remote, r.to_remote))) r.dead = true;
     }
     for (auto& r : relays)
       if (!r.dead && r.first && now - r.opened > std::chrono::milliseconds(opt_.first_frame_timeout_ms))
@@ -390,7 +422,7 @@ void basp_gate::loop() {
           if (u != unproven.end() && --u->second == 0) unproven.erase(u);
         }
         ::close(it->remote);
-        ::close(it->local);
+        if (it->local >= 0) ::close(it->local);
         it = relays.erase(it);
       } else {
         ++it;
@@ -399,7 +431,7 @@ void basp_gate::loop() {
   }
   for (auto& r : relays) {
     ::close(r.remote);
-    ::close(r.local);
+    if (r.local >= 0) ::close(r.local);
   }
 }
 

@@ -47,8 +47,14 @@ struct gate_options {
   int first_frame_timeout_ms = 10000;  // a connection that sent no whole first frame by then is closed
   size_t max_connections = 4096;
   // Connections from one address that have not yet sent their first frame (TLS handshake
-  // included): more are closed at once, so idle sockets of one peer cannot crowd out others.
+  // included): beyond this many, the oldest of them is closed for each new one, so idle
+  // sockets of one peer neither pile up nor keep a prompt newcomer out.
   size_t max_unproven_per_peer = 64;
+  // HTTP instead of BASP (the dashboard): nothing is checked but that a whole request
+  // head (up to 64 KiB) arrives within first_frame_timeout_ms; only then is the
+  // connection to the server behind made (`upstream`), so an idle or slow client holds
+  // no server thread.
+  bool http = false;
   std::shared_ptr<tls::context> tls;  // the listening side's TLS (server); null: plain
 };
 

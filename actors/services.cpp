@@ -63,7 +63,7 @@ expected<head_service> start_head_service(caf::actor_system& sys, head_options o
     if (!bound) return bound.error();
     h.dashboard = std::move(*bound);
     bool wildcard = dashboard->host == "0.0.0.0" || dashboard->host == "::" || dashboard->host.empty();
-    h.dashboard_url = "http://" + (wildcard ? shown_host : dashboard->host) + ":" + std::to_string(h.dashboard->port()) + "/";
+    h.dashboard_url = std::string{dashboard->tls ? "https://" : "http://"} + (wildcard ? shown_host : dashboard->host) + ":" + std::to_string(h.dashboard->port()) + "/";
     opt.dashboard = h.dashboard_url;
   }
   h.head = spawn_head(sys, opt);

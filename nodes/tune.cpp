@@ -191,11 +191,16 @@ int start_head(const po::variables_map& vm, const std::string& dir) {
   if (!(orphan_grace_s >= 0 && orphan_grace_s <= 86400))
     return fail("start", "--orphan-grace must be between 0 and 86400 seconds", 2);
   // TLS: every connection to the gate is a TLS session checked against the cluster's CA.
-  std::shared_ptr<tls::context> server_tls;
+  std::shared_ptr<tls::context> server_tls, dashboard_tls;
   if (auto files = tls_files(vm); files.any()) {
     auto ctx = tls::context::make(files, true);
     if (!ctx) return fail("start", ctx.error().message(), 2);
     server_tls = *ctx;
+    // The dashboard's HTTPS: the same certificate; browsers show no certificate of
+    // their own (they sign in with a token).
+    auto web = tls::context::make(files, true, false);
+    if (!web) return fail("start", web.error().message(), 2);
+    dashboard_tls = *web;
   }
   bool block = vm.count("block") > 0;
   std::string log_file = dir + "/head-" + std::to_string(port) + ".log";
@@ -229,6 +234,7 @@ int start_head(const po::variables_map& vm, const std::string& dir) {
       dopt->host = vm.count("dashboard-host") ? vm["dashboard-host"].as<std::string>() : host.empty() ? "0.0.0.0" : host;
       dopt->port = vm["dashboard-port"].as<int>();
       dopt->any_port_if_taken = vm["dashboard-port"].defaulted();
+      dopt->tls = dashboard_tls;  // HTTPS with the cluster's certificate
     }
     auto service = start_head_service(sys, hopt, dopt, shown_host);  // actors/services.hpp
     if (!service) {

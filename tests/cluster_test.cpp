@@ -351,6 +351,60 @@ TEST_F(ClusterTest, TheHeadListensOnlyOnItsGateAndTheDashboardAndANodeOnNothing)
   EXPECT_EQ(state(a), "alive");
 }
 
+// Hundreds of idle and slow connections, held open by a peer that sends no token,
+// neither stop the dashboard nor the head's port: authenticated requests through both
+// are answered within a second throughout (for longer than the gate's 10 s first-frame
+// deadline).
+TEST_F(ClusterTest, IdleAndSlowConnectionsDoNotStopAuthenticatedRequests) {
+  auto s = files.status(address);
+  ASSERT_FALSE(s.is_null());
+  std::smatch m;
+  auto dashboard = s["head"].value("dashboard", "");
+  ASSERT_TRUE(std::regex_search(dashboard, m, std::regex{R"(:(\d+)/?$)"})) << dashboard;
+  std::ifstream in{files.token_file()};
+  std::string token;
+  std::getline(in, token);
+  const std::string script = R"(
+import socket, sys, time, urllib.request, subprocess, os
+host, dport, gport, token, tune, token_file = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
+held = []
+for port, first in ((dport, b"G"), (gport, b"\x01")):
+    for i in range(300):
+        held.append(socket.create_connection((host, port)))      # idle: not a byte
+    for i in range(50):
+        s = socket.create_connection((host, port)); s.sendall(first); held.append(s)  # slow: one byte
+    for i in range(50):
+        s = socket.create_connection((host, port)); s.shutdown(socket.SHUT_WR); held.append(s)  # half-open
+worst_d = worst_g = 0.0
+end = time.time() + 13
+while time.time() < end:
+    t = time.time()
+    req = urllib.request.Request("http://%s:%d/api/nodes" % (host, dport), headers={"Authorization": "Bearer " + token})
+    urllib.request.urlopen(req, timeout=5).read()
+    worst_d = max(worst_d, time.time() - t)
+    t = time.time()
+    r = subprocess.run([tune, "status", "--address", "%s:%d" % (host, gport), "--token-file", token_file, "--timeout", "5"],
+                       capture_output=True, env=dict(os.environ))
+    if r.returncode != 0:
+        print("status failed:", r.stderr.decode()); sys.exit(1)
+    worst_g = max(worst_g, time.time() - t)
+    time.sleep(0.1)
+print("%.3f %.3f %d" % (worst_d, worst_g, len(held)))
+)";
+  auto env = files.env();
+  auto r = run({"python3", "-c", script, "127.0.0.1", m[1], std::to_string(port), token, tune_binary(), files.token_file()}, env,
+               60s);
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  std::istringstream out{r.out};
+  double worst_dashboard = 9, worst_gate = 9;
+  int held = 0;
+  out >> worst_dashboard >> worst_gate >> held;
+  EXPECT_EQ(held, 800);
+  EXPECT_LT(worst_dashboard, 1.0) << "the dashboard's slowest authenticated answer under the flood";
+  EXPECT_LT(worst_gate, 1.0) << "tune status's slowest answer under the flood";
+  EXPECT_EQ(::kill(head_pid, 0), 0);
+}
+
 TEST_F(ClusterTest, StoppedNodeLeavesAndStopEndsEverything) {
   auto a = start_node();
   auto b = start_node();

@@ -21,10 +21,7 @@
 
 namespace tune::test {
 
-namespace {
-// The tune binary: $TUNE_BINARY (a build moved to another machine), else the one built.
 std::string tune_binary() { return built_or_moved("TUNE_BINARY", TUNE_BINARY); }
-}  // namespace
 
 run_result run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
                std::chrono::milliseconds timeout, const std::string& cwd) {

@@ -42,6 +42,9 @@ inline std::string built_or_moved(const char* env, const char* built) {
 
 int free_port();
 
+// The tune binary: $TUNE_BINARY (a build moved to another machine), else the one built.
+std::string tune_binary();
+
 // Whether a process is gone: no such process, or a zombie nobody reaped yet.
 bool process_gone(int pid);
 

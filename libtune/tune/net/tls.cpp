@@ -79,7 +79,7 @@ std::string verify_failure(SSL* ssl) {
 
 }  // namespace
 
-expected<std::shared_ptr<context>> context::make(const files& f, bool server) {
+expected<std::shared_ptr<context>> context::make(const files& f, bool server, bool ask_peer) {
   for (auto [path, what, flag] : {std::tuple{f.cert, "a certificate", "--tls-cert"}, std::tuple{f.key, "a key", "--tls-key"},
                                   std::tuple{f.ca, "the cluster's CA certificate", "--tls-ca"}})
     if (auto ok = readable(path, what, flag); !ok) return ok;
@@ -113,7 +113,8 @@ expected<std::shared_ptr<context>> context::make(const files& f, bool server) {
   // Both sides show a certificate and check the other's against the cluster's CA. The
   // name in it is not checked: holding a certificate the cluster's CA signed is what
   // makes a process one of the cluster's (docs/cluster.md).
-  SSL_CTX_set_verify(c->ctx_, SSL_VERIFY_PEER | (server ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0), nullptr);
+  if (server && !ask_peer) SSL_CTX_set_verify(c->ctx_, SSL_VERIFY_NONE, nullptr);
+  else SSL_CTX_set_verify(c->ctx_, SSL_VERIFY_PEER | (server ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0), nullptr);
   SSL_CTX_set_session_cache_mode(c->ctx_, SSL_SESS_CACHE_OFF);
   SSL_CTX_set_num_tickets(c->ctx_, 0);
   ERR_clear_error();

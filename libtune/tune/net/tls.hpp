@@ -34,7 +34,9 @@ class context {
  public:
   // Errors name the file and what to do (a missing file, a key readable by others, a key
   // that does not match the certificate, a certificate that is not valid now).
-  static expected<std::shared_ptr<context>> make(const files& f, bool server);
+  // `ask_peer`: a server that asks for no client certificate (the dashboard: browsers
+  // sign in with a token instead); the CA is then not needed.
+  static expected<std::shared_ptr<context>> make(const files& f, bool server, bool ask_peer = true);
   ~context();
   context(const context&) = delete;
   context& operator=(const context&) = delete;
