@@ -12,6 +12,7 @@ Exits 77 (ctest: skipped) when Chromium, chromedriver or Selenium is missing.
 """
 import argparse
 import json
+import ssl
 import os
 import re
 import shutil
@@ -45,10 +46,17 @@ class Cluster:
             raise RuntimeError(f"tune {' '.join(args)} failed ({r.returncode}): {r.stdout}{r.stderr}")
         return r.stdout
 
-    def start(self, nodes):
+    def start(self, nodes, tls=False):
+        self.ssl = None
+        if tls:  # every process of the cluster (the tune commands, the program) reads these
+            d = os.path.join(self.work, "tls")
+            subprocess.run([self.tune, "tls", "init", d], check=True, capture_output=True)
+            self.env.update(TUNE_TLS_CERT=d + "/cluster.crt", TUNE_TLS_KEY=d + "/cluster.key", TUNE_TLS_CA=d + "/ca.crt")
+            self.ssl = ssl.create_default_context(cafile=d + "/ca.crt")
         out = self.run("start", "--head", "--host", "127.0.0.1", "--port", "0", "--dashboard-port", "0")
         self.address = re.search(r"head started at (\S+)", out).group(1)
-        self.dashboard = re.search(r"dashboard:\s+(http://\S+)", out).group(1)
+        self.dashboard = re.search(r"dashboard:\s+(https?://\S+)", out).group(1)
+        assert self.dashboard.startswith("https://" if tls else "http://"), self.dashboard
         for _ in range(nodes):
             self.run("start", "--address", self.address, "--num-gpus", "2", "--num-cpus", "2")
         with open(self.token_file) as f:
@@ -57,7 +65,7 @@ class Cluster:
     def api(self, path):
         req = urllib.request.Request(self.dashboard.rstrip("/") + path,
                                      headers={"Authorization": "Bearer " + self.token})
-        with urllib.request.urlopen(req, timeout=10) as r:
+        with urllib.request.urlopen(req, timeout=10, context=self.ssl) as r:
             return json.load(r)
 
     def stop_program(self):
@@ -147,6 +155,7 @@ def main():
     ap.add_argument("--screenshots", help="folder for a screenshot of each page")
     ap.add_argument("--settle", type=float, default=0,
                     help="seconds to let the experiment run before its own page (longer curves, for docs/)")
+    ap.add_argument("--tls", action="store_true", help="the cluster with TLS: the dashboard over HTTPS")
     ap.add_argument("--chromium", default="/usr/bin/chromium")
     ap.add_argument("--chromedriver", default="/usr/bin/chromedriver")
     args = ap.parse_args()
@@ -169,7 +178,7 @@ def main():
     cluster = Cluster(args.tune, work)
     driver = None
     try:
-        cluster.start(nodes=2)
+        cluster.start(nodes=2, tls=args.tls)
         log("cluster at", cluster.address, "dashboard at", cluster.dashboard)
         cluster.program = subprocess.Popen(
             [args.program, "--address", cluster.address, "--token-file", cluster.token_file,
@@ -187,6 +196,8 @@ def main():
         for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                   "--window-size=1400,1100", "--hide-scrollbars"):
             opts.add_argument(a)
+        if args.tls:  # the test's own CA, unknown to this browser: its certificate is checked by urllib above
+            opts.add_argument("--ignore-certificate-errors")
         opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
         driver = webdriver.Chrome(service=Service(args.chromedriver), options=opts)
         driver.set_page_load_timeout(30)
@@ -205,6 +216,10 @@ def main():
         # Sign in the way `tune dashboard` does: the token in the address, once.
         driver.get(cluster.dashboard + "?token=" + cluster.token)
         assert "token=" not in driver.current_url, f"the token stayed in the address: {driver.current_url}"
+        cookies = {c["name"]: c for c in driver.get_cookies()}
+        assert "tune_token" in cookies, cookies
+        assert cookies["tune_token"]["httpOnly"], cookies
+        assert cookies["tune_token"].get("secure", False) == args.tls, f"Secure only over HTTPS: {cookies}"
 
         # Cluster: every node and GPU the head reports, and the trials holding GPUs.
         status = json.loads(cluster.run("status", "--address", cluster.address, "--json"))
