@@ -13,6 +13,7 @@
 #include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "procs.hpp"
@@ -36,7 +37,7 @@ int main(int argc, char** argv) {
   int trials = 2000, reports = 10, sleep_ms = 50, nodes = 4, gpus_per_node = 16, repeats = 1;
   std::string keep;  // experiments kept here (for a look at their timelines)
   std::string containment = "auto";  // the nodes' --containment
-  bool cpp = true, python = false;
+  bool cpp = true, python = false, with_tls = false;
   std::string python_bin = ::access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
   const char* moved = std::getenv("BENCH_PYTHON_DIR");  // the sources moved to another machine
   std::string python_dir = moved && *moved ? moved : BENCH_PYTHON_DIR;
@@ -60,6 +61,7 @@ int main(int argc, char** argv) {
     else if (a == "--repeats") repeats = next();
     else if (a == "--python") cpp = false, python = true;
     else if (a == "--both") cpp = python = true;
+    else if (a == "--tls") with_tls = true;
     else if (a == "--python-bin") {
       if (i + 1 >= argc) tune::bench::die("--python-bin needs a program");
       python_bin = argv[++i];
@@ -67,10 +69,11 @@ int main(int argc, char** argv) {
       std::cout << "usage: bench_overhead [--trials 2000] [--reports 10] [--sleep-ms 50] [--nodes 4]\n"
                    "                      [--gpus-per-node 16] [--repeats 1] [--keep DIR]\n"
                    "                      [--python | --both] [--python-bin /usr/bin/python3]\n"
-                   "                      [--containment auto|cgroup|subreaper]\n"
+                   "                      [--containment auto|cgroup|subreaper] [--tls]\n"
                    "  --keep DIR  write the experiments to DIR/exp-N and keep them (else a scratch folder)\n"
                    "  --python    the trials are bench/python/sleeper.py (same workload), not the C++ sleeper\n"
-                   "  --both      C++ and Python trials alternately, each run --repeats times\n";
+                   "  --both      C++ and Python trials alternately, each run --repeats times\n"
+                   "  --tls       also a second cluster that uses TLS, its C++ runs alternating with the plain ones\n";
       return 0;
     } else {
       tune::bench::die("unknown option " + a + " (see --help)");
@@ -88,6 +91,23 @@ int main(int argc, char** argv) {
   o.token_file = tune::bench::scratch::token_path;
   auto c = tune::cluster::start(o);
   if (!c) tune::bench::die(c.error().message());
+  std::optional<tune::cluster> secure;  // --tls: the same cluster again, with TLS
+  if (with_tls) {
+    const std::string tdir = dir + "/tls";
+    tune::bench::run(tune::bench::tune_binary() + " tls init " + tdir);
+    const std::string flags = "--tls-cert " + tdir + "/cluster.crt --tls-key " + tdir + "/cluster.key --tls-ca " + tdir + "/ca.crt";
+    tune::cluster_options t = o;
+    t.address = tune::bench::start_loopback_cluster(nodes, "--num-gpus " + std::to_string(gpus_per_node) + " --num-cpus " +
+                                                               std::to_string(gpus_per_node) + " --containment " + containment +
+                                                               " " + flags,
+                                                    flags, 1);
+    t.tls_cert = tdir + "/cluster.crt";
+    t.tls_key = tdir + "/cluster.key";
+    t.tls_ca = tdir + "/ca.crt";
+    auto s = tune::cluster::start(t);  // after the plain one: this process dials with TLS from here on
+    if (!s) tune::bench::die(s.error().message());
+    secure.emplace(std::move(*s));
+  }
   int slots = nodes * gpus_per_node;
   double ideal = static_cast<double>(trials) * reports * sleep_ms / 1000.0 / slots;
   struct kind {
@@ -98,6 +118,7 @@ int main(int argc, char** argv) {
   std::vector<kind> kinds;
   if (cpp) kinds.push_back({"cpp"});
   if (python) kinds.push_back({"python"});
+  if (secure) kinds.push_back({"cpp_tls"});
   for (int k = 0; k < repeats; ++k) {
     for (auto& kd : kinds) {  // alternately: both see the same machine
       tune::tune_config cfg;
@@ -108,7 +129,8 @@ int main(int argc, char** argv) {
       cfg.progress = tune::progress_style::none;
       cfg.experiment_dir = (keep.empty() ? dir : keep) + "/exp-" + kd.name + "-" + std::to_string(k);
       tune::search_space space{{"reports", reports}, {"sleep_ms", sleep_ms}};
-      auto r = kd.name == "cpp" ? tune::tuner{*c, "sleeper", space, cfg}.fit()
+      auto r = kd.name == "cpp"       ? tune::tuner{*c, "sleeper", space, cfg}.fit()
+               : kd.name == "cpp_tls" ? tune::tuner{*secure, "sleeper", space, cfg}.fit()
                                 : tune::tuner{*c, tune::program{.command = {python_bin, "sleeper.py"}, .working_dir = python_dir},
                                               space, cfg}
                                       .fit();

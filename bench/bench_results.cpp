@@ -103,6 +103,7 @@ double measure_many(std::vector<tune::cluster>& clusters, int64_t per_trial, con
 int main(int argc, char** argv) {
   tune::run_if_trial_worker(argc, argv);  // first: trials run this program
   int trials = 4, repeats = 3, users = 0;
+  bool with_tls = false;
   std::string only;  // inproc or cross_process: that one alone
   int64_t per_trial = 50000;
   for (int i = 1; i < argc; ++i) {
@@ -116,15 +117,17 @@ int main(int argc, char** argv) {
     else if (a == "--repeats") repeats = std::stoi(next());
     else if (a == "--only") only = next();
     else if (a == "--users") users = std::stoi(next());
+    else if (a == "--tls") with_tls = true;
     else if (a == "--help" || a == "-h") {
       std::cout << "usage: bench_results [--trials N (4)] [--results-per-trial N (50000)] [--repeats N (3)]\n"
-                   "                     [--only inproc|cross_process] [--users N]\n";
+                   "                     [--only inproc|cross_process] [--users N] [--tls]\n";
       return 0;
     } else {
       tune::bench::die("unknown option " + a + " (see --help)");
     }
   }
   if (trials < 1 || per_trial < 1 || repeats < 1) tune::bench::die("every count must be at least 1");
+  if (with_tls && users > 0) tune::bench::die("--tls and --users are measured in separate invocations");
   tune::bench::make_scratch("bench_results");
   auto& dir = tune::bench::scratch::dir;
   std::vector<double> inproc, cross, inproc_cpu, cross_cpu;
@@ -163,6 +166,34 @@ int main(int argc, char** argv) {
   o.address = tune::bench::start_loopback_cluster(1, "--num-cpus " + std::to_string(std::max(trials, users)));
   o.token_file = tune::bench::scratch::token_path;
   runs_of("cross_process", o, cross, cross_cpu);
+  // --tls: a second loopback cluster that uses TLS, measured side by side with the plain
+  // one in every repeat (which goes first alternates).
+  std::vector<double> plain_side, tls_side;
+  if (with_tls) {
+    const std::string tdir = dir + "/tls";
+    tune::bench::run(tune::bench::tune_binary() + " tls init " + tdir);
+    const std::string flags = "--tls-cert " + tdir + "/cluster.crt --tls-key " + tdir + "/cluster.key --tls-ca " + tdir + "/ca.crt";
+    tune::cluster_options t = o;
+    t.address = tune::bench::start_loopback_cluster(1, "--num-cpus " + std::to_string(trials) + " " + flags, flags, 1);
+    t.tls_cert = tdir + "/cluster.crt";
+    t.tls_key = tdir + "/cluster.key";
+    t.tls_ca = tdir + "/ca.crt";
+    auto plain = tune::cluster::start(o);  // first: from the next connection on, this process dials with TLS
+    if (!plain) tune::bench::die(plain.error().message());
+    auto secure = tune::cluster::start(t);
+    if (!secure) tune::bench::die(secure.error().message());
+    for (int k = 0; k < repeats; ++k) {
+      auto one = [&](tune::cluster& c, const char* mode, std::vector<double>& into) {
+        auto r = measure(c, trials, per_trial, dir + "/" + mode + "-" + std::to_string(k));
+        into.push_back(r.per_s);
+        runs.push_back({{"mode", mode}, {"per_s", r.per_s}, {"results", r.results}, {"wall_s", r.wall_s}});
+        std::cerr << mode << " run " << k + 1 << ": " << static_cast<int64_t>(r.per_s) << " per s\n";
+      };
+      if (k % 2) one(*secure, "cross_process_tls", tls_side);
+      one(*plain, "cross_process_plain", plain_side);
+      if (k % 2 == 0) one(*secure, "cross_process_tls", tls_side);
+    }
+  }
   std::vector<double> as_admin, as_users;
   if (users > 0) {
     std::vector<tune::cluster> admins, own;
@@ -197,6 +228,9 @@ int main(int argc, char** argv) {
                    {"experiments_at_once_admin_per_s", tune::bench::median(as_admin)},
                    {"experiments_at_once_users_per_s", tune::bench::median(as_users)},
                    {"results_per_trial", per_trial},
+                   {"plain_side_by_side_per_s", tune::bench::median(plain_side)},
+                   {"tls_per_s", tune::bench::median(tls_side)},
+                   {"tls_ratio", plain_side.empty() ? 0.0 : tune::bench::median(tls_side) / tune::bench::median(plain_side)},
                    {"repeats", repeats},
                    {"cpus", std::thread::hardware_concurrency()},
                    {"runs", runs}};

@@ -67,9 +67,12 @@ inline void make_scratch(const std::string& bench_name) {
 // Starts a head on loopback and `nodes` node daemons with these arguments (e.g.
 // "--num-gpus 16"), all on the scratch cluster; its address. Ends the benchmark if one
 // does not start.
-inline std::string start_loopback_cluster(int nodes, const std::string& node_args) {
-  int port = 20000 + static_cast<int>(::getpid() % 20000);
-  auto out = run(tune_binary() + " start --head --host 127.0.0.1 --port " + std::to_string(port));
+// `head_args` go to the head too (e.g. --tls-*); `port_offset` picks another port for a
+// second cluster of the same benchmark.
+inline std::string start_loopback_cluster(int nodes, const std::string& node_args, const std::string& head_args = "",
+                                          int port_offset = 0) {
+  int port = 20000 + static_cast<int>(::getpid() % 20000) + port_offset;
+  auto out = run(tune_binary() + " start --head --host 127.0.0.1 --port " + std::to_string(port) + " " + head_args);
   if (out.find("head") == std::string::npos) die("the head did not start: " + out);
   std::string address = "127.0.0.1:" + std::to_string(port);
   for (int n = 0; n < nodes; ++n) {
