@@ -251,8 +251,10 @@ def main():
         time.sleep(args.settle)  # longer curves for the screenshots
         load(f"#/experiments/{exp['id']}", "experiment")
         detail = cluster.api(f"/api/experiments/{exp['id']}")
+        # The page refreshes on its own: a trial that started after it loaded shows up
+        # at its next refresh.
         for t in detail["trial_table"]:
-            assert t["id"] in driver.page_source, f"trial {t['id']} is not in the trial table"
+            wait_for(f"trial {t['id']} in the trial table", lambda: t["id"] in driver.page_source, timeout=15)
         canvas_points = lambda: int(driver.find_element(By.ID, "curves").get_attribute("data-points") or 0)
         first = wait_for("points on the plot", canvas_points)
         grown = wait_for("the plot to gain points", lambda: canvas_points() > first and canvas_points(), timeout=60)

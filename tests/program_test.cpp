@@ -6,6 +6,7 @@
 // every bad input is a clear error that leaves nothing broken. On one machine: an
 // embedded cluster, or a head and two node processes on loopback.
 #include <gtest/gtest.h>
+#include <sstream>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -763,15 +764,24 @@ class ProgramClusterTest : public ProgramTest {
     return args;
   }
 
+  // What the background tune run printed (for failure messages).
+  std::string driver_log() const { return files.dir() + "/driver.log"; }
+  std::string driver_output() const {
+    std::ifstream in{driver_log()};
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
   // tune run in the background; its pid.
   pid_t start_driver(const std::vector<std::string>& args) {
     pid_t pid = ::fork();
     if (pid == 0) {
       ::setpgid(0, 0);
       if (::chdir(project.c_str()) != 0) ::_exit(127);
-      int null = ::open("/dev/null", O_WRONLY);
-      ::dup2(null, 1);
-      ::dup2(null, 2);
+      int log = ::open(driver_log().c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);  // shown when a test fails
+      ::dup2(log, 1);
+      ::dup2(log, 2);
       std::vector<std::string> argv{tune_binary(), "run"};
       argv.insert(argv.end(), args.begin(), args.end());
       std::vector<char*> c;
@@ -815,7 +825,7 @@ space:
         return !victim.empty();
       },
       60s, 50ms))
-      << "no results";
+      << "no results; tune run printed:\n" << driver_output();
   int killed = 0;
   for (auto& [id, pid] : nodes)
     if (id == victim) killed += ::kill(pid, SIGKILL) == 0;
@@ -891,7 +901,8 @@ space:
     }
     return true;
   };
-  ASSERT_TRUE(wait_until([&] { return stored() >= 15 && copied(); }, 60s, 50ms)) << "no results";
+  ASSERT_TRUE(wait_until([&] { return stored() >= 15 && copied(); }, 60s, 50ms))
+      << "no results; tune run printed:\n" << driver_output();
   ASSERT_GT(processes_running({"--record", rec}), 0) << "the check below would see nothing";
   ::kill(-driver, SIGKILL);
   ::waitpid(driver, nullptr, 0);
