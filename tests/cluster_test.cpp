@@ -302,11 +302,7 @@ TEST_F(ClusterTest, HeaderClaimingHugeMessageIsRefused) {
     EXPECT_LT(r.took.count(), 3000);  // stalled, it would time out (2 s) and fail above
     ::close(fd);
   }
-  std::ifstream proc{"/proc/" + std::to_string(head_pid) + "/status"};
-  std::string line;
-  long rss_kib = 0;
-  while (std::getline(proc, line))
-    if (line.rfind("VmRSS:", 0) == 0) rss_kib = std::stol(line.substr(6));
+  long rss_kib = resident_kib(head_pid);
   EXPECT_LT(rss_kib, 200 * 1024) << "the head holds " << rss_kib << " KiB";
   EXPECT_EQ(state(a), "alive");
 }

@@ -221,11 +221,7 @@ TEST_F(TlsNetnsTest, BytesThatAreNotTlsLeaveEveryProcessRunning) {
   auto s = status(tls(tls_dir));
   ASSERT_TRUE(s.is_object()) << "the head stopped answering";
   EXPECT_EQ(s["alive_nodes"], 1);
-  std::ifstream proc{"/proc/" + std::to_string(head_pid) + "/status"};
-  std::string line;
-  long rss_kib = 0;
-  while (std::getline(proc, line))
-    if (line.rfind("VmRSS:", 0) == 0) rss_kib = std::stol(line.substr(6));
+  long rss_kib = resident_kib(head_pid);
   EXPECT_LT(rss_kib, 200 * 1024) << "the head holds " << rss_kib << " KiB";
 }
 

@@ -21,6 +21,14 @@
 
 namespace tune::test {
 
+long resident_kib(int pid) {
+  std::ifstream proc{"/proc/" + std::to_string(pid) + "/status"};
+  std::string line;
+  while (std::getline(proc, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  return 0;
+}
+
 std::string tune_binary() { return built_or_moved("TUNE_BINARY", TUNE_BINARY); }
 
 run_result run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,

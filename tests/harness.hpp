@@ -45,6 +45,9 @@ int free_port();
 // The tune binary: $TUNE_BINARY (a build moved to another machine), else the one built.
 std::string tune_binary();
 
+// The resident memory of process `pid` in KiB (VmRSS), 0 when it cannot be read.
+long resident_kib(int pid);
+
 // Whether a process is gone: no such process, or a zombie nobody reaped yet.
 bool process_gone(int pid);
 
