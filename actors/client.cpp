@@ -65,7 +65,7 @@ expected<std::unique_ptr<cluster_client>> cluster_client::connect(caf::actor_sys
             else why = where + " is a CAF node but no libtune head listens there";
           },
           [&](caf::error& err) {
-            why = "cannot reach a libtune head at " + where + ": " + connect_failure(sys, d->id, err);
+            why = "cannot reach a libtune head at " + where + ": " + connect_failure(sys, d->id, err).why;
           });
   if (!head) return status{errc::not_found, why};
   auto c = std::make_unique<cluster_client>(sys, head, std::move(token), timeout);

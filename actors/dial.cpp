@@ -3,15 +3,17 @@
 #include <caf/io/all.hpp>
 #include <fcntl.h>
 #include <netdb.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <mutex>
 
 #include "basp_fd.hpp"
-#include "gate.hpp"
+#include "tls_scribe.hpp"
 #include "tune/net/tls.hpp"
 
 namespace tune {
@@ -19,13 +21,59 @@ namespace tune {
 namespace {
 
 std::shared_ptr<tls::context> tls_ctx;
-std::mutex gate_mutex;
-std::unique_ptr<basp_gate> out_gate;  // started at the first TLS dial, for the process's life
 
-basp_gate& outbound_gate() {
-  std::lock_guard<std::mutex> lock{gate_mutex};
-  if (!out_gate) out_gate = basp_gate::outbound();
-  return *out_gate;
+// Why recent TLS dials failed, by dial_request::id.
+struct failures {
+  std::mutex mutex;
+  std::map<uint64_t, dial_failure> by_id;
+  uint64_t next_id = 1;
+};
+failures& recent() {
+  static failures f;
+  return f;
+}
+void record(uint64_t id, const std::string& why, bool hopeless) {
+  auto& f = recent();
+  std::lock_guard<std::mutex> lock{f.mutex};
+  f.by_id.try_emplace(id, dial_failure{why, hopeless});
+  while (f.by_id.size() > 256) f.by_id.erase(f.by_id.begin());
+}
+
+constexpr int connect_timeout_ms = 10000;
+
+// Finishes one TLS dial off the caller's thread (a detached actor: the TCP connect may
+// take seconds): waits for the connect, makes the TLS scribe and hands it to the BASP
+// broker, whose answer goes to the caller.
+caf::behavior tls_dialer(caf::event_based_actor* self, int fd, std::string where, std::shared_ptr<tls::context> ctx,
+                         uint64_t id) {
+  return {
+      [=](caf::connect_atom) {
+        auto answer = self->make_response_promise();
+        self->quit();  // after this one message
+        pollfd p{fd, POLLOUT, 0};
+        int rc;
+        while ((rc = ::poll(&p, 1, connect_timeout_ms)) < 0 && errno == EINTR) {
+        }
+        int err = 0;
+        socklen_t len = sizeof err;
+        if (rc == 0) err = ETIMEDOUT;
+        else ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err != 0) {
+          ::close(fd);
+          record(id, "cannot connect to " + where + ": " + std::strerror(err), false);
+          answer.deliver(caf::make_error(caf::sec::cannot_connect_to_node));
+          return;
+        }
+        std::string why;
+        auto scribe = make_tls_scribe(self->home_system(), fd, where, *ctx,
+                                      [id](const std::string& w, bool hopeless) { record(id, w, hopeless); }, why);
+        if (!scribe) {
+          record(id, why, true);
+          answer.deliver(caf::make_error(caf::sec::cannot_connect_to_node));
+          return;
+        }
+        answer.delegate(basp_broker(self->home_system()), caf::connect_atom::value, std::move(scribe), uint16_t{0});
+      }};
 }
 
 }  // namespace
@@ -52,30 +100,32 @@ expected<dial_request> dial(caf::actor_system& sys, const std::string& host, uin
     if (fd >= 0) ::close(fd);
     return status{errc::not_found, "cannot connect to " + where + ": " + std::strerror(err)};
   }
-  int sv[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
-    ::close(fd);
-    return status{errc::not_found, std::string{"socketpair: "} + std::strerror(errno)};
+  uint64_t id;
+  {
+    auto& f = recent();
+    std::lock_guard<std::mutex> lock{f.mutex};
+    id = f.next_id++;
   }
-  uint64_t id = outbound_gate().add_outbound(fd, sv[1], tls_ctx, where);
-  return dial_request{basp_broker(sys), connect_fd_message(sys, sv[0], where), id};  // CAF owns sv[0]
+  auto helper = sys.spawn<caf::detached + caf::hidden>(tls_dialer, fd, where, tls_ctx, id);
+  return dial_request{helper, caf::make_message(caf::connect_atom::value), id};
 }
 
-std::string connect_failure(caf::actor_system& sys, uint64_t id, const caf::error& err) {
-  std::string why;
+dial_failure connect_failure(caf::actor_system& sys, uint64_t id, const caf::error& err) {
   if (id != 0) {
-    std::lock_guard<std::mutex> lock{gate_mutex};
-    if (out_gate) why = out_gate->failure(id);
+    auto& f = recent();
+    std::lock_guard<std::mutex> lock{f.mutex};
+    if (auto it = f.by_id.find(id); it != f.by_id.end()) return it->second;
   }
-  if (!why.empty()) return why;
-  why = sys.render(err);
-  if (err == caf::sec::disconnect_during_handshake)
-    why += tls_ctx ? " (the head closed the connection during the handshake)"
-                   : " (the head closed the connection during the handshake: if its cluster uses TLS, give --tls-cert, "
-                     "--tls-key and --tls-ca, or TUNE_TLS_CERT, TUNE_TLS_KEY and TUNE_TLS_CA)";
-  return why;
+  dial_failure d{sys.render(err), false};
+  if (err == caf::sec::disconnect_during_handshake) {
+    // A head that closes before its handshake refused this process: a plain process
+    // at a cluster that uses TLS, most often.
+    d.hopeless = true;
+    d.why += tls_ctx ? " (the head closed the connection during the handshake)"
+                     : " (the head closed the connection during the handshake: if its cluster uses TLS, give --tls-cert, "
+                       "--tls-key and --tls-ca, or TUNE_TLS_CERT, TUNE_TLS_KEY and TUNE_TLS_CA)";
+  }
+  return d;
 }
-
-bool hopeless(const std::string& why) { return why.find("TLS") != std::string::npos; }
 
 }  // namespace tune

@@ -1,9 +1,9 @@
 // How this process reaches a head: the one place that opens a connection to one.
 //
 // A process without TLS files connects with CAF's own TCP (the head's gate checks what
-// it sends). One with TLS files (set_client_tls) connects through its outbound gate
-// (actors/gate.hpp): the gate makes the TCP connection and the TLS session and checks
-// the head's frames; CAF gets the plaintext through a socketpair (actors/basp_fd.hpp).
+// it sends). One with TLS files (set_client_tls) makes the TCP connection itself and
+// hands CAF a TLS stream on it that also checks the head's frames
+// (actors/tls_scribe.hpp).
 // Either way the answer is CAF's connect answer: (caf::node_id, caf::strong_actor_ptr,
 // std::set<std::string>), or an error.
 #pragma once
@@ -36,12 +36,15 @@ struct dial_request {
 };
 expected<dial_request> dial(caf::actor_system& sys, const std::string& host, uint16_t port);
 
-// Why the connection `id` (of dial_request::id) failed, for people: what its gate saw
-// (TLS refused, no connection), else CAF's error, with what to do when the head closed
-// it during the handshake (a cluster that uses TLS).
-std::string connect_failure(caf::actor_system& sys, uint64_t id, const caf::error& err);
-// Whether a connect failure is a refusal that trying again cannot cure (TLS: a
-// certificate refused, one side with TLS and the other without).
-bool hopeless(const std::string& why);
+// Why the connection `id` (of dial_request::id) failed, for people: what its TLS
+// stream saw (a certificate refused, no connection), else CAF's error, with what to do
+// when the head closed it during the handshake (a cluster that uses TLS). `hopeless`:
+// trying again cannot cure it (a certificate refused, one side with TLS and the other
+// without).
+struct dial_failure {
+  std::string why;
+  bool hopeless = false;
+};
+dial_failure connect_failure(caf::actor_system& sys, uint64_t id, const caf::error& err);
 
 }  // namespace tune

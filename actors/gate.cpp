@@ -13,8 +13,10 @@
 #include <chrono>
 #include <cstring>
 #include <list>
+#include <map>
 #include <vector>
 
+#include "basp_frames.hpp"
 #include "log.hpp"
 #include "tune/net/tls.hpp"
 
@@ -24,10 +26,6 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
-constexpr size_t header_size = 32;       // BASP header in CAF 0.17
-constexpr uint8_t server_handshake = 0;  // caf::io::basp::message_type
-constexpr uint8_t client_handshake = 1;
-constexpr uint8_t last_operation = 6;    // heartbeat
 constexpr size_t max_pending = 4u << 20; // bytes buffered towards one side before reading pauses
 constexpr unsigned char tls_handshake_record = 0x16;
 
@@ -47,57 +45,15 @@ std::string address_of(const sockaddr_storage& a) {
 // One connection and its relay: `remote` is the network side, `local` CAF's side.
 struct relay {
   int remote = -1, local = -1;
-  bool outbound = false;    // this process dialed it (the remote side is a head)
-  bool connecting = false;  // its connect() is under way
-  bool sniffed = false;     // the first byte from the remote side was looked at
+  bool sniffed = false;  // the first byte from the remote side was looked at
   std::unique_ptr<tls::session> tls;
   std::string to_local, to_remote;  // bytes waiting to be written
-  // Framing of what the remote side sends (plaintext): the current header, or payload left.
-  std::string header;
-  uint64_t payload_left = 0;
-  bool first = true, dead = false;
+  frame_checker frames{basp::client_handshake};  // what the remote side sends (plaintext)
+  std::string header;  // HTTP: the request head so far
+  bool first = true, dead = false;  // first: the remote side has not yet sent a whole first frame
   clock::time_point opened = clock::now();
   std::string name;  // the remote side, for people
-  uint64_t id = 0;   // outbound: for failure()
 };
-
-// Checks the remote side's frames; false (and why) closes the connection.
-bool check_frames(relay& r, const char* data, size_t n, uint32_t max_frame, std::string& why) {
-  const uint8_t first_op = r.outbound ? server_handshake : client_handshake;
-  size_t i = 0;
-  while (i < n) {
-    if (r.payload_left > 0) {
-      size_t take = static_cast<size_t>(std::min<uint64_t>(r.payload_left, n - i));
-      r.payload_left -= take;
-      i += take;
-      continue;
-    }
-    size_t take = std::min(header_size - r.header.size(), n - i);
-    r.header.append(data + i, take);
-    i += take;
-    if (r.header.size() < header_size) break;
-    auto op = static_cast<uint8_t>(r.header[0]);
-    uint32_t len;
-    std::memcpy(&len, r.header.data() + 4, 4);
-    len = ntohl(len);
-    if (op > last_operation) {
-      why = "bytes that are not the libtune protocol (unknown operation " + std::to_string(op) + ")";
-      return false;
-    }
-    if (r.first && op != first_op) {
-      why = "bytes that are not the libtune protocol (no handshake first)";
-      return false;
-    }
-    if (len > max_frame) {
-      why = "a message of " + std::to_string(len) + " bytes, above the limit of " + std::to_string(max_frame);
-      return false;
-    }
-    r.first = false;
-    r.payload_left = len;
-    r.header.clear();
-  }
-  return true;
-}
 
 // Writes what is pending; false when the socket failed.
 bool flush(int fd, std::string& pending) {
@@ -149,14 +105,6 @@ expected<std::unique_ptr<basp_gate>> basp_gate::listen(gate_options opt) {
   return g;
 }
 
-std::unique_ptr<basp_gate> basp_gate::outbound(gate_options opt) {
-  std::unique_ptr<basp_gate> g{new basp_gate};
-  g->opt_ = std::move(opt);
-  if (::pipe2(g->wake_, O_CLOEXEC | O_NONBLOCK) != 0) return nullptr;
-  g->thread_ = std::thread([p = g.get()] { p->loop(); });
-  return g;
-}
-
 void basp_gate::run(std::function<int()> upstream) {
   upstream_ = std::move(upstream);
   thread_ = std::thread([this] { loop(); });
@@ -168,31 +116,6 @@ basp_gate::~basp_gate() {
   if (thread_.joinable()) thread_.join();
   for (int fd : {listen_fd_, wake_[0], wake_[1]})
     if (fd >= 0) ::close(fd);
-  for (auto& p : incoming_) ::close(p.remote), ::close(p.local);
-}
-
-uint64_t basp_gate::add_outbound(int remote, int local, std::shared_ptr<tls::context> tls, std::string name) {
-  uint64_t id;
-  {
-    std::lock_guard<std::mutex> lock{mutex_};
-    id = next_id_++;
-    incoming_.push_back({remote, local, std::move(tls), std::move(name), id});
-  }
-  (void)!::write(wake_[1], "x", 1);
-  return id;
-}
-
-std::string basp_gate::failure(uint64_t id) const {
-  std::lock_guard<std::mutex> lock{mutex_};
-  auto it = failures_.find(id);
-  return it == failures_.end() ? std::string{} : it->second;
-}
-
-void basp_gate::fail(uint64_t id, const std::string& why) {
-  if (id == 0) return;
-  std::lock_guard<std::mutex> lock{mutex_};
-  failures_[id] = why;
-  while (failures_.size() > 256) failures_.erase(failures_.begin());
 }
 
 void basp_gate::loop() {
@@ -205,33 +128,15 @@ void basp_gate::loop() {
   auto refuse = [&](relay& r, const std::string& why, clock::time_point now) {
     if (r.tls) {  // the TLS alert that says why, to the peer, as far as the socket takes it now
       r.tls->take_output(r.to_remote);
-      if (!r.connecting) flush(r.remote, r.to_remote);
+      flush(r.remote, r.to_remote);
     }
-    if (r.outbound) {
-      fail(r.id, why);
-    } else if (now - last_refusal_log > std::chrono::seconds(1)) {
+    if (now - last_refusal_log > std::chrono::seconds(1)) {
       log_line("closed a connection from " + r.name + ": " + why);
       last_refusal_log = now;
     }
     r.dead = true;
   };
   while (!stop_) {
-    {
-      std::lock_guard<std::mutex> lock{mutex_};
-      for (auto& p : incoming_) {
-        relay r;
-        r.remote = p.remote;
-        r.local = p.local;
-        r.outbound = true;
-        r.connecting = true;
-        r.name = p.name;
-        r.id = p.id;
-        set_nonblocking(r.local);
-        if (p.tls) r.tls = std::make_unique<tls::session>(*p.tls);
-        relays.push_back(std::move(r));
-      }
-      incoming_.clear();
-    }
     fds.clear();
     owner.clear();
     fds.push_back({wake_[0], POLLIN, 0});
@@ -239,9 +144,7 @@ void basp_gate::loop() {
     owner.push_back(nullptr);
     owner.push_back(nullptr);
     for (auto& r : relays) {
-      short remote_ev = r.connecting ? POLLOUT
-                                     : static_cast<short>((r.to_local.size() < max_pending ? POLLIN : 0) |
-                                                          (r.to_remote.empty() ? 0 : POLLOUT));
+      short remote_ev = (r.to_local.size() < max_pending ? POLLIN : 0) | (r.to_remote.empty() ? 0 : POLLOUT);
       short local_ev = (r.to_remote.size() < max_pending ? POLLIN : 0) | (r.to_local.empty() ? 0 : POLLOUT);
       fds.push_back({r.remote, remote_ev, 0});
       owner.push_back(&r);
@@ -265,7 +168,7 @@ void basp_gate::loop() {
         if (unproven[peer] >= opt_.max_unproven_per_peer) {
           // The oldest of this peer's connections that have not spoken makes room.
           for (auto& old : relays)
-            if (!old.dead && !old.outbound && old.first && old.name == peer) {
+            if (!old.dead && old.first && old.name == peer) {
               old.dead = true;
               break;
             }
@@ -299,30 +202,9 @@ void basp_gate::loop() {
       if (r.dead || fds[i].revents == 0) continue;
       const bool is_remote = fds[i].fd == r.remote;
       std::string why;
-      if (is_remote && r.connecting) {  // the outbound connect finished, one way or the other
-        int err = 0;
-        socklen_t len = sizeof err;
-        ::getsockopt(r.remote, SOL_SOCKET, SO_ERROR, &err, &len);
-        if (err != 0) {
-          refuse(r, std::string{"cannot connect: "} + std::strerror(err), now);
-          continue;
-        }
-        r.connecting = false;
-        set_nodelay(r.remote);
-        if (r.tls) {
-          if (!r.tls->start(why)) {
-            refuse(r, "TLS: " + why, now);
-            continue;
-          }
-          r.tls->take_output(r.to_remote);
-        }
-      } else if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
         ssize_t k = ::recv(fds[i].fd, buf, sizeof buf, 0);
         if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) {
-          if (is_remote && r.first)
-            fail(r.id, r.tls ? "the head closed the TLS connection before its handshake: it refused this process's "
-                               "certificate (give one the cluster's CA signed, valid now), or it does not use TLS"
-                             : "the head closed the connection before its handshake");
           // One side closed: deliver what is pending to the other side, then close.
           if (is_remote) {
             if (r.local >= 0) flush(r.local, r.to_local);
@@ -336,7 +218,7 @@ void basp_gate::loop() {
           if (is_remote) {
             const char* data = buf;
             size_t n = static_cast<size_t>(k);
-            if (!r.sniffed && !r.outbound) {  // the first byte says whether the peer speaks TLS
+            if (!r.sniffed) {  // the first byte says whether the peer speaks TLS
               r.sniffed = true;
               bool hello = static_cast<unsigned char>(buf[0]) == tls_handshake_record;
               if (opt_.tls && !hello) {
@@ -353,11 +235,6 @@ void basp_gate::loop() {
             std::string plain;
             if (r.tls) {
               if (!r.tls->receive(buf, n, plain, why)) {
-                if (r.outbound && !r.tls->established() && why.find("wrong version number") != std::string::npos)
-                  why = "the head does not use TLS (its cluster was started without --tls-cert): connect without "
-                        "--tls-cert, --tls-key and --tls-ca (" + why + ")";
-                else if (why.find("alert") != std::string::npos)
-                  why += " (the other side refused this process's certificate: give one the cluster's CA signed, valid now)";
                 refuse(r, "TLS: " + why, now);
                 continue;
               }
@@ -387,13 +264,14 @@ void basp_gate::loop() {
                 r.to_local.append(data, n);
               }
             } else {
-              if (!check_frames(r, data, n, opt_.max_frame, why)) {
+              if (!r.frames.check(data, n, opt_.max_frame, why)) {
                 refuse(r, why, now);
                 continue;
               }
+              r.first = r.frames.waiting_first();
               r.to_local.append(data, n);
             }
-            if (was_first && !r.first && !r.outbound) {
+            if (was_first && !r.first) {
               auto u = unproven.find(r.name);
               if (u != unproven.end() && --u->second == 0) unproven.erase(u);
             }
@@ -408,16 +286,14 @@ void basp_gate::loop() {
           }
         }
       }
-      if ((r.local >= 0 && !flush(r.local, r.to_local)) || (!r.connecting && !flush(r.remote, r.to_remote))) r.dead = true;
+      if ((r.local >= 0 && !flush(r.local, r.to_local)) || !flush(r.remote, r.to_remote)) r.dead = true;
     }
     for (auto& r : relays)
       if (!r.dead && r.first && now - r.opened > std::chrono::milliseconds(opt_.first_frame_timeout_ms))
-        refuse(r, r.connecting ? "no connection within " + std::to_string(opt_.first_frame_timeout_ms / 1000) + " s"
-                               : "no handshake within " + std::to_string(opt_.first_frame_timeout_ms / 1000) + " s",
-               now);
+        refuse(r, "no handshake within " + std::to_string(opt_.first_frame_timeout_ms / 1000) + " s", now);
     for (auto it = relays.begin(); it != relays.end();) {
       if (it->dead) {
-        if (!it->outbound && it->first) {
+        if (it->first) {
           auto u = unproven.find(it->name);
           if (u != unproven.end() && --u->second == 0) unproven.erase(u);
         }

@@ -731,11 +731,11 @@ void connect(node_actor self) {
             send_join(self);
           },
           [self, id = d->id](caf::error& err) {
-            auto why = connect_failure(self->home_system(), id, err);
+            auto f = connect_failure(self->home_system(), id, err);
             // A TLS refusal is not cured by trying again: said at once, at the start.
-            if (!self->state.ever_joined && hopeless(why))
-              return fatal(self, "the head at " + where(self) + " refused the connection: " + why);
-            schedule_retry(self, "connect: " + why);
+            if (!self->state.ever_joined && f.hopeless)
+              return fatal(self, "the head at " + where(self) + " refused the connection: " + f.why);
+            schedule_retry(self, "connect: " + f.why);
           });
 }
 

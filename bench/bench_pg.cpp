@@ -287,7 +287,7 @@ int main(int argc, char** argv) {
     caf::scoped_actor self{sys};
     self->request(d->to, 5s, std::move(d->msg))
         .receive([&](const caf::node_id&, caf::strong_actor_ptr& p, const std::set<std::string>&) { tls_head = caf::actor_cast<caf::actor>(p); },
-                 [&](caf::error& e) { die("cannot reach the TLS head: " + connect_failure(sys, d->id, e)); });
+                 [&](caf::error& e) { die("cannot reach the TLS head: " + connect_failure(sys, d->id, e).why); });
     if (!tls_head) die("no head at the TLS port");
     for (int i = 0; i < 100; ++i) {  // its nodes joined
       int alive = 0;

@@ -12,6 +12,10 @@
 #include <sstream>
 #include <thread>
 
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
 #include "harness.hpp"
 
 namespace tune::test {
@@ -28,6 +32,43 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+// A certificate and key in `out` that the CA in `ca_dir` signed and that expired
+// yesterday (`tune tls init` makes no such thing).
+void write_expired_certificate(const std::string& ca_dir, const std::string& out) {
+  fs::create_directories(out);
+  FILE* kf = std::fopen((ca_dir + "/ca.key").c_str(), "r");
+  ASSERT_NE(kf, nullptr);
+  EVP_PKEY* ca_key = PEM_read_PrivateKey(kf, nullptr, nullptr, nullptr);
+  std::fclose(kf);
+  FILE* cf = std::fopen((ca_dir + "/ca.crt").c_str(), "r");
+  ASSERT_NE(cf, nullptr);
+  X509* ca = PEM_read_X509(cf, nullptr, nullptr, nullptr);
+  std::fclose(cf);
+  ASSERT_TRUE(ca_key && ca);
+  EVP_PKEY* key = EVP_EC_gen("P-256");
+  X509* cert = X509_new();
+  X509_set_version(cert, 2);
+  ASN1_INTEGER_set(X509_get_serialNumber(cert), 77);
+  X509_gmtime_adj(X509_getm_notBefore(cert), -2 * 86400);
+  X509_gmtime_adj(X509_getm_notAfter(cert), -86400);
+  X509_set_pubkey(cert, key);
+  X509_NAME_add_entry_by_txt(X509_get_subject_name(cert), "CN", MBSTRING_ASC,
+                             reinterpret_cast<const unsigned char*>("expired-node"), -1, -1, 0);
+  X509_set_issuer_name(cert, X509_get_subject_name(ca));
+  ASSERT_GT(X509_sign(cert, ca_key, EVP_sha256()), 0);
+  FILE* o = std::fopen((out + "/cluster.crt").c_str(), "w");
+  PEM_write_X509(o, cert);
+  std::fclose(o);
+  o = std::fopen((out + "/cluster.key").c_str(), "w");
+  PEM_write_PrivateKey(o, key, nullptr, nullptr, 0, nullptr, nullptr);
+  std::fclose(o);
+  ::chmod((out + "/cluster.key").c_str(), 0600);
+  X509_free(cert);
+  X509_free(ca);
+  EVP_PKEY_free(key);
+  EVP_PKEY_free(ca_key);
+}
 
 class TlsNetnsTest : public ::testing::Test {
  protected:
@@ -179,6 +220,25 @@ TEST_F(TlsNetnsTest, NodesWithoutACertificateOfTheClustersCaAreRefusedAndNeverAp
   auto loose = start_node(2, tls(files.dir() + "/loose"));
   EXPECT_NE(loose.rc, 0);
   EXPECT_TRUE(contains(loose.err, "chmod 600")) << loose.err;
+  // An expired certificate of the cluster's CA: a node refuses its own at start, and a
+  // peer that presents one anyway (OpenSSL's s_client) is refused by the head.
+  const std::string expired = files.dir() + "/expired";
+  write_expired_certificate(tls_dir, expired);
+  auto stale = start_node(2, tls(expired));
+  EXPECT_NE(stale.rc, 0);
+  EXPECT_TRUE(contains(stale.err, "expired")) << stale.err;
+  std::vector<std::string> hello = lab->on(2);
+  hello.insert(hello.end(), {"openssl", "s_client", "-connect", head, "-tls1_3", "-cert", expired + "/cluster.crt", "-key",
+                             expired + "/cluster.key", "-CAfile", tls_dir + "/ca.crt", "-verify_return_error", "-ign_eof"});
+  std::this_thread::sleep_for(1100ms);  // the head logs one refusal a second
+  auto peer = run(hello, {}, 20s);
+  EXPECT_TRUE(contains(peer.out + peer.err, "alert")) << "the head did not refuse an expired certificate:\n" << peer.out << peer.err;
+  std::string head_log;
+  for (int i = 0; i < 50 && !contains(head_log, "expired"); ++i) {
+    std::this_thread::sleep_for(100ms);
+    head_log = slurp(runtime(0) + "/head-6380.log");
+  }
+  EXPECT_TRUE(contains(head_log, "expired")) << "the head's log does not say why it refused the peer:\n" << head_log;
   auto s = status(tls(tls_dir));
   ASSERT_TRUE(s.is_object());
   EXPECT_EQ(s["nodes"].size(), 1u) << "only the node with the cluster's certificate appears: " << s.dump();
