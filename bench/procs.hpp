@@ -2,6 +2,7 @@
 // command against one cluster's runtime directory and token file.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -33,8 +34,9 @@ inline std::string sh(const std::string& dir, const std::string& token_path, con
 }
 
 // The benchmark's own runtime folder and token file (one per process), made by
-// make_scratch(); what runs from it is stopped and the folder removed at exit
-// (BENCH_KEEP=1 keeps both, for a look afterwards).
+// make_scratch(); what runs from it is stopped and the folder removed however the
+// benchmark ends: at exit (or die()), and, when it is killed or crashes, by a reaper
+// process that waits for it (BENCH_KEEP=1 keeps both, for a look afterwards).
 struct scratch {
   static inline std::string dir, token_path, name;
 };
@@ -46,6 +48,7 @@ inline void cleanup_scratch() {
   if (scratch::dir.empty() || std::getenv("BENCH_KEEP")) return;
   run(tune_binary() + " stop --grace 5");
   std::system(("rm -rf " + scratch::dir).c_str());
+  scratch::dir.clear();  // once: at exit again, or the reaper, find nothing to do
 }
 
 // Ends the benchmark with the reason (the scratch cluster is cleaned up).
@@ -62,6 +65,34 @@ inline void make_scratch(const std::string& bench_name) {
   ::chmod(tmpl.c_str(), 0711);  // a root node's trials (nobody) reach their folders below it
   scratch::token_path = scratch::dir + "/token";
   std::atexit(cleanup_scratch);
+  if (std::getenv("BENCH_KEEP")) return;
+  // The reaper: a shell in a session of its own (a Ctrl-C to the benchmark's process
+  // group does not reach it; it ignores INT, TERM and HUP besides) whose stdin is a pipe
+  // only this process holds open (close-on-exec: the daemons it starts do not inherit
+  // it). When this process ends, however it ends (SIGKILL, a crash, std::_Exit), the
+  // pipe closes, `cat` returns, and the cluster of the scratch folder is stopped and the
+  // folder removed, unless cleanup_scratch() already did.
+  // Everything the child needs is made before fork(): it only calls what is safe in a
+  // child of a process with threads, up to exec.
+  std::string env_dir = "TUNE_RUNTIME_DIR=" + scratch::dir, env_token = "TUNE_TOKEN_FILE=" + scratch::token_path,
+              env_tune = "BENCH_TUNE=" + tune_binary(), env_path = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
+  char* envp[] = {env_dir.data(), env_token.data(), env_tune.data(), env_path.data(), nullptr};
+  const char* script =
+      "trap '' INT TERM HUP; cat >/dev/null; "
+      "if [ -d \"$TUNE_RUNTIME_DIR\" ]; then \"$BENCH_TUNE\" stop --grace 5; rm -rf \"$TUNE_RUNTIME_DIR\"; fi";
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) die("cannot make the reaper's pipe");
+  pid_t pid = ::fork();
+  if (pid < 0) die("cannot start the reaper");
+  if (pid == 0) {
+    ::setsid();
+    ::dup2(p[0], 0);  // dup2 clears close-on-exec on the copy
+    int null = ::open("/dev/null", O_WRONLY);
+    if (null >= 0) ::dup2(null, 1), ::dup2(null, 2);
+    ::execle("/bin/sh", "sh", "-c", script, static_cast<char*>(nullptr), envp);
+    ::_exit(127);
+  }
+  ::close(p[0]);  // p[1] stays open, unread, for this process's life
 }
 
 // Starts a head on loopback and `nodes` node daemons with these arguments (e.g.
