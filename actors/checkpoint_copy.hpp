@@ -10,10 +10,16 @@
 //      comes, into <dest>.part, which is renamed to <dest> when complete, with its
 //      MANIFEST.json ({"trial", "iteration", "files": [{"name", "size", "sha256"}],
 //      "bytes", "seconds"}). A failed copy leaves nothing behind.
-//   (check_atom, dir, manifest JSON)
+//      The answer's JSON also holds "stat": {name: [device, inode, size, change time
+//      in ns]} of each file as written (not in MANIFEST.json), for a later check.
+//   (check_atom, dir, manifest JSON, stat JSON)
 //        -> (check_atom, true, "") | (check_atom, false, why)
 //      Every file of the copy taken by the program server (which serves it to the node
-//      that restores from it) and its SHA-256 compared with the manifest's.
+//      that restores from it) and its SHA-256 compared with the manifest's. A file whose
+//      device, inode, size and change time are still those `stat` recorded when this process
+//      wrote and hashed it is taken with the manifest's hash, not read again (a restart
+//      after a node's death does not wait for 100 MB to be hashed); the node that
+//      fetches it checks the hash of what it receives either way.
 //
 // Copies of different trials proceed side by side (the controller asks for one copy
 // per trial at a time).
@@ -22,6 +28,7 @@
 #include <caf/all.hpp>
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace tune {
@@ -36,5 +43,12 @@ struct copier_setup {
 };
 
 caf::actor spawn_checkpoint_copier(caf::actor_system& sys, copier_setup setup);
+
+// What identifies a file as written: [device, inode, size, change time in ns], or null
+// when it cannot be read or was changed within the current tick of the kernel's coarse
+// clock (a change later in that tick could keep its change time). Its owner cannot set
+// the change time back (touch sets the modification time): any later write, truncation
+// or replacement changes it.
+nlohmann::json file_identity(const std::string& path);
 
 }  // namespace tune

@@ -163,7 +163,7 @@ void node_event(controller_actor self, const std::string& node, const std::strin
   }
   if (state != "dead") return;
   for (auto& [id, h] : st.table.on_node_dead(node))
-    self->delayed_send(self, std::chrono::milliseconds(200), lost_atom::value, id, h, "node " + node + " is dead: " + reason);
+    self->delayed_send(self, std::chrono::milliseconds(20), lost_atom::value, id, h, "node " + node + " is dead: " + reason);
 }
 
 void lost(controller_actor self, const std::string& id, actor_handle h, const std::string& why) {
@@ -210,6 +210,7 @@ caf::message_handler trial_handlers(controller_actor self) {
 caf::message_handler head_handlers(controller_actor self) {
   return {
       [](wire::pg_remove_atom, bool, const std::string&) {},  // groups given back
+      [](wire::stage_atom, bool, const std::string&) {},  // standby copies dropped
       // A group of a trial whose node died, placed again by the head: the trial is
       // ended as lost (and started again in a new group with max_failures).
       [](wire::pg_moved_atom, const std::string&, const std::vector<uint32_t>&) {},
@@ -312,6 +313,7 @@ void finish(controller_actor self, expected<experiment_summary> out) {
   auto& st = self->state;
   if (st.over) return;
   board_report(self, true, out ? "done" : "failed", out ? "" : out.error().message());
+  for (auto& [id, r] : st.records) drop_standby(self, id);
   st.over = true;
   st.table.release_all(!out);
   for (auto& c : st.table.take()) carry_out(self, c);  // stops and groups given back

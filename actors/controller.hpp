@@ -60,6 +60,8 @@ struct experiment_run_options {
   // come back as pg_move_atom); a trial moves at most once per min_move_interval.
   bool auto_rebalance = false;
   std::chrono::milliseconds min_move_interval{60000};
+  // Each trial's newest checkpoint copy staged on another node (wire.hpp, stage_atom).
+  bool standby_copies = true;
 };
 
 struct experiment_summary {

@@ -36,6 +36,9 @@ void create_group(controller_actor self, const live::create_group& c) {
   auto spec = group_spec(self, c.group);
   if (c.claim) spec.claim_wait_ms = claim_wait.count();  // its node may hold it still
   spec.avoid = c.avoid;
+  // Where its checkpoint is staged, if it restarts from one (no fetch there).
+  if (auto r = st.records.find(c.trial); r != st.records.end() && !r->second.standby_node.empty())
+    spec.prefer = {r->second.standby_node};
   self->request(st.setup.head, st.setup.request_timeout, wire::pg_create_atom::value, st.setup.token, version(), spec)
       .then(
           [self, c](wire::pg_create_atom, bool ok, std::string& group, std::string& state, std::string& reason) {

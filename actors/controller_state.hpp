@@ -43,6 +43,12 @@ struct trial_record {
   std::map<int64_t, int> pinned;                   // copies starts on their way restore from: how many
   bool copying = false;
   int64_t copy_next = -1;          // the newest checkpoint not copied yet (-1: none)
+  // Its standby copy (wire.hpp, stage_atom): the node that holds it and its iteration;
+  // one staging at a time; why the last one failed (said once), and the newest copy
+  // that failed to be staged (tried again only with a newer one, or once it restarted).
+  bool staging = false;
+  std::string standby_node, standby_why;
+  int64_t standby_iteration = -1, standby_tried = -1;
   std::set<std::string> reported;  // the metrics its results named (what an error says it reported)
   std::optional<wire::wire_trial_end> end;  // its end, while it is being handled
 };
@@ -109,6 +115,8 @@ void start_failed(controller_actor self, const std::string& id, const std::strin
 void trial_ended(controller_actor self, const std::string& id, bool moved);
 void start_trial(controller_actor self, const live::start_trial& c);
 void load_copies(controller_actor self);
+// Asks the node that holds the trial's standby copy to drop it (no answer awaited).
+void drop_standby(controller_actor self, const std::string& id);
 void open_feed(controller_actor self);
 void show(controller_actor self, bool force);
 void board_report(controller_actor self, bool now, const std::string& state = "running", const std::string& error = "");

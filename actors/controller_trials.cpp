@@ -91,9 +91,41 @@ void store_end(controller_actor self, const std::string& id, const wire::wire_tr
     if (t.checkpoint >= 0) why["from_checkpoint"] = t.checkpoint;
     (void)st.setup.store->add_event(id, "restart", why);
   }
+  if (t.state == trial_state::terminated || t.state == trial_state::error) drop_standby(self, id);
 }
 
 void copy_checkpoint(controller_actor self, const std::string& id);
+void stage_checkpoint(controller_actor self, const std::string& id);
+void pin(controller_actor self, const std::string& trial, int64_t at, int by);
+
+// The manifest that drops a standby copy (no files).
+const std::string drop_manifest = R"({"iteration":0,"files":[]})";
+
+// A standby copy is in (or not): recorded, and the next staged should a newer copy
+// have come meanwhile.
+void staged(controller_actor self, const std::string& id, int64_t it, bool ok, const std::string& text) {
+  auto& st = self->state;
+  auto& r = st.records[id];
+  r.staging = false;
+  pin(self, id, it, -1);
+  if (st.over) return;
+  if (ok) {
+    if (!r.standby_node.empty() && r.standby_node != text)  // the one before, elsewhere
+      self->send(st.setup.head, wire::stage_atom::value, st.setup.token, std::string{}, r.standby_node, st.on_wire(id),
+                 drop_manifest, std::string{}, uint64_t{0}, st.setup.programs);
+    r.standby_node = text;
+    r.standby_iteration = it;
+    r.standby_why.clear();
+    (void)st.setup.store->add_event(id, "standby", {{"iteration", it}, {"node", text}});
+  } else {
+    r.standby_tried = it;  // not this copy again: the next one is tried
+    if (text != r.standby_why) {
+      r.standby_why = text;
+      (void)st.setup.store->add_event(id, "standby_failed", {{"iteration", it}, {"error", text}});
+    }
+  }
+  stage_checkpoint(self, id);
+}
 
 // A copy is done (or failed): kept (the two newest of a trial: the older one is the
 // fallback should the newer be found corrupt), and the next one started.
@@ -122,11 +154,63 @@ void copied(controller_actor self, const std::string& id, int64_t it, const std:
     (void)st.setup.store->add_event(id, "checkpoint_stored",
                                     {{"iteration", it}, {"bytes", bytes}, {"files", m.value("files", nlohmann::json::array()).size()},
                                      {"seconds", m.value("seconds", 0.0)}, {"dir", dest}});
+    stage_checkpoint(self, id);
   }
   if (st.over) return;
   if (r.copy_next > it) return copy_checkpoint(self, id);
   advance(self);  // the experiment may have waited for this copy
 }
+
+void stage_checkpoint(controller_actor self, const std::string& id) {
+  auto& st = self->state;
+  auto& r = st.records[id];
+  auto* t = st.table.find(id);
+  if (st.over || !st.setup.options.standby_copies || r.staging || r.stored.empty() || !t || t->group.empty()) return;
+  auto newest = std::prev(r.stored.end());
+  int64_t it = newest->first;
+  if ((it <= r.standby_iteration && !r.standby_node.empty()) || it <= r.standby_tried) return;
+  auto files = newest->second.manifest.value("files", nlohmann::json::array());
+  std::vector<std::string> paths, shas;
+  std::vector<uint64_t> sizes;
+  for (auto& f : files) {
+    if (!f.is_object() || !f.contains("name") || !f.contains("sha256") || !f.contains("size")) return;
+    paths.push_back(newest->second.dir + "/" + f["name"].get<std::string>());
+    shas.push_back(f["sha256"].get<std::string>());
+    sizes.push_back(f["size"].get<uint64_t>());
+  }
+  r.staging = true;
+  pin(self, id, it, +1);  // kept while the node fetches it
+  auto manifest = nlohmann::json{{"iteration", it}, {"files", files}}.dump();
+  auto& opt = st.setup.options;
+  auto program = opt.command.empty() ? opt.program : program_ref{};
+  auto group = t->group;
+  // Its files as this process wrote and hashed them (the node checks each as it comes).
+  self->request(st.setup.programs, st.setup.request_timeout, wire::program_add_atom::value, paths, shas, sizes)
+      .then(
+          [self, id, it, manifest, program, group](wire::program_add_atom, bool ok, const std::string& why) {
+            auto& st = self->state;
+            if (!ok || st.over) return staged(self, id, it, false, why);
+            self->request(st.setup.head, std::chrono::minutes(2), wire::stage_atom::value, st.setup.token, group,
+                          std::string{}, st.on_wire(id), manifest, program.sha256, program.size, st.setup.programs)
+                .then([self, id, it](wire::stage_atom, bool ok, const std::string& text) { staged(self, id, it, ok, text); },
+                      [self, id, it](caf::error& err) { staged(self, id, it, false, describe(self->system(), err)); });
+          },
+          [self, id, it](caf::error& err) { staged(self, id, it, false, describe(self->system(), err)); });
+}
+
+}  // namespace
+
+void drop_standby(controller_actor self, const std::string& id) {
+  auto& st = self->state;
+  auto r = st.records.find(id);
+  if (r == st.records.end() || r->second.standby_node.empty()) return;
+  self->send(st.setup.head, wire::stage_atom::value, st.setup.token, std::string{}, r->second.standby_node, st.on_wire(id),
+             drop_manifest, std::string{}, uint64_t{0}, st.setup.programs);
+  r->second.standby_node.clear();
+  r->second.standby_iteration = -1;
+}
+
+namespace {
 
 // Copies a trial's newest reported checkpoint into the experiment folder (older ones
 // not copied yet are skipped), one copy per trial at a time.
@@ -167,7 +251,8 @@ void pick_copy(controller_actor self, std::string trial, int64_t iteration,
   pin(self, trial, at, +1);  // kept while it is checked and while the start fetches it
   nlohmann::json m{{"iteration", at}, {"files", it->second.manifest.value("files", nlohmann::json::array())}};
   auto text = m.dump();
-  self->request(self->state.copier, caf::infinite, check_atom::value, it->second.dir, text)
+  auto stat = it->second.manifest.value("stat", nlohmann::json::object()).dump();
+  self->request(self->state.copier, caf::infinite, check_atom::value, it->second.dir, text, stat)
       .then(
           [self, trial, at, text, then](check_atom, bool ok, const std::string& why) {
             if (ok) return then(text, at);
@@ -187,6 +272,11 @@ void pick_copy(controller_actor self, std::string trial, int64_t iteration,
 // started from.
 void started(controller_actor self, const std::string& id, const nlohmann::json& info, const engine_action& a) {
   auto& st = self->state;
+  if (auto& r = st.records[id]; info.is_object() && !r.standby_node.empty() && info.value("node", "") == r.standby_node) {
+    drop_standby(self, id);  // it runs where its standby copy was: one elsewhere
+    r.standby_tried = -1;
+    stage_checkpoint(self, id);
+  }
   nlohmann::json keep = nlohmann::json::object();
   if (info.is_object())
     for (auto key : {"pid", "node", "gpus", "trial_dir"})

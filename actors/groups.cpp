@@ -371,6 +371,8 @@ caf::message create(groups_actor self, const wire::wire_group_spec& w, caf::acto
   if (w.bundles.empty()) return no("a placement group needs at least one bundle");
   if (w.bundles.size() > 4096) return no("a placement group has at most 4096 bundles");
   spec.avoid = w.avoid;
+  if (w.prefer.size() > 16) return no("a placement group prefers at most 16 nodes");
+  spec.prefer = w.prefer;
   if (w.experiment.size() > 128) return no("an experiment key has at most 128 characters");
   spec.experiment = w.experiment;
   for (size_t i = 0; i < w.bundles.size(); ++i) {
@@ -657,6 +659,41 @@ caf::behavior groups(groups_actor self, groups_options opt) {
                   [answer](caf::error& err) mutable {
                     answer(false, "the node did not start the trial: " + to_string(err), {});
                   });
+        return rp;
+      },
+      // A standby copy of a trial's checkpoint (wire.hpp, stage_atom): to the node named, or
+      // to where the trial's group would go were its current nodes gone.
+      [self](wire::stage_atom, const std::string& user, const std::string& group, const std::string& node,
+             const std::string& trial, const std::string& manifest, const std::string& program_sha, uint64_t program_size,
+             const caf::actor& server) -> caf::result<caf::message> {
+        auto& st = self->state;
+        auto no = [](const std::string& why) { return caf::make_message(wire::stage_atom::value, false, why); };
+        auto m = nlohmann::json::parse(manifest, nullptr, false);
+        bool drop = !node.empty() && m.is_object() && m.contains("files") && m["files"].empty();  // the key is the user's own
+        auto* g = st.table.find(group);
+        if (!drop && !g) return no("no placement group " + group);
+        if (auto why = drop ? "" : not_theirs(self, user, group, "stage checkpoints for"); !why.empty()) return no(why);
+        node_id to = node;
+        if (to.empty()) {
+          std::vector<node_id> avoid(st.table.draining().begin(), st.table.draining().end());
+          for (auto& site : g->site)
+            if (site) avoid.push_back(site->node);
+          auto p = place(st.view, g->spec.bundles, g->spec.strat, avoid);
+          if (!p || p->result != outcome::placed) return no("no other node would take its group now");
+          to = p->bundles[0].node;
+        }
+        auto n = st.nodes.find(to);
+        if (n == st.nodes.end()) return no("no alive node " + to);
+        auto rp = self->make_response_promise<caf::message>();
+        self->request(n->second, std::chrono::minutes(2), wire::stage_atom::value, user + "/" + trial, manifest,
+                      program_sha, program_size, server)
+            .then(
+                [rp, to](wire::stage_atom, bool ok, const std::string& text) mutable {
+                  rp.deliver(caf::make_message(wire::stage_atom::value, ok, ok ? to : "node " + to + ": " + text));
+                },
+                [rp, to](caf::error& err) mutable {
+                  rp.deliver(caf::make_message(wire::stage_atom::value, false, "node " + to + ": " + to_string(err)));
+                });
         return rp;
       },
       // A client's greeting for its trial, to the node of the trial's bundle; its sender

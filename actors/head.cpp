@@ -388,6 +388,12 @@ caf::behavior head(head_actor self, head_options opt) {
              const caf::actor& server) {
         return to_groups(self, token, wire::trial_start_atom::value, spec, server);
       },
+      [self](wire::stage_atom, const std::string& token, const std::string& group, const std::string& node,
+             const std::string& trial, const std::string& manifest, const std::string& program_sha, uint64_t program_size,
+             const caf::actor& server) {
+        return to_groups(self, token, wire::stage_atom::value, group, node, trial, manifest, program_sha, program_size,
+                         server);
+      },
       // A client greets its trial through here (wire.hpp, route_atom); passed on as it is.
       [self](wire::route_atom, const std::string& token, const std::string& group, uint32_t bundle,
              const std::string& trial, uint64_t received) {

@@ -1,5 +1,6 @@
 #include "node.hpp"
 
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <cstring>
 #include <fcntl.h>
@@ -65,6 +66,16 @@ struct node_state {
   // Working-directory manifests read, by SHA-256 (a few: each start of a trial needs one).
   std::map<std::string, std::shared_ptr<const workdir_manifest>> manifests;
   std::set<std::string> complete_workdirs;  // manifests whose every file is in the cache
+  // Standby checkpoint copies (wire.hpp, stage_atom), files in <work dir>/staged/ by
+  // SHA-256, by key "<user>/<trial>": a restart of the trial here copies them in place
+  // instead of fetching them. Cleared when the node starts.
+  struct standby {
+    int64_t iteration = -1;
+    std::vector<std::string> shas;
+    uint64_t bytes = 0, seq = 0;  // seq: the oldest go first when space runs out
+  };
+  std::map<std::string, standby> staged;
+  uint64_t staged_seq = 0;
   std::string python_path;  // the trials' Python module (empty: not installed)
   std::shared_ptr<python_spawners> pythons;  // warm interpreters for Python trials (none: off)
   static inline const char* name = "tune.node";
@@ -73,6 +84,8 @@ struct node_state {
 using node_actor = caf::stateful_actor<node_state>*;
 
 constexpr std::chrono::milliseconds max_backoff{2000};
+// The most bytes of standby copies a node keeps (the oldest go first).
+constexpr uint64_t staged_max_bytes = uint64_t{8} << 30;
 
 std::string where(node_actor self) {
   return self->state.opt.head_host + ":" + std::to_string(self->state.opt.head_port);
@@ -292,6 +305,11 @@ struct fetch_job {
   uint64_t size = 0, next = 0, written = 0;
   int fd = -1, in_flight = 0;
   bool over = false;
+  // The hash of the bytes written so far, in order (answers come in the order asked: one
+  // server, one connection); a chunk out of order turns it off and the file is hashed
+  // once whole instead.
+  std::unique_ptr<sha256_stream> hash = std::make_unique<sha256_stream>();
+  uint64_t hashed = 0;
   std::function<void(const status&)> done;
   // Into a trial's folder: its file is checked and, when bad, removed as the trial's
   // account (a folder on the way may have become a link since it was opened).
@@ -309,7 +327,7 @@ void fetch_end(std::shared_ptr<fetch_job> f, const std::string& why) {
     std::optional<as_account> guard;  // only for the check and the removal: `done` runs as the node
     if (f->as) guard.emplace(*f->as);
     if (why.empty()) {
-      auto got = sha256_file(f->dest);
+      auto got = f->hash && f->hashed == f->size ? expected<std::string>{f->hash->hex()} : sha256_file(f->dest);
       if (!got || *got != f->sha)
         outcome = status{errc::not_found, got ? "its SHA-256 is " + *got + ", not " + f->sha : got.error().message()};
     } else {
@@ -335,6 +353,12 @@ void fetch_more(node_actor self, std::shared_ptr<fetch_job> f) {
                 return fetch_end(f, "the server sent " + std::to_string(bytes.size()) + " bytes, not " + std::to_string(length));
               if (::pwrite(f->fd, bytes.data(), length, static_cast<off_t>(offset)) != static_cast<ssize_t>(length))
                 return fetch_end(f, "cannot write " + f->dest);
+              if (f->hash && offset == f->hashed) {
+                f->hash->add(bytes);
+                f->hashed += length;
+              } else {
+                f->hash.reset();
+              }
               f->written += length;
               if (f->written == f->size) return fetch_end(f, "");
               fetch_more(self, f);
@@ -500,6 +524,120 @@ expected<nlohmann::json> restore_manifest(const std::string& text) {
   return m;
 }
 
+std::string staged_dir(node_actor self) { return self->state.opt.work_dir + "/staged"; }
+
+// Removes those of `shas` that no standby set names any more.
+void remove_unnamed(node_actor self, const std::vector<std::string>& shas) {
+  for (auto& sha : shas) {
+    bool named = false;
+    for (auto& [key, s] : self->state.staged) named = named || std::find(s.shas.begin(), s.shas.end(), sha) != s.shas.end();
+    if (!named) std::remove((staged_dir(self) + "/" + sha).c_str());
+  }
+}
+
+void drop_staged(node_actor self, const std::string& key) {
+  auto it = self->state.staged.find(key);
+  if (it == self->state.staged.end()) return;
+  auto shas = std::move(it->second.shas);
+  self->state.staged.erase(it);
+  remove_unnamed(self, shas);
+}
+
+// A standby copy of a trial's checkpoint (wire.hpp, stage_atom): its files (and the
+// trial's program) fetched into this node's caches, each checked against its hash.
+caf::result<caf::message> stage(node_actor self, const std::string& key, const std::string& manifest,
+                                const std::string& program_sha, uint64_t program_size, const caf::actor& server) {
+  auto& st = self->state;
+  auto no = [](const std::string& why) { return caf::make_message(wire::stage_atom::value, false, why); };
+  auto yes = [](const std::string& what) { return caf::make_message(wire::stage_atom::value, true, what); };
+  if (!from_head(self)) return no("standby copies come only through the head this node joined");
+  if (st.opt.work_dir.empty()) return no("this node runs no trials (it has no work folder)");
+  auto m = restore_manifest(manifest);
+  if (!m) return no(m.error().message());
+  auto& files = (*m)["files"];
+  if (files.empty()) {
+    drop_staged(self, key);
+    return yes("dropped");
+  }
+  if (!program_sha.empty() && !is_sha256_hex(program_sha)) return no("the program's SHA-256 is not 64 hex digits");
+  if (!server) return no("nobody serves the checkpoint");
+  int64_t iteration = (*m)["iteration"].get<int64_t>();
+  if (auto it = st.staged.find(key); it != st.staged.end() && it->second.iteration >= iteration)
+    return yes("iteration " + std::to_string(it->second.iteration) + " is here already");
+  uint64_t bytes = 0;
+  std::vector<std::string> shas;
+  for (auto& f : files) {
+    bytes += f["size"].get<uint64_t>();
+    shas.push_back(f["sha256"].get<std::string>());
+  }
+  if (bytes > staged_max_bytes)
+    return no("the checkpoint (" + format_bytes(static_cast<int64_t>(bytes)) + ") is larger than a node's standby space (" +
+              format_bytes(static_cast<int64_t>(staged_max_bytes)) + ")");
+  struct job {
+    size_t left = 0;
+    std::string error;
+  };
+  auto j = std::make_shared<job>();
+  j->left = files.size() + (program_sha.empty() ? 0 : 1);
+  auto rp = self->make_response_promise<caf::message>();
+  auto one = [self, j, rp, key, iteration, shas, bytes, no, yes](const status& got) mutable {
+    if (!got && j->error.empty()) j->error = got.message();
+    if (--j->left > 0) return;
+    auto& st = self->state;
+    auto& have = st.staged[key];
+    if (!j->error.empty() || have.iteration >= iteration) {  // failed, or a newer one came meanwhile
+      if (have.shas.empty()) st.staged.erase(key);
+      remove_unnamed(self, shas);
+      rp.deliver(j->error.empty() ? yes("a newer copy is here already") : no(j->error));
+      return;
+    }
+    auto old = std::move(have.shas);
+    have = {iteration, shas, bytes, ++st.staged_seq};
+    remove_unnamed(self, old);
+    // Within the node's space: the oldest sets go.
+    for (;;) {
+      uint64_t total = 0;
+      auto oldest = st.staged.end();
+      for (auto it = st.staged.begin(); it != st.staged.end(); ++it) {
+        total += it->second.bytes;
+        if (it->first != key && (oldest == st.staged.end() || it->second.seq < oldest->second.seq)) oldest = it;
+      }
+      if (total <= staged_max_bytes || oldest == st.staged.end()) break;
+      drop_staged(self, oldest->first);
+    }
+    rp.deliver(yes("iteration " + std::to_string(iteration) + " staged"));
+  };
+  if (!program_sha.empty())
+    ensure_file(self, st.opt.work_dir + "/programs", program_sha, program_size, server, true, "the trial's program", one, true);
+  for (auto& f : files)
+    ensure_file(self, staged_dir(self), f["sha256"].get<std::string>(), f["size"].get<uint64_t>(), server, false,
+                "checkpoint file " + f["name"].get<std::string>(), one);
+  return rp;
+}
+
+// Copies `size` bytes of the standby file `sha` into `fd` (at its start): false when
+// there is none whole, `fd` then empty again. The file stays until its set is dropped
+// (the trial's client does once it runs here; another trial's set may name it too).
+bool from_standby(node_actor self, const std::string& sha, uint64_t size, int fd) {
+  int src = ::open((staged_dir(self) + "/" + sha).c_str(), O_RDONLY | O_CLOEXEC);
+  if (src < 0) return false;
+  struct ::stat s {};
+  uint64_t done = 0;
+  if (::fstat(src, &s) == 0 && static_cast<uint64_t>(s.st_size) == size) {
+    while (done < size) {
+      auto n = ::sendfile(fd, src, nullptr, static_cast<size_t>(std::min<uint64_t>(size - done, 1u << 30)));
+      if (n <= 0) break;
+      done += static_cast<uint64_t>(n);
+    }
+  }
+  ::close(src);
+  if (done != size) {  // emptied again for the fetch (it writes at offsets: a failure here is its error)
+    if (::ftruncate(fd, 0) != 0) log_line("cannot empty a checkpoint file after a failed copy: " + std::string{std::strerror(errno)});
+    return false;
+  }
+  return true;
+}
+
 // The trial's program is on this node: fetch the checkpoint copy it starts from, when it
 // has one, then start it. The fetches took a while, so the bundle is checked again (its
 // group may be gone, a trial of this id started meanwhile), as trial_start did.
@@ -551,6 +689,20 @@ void continue_start(node_actor self, wire::wire_trial_spec spec, bundle_key key,
       return;
     }
     spec.restore_dir = dir;
+    auto began = std::chrono::steady_clock::now();
+    auto took = [began, size = f["size"].get<double>()] {
+      char text[96];
+      std::snprintf(text, sizeof text, "%.1f MB in %.3f s", size / 1e6,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+      return std::string{text};
+    };
+    if (from_standby(self, f["sha256"], f["size"], fd)) {
+      ::close(fd);
+      log_line("trial " + spec.trial_id + ": checkpoint file " + f["name"].get<std::string>() + " from its standby copy (" +
+               took() + ")");
+      continue_start(self, spec, key, program, server, owner, rp, files, "its checkpoint");
+      return;
+    }
     fetch_file(self, server, f["sha256"], f["size"], dest,
                [=](const status& got) mutable {
                  if (!got) {
@@ -559,6 +711,8 @@ void continue_start(node_actor self, wire::wire_trial_spec spec, bundle_key key,
                    rp.deliver(wire::start_answer(false, "node " + self->state.opt.node_id + ": " + text));
                    return;
                  }
+                 log_line("trial " + spec.trial_id + ": checkpoint file " + f["name"].get<std::string>() + " fetched (" +
+                          took() + ")");
                  continue_start(self, spec, key, program, server, owner, rp, files, "its checkpoint");
                },
                fd, *account);
@@ -822,6 +976,8 @@ void open_node(node_actor self, node_options opt) {
   self->state.table = reservation_table{self->state.opt.resources, static_cast<uint64_t>(us.count())};
   self->state.started = self->clock().now();
   if (!self->state.opt.work_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(self->state.opt.work_dir + "/staged", ec);  // an earlier run's: no record of them
     if (auto py = install_python_module(self->state.opt.work_dir + "/python")) {
       self->state.python_path = *py;
       // Python trials fork from warm interpreters, unless the node is told not to.
@@ -971,6 +1127,10 @@ caf::message_handler trial_handlers(node_actor self) {
       [self](wire::trial_start_atom, const wire::wire_trial_spec& spec, const std::string& key, uint32_t bundle,
              const caf::actor& server, const caf::actor& owner) {
         return trial_start(self, spec, key, bundle, server, owner);
+      },
+      [self](wire::stage_atom, const std::string& key, const std::string& manifest, const std::string& program_sha,
+             uint64_t program_size, const caf::actor& server) {
+        return stage(self, key, manifest, program_sha, program_size, server);
       },
       // A trial's checkpoint, read by a client in chunks (also after the trial ended).
       [self](wire::ckpt_list_atom, const std::string& token, const std::string& trial, const std::string& path) {

@@ -85,6 +85,16 @@
 //   head -> owner (pg_move_atom, group, avoid node ids, why)   please move the trial in this group off
 //                  those nodes: the owner pauses it (its process ends, its checkpoint stays),
 //                  gives the group back and starts it again in a new group (avoid) from it
+// Standby copies (docs/resilience.md): a trial's checkpoint copy, served by its client,
+// fetched ahead of time by another node, where a restart after its node's death goes:
+//   client -> head (stage_atom, token, group, node, trial_id, manifest JSON, program sha256,
+//                  program size, program_server) -> (stage_atom, bool, node-id-or-error)
+//                  node empty: the node where the trial's group would go were its nodes
+//                  gone (the group's owner only); a manifest without files drops what
+//                  `node` holds for the trial
+//   groups -> node (stage_atom, key, manifest JSON, program sha256, program size, program_server)
+//                  -> (stage_atom, bool, text)   key: "<user>/<trial_id>"; the program
+//                  (empty: none) and the files fetched into the node's caches
 // Users (docs/users.md), the admin only:
 //   client -> head (user_atom, token, op, json) -> (user_atom, bool, json-or-error)
 //                  op: "add" {name, settings...} -> the user with their token; "set" {name,
@@ -160,6 +170,7 @@ using rebalance_atom = caf::atom_constant<caf::atom("rebalance")>;
 using drain_atom = caf::atom_constant<caf::atom("drain")>;
 using user_atom = caf::atom_constant<caf::atom("user")>;
 using pg_move_atom = caf::atom_constant<caf::atom("pgmove")>;
+using stage_atom = caf::atom_constant<caf::atom("stage")>;
 // An experiment's controller reports to the head's board (tune/cluster/board.hpp):
 // (board_atom, token, report JSON), no answer.
 using board_atom = caf::atom_constant<caf::atom("board")>;
@@ -283,6 +294,7 @@ struct wire_group_spec {
   // adopt them as they are) before it is placed anew. 0: placed at once.
   int64_t claim_wait_ms = 0;
   std::vector<std::string> avoid;  // node ids it must not be placed on (a trial moved off them)
+  std::vector<std::string> prefer;  // node ids it goes to when it fits there (its checkpoint is staged there)
   // The experiment it is for (a tuning run's key): its user's share of the cluster is
   // split fairly between their experiments. Empty: none in particular.
   std::string experiment;
@@ -291,7 +303,7 @@ struct wire_group_spec {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_group_spec& x) {
   return f(caf::meta::type_name("wire_group_spec"), x.id, x.strategy, x.bundles, x.detached, x.claim_wait_ms, x.avoid,
-           x.experiment);
+           x.prefer, x.experiment);
 }
 
 // A trial to start: in bundle `bundle` of placement group `group`, running the program

@@ -4,16 +4,21 @@
 //
 //  recover: 2 trials (a GPU each, PACK: on one node) write a --checkpoint-mb checkpoint
 //           (100 MB) at iteration 1 and report every 50 ms; once the experiment holds
-//           its copies, their node is SIGKILLed. recover_s = from the kill until both
+//           its copies (and, unless --no-standby, their standby copies are on another
+//           node: docs/resilience.md), their node is SIGKILLed. recover_s = from the kill until both
 //           run again on another node (their start answered: the checkpoint fetched,
 //           checked and the worker started), with max_failures = 1.
-//  migrate: 1 such trial; once its copy is held, `tune drain` its node. migrate_s =
+//  migrate: 1 such trial; once its copy is held (and staged), `tune drain` its node. migrate_s =
 //           from the drain until it runs on the other node from its checkpoint.
 //
 // Medians of --repeats runs (3). Last line: {"recover_s_p50", "migrate_s_p50", ...}.
+// --timeline: after each recovery, the steps from the kill on, in milliseconds: the
+// head's and the nodes' log lines and the experiment's events (the profile of the path).
 #include <signal.h>
 
 #include <chrono>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -58,7 +63,8 @@ TUNE_TRAINABLE(holder);
 
 struct trial_view {
   std::string node;
-  bool copied = false;  // its checkpoint 1 is in the experiment folder
+  bool copied = false;   // its checkpoint 1 is in the experiment folder
+  bool standby = false;  // and staged on another node
 };
 
 // What the experiment's store says of each trial now.
@@ -73,7 +79,10 @@ std::map<std::string, trial_view> look(const std::string& exp) {
     auto& v = out[t.id];
     v.node = t.info.value("node", "");
     if (auto ev = (*s)->events(t.id); ev)
-      for (auto& e : *ev) v.copied = v.copied || (e.kind == "checkpoint_stored" && e.body.value("iteration", 0) == 1);
+      for (auto& e : *ev) {
+        v.copied = v.copied || (e.kind == "checkpoint_stored" && e.body.value("iteration", 0) == 1);
+        v.standby = v.standby || (e.kind == "standby" && e.body.value("iteration", 0) == 1);
+      }
   }
   return out;
 }
@@ -98,11 +107,49 @@ std::string node_pid(const std::string& node) {
   return pid;
 }
 
+double wall_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// A log line's time ("2026-12-03T08:01:02.345Z ..."), or -1.
+double log_time(const std::string& line) {
+  std::tm tm{};
+  int ms = 0;
+  if (line.size() < 24 || !strptime(line.c_str(), "%Y-%m-%dT%H:%M:%S", &tm) || line[19] != '.') return -1;
+  ms = std::atoi(line.substr(20, 3).c_str());
+  return static_cast<double>(timegm(&tm)) + ms / 1000.0;
+}
+
+// What happened from `from` (wall seconds) to `to`: the cluster's log lines (the head's
+// and the nodes', in the scratch folder) and the experiment's events, in time order.
+void print_timeline(const std::string& exp, double from, double to) {
+  std::vector<std::pair<double, std::string>> steps;
+  std::error_code ec;
+  for (auto& f : std::filesystem::directory_iterator(tune::bench::scratch::dir, ec)) {
+    if (f.path().extension() != ".log") continue;
+    std::ifstream in(f.path());
+    for (std::string line; std::getline(in, line);) {
+      double t = log_time(line);
+      if (t >= from - 0.0005 && t <= to + 0.001) steps.emplace_back(t, f.path().stem().string() + ": " + line.substr(25));
+    }
+  }
+  if (auto s = tune::experiment_store::open(exp); s)
+    if (auto ev = (*s)->events(); ev)
+      for (auto& e : *ev)
+        if (e.time >= from && e.time <= to + 0.001)
+          steps.emplace_back(e.time, "experiment: " + e.trial + " " + e.kind + " " + e.body.dump().substr(0, 100));
+  std::stable_sort(steps.begin(), steps.end(), [](auto& a, auto& b) { return a.first < b.first; });
+  std::fprintf(stderr, "  %7.1f ms  bench: SIGKILL\n", 0.0);
+  for (auto& [t, what] : steps) std::fprintf(stderr, "  %7.1f ms  %s\n", (t - from) * 1000, what.c_str());
+  std::fprintf(stderr, "  %7.1f ms  bench: both trials run elsewhere (the store says)\n", (to - from) * 1000);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   tune::run_if_trial_worker(argc, argv);  // first: trials run this program
   int repeats = 3, mb = 100;
+  bool timeline = false, standby = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> int {
@@ -111,8 +158,10 @@ int main(int argc, char** argv) {
     };
     if (a == "--repeats") repeats = next();
     else if (a == "--checkpoint-mb") mb = next();
+    else if (a == "--timeline") timeline = true;
+    else if (a == "--no-standby") standby = false;
     else if (a == "--help" || a == "-h") {
-      std::cout << "usage: bench_failover [--repeats 3] [--checkpoint-mb 100]\n";
+      std::cout << "usage: bench_failover [--repeats 3] [--checkpoint-mb 100] [--timeline] [--no-standby]\n";
       return 0;
     } else {
       tune::bench::die("unknown option " + a + " (see --help)");
@@ -138,6 +187,7 @@ int main(int argc, char** argv) {
     cfg.progress = tune::progress_style::none;
     cfg.experiment_dir = dir + "/" + name;
     cfg.min_move_interval_s = 0;
+    cfg.standby_copies = standby;
     auto t = std::make_shared<tune::tuner>(*c, "holder", tune::search_space{{"iterations", iterations}, {"mb", mb}}, cfg);
     return std::make_pair(cfg.experiment_dir, std::thread([t, name] {
                             auto r = t->fit();
@@ -153,7 +203,7 @@ int main(int argc, char** argv) {
     auto ready = wait_for(exp, 2, [&](auto& v) {
       std::set<std::string> nodes;
       for (auto& [id, t] : v) {
-        if (!t.copied || t.node.empty()) return false;
+        if (!t.copied || t.node.empty() || (standby && !t.standby)) return false;
         nodes.insert(t.node);
       }
       if (nodes.size() != 1) return false;
@@ -164,6 +214,7 @@ int main(int argc, char** argv) {
     auto pid = node_pid(victim);
     if (pid.empty()) tune::bench::die("no pid file for node " + victim);
     auto killed = clock_type::now();
+    double killed_wall = wall_now();
     ::kill(std::stoi(pid), SIGKILL);
     auto back = wait_for(exp, 2, [&](auto& v) {
       for (auto& [id, t] : v)
@@ -174,6 +225,7 @@ int main(int argc, char** argv) {
     double s = std::chrono::duration<double>(*back - killed).count();
     recover.push_back(s);
     std::cerr << "recover " << k + 1 << ": " << s << " s\n";
+    if (timeline) print_timeline(exp, killed_wall, killed_wall + s);
     runner.join();
     // A node in place of the one killed.
     auto out = tune::bench::run(tune::bench::tune_binary() + " start --address " + address + " " + node_args);
@@ -184,7 +236,7 @@ int main(int argc, char** argv) {
     if (!wait_for(exp2, 1, [&](auto& v) {
           auto& t = v.begin()->second;
           from = t.node;
-          return t.copied && !t.node.empty();
+          return t.copied && !t.node.empty() && (!standby || t.standby);
         }))
       tune::bench::die("migrate: the checkpoint was not copied in time (see " + exp2 + ")");
     auto asked = clock_type::now();
@@ -203,6 +255,7 @@ int main(int argc, char** argv) {
                    {"recover_s", recover},
                    {"migrate_s", migrate},
                    {"checkpoint_mb", mb},
+                   {"standby_copies", standby},
                    {"repeats", repeats}};
   std::cout << j.dump() << std::endl;
   // The cluster stopped and its folders removed before this process ends; then no

@@ -805,6 +805,7 @@ expected<result_grid> tuner::fit() {
   ro.group_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.group_timeout_s * 1000));
   ro.stop_grace = std::chrono::milliseconds(static_cast<int64_t>(c.stop_grace_s * 1000));
   ro.auto_rebalance = c.auto_rebalance;
+  ro.standby_copies = c.standby_copies;
   ro.min_move_interval = std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, c.min_move_interval_s) * 1000));
   auto style = c.progress;
   if (style == progress_style::automatic) style = ::isatty(2) ? progress_style::table : progress_style::lines;

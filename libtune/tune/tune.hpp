@@ -212,6 +212,10 @@ struct tune_config {
   bool auto_rebalance = false;            // when nodes join or leave, ask the head to even the
                                           // GPU load (trials move, from their checkpoints)
   double min_move_interval_s = 60;        // a trial moves at most this often
+  bool standby_copies = true;             // each trial's newest checkpoint copy is also
+                                          // fetched ahead of time by another node, where a
+                                          // restart after its node's death goes (no fetch
+                                          // then); costs one more transfer per copy
   bool resume = false;                    // continue the experiment in experiment_dir (its
                                           // program died): completed trials and stored
                                           // results are kept, what ran starts again from its

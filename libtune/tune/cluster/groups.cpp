@@ -64,7 +64,7 @@ void unreserve(cluster_view& view, const bundle_site& site) {
 expected<group_state> group_table::create(group_spec spec, cluster_view& view, time_point now) {
   if (spec.id.empty()) return status{errc::invalid_argument, "a placement group needs an id"};
   if (groups_.count(spec.id)) return status{errc::already_exists, "placement group " + spec.id + " exists already"};
-  auto p = place(view, spec.bundles, spec.strat, spec.avoid);
+  auto p = place_preferring(view, spec.bundles, spec.strat, spec.avoid, spec.prefer);
   if (!p) return p.error();
   group g;
   g.spec = std::move(spec);
@@ -201,7 +201,7 @@ group_table::attempt_result group_table::try_place(group& g, cluster_view& view,
   if (g.spec.strat == strategy::strict_spread)
     for (auto& site : g.site)
       if (site) avoid.push_back(site->node);
-  auto p = place(view, bundles, g.spec.strat, avoid);
+  auto p = place_preferring(view, bundles, g.spec.strat, avoid, g.spec.prefer);
   if (!p || p->result != outcome::placed) {
     std::string why = p ? p->reason : p.error().message();
     // Infeasible only on the nodes that are not draining: it waits for them.

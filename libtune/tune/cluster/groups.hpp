@@ -56,6 +56,7 @@ struct group_spec {
   std::vector<node_id> avoid = {};  // never placed on these (a trial moved off them)
   std::string user = {};            // whose it is (docs/users.md); empty: nobody's in particular
   std::string experiment = {};      // the experiment it is for (its user's share is split between them)
+  std::vector<node_id> prefer = {};  // placed there when it fits (where a trial's checkpoint is staged)
 };
 
 struct bundle_site {

@@ -516,6 +516,18 @@ std::string why_not_now(strategy s, const std::vector<shape>& shapes, const atte
 
 }  // namespace
 
+expected<placement> place_preferring(const cluster_view& view, std::span<const resource_set> bundles, strategy s,
+                                     std::span<const node_id> avoid, std::span<const node_id> prefer) {
+  if (!prefer.empty()) {
+    std::vector<node_id> others(avoid.begin(), avoid.end());
+    for (size_t slot = 0; slot < view.size(); ++slot)
+      if (std::find(prefer.begin(), prefer.end(), view.id(slot)) == prefer.end()) others.push_back(view.id(slot));
+    auto p = place(view, bundles, s, others);
+    if (!p || p->result == outcome::placed) return p;
+  }
+  return place(view, bundles, s, avoid);
+}
+
 expected<placement> place(const cluster_view& view, std::span<const resource_set> bundles,
                           strategy s, std::span<const node_id> avoid) {
   if (bundles.empty())

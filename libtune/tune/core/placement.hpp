@@ -56,6 +56,12 @@ struct placement {
 expected<placement> place(const cluster_view& view, std::span<const resource_set> bundles,
                           strategy s, std::span<const node_id> avoid = {});
 
+// As place(), but on the nodes in `prefer` alone when the group fits there now (a
+// restarted trial goes where its checkpoint waits, staged); else as place() on every
+// node allowed. Nodes in `avoid` are never used, preferred or not.
+expected<placement> place_preferring(const cluster_view& view, std::span<const resource_set> bundles, strategy s,
+                                     std::span<const node_id> avoid, std::span<const node_id> prefer);
+
 // Takes every bundle of a placed decision, or (changing nothing) fails when one no
 // longer fits or its node is gone.
 status commit(cluster_view& view, const placement& p);

@@ -102,6 +102,36 @@ TEST(Place, NoGpuAnywhere) {
   EXPECT_EQ(p.reason, "bundle 0 asks 0.5 of a GPU; no node has a GPU");
 }
 
+TEST(PlacePreferring, GoesToAPreferredNodeWhenItFitsThereElseAsUsual) {
+  auto v = three_nodes();
+  ASSERT_TRUE(v.allocate("c", req({{"gpu", 0.6}})));
+  std::vector<resource_set> one{req({{"gpu", 0.4}})};
+  std::vector<node_id> prefer{"b"}, none{};
+  auto p = place_preferring(v, one, strategy::pack, none, prefer);
+  ASSERT_TRUE(p && p->result == outcome::placed);
+  EXPECT_EQ(p->bundles[0].node, "b") << "not c, where PACK alone puts it";
+  EXPECT_EQ(must_place(v, one, strategy::pack).bundles[0].node, "c");
+  // b full: placed as usual, on c.
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(v.allocate("b", req({{"gpu", 1}})));
+  p = place_preferring(v, one, strategy::pack, none, prefer);
+  ASSERT_TRUE(p && p->result == outcome::placed);
+  EXPECT_EQ(p->bundles[0].node, "c");
+  // A preferred node that is avoided is not used; an unknown one changes nothing.
+  auto w = three_nodes();
+  std::vector<node_id> avoid_b{"b"}, unknown{"zz"};
+  p = place_preferring(w, one, strategy::pack, avoid_b, prefer);
+  ASSERT_TRUE(p && p->result == outcome::placed);
+  EXPECT_NE(p->bundles[0].node, "b");
+  p = place_preferring(w, one, strategy::pack, none, unknown);
+  ASSERT_TRUE(p && p->result == outcome::placed);
+  EXPECT_EQ(p->bundles[0].node, must_place(w, one, strategy::pack).bundles[0].node);
+  // Infeasible stays infeasible, with the usual reason.
+  std::vector<resource_set> huge{req({{"gpu", 8}})};
+  p = place_preferring(w, huge, strategy::pack, none, prefer);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->result, outcome::infeasible);
+}
+
 TEST(Place, SingleSharePacksOntoTheFullestCardInTheCluster) {
   auto v = three_nodes();
   ASSERT_TRUE(v.allocate("c", req({{"gpu", 0.6}})));

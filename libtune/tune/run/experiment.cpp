@@ -640,7 +640,7 @@ const std::vector<std::string> top_keys{
     "num_samples",   "resources_per_trial", "bundles", "strategy",              "scheduler",
     "search",        "stop",         "max_concurrent_trials", "max_failures",  "time_budget_s",
     "experiment_dir", "seed",        "stop_grace_s",   "group_timeout_s",       "auto_rebalance",
-    "min_move_interval_s", "progress"};
+    "min_move_interval_s", "progress",  "standby_copies"};
 
 // Ray Tune's names for these, and other likely ones.
 const std::map<std::string, std::string> top_aliases{
@@ -867,6 +867,8 @@ expected<experiment_spec> read_experiment(const std::string& text, const std::st
       else (key == "stop_grace_s" ? c.stop_grace_s : key == "group_timeout_s" ? c.group_timeout_s : c.min_move_interval_s) = *x;
     } else if (key == "auto_rebalance") {
       take(r.flag(v, key), c.auto_rebalance);
+    } else if (key == "standby_copies") {
+      take(r.flag(v, key), c.standby_copies);
     } else if (key == "progress") {
       auto t = r.one_of(v, key, {"auto", "table", "lines", "none"});
       if (!t) s = t.error();
