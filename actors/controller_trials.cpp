@@ -101,6 +101,13 @@ void pin(controller_actor self, const std::string& trial, int64_t at, int by);
 // The manifest that drops a standby copy (no files).
 const std::string drop_manifest = R"({"iteration":0,"files":[]})";
 
+// Asks `node` to drop the trial's standby copy (no answer awaited).
+void send_drop(controller_actor self, const std::string& id, const std::string& node) {
+  auto& st = self->state;
+  self->send(st.setup.head, wire::stage_atom::value, st.setup.token, std::string{}, node, st.on_wire(id), drop_manifest,
+             std::string{}, uint64_t{0}, st.setup.programs);
+}
+
 // A standby copy is in (or not): recorded, and the next staged should a newer copy
 // have come meanwhile.
 void staged(controller_actor self, const std::string& id, int64_t it, bool ok, const std::string& text) {
@@ -110,9 +117,7 @@ void staged(controller_actor self, const std::string& id, int64_t it, bool ok, c
   pin(self, id, it, -1);
   if (st.over) return;
   if (ok) {
-    if (!r.standby_node.empty() && r.standby_node != text)  // the one before, elsewhere
-      self->send(st.setup.head, wire::stage_atom::value, st.setup.token, std::string{}, r.standby_node, st.on_wire(id),
-                 drop_manifest, std::string{}, uint64_t{0}, st.setup.programs);
+    if (!r.standby_node.empty() && r.standby_node != text) send_drop(self, id, r.standby_node);  // the one before
     r.standby_node = text;
     r.standby_iteration = it;
     r.standby_why.clear();
@@ -204,8 +209,7 @@ void drop_standby(controller_actor self, const std::string& id) {
   auto& st = self->state;
   auto r = st.records.find(id);
   if (r == st.records.end() || r->second.standby_node.empty()) return;
-  self->send(st.setup.head, wire::stage_atom::value, st.setup.token, std::string{}, r->second.standby_node, st.on_wire(id),
-             drop_manifest, std::string{}, uint64_t{0}, st.setup.programs);
+  send_drop(self, id, r->second.standby_node);
   r->second.standby_node.clear();
   r->second.standby_iteration = -1;
 }
