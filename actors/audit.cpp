@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <tuple>
+
 #include "log.hpp"
 #include "tune/trial/audit.hpp"
 #include "tune/core/quantity.hpp"
@@ -17,7 +19,10 @@ struct audit_state {
   audit_options opt;
   std::unique_ptr<gpu_audit> rules;
   std::map<std::string, caf::actor> trials;         // by trial id
-  std::map<std::string, std::pair<int64_t, int64_t>> told;  // what each trial actor last heard: now, peak
+  // What each trial actor last heard: now, peak, its mean SM utilisation.
+  std::map<std::string, std::tuple<int64_t, int64_t, int>> told;
+  // Each trial's SM utilisation samples (percent) since it was added: sum, count.
+  std::map<std::string, std::pair<double, int64_t>> util;
   std::string last_report, last_error;
   caf::actor_clock::time_point last_sent{};
   std::map<std::string, std::vector<int>> last_pids;  // each trial's processes on cards at the last look
@@ -48,6 +53,7 @@ nlohmann::json report_json(const std::vector<gpu_card_sample>& cards, const audi
                    {"uuid", c.uuid},
                    {"memory_used", c.used},
                    {"memory_total", c.total},
+                   {"util", c.util},
                    {"trials", trials},
                    {"foreign", foreign}});
   }
@@ -67,16 +73,22 @@ void tick(audit_actor self) {
   for (auto& v : r.violations) {
     log_line("trial " + v.trial + ": " + v.message);
     if (auto t = st.trials.find(v.trial); t != st.trials.end())
-      self->send(t->second, audit_violation_atom::value, v.message);
+      self->send(t->second, audit_violation_atom::value, v.message, v.over_quota);
   }
   for (auto& [id, use] : r.trials) {
     if (!use.pids.empty()) st.last_pids[id] = use.pids;
     auto t = st.trials.find(id);
     if (t == st.trials.end()) continue;
-    auto now = std::make_pair(use.total, use.peak);
+    auto& u = st.util[id];
+    if (use.sm_util >= 0) {
+      u.first += use.sm_util;
+      ++u.second;
+    }
+    int util = u.second > 0 ? static_cast<int>(u.first / static_cast<double>(u.second) + 0.5) : -1;
+    auto now = std::make_tuple(use.total, use.peak, util);
     if (st.told[id] == now) continue;
     st.told[id] = now;
-    self->send(t->second, audit_usage_atom::value, use.total, use.peak);
+    self->send(t->second, audit_usage_atom::value, use.total, use.peak, util);
   }
   // The report: at most once a second, and only when it changed.
   auto clock_now = self->clock().now();
@@ -140,6 +152,7 @@ caf::behavior audit(audit_actor self, audit_options opt) {
       if (it->second.address() == dm.source) {
         st.rules->remove(it->first);
         st.told.erase(it->first);
+        st.util.erase(it->first);
         st.last_pids.erase(it->first);
         st.trials.erase(it);
         return;

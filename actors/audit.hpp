@@ -2,7 +2,10 @@
 // and with the rules of tune/trial/audit.hpp
 //   - kills a trial found on a card it was not given or over its memory quota (the
 //     trial actor is told why, and that becomes the trial's error);
-//   - tells each trial actor its GPU memory now and at its peak (when it changes);
+//   - tells each trial actor its GPU memory now and at its peak, and its processes'
+//     mean SM utilisation so far (percent, -1: not known), when they change:
+//     (audit_usage_atom, now, peak, util); a broken rule as (audit_violation_atom,
+//     why, over_quota);
 //   - sends the node a report (cards, trials' memory, foreign processes) about once a
 //     second when something changed; the node passes it to the head for `tune status`.
 // It runs on a thread of its own (NVML calls block) and ends with the node.

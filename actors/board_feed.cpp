@@ -2,6 +2,8 @@
 
 #include "tune/trial/sha256.hpp"
 
+#include <utility>
+
 namespace tune {
 
 board_feed::board_feed(std::string experiment_id, nlohmann::json info, size_t max_points)
@@ -30,6 +32,11 @@ void board_feed::last_result(const std::string& id, std::string metrics_json) {
   auto& t = of(id);
   t.last = std::move(metrics_json);
   t.last_dirty = true;
+}
+
+void board_feed::set_info(const std::string& key, nlohmann::json value) {
+  info_[key] = value;
+  info_changed_[key] = std::move(value);
 }
 
 void board_feed::where(const std::string& id, const nlohmann::json& info) {
@@ -86,12 +93,14 @@ nlohmann::json board_feed::report(const std::map<std::string, engine_trial>& tri
     }
     t.last_dirty = false;
   }
-  if (!full && rows.empty() && points.empty() && last.empty() && state == sent_state_ && results == sent_results_)
+  if (!full && rows.empty() && points.empty() && last.empty() && info_changed_.empty() && state == sent_state_ &&
+      results == sent_results_)
     return nullptr;
   full_ = false;
   sent_state_ = state;
   sent_results_ = results;
-  nlohmann::json r = full ? info_ : nlohmann::json::object();
+  nlohmann::json r = full ? info_ : std::exchange(info_changed_, nlohmann::json::object());
+  if (full) info_changed_ = nlohmann::json::object();
   r["id"] = id_;
   r["full"] = full;
   r["state"] = state;

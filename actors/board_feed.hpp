@@ -31,6 +31,8 @@ class board_feed {
   // Where it runs: node, pid, gpus, group, trial_dir (merged into what it had).
   void where(const std::string& trial, const nlohmann::json& info);
   void resend_all() { full_ = true; }
+  // An experiment-wide field (auto_packing): in the next report, and in every full one.
+  void set_info(const std::string& key, nlohmann::json value);
 
   // The report of what changed since the last one (everything when full); null when
   // nothing did. `state`: running, done or failed.
@@ -62,6 +64,7 @@ class board_feed {
 
   std::string id_;
   nlohmann::json info_;
+  nlohmann::json info_changed_ = nlohmann::json::object();  // set_info's since the last report
   size_t max_points_;
   std::map<std::string, trial> trials_;
   bool full_ = true;

@@ -267,6 +267,8 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
     finish(self, status{errc::inconsistent, "the experiment was ended (" + self->system().render(em.reason) + ")"});
   });
   if (st.setup.resumed) load_copies(self);
+  if (auto& ap = st.setup.options.auto_packing; ap && !st.setup.options.bundles.empty())
+    st.packing.emplace(*ap, st.setup.options.card_memory);
   open_feed(self);
   self->send(self, flush_atom::value);
   self->send(st.setup.head, wire::subscribe_atom::value, st.setup.token);  // node deaths

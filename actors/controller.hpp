@@ -21,11 +21,13 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "client.hpp"
 #include "tune/trial/command.hpp"
+#include "tune/tuner/auto_share.hpp"
 #include "tune/tuner/engine.hpp"
 #include "tune/tuner/progress.hpp"
 #include "tune/tuner/resume.hpp"
@@ -62,6 +64,12 @@ struct experiment_run_options {
   std::chrono::milliseconds min_move_interval{60000};
   // Each trial's newest checkpoint copy staged on another node (wire.hpp, stage_atom).
   bool standby_copies = true;
+  // Auto-packing (tune/tuner/auto_share.hpp): bundles[0]'s GPU share is each trial's
+  // from the measurements; card_memory is the smallest card's; max_concurrent the
+  // user's cap on trials at once (0: what the cluster holds at the share).
+  std::optional<auto_share_options> auto_packing;
+  int64_t card_memory = 0;
+  int max_concurrent = 0;
 };
 
 struct experiment_summary {

@@ -14,13 +14,19 @@ constexpr std::chrono::milliseconds claim_wait{8000};
 
 // The placement group every trial of the experiment asks for, with this id (empty: the
 // head names it).
-wire::wire_group_spec group_spec(controller_actor self, const std::string& id) {
+// With auto-packing the trial's bundle has its measured share (again: the one it had).
+wire::wire_group_spec group_spec(controller_actor self, const std::string& id, const std::string& trial, bool again) {
   auto& opt = self->state.setup.options;
   wire::wire_group_spec spec;
   spec.id = id;
   spec.strategy = std::string{to_string(opt.strat)};
   spec.experiment = self->state.run_key;  // the user's share is split fairly between their experiments
   for (auto& b : opt.bundles) spec.bundles.push_back(wire::to_wire_request(b));
+  if (self->state.packing && !opt.bundles.empty()) {
+    auto b = opt.bundles[0];
+    b.set_gpu(packing_share(self, trial, again));
+    spec.bundles[0] = wire::to_wire_request(b);
+  }
   return spec;
 }
 
@@ -33,7 +39,7 @@ void request_failed(controller_actor self, const std::string& id, uint64_t attem
 
 void create_group(controller_actor self, const live::create_group& c) {
   auto& st = self->state;
-  auto spec = group_spec(self, c.group);
+  auto spec = group_spec(self, c.group, c.trial, c.claim);
   if (c.claim) spec.claim_wait_ms = claim_wait.count();  // its node may hold it still
   spec.avoid = c.avoid;
   // Where its checkpoint is staged, if it restarts from one (no fetch there).
@@ -78,7 +84,7 @@ void greet(controller_actor self, const std::string& trial, const std::string& g
 // still holds its bundles: adopted as they are), then its actor greeted.
 void retake_group(controller_actor self, const live::retake_group& c) {
   auto& st = self->state;
-  auto spec = group_spec(self, c.group);
+  auto spec = group_spec(self, c.group, c.trial, true);
   spec.claim_wait_ms = claim_wait.count();  // until its node has joined the new head
   self->request(st.setup.head, st.setup.request_timeout, wire::pg_create_atom::value, st.setup.token, version(), spec)
       .then(

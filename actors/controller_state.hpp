@@ -74,6 +74,7 @@ struct controller_state {
   // experiment goes on with the head started again there.
   bool head_down = false;
   std::optional<board_feed> feed;  // the head's dashboard board: what changed
+  std::optional<auto_share> packing;  // auto-packing's share (options.auto_packing)
   // Trial ids on the wire are `<id>@<run key>`: unique in the cluster, so that two
   // experiments' trial-00001 on one node are two trials with two folders.
   std::string run_key;
@@ -105,6 +106,16 @@ void create_group(controller_actor self, const live::create_group& c);
 void wait_group(controller_actor self, const live::wait_group& c);
 void greet(controller_actor self, const std::string& trial, const std::string& group, uint64_t received);
 void retake_group(controller_actor self, const live::retake_group& c);
+
+// controller_packing.cpp (with options.auto_packing only)
+// The GPU share of the trial's group: auto-packing's for a new start (again: the same
+// as its last, for a group made again after a head restart).
+quantity packing_share(controller_actor self, const std::string& trial, bool again);
+// The audit's figures that came with `results` results of the trial.
+void packing_measured(controller_actor self, const std::string& trial, int64_t peak, int util, size_t results);
+// Its process ended: whether it outgrew its share (then it is started again from its
+// checkpoint on a bigger one, not counted as a failure).
+bool packing_ended(controller_actor self, const std::string& trial, const wire::wire_trial_end& end);
 
 // controller_trials.cpp
 void act(controller_actor self, std::vector<engine_action> actions);

@@ -292,6 +292,8 @@ void started(controller_actor self, const std::string& id, const nlohmann::json&
   }
   // What it started from: its node's own folder, or a copy fetched from here.
   if (info.is_object() && info.contains("restore_dir")) keep["restored_from"] = info["restore_dir"];
+  // When and where each start ran (the run's timeline: bench/timeline.py).
+  (void)st.setup.store->add_event(id, "started", keep);
   if (!a.restore_from.empty() && a.restore_from != a.trial)  // PBT: a donor's state
     (void)st.setup.store->add_event(id, "exploit", {{"donor", a.restore_from}, {"config", a.cfg}});
   // The trial may have ended already (its events can overtake this answer): the store
@@ -405,6 +407,7 @@ void ingest_results(controller_actor self, const std::string& id, const wire::wi
     for (auto c : other_cols) others.push_back(c ? std::optional<double>{r.value(row * k + *c)} : std::nullopt);
     recorded(self, id, it, value, std::move(text), st.setup.engine->on_metric(id, it, value, others), row + 1 == r.rows());
   }
+  if (st.packing && !st.over) packing_measured(self, id, r.gpu_memory_peak, r.gpu_util, r.rows());
   if (st.pending.size() >= 8192) flush(self);
 }
 
@@ -420,6 +423,7 @@ void ingest_result(controller_actor self, const std::string& id, const wire::wir
   std::optional<double> value;
   if (auto m = metrics.find(metric); m != metrics.end() && m->is_number()) value = m->get<double>();
   recorded(self, id, r.iteration, value, r.metrics_json, st.setup.engine->on_result(id, r.iteration, metrics), true);
+  if (st.packing && !st.over) packing_measured(self, id, r.gpu_memory_peak, r.gpu_util, 1);
   if (st.pending.size() >= 8192) flush(self);
 }
 
@@ -460,6 +464,16 @@ void trial_ended(controller_actor self, const std::string& id, bool moved) {
   r.end.reset();
   if (st.over || !flush(self)) return;  // its last results before its end
   auto& engine = *st.setup.engine;
+  // Auto-packing: a trial that outgrew its share starts again on a bigger one, from its
+  // checkpoint, as a move does (not a failure).
+  if (!moved && st.packing && packing_ended(self, id, end)) {
+    if (st.over) return;
+    (void)st.setup.store->add_event(id, "moved_out", wire::to_json(end));
+    auto more = engine.on_interrupted(id);
+    if (!more) return finish(self, more.error());
+    act(self, std::move(*more));
+    return advance(self);
+  }
   if (moved) {
     (void)st.setup.store->add_event(id, "moved_out", wire::to_json(end));
     auto more = engine.on_interrupted(id);

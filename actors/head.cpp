@@ -359,8 +359,9 @@ caf::behavior head(head_actor self, head_options opt) {
         auto rp = self->make_response_promise<caf::message>();
         collect_status(
             self,
-            [rp, p](nlohmann::json j) mutable {
+            [self, rp, p](nlohmann::json j) mutable {
               if (p.kind == role::user) j = status_for_user(std::move(j), p.name);
+              j["experiments"] = self->state.board.list_json(p.kind == role::user ? p.name : "");
               rp.deliver(caf::make_message(wire::status_atom::value, true, j.dump()));
             },
             [rp](const std::string& why) mutable { rp.deliver(caf::make_message(wire::status_atom::value, false, why)); });

@@ -81,6 +81,8 @@ struct trial_state {
     std::string path;
   } last_checkpoint;  // the latest one reported
   int64_t gpu_memory = 0, gpu_memory_peak = 0;
+  int32_t gpu_util = -1;    // the audit's mean SM utilisation of its processes (-1: not known)
+  bool over_quota = false;  // the audit's finding was its memory quota
   bool started_ok = false;  // its worker ran
   // What goes to the owner, numbered from 0: those it has not acknowledged, at most the
   // latest `kept_messages` (all of them while held), so that what a broken route lost
@@ -472,6 +474,9 @@ void ended(trial_actor self, bool exited, int code, const std::string& how, cons
   end.checkpoint_bytes = st.last_checkpoint.bytes;
   end.checkpoint_files = st.last_checkpoint.files;
   end.gpu_memory_peak = st.gpu_memory_peak;
+  end.gpu_util = st.gpu_util;
+  end.over_quota = st.over_quota;
+  for (auto& g : st.opt.grants) end.gpu_memory_quota = std::max(end.gpu_memory_quota, g.memory);
   end.ignored_lines = st.ignored_lines;
   end.ignored_example = st.ignored_example;
   if (end.left_behind_count > 0)
@@ -579,7 +584,8 @@ void general_line(trial_actor self, const std::string& line, Flush& flush) {
                                                                                     : st.results;
     flush();
     to_owner(self, caf::make_message(wire::trial_result_atom::value, st.opt.spec.trial_id,
-                                     wire::wire_result{iteration, j["metrics"].dump(), st.gpu_memory}));
+                                     wire::wire_result{iteration, j["metrics"].dump(), st.gpu_memory,
+                                                                      st.gpu_memory_peak, st.gpu_util}));
   } else if (type == "checkpoint") {
     flush();
     checkpoint(self, j);
@@ -604,6 +610,8 @@ void on_lines(trial_actor self, const std::vector<std::string>& lines) {
   auto flush = [&] {
     if (batch.rows() == 0) return;
     batch.gpu_memory = st.gpu_memory;
+    batch.gpu_memory_peak = st.gpu_memory_peak;
+    batch.gpu_util = st.gpu_util;
     to_owner(self, caf::make_message(wire::trial_results_atom::value, st.opt.spec.trial_id, std::move(batch)));
     batch = {};
   };
@@ -703,15 +711,17 @@ caf::message_handler node_handlers(trial_actor self) {
       },
       // The node's GPU audit: what the trial uses, and a rule it broke (it dies at once:
       // a trial over its quota must not take its neighbours' memory while it stops).
-      [self](audit_usage_atom, int64_t now, int64_t peak) {
+      [self](audit_usage_atom, int64_t now, int64_t peak, int32_t util) {
         if (self->current_sender() != self->state.opt.audit.address()) return;
         self->state.gpu_memory = now;
         self->state.gpu_memory_peak = std::max(self->state.gpu_memory_peak, peak);
+        self->state.gpu_util = util;
       },
-      [self](audit_violation_atom, const std::string& why) {
+      [self](audit_violation_atom, const std::string& why, bool over_quota) {
         auto& st = self->state;
         if (self->current_sender() != st.opt.audit.address() || !st.violation.empty()) return;
         st.violation = why;
+        st.over_quota = over_quota;
         st.ctl->kill = true;
       },
       [self](trial_release_atom, const std::string& why) {

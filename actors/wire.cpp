@@ -162,6 +162,9 @@ nlohmann::json to_json(const wire_trial_end& e) {
   if (e.checkpoint >= 0)
     j["checkpoint"] = {{"iteration", e.checkpoint}, {"path", e.checkpoint_path}, {"bytes", e.checkpoint_bytes},
                        {"files", e.checkpoint_files}};
+  if (e.gpu_memory_quota > 0) j["gpu_memory_quota"] = e.gpu_memory_quota;
+  if (e.gpu_util >= 0) j["gpu_util"] = e.gpu_util;
+  if (e.over_quota) j["over_quota"] = true;
   if (!e.containment.empty()) j["containment"] = e.containment;
   if (!e.containment_error.empty()) j["containment_error"] = e.containment_error;
   if (e.host_memory >= 0) j["host_memory"] = e.host_memory;

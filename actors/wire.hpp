@@ -346,12 +346,15 @@ typename Inspector::result_type inspect(Inspector& f, wire_trial_spec& x) {
 
 // Results of one trial that name the same metrics, as columns: row r's metric k is
 // value(r * names.size() + k). Values travel as their bits (CAF's own encoding of a
-// double drops the sign of -0.0); gpu_memory: the trial's GPU memory (bytes) then.
+// double drops the sign of -0.0); gpu_memory: the trial's GPU memory (bytes) then,
+// gpu_memory_peak the most the audit saw so far, gpu_util its processes' mean SM
+// utilisation so far (percent; -1: not known).
 struct wire_results {
   std::vector<std::string> names;
   std::vector<int64_t> iterations;
   std::vector<uint64_t> bits;
-  int64_t gpu_memory = 0;
+  int64_t gpu_memory = 0, gpu_memory_peak = 0;
+  int32_t gpu_util = -1;
   size_t rows() const { return iterations.size(); }
   double value(size_t i) const { return std::bit_cast<double>(bits[i]); }
   void add(double v) { bits.push_back(std::bit_cast<uint64_t>(v)); }
@@ -360,7 +363,8 @@ struct wire_results {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_results& x) {
-  return f(caf::meta::type_name("wire_results"), x.names, x.iterations, x.bits, x.gpu_memory);
+  return f(caf::meta::type_name("wire_results"), x.names, x.iterations, x.bits, x.gpu_memory, x.gpu_memory_peak,
+           x.gpu_util);
 }
 
 // One result with a metric that is not a number: its metrics as the JSON object the
@@ -368,12 +372,14 @@ typename Inspector::result_type inspect(Inspector& f, wire_results& x) {
 struct wire_result {
   int64_t iteration = 0;
   std::string metrics_json;
-  int64_t gpu_memory = 0;
+  int64_t gpu_memory = 0, gpu_memory_peak = 0;  // as in wire_results
+  int32_t gpu_util = -1;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_result& x) {
-  return f(caf::meta::type_name("wire_result"), x.iteration, x.metrics_json, x.gpu_memory);
+  return f(caf::meta::type_name("wire_result"), x.iteration, x.metrics_json, x.gpu_memory, x.gpu_memory_peak,
+           x.gpu_util);
 }
 
 // A trial's end (actors/trial.hpp): how its process ended, what it did, and what its
@@ -391,6 +397,9 @@ struct wire_trial_end {
   int64_t checkpoint = -1, checkpoint_bytes = 0, checkpoint_files = 0;
   std::string checkpoint_path;
   int64_t gpu_memory_peak = 0;
+  int64_t gpu_memory_quota = 0;  // its largest quota on one card (0: no GPU or no quota)
+  int32_t gpu_util = -1;         // its processes' mean SM utilisation, percent (-1: not known)
+  bool over_quota = false;       // the GPU audit killed it over its memory quota
   int64_t ignored_lines = 0;    // on its report channel, not reports (or too long)
   std::string ignored_example;  // the first of them, shortened
   // Its cgroup (tune/trial/cgroup.hpp): "cgroup" or "subreaper" (empty: none).
@@ -407,7 +416,7 @@ struct wire_trial_end {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_trial_end& x) {
   return f(caf::meta::type_name("wire_trial_end"), x.ok, x.stopped, x.killed, x.gpu_audited, x.exit, x.error,
-           x.stderr_tail, x.results, x.checkpoint, x.checkpoint_bytes, x.checkpoint_files, x.checkpoint_path, x.gpu_memory_peak, x.ignored_lines, x.ignored_example,
+           x.stderr_tail, x.results, x.checkpoint, x.checkpoint_bytes, x.checkpoint_files, x.checkpoint_path, x.gpu_memory_peak, x.gpu_memory_quota, x.gpu_util, x.over_quota, x.ignored_lines, x.ignored_example,
            x.containment, x.containment_error, x.host_memory, x.host_memory_peak, x.pids, x.oom_kills,
            x.pids_refused, x.cpu_seconds, x.left_behind_count, x.left_behind, x.gpu_after_end_json);
 }

@@ -5,6 +5,7 @@
 //   {"best_config": {...}, "best_val_acc": 0.89, "test_acc": 0.88, "trials": 16, "wall_s": 212.4, ...}
 #include <boost/program_options.hpp>
 
+#include <cstdlib>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -28,7 +29,12 @@ int main(int argc, char** argv) {
       ("model", po::value<std::string>()->default_value("mlp"), "mlp or cnn")
       ("samples", po::value<int>()->default_value(20), "trials")
       ("epochs", po::value<int>()->default_value(8), "epochs of a trial that is never stopped (ASHA's max_t)")
-      ("gpus-per-trial", po::value<double>(), "GPU share per trial (default 0.25 where there are GPUs, else 0)")
+      ("gpus-per-trial", po::value<std::string>(),
+       "GPU share per trial, or auto: measured on a probe trial, then the smallest share that holds its peak "
+       "memory plus --auto-margin (default 0.25 where there are GPUs, else 0)")
+      ("auto-margin", po::value<double>()->default_value(0.25), "with --gpus-per-trial auto: room above the measured peak")
+      ("auto-min-share", po::value<double>()->default_value(1.0 / 16),
+       "with --gpus-per-trial auto: the least share a trial gets (1/16: at most 16 trials per card)")
       ("cpus-per-trial", po::value<double>()->default_value(1), "CPUs per trial")
       ("max-concurrent", po::value<int>()->default_value(0), "trials at once (0: as many as fit)")
       ("scheduler", po::value<std::string>()->default_value("asha"), "asha, hyperband, median or fifo")
@@ -64,7 +70,15 @@ int main(int argc, char** argv) {
   if (samples < 1) return fail("--samples must be at least 1");
   auto capacity = cluster->capacity();
   if (!capacity) return fail(capacity.error().message());
-  double gpus = vm.count("gpus-per-trial") ? vm["gpus-per-trial"].as<double>() : capacity->real_gpus ? 0.25 : 0.0;
+  bool gpu_auto = vm.count("gpus-per-trial") && vm["gpus-per-trial"].as<std::string>() == "auto";
+  double gpus = capacity->real_gpus ? 0.25 : 0.0;
+  if (vm.count("gpus-per-trial") && !gpu_auto) {
+    auto text = vm["gpus-per-trial"].as<std::string>();
+    char* end = nullptr;
+    gpus = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !(gpus >= 0))
+      return fail("--gpus-per-trial must be a share such as 0.25, 1 or 2, or auto; not " + text);
+  }
   double cpus = vm["cpus-per-trial"].as<double>();
 
   tune::tune_config cfg;
@@ -73,7 +87,11 @@ int main(int argc, char** argv) {
   cfg.mode = tune::mode::max;
   cfg.num_samples = samples;
   cfg.max_concurrent_trials = vm["max-concurrent"].as<int>();
-  cfg.resources_per_trial = gpus > 0 ? tune::resources{{"cpu", cpus}, {"gpu", gpus}} : tune::resources{{"cpu", cpus}};
+  cfg.resources_per_trial = gpu_auto   ? tune::resources{{"cpu", cpus}, {"gpu", "auto"}}
+                            : gpus > 0 ? tune::resources{{"cpu", cpus}, {"gpu", gpus}}
+                                       : tune::resources{{"cpu", cpus}};
+  cfg.auto_packing.margin = vm["auto-margin"].as<double>();
+  cfg.auto_packing.min_share = vm["auto-min-share"].as<double>();
   cfg.seed = vm["seed"].as<uint64_t>();
   cfg.experiment_dir = vm["experiment-dir"].as<std::string>();
   auto sched = vm["scheduler"].as<std::string>();
@@ -100,7 +118,8 @@ int main(int argc, char** argv) {
                            {"batch_size", tune::choice({64, 128, 256})},
                            {"width", model == "mlp" ? tune::choice({128, 256, 512}) : tune::choice({64, 128, 256})}};
   std::cerr << "fashion_mnist: " << samples << " trials of the " << model << " on " << cluster->description() << ", "
-            << (gpus > 0 ? std::to_string(gpus) + " GPU and " : std::string{}) << cpus << " CPU per trial\n";
+            << (gpu_auto ? std::string{"an auto-packed GPU share and "} : gpus > 0 ? std::to_string(gpus) + " GPU and " : std::string{})
+            << cpus << " CPU per trial\n";
   tune::tuner tuner{*cluster, "fashion_mnist", space, cfg};
   auto results = tuner.fit();
   if (!results) {

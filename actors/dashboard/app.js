@@ -9,6 +9,16 @@ let timer = null;
 let generation = 0;  // a page load in flight for an older route is dropped
 let updates = 0;
 
+// Auto-packing's state (resources_per_trial gpu: "auto"): the share it sized from the
+// probes' measured peak, or that it is still probing.
+function autoCard(a) {
+  if (!a) return "";
+  if (a.phase !== "sized") return `<div class="card"><div class="n">probing</div><div class="l">auto-packing on ${num(a.probe_share)} of a GPU</div></div>`;
+  const util = a.util !== undefined ? `, probe SM ${a.util}%` : "";
+  const grown = a.outgrown ? `, ${a.outgrown} restarted bigger` : "";
+  return `<div class="card"><div class="n">${num(a.share)}</div><div class="l">auto-packed share (${a.trials_per_card} per card; peak ${bytes(a.peak)} + ${Math.round(a.margin * 100)}%${util}${grown})</div></div>`;
+}
+
 function esc(v) {
   return String(v === undefined || v === null ? "" : v)
     .replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
@@ -334,6 +344,7 @@ async function pageExperiment(id) {
       ${p ? `<div class="card"><div class="n" id="front-size">${p.front_size}</div><div class="l">${several ? "trials on the Pareto front" : "best trials that meet the constraints"}</div></div>` : ""}
       <div class="card"><div class="n">${e.results}</div><div class="l">results</div></div>
       <div class="card"><div class="n">${secs(e.elapsed_s)}</div><div class="l">elapsed</div></div>
+      ${autoCard(e.auto_packing)}
     </div>
     ${frontSection}
     <h2>Learning curves: ${esc(e.metric)}</h2>

@@ -384,10 +384,22 @@ expected<cluster> init(int& argc, char** argv) {
 
 // --- results -----------------------------------------------------------------------
 
-resources::resources(std::initializer_list<std::pair<std::string_view, double>> values) {
-  auto r = resource_set::make(values);
-  if (r) set = *r;
-  else error = r.error().message();
+resources::resources(std::initializer_list<std::pair<std::string_view, amount>> values) {
+  resource_set r;
+  for (auto& [name, a] : values) {
+    if (name == "gpu" && a.text == "auto") {
+      gpu_auto = true;
+      continue;
+    }
+    auto st = a.text.empty() ? r.set(name, a.value) : r.set(name, a.text);
+    if (!st) {
+      error = st.message();
+      if (!a.text.empty() && name == "gpu")
+        error = "gpu is \"" + a.text + "\": give a number (0.25, 1, 2) or \"auto\" (auto-packing)";
+      return;
+    }
+  }
+  set = std::move(r);
 }
 
 expected<result_grid> result_grid::open(const std::string& dir, std::string metric, tune::mode mode) {
@@ -440,25 +452,6 @@ int result_grid::errors() const {
 namespace {
 
 // How many trials fit at once: per node, the fewest of any resource the bundle asks.
-int trials_that_fit(const nlohmann::json& status, const std::vector<resource_set>& bundles) {
-  double per_node_total = 0;
-  for (auto& n : status["nodes"]) {
-    if (!n.value("alive", false)) continue;
-    auto& total = n["resources"]["total"];
-    for (auto& b : bundles) {
-      auto want = nlohmann::json::parse(b.to_json());
-      double fit = 1e9;
-      for (auto& [name, amount] : want.items()) {
-        if (!amount.is_number() || amount.get<double>() <= 0) continue;
-        double have = total.contains(name) && total[name].is_number() ? total[name].get<double>() : 0;
-        fit = std::min(fit, std::floor(have / amount.get<double>() + 1e-9));
-      }
-      per_node_total += fit >= 1e9 ? 1 : fit;
-    }
-  }
-  return static_cast<int>(per_node_total / static_cast<double>(bundles.size()));
-}
-
 std::string utc_stamp() {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -658,10 +651,25 @@ expected<result_grid> tuner::fit() {
   std::vector<resource_set> bundles;
   auto take = [&](const resources& r, const std::string& what) -> status {
     if (!r.error.empty()) return status{errc::invalid_argument, what + ": " + r.error};
+    if (r.gpu_auto) {
+      if (!c.bundles.empty())
+        return status{errc::invalid_argument, what + ": gpu \"auto\" is for resources_per_trial (one bundle), not bundles"};
+      if (r.set && r.set->gpu_memory() > 0)
+        return status{errc::invalid_argument, what + ": gpu \"auto\" sizes each trial's GPU memory itself; drop gpu_memory, "
+                                                     "or give a share instead of auto"};
+      if (auto ok = check(c.auto_packing); !ok) return ok;
+      auto b = r.set.value_or(resource_set{});
+      auto probe = quantity::from_double(c.auto_packing.probe_share, "auto_packing.probe_share");
+      if (!probe) return probe.error();
+      b.set_gpu(*probe);
+      bundles.push_back(b);
+      return status::ok();
+    }
     if (!r.set || r.set->empty()) return status{errc::invalid_argument, what + " is empty: ask for at least one CPU or GPU"};
     bundles.push_back(*r.set);
     return status::ok();
   };
+  const bool gpu_auto = c.bundles.empty() && c.resources_per_trial.gpu_auto;
   if (c.bundles.empty()) {
     if (auto s = take(c.resources_per_trial, "resources_per_trial"); !s) return s;
   } else {
@@ -721,11 +729,20 @@ expected<result_grid> tuner::fit() {
     }
     if (auto m = resumed_store->meta("max_concurrent_trials"); m && m->is_number_integer()) concurrent = m->get<int>();
   }
-  if (concurrent == 0) {
+  const int asked_concurrent = concurrent;  // the user's cap (0: none), kept when auto-packing sizes the share
+  int64_t card_memory = 0;
+  if (concurrent == 0 || gpu_auto) {
     auto text = cluster_.status_json();
     if (!text) return text.error();
-    concurrent = std::max(1, trials_that_fit(nlohmann::json::parse(*text), bundles));
+    auto status_now = nlohmann::json::parse(*text);
+    if (concurrent == 0) concurrent = std::max(1, trials_that_fit(status_now, bundles));
+    card_memory = smallest_card_memory(status_now);
+    if (gpu_auto && card_memory <= 0)
+      return status{errc::insufficient, "resources_per_trial: gpu \"auto\" measures trials on GPUs, and no node of the "
+                                        "cluster has one now (start a node with GPUs, or ask for cpu only)"};
   }
+  // Auto-packing: as many as hold the probe share until the share is decided; the
+  // controller then sets the cap to what the cluster holds at that share.
   engine_options eo;
   eo.metric = c.metric;
   eo.direction = c.mode;
@@ -780,11 +797,20 @@ expected<result_grid> tuner::fit() {
     command["cwd"] = std::filesystem::current_path(ec).string();
     for (auto& [k, v] : std::vector<std::pair<std::string, nlohmann::json>>{
              {"name", c.name}, {"metric", c.metric}, {"mode", c.mode == mode::max ? "max" : "min"},
-             {"num_samples", c.num_samples}, {"max_concurrent_trials", concurrent}, {"bundles", resources_json},
+             {"num_samples", c.num_samples}, {"max_concurrent_trials", gpu_auto ? asked_concurrent : concurrent},
+             {"bundles", resources_json},
              {"search", search->name()}, {"scheduler", (*scheduler)->name()}, {"seed", c.seed},
              {"trainable", trainable_}, {"cluster", cluster_.description()}, {"command", command},
              {"dir", std::filesystem::absolute(dir).string()}})
       if (auto s = (*store)->set_meta(k, v); !s) return s;
+    if (gpu_auto)
+      if (auto s = (*store)->set_meta("auto_packing", {{"margin", c.auto_packing.margin},
+                                                       {"probe_share", c.auto_packing.probe_share},
+                                                       {"probe_trials", c.auto_packing.probe_trials},
+                                                       {"probe_results", c.auto_packing.probe_results},
+                                                       {"min_share", c.auto_packing.min_share}});
+          !s)
+        return s;
   }
   experiment_run_options ro;
   ro.name = c.name;
@@ -806,6 +832,11 @@ expected<result_grid> tuner::fit() {
   ro.stop_grace = std::chrono::milliseconds(static_cast<int64_t>(c.stop_grace_s * 1000));
   ro.auto_rebalance = c.auto_rebalance;
   ro.standby_copies = c.standby_copies;
+  if (gpu_auto) {
+    ro.auto_packing = c.auto_packing;
+    ro.card_memory = card_memory;
+    ro.max_concurrent = asked_concurrent;
+  }
   ro.min_move_interval = std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, c.min_move_interval_s) * 1000));
   auto style = c.progress;
   if (style == progress_style::automatic) style = ::isatty(2) ? progress_style::table : progress_style::lines;

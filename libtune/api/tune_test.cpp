@@ -307,6 +307,78 @@ TEST_F(TuneEmbedded, BadExperimentsAreRefusedBeforeAnythingRuns) {
   EXPECT_NE(error_of("curve", cfg).find("x"), std::string::npos);  // random domain in a grid
 }
 
+TEST_F(TuneEmbedded, AutoPackingRefusesWhatItCannotDo) {
+  auto o = options(2);
+  o.num_gpus = 0;
+  auto none = tune::cluster::start(o);
+  ASSERT_TRUE(none) << none.error().message();
+  auto error_on = [&](tune::cluster& c, tune::tune_config cfg) {
+    tune::tuner t{c, "curve", tune::search_space{{"x", 0.5}}, std::move(cfg)};
+    auto r = t.fit();
+    return r ? std::string{} : r.error().message();
+  };
+  auto cfg = config(1);
+  cfg.resources_per_trial = tune::resources{{"cpu", 1}, {"gpu", "auto"}};
+  auto no_gpu = error_on(*none, cfg);
+  EXPECT_NE(no_gpu.find("no node of the cluster has one"), std::string::npos) << no_gpu;
+  cfg.resources_per_trial = tune::resources{{"gpu", "fast"}};
+  auto word = error_on(*none, cfg);
+  EXPECT_NE(word.find("\"fast\""), std::string::npos) << word;
+  EXPECT_NE(word.find("auto"), std::string::npos) << word;
+  cfg = config(1);
+  cfg.bundles = {tune::resources{{"gpu", "auto"}}, tune::resources{{"cpu", 1}}};
+  auto bundles = error_on(*none, cfg);
+  EXPECT_NE(bundles.find("not bundles"), std::string::npos) << bundles;
+  cfg = config(1);
+  cfg.resources_per_trial = tune::resources{{"gpu", "auto"}, {"gpu_memory", "4GiB"}};
+  auto memory = error_on(*none, cfg);
+  EXPECT_NE(memory.find("drop gpu_memory"), std::string::npos) << memory;
+  cfg = config(1);
+  cfg.resources_per_trial = tune::resources{{"gpu", "auto"}};
+  cfg.auto_packing.margin = -0.5;
+  auto margin = error_on(*none, cfg);
+  EXPECT_NE(margin.find("margin"), std::string::npos) << margin;
+}
+
+// Logical GPUs have no audit: nothing is measured, so the share is decided when the
+// probe ends: the probe's, and every trial runs as many at once as the cluster holds.
+TEST_F(TuneEmbedded, AutoPackingWithoutMeasurementsKeepsTheProbeShareAndRunsEveryTrial) {
+  auto o = options(4);
+  o.num_gpus = 2;
+  auto c = tune::cluster::start(o);
+  ASSERT_TRUE(c) << c.error().message();
+  auto cap = c->capacity();
+  ASSERT_TRUE(cap) << cap.error().message();
+  if (cap->real_gpus) GTEST_SKIP() << "real cards are measured: gpu_auto_packing_test covers them";
+  auto cfg = config(5);
+  cfg.resources_per_trial = tune::resources{{"cpu", 0.5}, {"gpu", "auto"}};
+  cfg.auto_packing.probe_share = 0.5;
+  tune::tuner t{*c, "curve", tune::search_space{{"x", tune::uniform(0.1, 1.0)}, {"iterations", 3}}, cfg};
+  auto r = t.fit();
+  ASSERT_TRUE(r) << r.error().message();
+  auto trials = r->trials();
+  ASSERT_TRUE(trials);
+  ASSERT_EQ(trials->size(), 5u);
+  for (auto& tr : *trials) EXPECT_EQ(tr.state, "terminated") << tr.id << ": " << tr.error;
+  auto events = r->store().events();
+  ASSERT_TRUE(events);
+  std::vector<tune::event_row> probes, shares, caps;
+  for (auto& e : *events) {
+    if (e.kind == "auto_probe") probes.push_back(e);
+    if (e.kind == "auto_share") shares.push_back(e);
+    if (e.kind == "auto_concurrency") caps.push_back(e);
+  }
+  ASSERT_EQ(probes.size(), 1u);
+  EXPECT_EQ(probes[0].trial, "trial-00001");
+  ASSERT_EQ(shares.size(), 1u);
+  EXPECT_EQ(shares[0].body["share"], 0.5);
+  EXPECT_NE(shares[0].body["why"].get<std::string>().find("no GPU memory"), std::string::npos) << shares[0].body;
+  ASSERT_EQ(caps.size(), 1u);
+  EXPECT_EQ(caps[0].body["max_concurrent"], 4) << "2 logical GPUs at 0.5, 4 CPUs at 0.5: 4 at once";
+  EXPECT_NE(shares[0].body["why"].get<std::string>().find("the probe(s) ended"), std::string::npos) << shares[0].body;
+  EXPECT_GT(shares[0].seq, probes[0].seq);
+}
+
 TEST_F(TuneEmbedded, ATrialThatCannotEverFitFailsWithTheReason) {
   auto o = options(2);
   o.num_gpus = 0;  // none, even on a machine with cards

@@ -40,6 +40,7 @@
 #include "tune/core/resource_set.hpp"
 #include "tune/trial/command.hpp"
 #include "tune/trial/context.hpp"
+#include "tune/tuner/auto_share.hpp"
 #include "tune/tuner/engine.hpp"
 #include "tune/tuner/export.hpp"
 #include "tune/tuner/scheduler.hpp"
@@ -170,12 +171,25 @@ using search_spec = std::variant<random_search_alg, grid_search_alg, tpe_search,
 
 enum class progress_style { automatic, table, lines, none };  // automatic: table on a terminal
 
+// One amount of a resource set: a number, or "auto" for the GPU (auto-packing).
+struct amount {
+  amount(double v) : value(v) {}
+  amount(int v) : value(v) {}
+  amount(const char* t) : text(t ? t : "") {}
+  double value = 0;
+  std::string text;  // not empty: a word instead of a number
+};
+
 // A resource set from {"gpu": 0.25, "cpu": 1}; a bad one is an error at fit().
+// {"gpu": "auto"}: auto-packing (tune_config::auto_packing): the first trial probes on
+// a share, and later trials get the smallest share that holds what it was measured to
+// use, plus a margin (docs/auto_packing.md).
 struct resources {
   resources() = default;
-  resources(std::initializer_list<std::pair<std::string_view, double>> values);
+  resources(std::initializer_list<std::pair<std::string_view, amount>> values);
   resources(resource_set r) : set(std::move(r)) {}
   std::optional<resource_set> set;
+  bool gpu_auto = false;
   std::string error;
 };
 
@@ -216,6 +230,9 @@ struct tune_config {
                                           // fetched ahead of time by another node, where a
                                           // restart after its node's death goes (no fetch
                                           // then); costs one more transfer per copy
+  // With resources_per_trial = {gpu: "auto"}: how the share is measured and sized
+  // (margin over the measured peak, the probes' share and count, the least share).
+  auto_share_options auto_packing;
   bool resume = false;                    // continue the experiment in experiment_dir (its
                                           // program died): completed trials and stored
                                           // results are kept, what ran starts again from its

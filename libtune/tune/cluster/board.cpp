@@ -138,6 +138,9 @@ status experiment_board::apply(const nlohmann::json& r, double now) {
   if (r.contains("pid") && r["pid"].is_number_integer()) e.info["pid"] = r["pid"];
   for (auto key : {"objectives", "constraints"})
     if (r.contains(key)) e.info[key] = r[key];
+  // Auto-packing's state (a small object of numbers and words): kept as it came.
+  if (r.contains("auto_packing") && r["auto_packing"].is_object() && r["auto_packing"].size() <= 16)
+    e.info["auto_packing"] = r["auto_packing"];
   if (r.contains("elapsed_s") && r["elapsed_s"].is_number()) e.info["elapsed_s"] = r["elapsed_s"];
   if (r.contains("state") && r["state"].is_string()) e.state = r["state"];
   if (r.contains("error") && r["error"].is_string()) e.error = r["error"];

@@ -1,6 +1,7 @@
 #include "tune/cluster/status_text.hpp"
 
 #include <cstdio>
+#include <cmath>
 #include <map>
 #include <vector>
 #include <nlohmann/json.hpp>
@@ -203,6 +204,35 @@ expected<std::string> render_status_text(std::string_view text) {
     for (auto& o : j["orphaned_bundles"])
       out << "  " << o.value("key", "?") << "#" << o.value("bundle", 0) << " on " << o.value("node", "?") << ": "
           << o.value("request", "?") << "\n";
+  }
+  // Running experiments (the head's board), with auto-packing's share where it sizes one.
+  if (j.contains("experiments") && j["experiments"].is_array()) {
+    std::vector<const json*> running;
+    for (auto& e : j["experiments"])
+      if (e.value("state", "") == "running") running.push_back(&e);
+    if (!running.empty()) out << "\nExperiments running: " << running.size() << "\n";
+    for (auto* e : running) {
+      std::string counts;
+      if (e->contains("trials_by_state") && (*e)["trials_by_state"].is_object())
+        for (auto& [state, n] : (*e)["trials_by_state"].items())
+          counts += (counts.empty() ? "" : ", ") + std::to_string(n.is_number() ? n.get<int64_t>() : 0) + " " + state;
+      out << "  " << pad(e->value("name", e->value("owner", "?")), 22) << counts;
+      if (!e->value("owner", "").empty()) out << "  (" << (*e)["owner"].get<std::string>() << "'s)";
+      out << "\n";
+      if (!e->contains("auto_packing") || !(*e)["auto_packing"].is_object()) continue;
+      const auto& a = (*e)["auto_packing"];
+      out << "    auto-packing: ";
+      if (a.value("phase", "") == "sized") {
+        out << "share " << number(a.value("share", json(0))) << " of a GPU (" << a.value("trials_per_card", 0)
+            << " per card) for a peak of " << format_bytes(a.value("peak", int64_t{0})) << " + "
+            << std::lround(a.value("margin", 0.0) * 100) << "%";
+        if (a.contains("util")) out << ", probe SM utilisation " << a.value("util", 0) << "%";
+        if (a.value("outgrown", 0) > 0) out << ", " << a.value("outgrown", 0) << " restarted on a bigger share";
+      } else {
+        out << "probing on " << number(a.value("probe_share", json(0))) << " of a GPU";
+      }
+      out << "\n";
+    }
   }
   return out.str();
 }

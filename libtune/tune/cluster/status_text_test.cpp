@@ -107,6 +107,25 @@ TEST(StatusText, ShowsOtherUsersHoldingsAsHeldByTheirOwner) {
   EXPECT_NE(text->find("(bob's)"), std::string::npos) << *text;
 }
 
+TEST(StatusText, ShowsRunningExperimentsAndTheirAutoPackingShare) {
+  auto j = nlohmann::json::parse(R"({"nodes": [], "experiments": [
+    {"name": "fmnist-auto", "state": "running", "owner": "ana", "trials_by_state": {"running": 16, "terminated": 3},
+     "auto_packing": {"phase": "sized", "share": 0.0625, "trials_per_card": 16, "peak": 1288490188, "margin": 0.25,
+                      "util": 31, "outgrown": 1}},
+    {"name": "probing", "state": "running", "auto_packing": {"phase": "probing", "probe_share": 0.25}},
+    {"name": "old", "state": "done"}]})");
+  auto text = render_status_text(j.dump());
+  ASSERT_TRUE(text) << text.error().message();
+  EXPECT_NE(text->find("Experiments running: 2"), std::string::npos) << *text;
+  EXPECT_NE(text->find("16 running, 3 terminated  (ana's)"), std::string::npos) << *text;
+  EXPECT_NE(text->find("auto-packing: share 0.0625 of a GPU (16 per card) for a peak of 1.2 GiB + 25%, probe SM "
+                       "utilisation 31%, 1 restarted on a bigger share"),
+            std::string::npos)
+      << *text;
+  EXPECT_NE(text->find("auto-packing: probing on 0.25 of a GPU"), std::string::npos) << *text;
+  EXPECT_EQ(text->find("old"), std::string::npos) << *text;
+}
+
 TEST(StatusText, RefusesOtherJson) {
   EXPECT_FALSE(render_status_text("{}"));
   EXPECT_FALSE(render_status_text("not json"));

@@ -2,7 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 
 namespace tune {
 
@@ -25,6 +27,14 @@ struct nvml_process_info {  // nvmlProcessInfo_t (v2 layout), used by the _v2 an
   unsigned long long used_gpu_memory;
   unsigned int gpu_instance_id, compute_instance_id;
 };
+struct nvml_utilization {  // nvmlUtilization_t
+  unsigned int gpu, memory;
+};
+struct nvml_process_utilization {  // nvmlProcessUtilizationSample_t
+  unsigned int pid;
+  unsigned long long time_stamp;  // CPU timestamp, microseconds
+  unsigned int sm_util, mem_util, enc_util, dec_util;
+};
 constexpr unsigned long long value_not_available = ~0ULL;
 }  // namespace
 
@@ -38,6 +48,10 @@ struct nvml::api {
   nvml_return (*pci)(nvml_device, nvml_pci_info*);
   nvml_return (*memory)(nvml_device, nvml_memory*);
   nvml_return (*processes)(nvml_device, unsigned int*, nvml_process_info*);
+  // Optional (utilisation is left unknown without them).
+  nvml_return (*utilization)(nvml_device, nvml_utilization*) = nullptr;
+  nvml_return (*process_utilization)(nvml_device, nvml_process_utilization*, unsigned int*,
+                                     unsigned long long) = nullptr;
 
   std::string error(nvml_return r) const {
     const char* s = error_string ? error_string(r) : nullptr;
@@ -74,6 +88,10 @@ expected<std::shared_ptr<nvml>> nvml::load(const std::string& library) {
   get(a.pci, {"nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo_v2"});
   get(a.memory, {"nvmlDeviceGetMemoryInfo"});
   get(a.processes, {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"});
+  if (void* p = ::dlsym(lib, "nvmlDeviceGetUtilizationRates"))
+    a.utilization = reinterpret_cast<decltype(a.utilization)>(p);
+  if (void* p = ::dlsym(lib, "nvmlDeviceGetProcessUtilization"))
+    a.process_utilization = reinterpret_cast<decltype(a.process_utilization)>(p);
   if (!missing.empty()) {
     // The destructor would call shutdown: nothing was initialised yet.
     n->api_.reset();
@@ -92,12 +110,41 @@ nvml::~nvml() {
   if (lib_) ::dlclose(lib_);
 }
 
+// The per-process samples since the last look at this card, averaged per process into
+// its entry of c.processes (processes without a sample keep -1). Not an error when the
+// driver has none (NVML_ERROR_NOT_FOUND) or refuses: utilisation is then unknown.
+void nvml::read_process_utilization(void* device, unsigned int index, gpu_card_sample& c) {
+  auto& a = *api_;
+  auto dev = static_cast<nvml_device>(device);
+  std::vector<nvml_process_utilization> samples(64);
+  unsigned int n = static_cast<unsigned int>(samples.size());
+  auto r = a.process_utilization(dev, samples.data(), &n, util_seen_[index]);
+  if (r == insufficient_size && n > samples.size() && n < 65536) {
+    samples.resize(n);
+    r = a.process_utilization(dev, samples.data(), &n, util_seen_[index]);
+  }
+  if (r != ok) return;
+  samples.resize(std::min<size_t>(n, samples.size()));
+  std::map<unsigned int, std::pair<long, int>> by_pid;  // sum, count
+  for (auto& s : samples) {
+    util_seen_[index] = std::max(util_seen_[index], s.time_stamp);
+    if (s.sm_util > 100) continue;  // not a percentage: the driver's "not available"
+    auto& [sum, k] = by_pid[s.pid];
+    sum += s.sm_util;
+    ++k;
+  }
+  for (auto& p : c.processes)
+    if (auto it = by_pid.find(static_cast<unsigned int>(p.pid)); it != by_pid.end())
+      p.sm_util = static_cast<int>(it->second.first / it->second.second);
+}
+
 expected<std::vector<gpu_card_sample>> nvml::sample() {
   auto& a = *api_;
   unsigned int count = 0;
   if (auto r = a.count(&count); r != ok) return status{errc::insufficient, "NVML: cannot count the cards: " + a.error(r)};
   std::vector<gpu_card_sample> cards;
   cards.reserve(count);
+  util_seen_.resize(count, 0);
   for (unsigned int i = 0; i < count; ++i) {
     gpu_card_sample c;
     c.index = static_cast<int>(i);
@@ -131,6 +178,8 @@ expected<std::vector<gpu_card_sample>> nvml::sample() {
       c.processes.push_back({static_cast<int>(p.pid), p.used_gpu_memory == value_not_available
                                                            ? int64_t{-1}
                                                            : static_cast<int64_t>(p.used_gpu_memory)});
+    if (nvml_utilization u{}; a.utilization && a.utilization(dev, &u) == ok) c.util = static_cast<int>(u.gpu);
+    if (a.process_utilization) read_process_utilization(dev, i, c);
     cards.push_back(std::move(c));
   }
   return cards;

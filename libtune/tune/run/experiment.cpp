@@ -640,7 +640,7 @@ const std::vector<std::string> top_keys{
     "num_samples",   "resources_per_trial", "bundles", "strategy",              "scheduler",
     "search",        "stop",         "max_concurrent_trials", "max_failures",  "time_budget_s",
     "experiment_dir", "seed",        "stop_grace_s",   "group_timeout_s",       "auto_rebalance",
-    "min_move_interval_s", "progress",  "standby_copies"};
+    "min_move_interval_s", "progress",  "standby_copies", "auto_packing"};
 
 // Ray Tune's names for these, and other likely ones.
 const std::map<std::string, std::string> top_aliases{
@@ -664,10 +664,25 @@ expected<resources> resources_from(const reader& r, const YAML::Node& n, const s
   if (!n.IsMap()) return r.error(n, path, "give the amounts as a mapping, e.g. {gpu: 0.25, cpu: 1}");
   auto j = r.json(n, path);
   if (!j) return j.error();
+  // gpu: auto (auto-packing, for resources_per_trial): the share is measured.
+  bool gpu_auto = j->contains("gpu") && (*j)["gpu"] == "auto";
+  if (gpu_auto) {
+    if (path != "resources_per_trial")
+      return r.error(n, path, "gpu: auto is for resources_per_trial (one bundle), not bundles");
+    j->erase("gpu");
+    if (j->empty()) {
+      resources out{resource_set{}};
+      out.gpu_auto = true;
+      return out;
+    }
+  }
   auto set = resource_set::from_json(j->dump());
   if (!set) return r.error(n, path, set.error().message());
-  if (auto s = check_request(*set); !s) return r.error(n, path, s.message());
-  return resources(*set);
+  if (!gpu_auto)
+    if (auto s = check_request(*set); !s) return r.error(n, path, s.message());
+  resources out{*set};
+  out.gpu_auto = gpu_auto;
+  return out;
 }
 
 fs::path from_base(const std::string& base, const std::string& p) {
@@ -869,6 +884,26 @@ expected<experiment_spec> read_experiment(const std::string& text, const std::st
       take(r.flag(v, key), c.auto_rebalance);
     } else if (key == "standby_copies") {
       take(r.flag(v, key), c.standby_copies);
+    } else if (key == "auto_packing") {
+      if (!v.IsMap()) {
+        s = r.error(v, key, "give a mapping, e.g. {margin: 0.25, min_share: 0.0625}");
+      } else {
+        s = known_keys(r, v, key, {"margin", "probe_share", "probe_trials", "probe_results", "min_share"}, {});
+        for (auto e = v.begin(); s && e != v.end(); ++e) {
+          auto k = e->first.Scalar();
+          if (k == "probe_trials" || k == "probe_results") {
+            auto n = r.integer(e->second, key + "." + k, 1);
+            if (!n) s = n.error();
+            else (k == "probe_trials" ? c.auto_packing.probe_trials : c.auto_packing.probe_results) = static_cast<int>(*n);
+          } else {
+            auto x = r.number(e->second, key + "." + k);
+            if (!x) s = x.error();
+            else (k == "margin" ? c.auto_packing.margin : k == "probe_share" ? c.auto_packing.probe_share : c.auto_packing.min_share) = *x;
+          }
+        }
+        if (s)
+          if (auto ok = check(c.auto_packing); !ok) s = r.error(v, key, ok.message().substr(std::string{"auto_packing: "}.size()));
+      }
     } else if (key == "progress") {
       auto t = r.one_of(v, key, {"auto", "table", "lines", "none"});
       if (!t) s = t.error();

@@ -118,6 +118,25 @@ TEST(ExperimentFile, JsonIsReadTooAndDefaultsAreTheTunersOwn) {
   EXPECT_EQ(none->prog.working_dir, "");  // nothing shipped
 }
 
+TEST(ExperimentFile, GpuAutoAndItsOptionsAreRead) {
+  auto e = read_experiment("metric: a\nresources_per_trial: {gpu: auto, cpu: 1}\n"
+                           "auto_packing: {margin: 0.5, min_share: 0.125, probe_share: 0.5, probe_trials: 2, probe_results: 3}\n",
+                           "e.yaml", "/x");
+  ASSERT_TRUE(e) << e.error().message();
+  auto& c = e->config;
+  EXPECT_TRUE(c.resources_per_trial.gpu_auto);
+  ASSERT_TRUE(c.resources_per_trial.set);
+  EXPECT_EQ(c.resources_per_trial.set->to_json(), R"({"cpu":1})");
+  EXPECT_EQ(c.auto_packing.margin, 0.5);
+  EXPECT_EQ(c.auto_packing.min_share, 0.125);
+  EXPECT_EQ(c.auto_packing.probe_share, 0.5);
+  EXPECT_EQ(c.auto_packing.probe_trials, 2);
+  EXPECT_EQ(c.auto_packing.probe_results, 3);
+  auto alone = read_experiment("metric: a\nresources_per_trial: {gpu: auto}\n", "e.yaml", "/x");
+  ASSERT_TRUE(alone) << alone.error().message();
+  EXPECT_TRUE(alone->config.resources_per_trial.gpu_auto);
+}
+
 // The error for `text`, which must name each of `parts`.
 void expect_error(const std::string& text, std::vector<std::string> parts) {
   auto e = read_experiment(text, "exp.yaml", "/x");
@@ -166,6 +185,12 @@ TEST(ExperimentFile, EveryBadInputIsAnErrorNamingTheKeyTheLineAndWhatToWrite) {
   expect_error("search: {type: tpe, n_startup: 3}\n", {"search.n_startup", "n_startup_trials"});
   expect_error("resources_per_trial: {GPU: 1}\n", {"resources_per_trial", "gpu"});
   expect_error("resources_per_trial: {gpu: 1.5}\n", {"resources_per_trial", "1.5"});
+  expect_error("bundles: [{gpu: auto}]\n", {"bundles[0]", "gpu: auto is for resources_per_trial"});
+  expect_error("resources_per_trial: {gpu: fast}\n", {"resources_per_trial", "fast"});
+  expect_error("auto_packing: {margin: -1}\n", {"auto_packing", "margin must be between 0 and 10"});
+  expect_error("auto_packing: {min_shares: 0.1}\n", {"auto_packing", "min_shares", "did you mean min_share?"});
+  expect_error("auto_packing: {probe_trials: 0}\n", {"auto_packing.probe_trials", "at least 1"});
+  expect_error("auto_packing: 0.25\n", {"auto_packing", "mapping"});
   expect_error("resources_per_trial: {gpu: 1}\nbundles: [{gpu: 1}]\n", {"bundles", "not both"});
   expect_error("strategy: sideways\n", {"strategy", "pack, spread"});
   expect_error("stop: {training_iteration: 3}\n", {"stop.training_iteration", "max_iterations"});

@@ -70,6 +70,7 @@ audit_result gpu_audit::check(const std::vector<gpu_card_sample>& cards) {
         use.memory[card.uuid] += p.memory;
         use.total += p.memory;
       }
+      if (p.sm_util >= 0) use.sm_util = std::max(0, use.sm_util) + p.sm_util;
       if (!e->trial.quota.count(card.uuid) && !wrong_card.count(e->trial.id)) {
         std::string given;
         for (auto& [uuid, q] : e->trial.quota) given += (given.empty() ? "" : ", ") + uuid;
@@ -86,6 +87,7 @@ audit_result gpu_audit::check(const std::vector<gpu_card_sample>& cards) {
     use.peak = e.peak;
     if (e.reported) continue;
     std::string why;
+    bool over_quota = false;
     if (auto w = wrong_card.find(id); w != wrong_card.end()) {
       why = w->second;
     } else {
@@ -94,13 +96,14 @@ audit_result gpu_audit::check(const std::vector<gpu_card_sample>& cards) {
         if (q != e.trial.quota.end() && q->second > 0 && bytes > q->second) {
           why = "the GPU audit found it using " + format_bytes(bytes) + " on GPU " + uuid + ", over its quota of " +
                 format_bytes(q->second) + ": killed";
+          over_quota = true;
           break;
         }
       }
     }
     if (!why.empty()) {
       e.reported = true;
-      r.violations.push_back({id, why});
+      r.violations.push_back({id, why, over_quota});
     }
   }
   return r;

@@ -45,6 +45,7 @@ struct audited_trial {
 struct audit_violation {
   std::string trial;
   std::string message;  // goes into the trial's record as its error
+  bool over_quota = false;  // over its memory quota (else: on a card it was not given)
 };
 
 struct foreign_process {
@@ -58,6 +59,7 @@ struct foreign_process {
 struct trial_gpu_use {
   std::map<std::string, int64_t> memory;  // by card UUID, now
   int64_t total = 0, peak = 0;            // now, and the most ever seen at once
+  int sm_util = -1;                       // its processes' SM utilisation, percent, summed (-1: not known)
   std::vector<int> pids;                  // its processes on cards
 };
 

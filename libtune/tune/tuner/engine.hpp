@@ -117,6 +117,9 @@ class experiment_engine {
   // stopped or paused now.
   expected<std::vector<engine_action>> on_interrupted(const std::string& id);
 
+  // Trials running at once from the next step on (at least 1): auto-packing raises it
+  // once the share is known. Running trials above it are not stopped.
+  void set_max_concurrent(int n) { opt_.max_concurrent = n < 1 ? 1 : n; }
   // Nothing runs and nothing more will start.
   bool finished() const;
   const std::map<std::string, engine_trial>& trials() const { return trials_; }
