@@ -40,8 +40,12 @@ class DataTest : public ::testing::Test {
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("tune_train_data_test_" + std::to_string(::getpid()));
     fs::create_directories(dir_);
+    ::setenv("TUNE_DATA_CACHE", "off", 1);  // no copies in /dev/shm from these made-up files
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override {
+    fs::remove_all(dir_);
+    ::unsetenv("TUNE_DATA_CACHE");
+  }
 
   std::string write(const std::string& name, const std::vector<uint8_t>& bytes, bool gz = false) {
     std::string p = (dir_ / name).string();
@@ -69,6 +73,51 @@ TEST_F(DataTest, ReadsRawAndGzipImages) {
     ASSERT_EQ(r->pixels.size(), 60u);
     EXPECT_EQ(r->pixels[1], 7);
   }
+}
+
+// The shared-memory copy of a .gz file: written by the first reader, read by the next;
+// not used when it is not whole, from a folder others may write in, or when turned off.
+TEST_F(DataTest, GzipFilesAreDecompressedOnceIntoTheUsersCache) {
+  ::unsetenv("TUNE_DATA_CACHE");
+  auto cache = dir_ / "cache";
+  fs::create_directories(cache);
+  fs::permissions(cache, fs::perms::owner_all, fs::perm_options::replace);
+  ::setenv("TUNE_DATA_CACHE_DIR", cache.c_str(), 1);
+  auto bytes = idx_images_bytes(0x803, 3, 4, 5);
+  auto p = write("b.gz", bytes, true);
+  auto first = read_idx_images(p);
+  ASSERT_TRUE(first) << first.error().message();
+  std::vector<fs::path> copies;
+  for (auto& e : fs::directory_iterator(cache)) copies.push_back(e.path());
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(fs::file_size(copies[0]), bytes.size());
+  // The copy is what the next reader gets (changed here in place, same size: seen).
+  auto changed = bytes;
+  changed[16] = 99;
+  std::ofstream(copies[0], std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(changed.data()), changed.size());
+  auto second = read_idx_images(p);
+  ASSERT_TRUE(second) << second.error().message();
+  EXPECT_EQ(second->pixels[0], 99);
+  // A copy of the wrong size is not used (and is written again whole).
+  std::ofstream(copies[0], std::ios::binary | std::ios::trunc).write("x", 1);
+  auto third = read_idx_images(p);
+  ASSERT_TRUE(third) << third.error().message();
+  EXPECT_EQ(third->pixels, first->pixels);
+  EXPECT_EQ(fs::file_size(copies[0]), bytes.size());
+  // A folder others may write in is not used; nor any with TUNE_DATA_CACHE=off.
+  auto open = dir_ / "open";
+  fs::create_directories(open);
+  fs::permissions(open, fs::perms::all, fs::perm_options::replace);
+  ::setenv("TUNE_DATA_CACHE_DIR", open.c_str(), 1);
+  ASSERT_TRUE(read_idx_images(p));
+  EXPECT_TRUE(fs::is_empty(open));
+  ::setenv("TUNE_DATA_CACHE_DIR", cache.c_str(), 1);
+  fs::remove(copies[0]);
+  ::setenv("TUNE_DATA_CACHE", "off", 1);
+  ASSERT_TRUE(read_idx_images(p));
+  EXPECT_TRUE(fs::is_empty(cache));
+  ::unsetenv("TUNE_DATA_CACHE");
+  ::unsetenv("TUNE_DATA_CACHE_DIR");
 }
 
 TEST_F(DataTest, WrongMagicIsNamed) {

@@ -1,12 +1,40 @@
 #include "tune/train/trial_train.hpp"
 
+#include <unistd.h>
+
 #include <atomic>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 namespace tune::train {
+
+namespace {
+
+// Seconds since this process started (/proc: its start in clock ticks after boot, and
+// the time since boot); -1 when /proc cannot say. Reported with each epoch, so that a
+// run's timeline shows what a trial spends before its first epoch (process start,
+// CUDA context, data load).
+double process_age_s() {
+  std::ifstream stat("/proc/self/stat"), up("/proc/uptime");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  auto close = text.rfind(')');  // the command name may hold spaces
+  double uptime = 0;
+  if (close == std::string::npos || !(up >> uptime)) return -1;
+  std::istringstream fields(text.substr(close + 2));
+  std::string f;
+  for (int i = 3; i < 22 && fields >> f; ++i) {
+  }
+  unsigned long long start = 0;
+  if (!(fields >> start)) return -1;
+  return uptime - static_cast<double>(start) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+}  // namespace
 
 expected<std::string> train_trial(trial_context& ctx) {
   // Every key is optional; one of the wrong type (e.g. "lr": "0.1") is an error that
@@ -49,8 +77,10 @@ expected<std::string> train_trial(trial_context& ctx) {
     opt.device.index = cards[0];  // the trial's first card, whatever its number on the machine
     if (data_parallel && cards.size() >= 2) opt.device.indices = cards;
   }
+  auto load_start = std::chrono::steady_clock::now();
   auto data = load_fashion_mnist(data_dir);
   if (!data) return data.error();
+  const double data_load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   // The node's stop request (SIGTERM) becomes the trainer's stop flag.
   std::atomic<bool> stop{false}, finished{false};
   std::thread watch([&] {
@@ -65,7 +95,11 @@ expected<std::string> train_trial(trial_context& ctx) {
     std::map<std::string, double> m{{"epoch", r.epoch},           {"train_loss", r.train_loss},
                                     {"train_acc", r.train_acc},   {"val_loss", r.val_loss},
                                     {"val_acc", r.val_acc},       {"samples_per_s", r.samples_per_s},
-                                    {"devices", r.devices}};
+                                    {"devices", r.devices}, {"epoch_s", r.seconds}};
+    if (r.epoch == 1) {  // where a trial's start went (bench/timeline.py)
+      m["data_load_s"] = data_load_s;
+      if (auto age = process_age_s(); age >= 0) m["process_s"] = age;
+    }
     if (std::isfinite(r.test_acc)) {
       m["test_acc"] = r.test_acc;
       m["test_loss"] = r.test_loss;
