@@ -10,8 +10,16 @@
 // --python: the trial is bench/python/sleeper.py (the same workload, reporting through the
 // libtune Python module), run as `PYTHON sleeper.py` in its shipped working directory;
 // --both runs the C++ and the Python trials alternately, side by side, and reports both.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <array>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
@@ -20,6 +28,71 @@
 #include "tune/tune.hpp"
 
 namespace {
+
+// CPU seconds of the cluster's daemons (their pid files in the runtime folder): each
+// process's own, and its reaped children's (a node's: the trials' keepers and workers).
+struct cpu_split {
+  double head = 0, nodes = 0, trials = 0, driver = 0;
+};
+
+// utime, stime, cutime, cstime of a process, in seconds (zeros when it is gone).
+std::array<double, 4> times_of(int pid) {
+  const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  auto close = text.rfind(')');
+  std::array<double, 4> t{};
+  if (close == std::string::npos) return t;
+  std::istringstream f(text.substr(close + 2));
+  std::string skip;
+  for (int i = 3; i < 14; ++i) f >> skip;  // fields 3..13
+  for (auto& v : t) {
+    f >> v;
+    v /= tick;
+  }
+  return t;
+}
+
+// The children of a process (every thread's), from /proc.
+std::vector<int> children_of(int pid) {
+  std::vector<int> out;
+  std::error_code ec;
+  for (auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::ifstream in(task.path() / "children");
+    for (int child; in >> child;) out.push_back(child);
+  }
+  return out;
+}
+
+cpu_split cluster_cpu(const std::string& runtime_dir) {
+  cpu_split c;
+  std::error_code ec;
+  for (auto& e : std::filesystem::directory_iterator(runtime_dir, ec)) {
+    auto name = e.path().filename().string();
+    if (name.size() < 5 || name.substr(name.size() - 4) != ".pid") continue;
+    int pid = 0;
+    std::ifstream(e.path()) >> pid;
+    if (pid <= 0) continue;
+    auto t = times_of(pid);
+    (name.rfind("head", 0) == 0 ? c.head : c.nodes) += t[0] + t[1];
+    // The trials' processes: reaped by the node, or by its spawner (a child of the
+    // node that forks the keepers, which reap the workers), live ones by now.
+    c.trials += t[2] + t[3];
+    for (int child : children_of(pid)) {
+      auto k = times_of(child);
+      c.trials += k[0] + k[1] + k[2] + k[3];
+      for (int grandchild : children_of(child)) {
+        auto g = times_of(grandchild);
+        c.trials += g[0] + g[1] + g[2] + g[3];
+      }
+    }
+  }
+  rusage self{};
+  ::getrusage(RUSAGE_SELF, &self);
+  c.driver = static_cast<double>(self.ru_utime.tv_sec + self.ru_stime.tv_sec) +
+             static_cast<double>(self.ru_utime.tv_usec + self.ru_stime.tv_usec) / 1e6;
+  return c;
+}
 
 void sleeper(tune::trial_context& ctx) {
   int64_t reports = ctx.integer("reports").value(), sleep_ms = ctx.integer("sleep_ms").value();
@@ -129,6 +202,8 @@ int main(int argc, char** argv) {
       cfg.progress = tune::progress_style::none;
       cfg.experiment_dir = (keep.empty() ? dir : keep) + "/exp-" + kd.name + "-" + std::to_string(k);
       tune::search_space space{{"reports", reports}, {"sleep_ms", sleep_ms}};
+      const auto& runtime = dir;  // every daemon's pid file (with --tls both clusters': the idle one's CPU counts too)
+      auto cpu0 = cluster_cpu(runtime);
       auto r = kd.name == "cpp"       ? tune::tuner{*c, "sleeper", space, cfg}.fit()
                : kd.name == "cpp_tls" ? tune::tuner{*secure, "sleeper", space, cfg}.fit()
                                 : tune::tuner{*c, tune::program{.command = {python_bin, "sleeper.py"}, .working_dir = python_dir},
@@ -143,7 +218,17 @@ int main(int argc, char** argv) {
                 << " s: " << ratio << "\n";
       kd.ratios.push_back(ratio);
       kd.walls.push_back(r->wall_s);
-      kd.runs.push_back({{"wall_s", r->wall_s}, {"wall_over_ideal", ratio}, {"controller_cpu_s", r->controller_cpu_s}});
+      // Every CPU cost per trial (ms): where the tuner's own time goes.
+      auto cpu1 = cluster_cpu(runtime);
+      auto per_trial = [&](double s) { return std::round(s * 1e6 / trials) / 1e3; };
+      nlohmann::json cost{{"controller", per_trial(r->controller_cpu_s)},
+                          {"driver_other", per_trial(cpu1.driver - cpu0.driver - r->controller_cpu_s)},
+                          {"head", per_trial(cpu1.head - cpu0.head)},
+                          {"nodes", per_trial(cpu1.nodes - cpu0.nodes)},
+                          {"trial_processes", per_trial(cpu1.trials - cpu0.trials)}};
+      std::cerr << "  CPU ms per trial: " << cost.dump() << "\n";
+      kd.runs.push_back({{"wall_s", r->wall_s}, {"wall_over_ideal", ratio}, {"controller_cpu_s", r->controller_cpu_s},
+                         {"cpu_ms_per_trial", cost}});
     }
   }
   nlohmann::json j{{"ideal_s", ideal},
