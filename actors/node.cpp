@@ -78,6 +78,7 @@ struct node_state {
   uint64_t staged_seq = 0;
   std::string python_path;  // the trials' Python module (empty: not installed)
   std::shared_ptr<python_spawners> pythons;  // warm interpreters for Python trials (none: off)
+  std::shared_ptr<program_spawners> programs;  // warm libtune programs for C++ trials (none: off)
   static inline const char* name = "tune.node";
 };
 
@@ -258,6 +259,7 @@ void start_trial(node_actor self, const wire::wire_trial_spec& spec, const reser
   t.workdir_blobs = st.opt.work_dir + "/files";
   t.python_path = st.python_path;
   t.pythons = st.pythons;
+  t.programs = st.programs;
   t.node_id = st.opt.node_id;
   t.trial_dir = st.opt.work_dir + "/trials/" + spec.trial_id;
   auto account = trial_folder_for(self, spec);
@@ -975,6 +977,9 @@ void open_node(node_actor self, node_options opt) {
   auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch());
   self->state.table = reservation_table{self->state.opt.resources, static_cast<uint64_t>(us.count())};
   self->state.started = self->clock().now();
+  // C++ trials fork from their program started once as a spawner, unless told not to.
+  if (const char* fresh = std::getenv("LIBTUNE_FRESH_PROCESS"); !fresh || !*fresh)
+    self->state.programs = std::make_shared<program_spawners>(self->state.opt.trial_env);
   if (!self->state.opt.work_dir.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(self->state.opt.work_dir + "/staged", ec);  // an earlier run's: no record of them

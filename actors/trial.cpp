@@ -54,6 +54,7 @@ struct launch {
   std::vector<std::string> patterns;  // metrics in its standard output
   std::string metric;
   std::shared_ptr<python_spawners> pythons;  // a warm interpreter for a Python command
+  std::shared_ptr<program_spawners> programs;  // a warm libtune program for its own worker
   std::string trial_id;
   std::shared_ptr<containment> contain;  // its cgroup comes from here (none: not contained)
   host_limits limits;
@@ -212,6 +213,9 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
   auto cg = std::move(*prepared);
   // A Python command starts as a fork of a warm interpreter (no start-up of its own).
   auto warm = l.find_program && l.pythons ? l.pythons->for_program(l.spec.argv[0]) : nullptr;
+  // A libtune program's own worker starts as a fork of that program, started once.
+  if (!warm && !l.find_program && l.programs) warm = l.programs->for_spec(l.spec);
+  if (warm && warm->gone()) warm = nullptr;
   auto p = worker_process::start(l.spec, warm ? warm.get() : via.get());
   if (!p) {
     caf::anon_send(self, started_atom::value, 0, 0, p.error().message(), std::string{});
@@ -514,6 +518,7 @@ launch make_launch(const trial_options& opt) {
     l.spec.run_as = {opt.account.uid, opt.account.gid, {opt.account.groups.begin(), opt.account.groups.end()}};
   l.spec.env = trial_environment(opt);
   l.spec.cwd = opt.trial_dir;
+  l.programs = opt.programs;
   if (!opt.spec.command.empty()) {  // a program trial: its command, in its working copy
     l.spec.argv = opt.spec.command;
     l.find_program = true;

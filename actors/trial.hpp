@@ -47,6 +47,7 @@
 #include "tune/trial/cgroup.hpp"
 #include "tune/trial/account.hpp"
 #include "tune/trial/process.hpp"
+#include "tune/trial/program_spawners.hpp"
 #include "tune/trial/python_spawners.hpp"
 #include "tune/trial/workdir.hpp"
 #include "wire.hpp"
@@ -80,6 +81,7 @@ struct trial_options {
   // Warm interpreters for Python commands (tune/trial/python_spawners.hpp; none: every
   // worker is exec'd).
   std::shared_ptr<python_spawners> pythons;
+  std::shared_ptr<program_spawners> programs;  // warm starts of C++ trials (tune/trial/program_spawners.hpp)
   // The node's containment: the trial runs in a cgroup of its own made from it, with
   // these host limits (none: not contained, e.g. in tests of the actor alone).
   std::shared_ptr<containment> contain;

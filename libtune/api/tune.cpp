@@ -1,6 +1,7 @@
 // The public API (tune/tune.hpp) over the actors: the embedded cluster, the
 // connection to a head, the trainables' worker mode and the tuner.
 #include "tune/tune.hpp"
+#include "tune/trial/process.hpp"
 
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -316,6 +317,21 @@ const char* init_help() {
 
 void run_if_trial_worker(int argc, char** argv) {
   if (argc >= 3 && std::string{argv[1]} == "--tune-worker") run_worker(argv[2]);
+  // A node's warm start of this program's trials (tune/trial/program_spawners.hpp): its
+  // workers are forks of this process. Only single-threaded (a library that started
+  // threads as it loaded cannot be forked safely): else it ends, and the node execs.
+  if (argc >= 2 && std::string{argv[1]} == "--tune-spawner") {
+    std::error_code ec;
+    size_t threads = 0;
+    for (auto it = std::filesystem::directory_iterator("/proc/self/task", ec); !ec && it != std::filesystem::directory_iterator();
+         it.increment(ec))
+      ++threads;
+    if (threads != 1) std::_Exit(3);
+    spawner::serve(3, [](int n, char** args) -> int {
+      if (n >= 3) run_worker(args[2]);
+      return 2;
+    });
+  }
 }
 
 expected<cluster> init(int& argc, char** argv) {

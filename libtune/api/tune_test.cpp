@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -33,7 +34,9 @@ void curve(tune::trial_context& ctx) {
     if (i == fail_at) throw std::runtime_error("the curve broke at " + std::to_string(i));
     std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
     if (!ctx.report({{"score", x * (1 - std::pow(0.5, static_cast<double>(i)))},
-                     {"threads", threads ? std::atof(threads) : -1}}) ||
+                     {"threads", threads ? std::atof(threads) : -1},
+                     {"warm", std::getenv("TUNE_WARM_START") ? 1.0 : 0.0},
+                     {"pid", static_cast<double>(::getpid())}}) ||
         tune::trial_context::should_stop())
       return;
   }
@@ -247,6 +250,36 @@ TEST_F(TuneEmbedded, AshaRunsTrialsAsProcessesAndTheStoreHoldsWhatWasReported) {
   auto csv = again->csv();
   ASSERT_TRUE(csv);
   EXPECT_EQ(std::count(csv->begin(), csv->end(), '\n'), r->results + 1);
+}
+
+// A C++ trainable's worker is a fork of its program started once as the node's spawner
+// for it (tune/trial/program_spawners.hpp): every trial says so, each is its own
+// process with its own configuration, and the results are those of an exec'd worker.
+TEST_F(TuneEmbedded, TrialsOfThisProgramStartWarmAsForksOfItsSpawner) {
+  auto c = tune::cluster::start(options(2));
+  ASSERT_TRUE(c) << c.error().message();
+  auto cfg = config(6);
+  cfg.resources_per_trial = tune::resources{{"cpu", 1}};
+  tune::tuner t{*c, "curve", tune::search_space{{"x", tune::uniform(0.1, 1.0)}, {"iterations", 3}}, cfg};
+  auto r = t.fit();
+  ASSERT_TRUE(r) << r.error().message();
+  auto trials = r->trials();
+  ASSERT_TRUE(trials);
+  ASSERT_EQ(trials->size(), 6u);
+  std::set<double> pids;
+  for (auto& tr : *trials) {
+    EXPECT_EQ(tr.state, "terminated") << tr.id << ": " << tr.error;
+    auto h = r->history(tr.id);
+    ASSERT_TRUE(h);
+    ASSERT_EQ(h->size(), 3u);
+    auto& m = h->back().metrics;
+    EXPECT_EQ(m["warm"], 1.0) << tr.id << " was exec'd";
+    EXPECT_EQ(m["threads"], 1.0) << "its own environment, not the spawner's";
+    double x = tr.config["x"];
+    EXPECT_DOUBLE_EQ(m["score"].get<double>(), x * 0.875) << "its own configuration";
+    pids.insert(m["pid"].get<double>());
+  }
+  EXPECT_EQ(pids.size(), 6u) << "a process per trial";
 }
 
 TEST_F(TuneEmbedded, AFailingTrialKeepsItsErrorAndTheOthersRunOn) {

@@ -7,11 +7,13 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -43,9 +45,16 @@ void keep_tail(std::string& tail, const char* data, size_t n) {
   ::_exit(127);
 }
 
+// A program's own spawner (spawner::serve): the function that runs a worker of this
+// very program in the process a fork made, instead of exec (null: none, always exec).
+spawner::in_process_fn in_process = nullptr;
+
 // In the worker, after the keeper's fork: only async-signal-safe calls until exec.
+// `warm`: a fork (not vfork) of a program's own single-threaded spawner, which runs the
+// worker's code in this process instead of exec once its descriptors, signals,
+// credentials, folder and environment are the trial's.
 [[noreturn]] void exec_worker(const process_spec& spec, char* const* argv, char* const* envp, int out_w, int err_w,
-                              int rep_w, int fail_w, pid_t keeper) {
+                              int rep_w, int fail_w, pid_t keeper, bool warm = false) {
   // Its account first (a change of credentials clears the death signal set below). Raw
   // system calls: this process only (glibc's wrappers would signal the keeper's threads).
   if (auto& c = spec.run_as; c.uid >= 0) {
@@ -72,8 +81,36 @@ void keep_tail(std::string& tail, const char* data, size_t n) {
     for (int fd = 4; fd < 4096; ++fd)
       if (fd != fail) ::close(fd);
   if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) fail_with(fail, errno);
+  if (warm) {
+    ::close(fail);  // started: what exec's close-on-exec would have said
+    environ = const_cast<char**>(envp);
+    const char* base = std::strrchr(argv[0], '/');
+    ::prctl(PR_SET_NAME, base ? base + 1 : argv[0]);  // not the spawner's name
+    int argc = 0;
+    while (argv[argc]) ++argc;
+    ::_exit(in_process(argc, const_cast<char**>(argv)));
+  }
   ::execve(argv[0], argv, envp);
   fail_with(fail, errno);
+}
+
+// Whether a program's own spawner runs this worker in a fork of itself: it is this
+// very program file with --tune-worker, and nothing in its environment would make a
+// fresh start differ (the dynamic loader's variables; LIBTUNE_FRESH_PROCESS asks for
+// exec). Before the keeper's fork (it allocates).
+bool runs_in_process(const process_spec& spec) {
+  if (!in_process || spec.argv.size() < 3 || spec.argv[1] != "--tune-worker") return false;
+  struct stat self {}, file {};
+  if (::stat("/proc/self/exe", &self) != 0 || ::stat(spec.argv[0].c_str(), &file) != 0 || self.st_dev != file.st_dev ||
+      self.st_ino != file.st_ino)
+    return false;
+  if (spec.env.count("LIBTUNE_FRESH_PROCESS")) return false;
+  for (const char* name : {"LD_LIBRARY_PATH", "LD_PRELOAD", "LD_AUDIT", "LD_BIND_NOW", "GLIBC_TUNABLES", "MALLOC_ARENA_MAX"}) {
+    const char* mine = std::getenv(name);
+    auto theirs = spec.env.find(name);
+    if ((mine == nullptr) != (theirs == spec.env.end()) || (mine && theirs->second != mine)) return false;
+  }
+  return true;
 }
 
 // fork(), but the child starts in the cgroup v2 folder `cgroup` (an open descriptor):
@@ -204,7 +241,8 @@ bool write_all(int fd, const void* data, size_t n) {
 // end, its wait status on `status_w`, then kills what is left of the group, itself
 // last. Single-threaded copy of the node: only async-signal-safe calls.
 [[noreturn]] void run_keeper(const process_spec& spec, char* const* argv, char* const* envp, int out_w, int err_w,
-                             int rep_w, int fail_w, int status_w, pid_t node, int death_signal, const char* join_v2) {
+                             int rep_w, int fail_w, int status_w, pid_t node, int death_signal, const char* join_v2,
+                             bool warm) {
   ::setpgid(0, 0);
   // It does not exec, so it would keep every descendant of the node open (other
   // trials' pipes, sockets): it keeps only its own.
@@ -242,9 +280,10 @@ bool write_all(int fd, const void* data, size_t n) {
   // vfork: the worker borrows the keeper's memory until exec, so starting it copies no
   // page tables (a fork here cost a copy of the node's whole address space per trial).
   // Until exec it changes only its own descriptors, signal dispositions and mask.
-  pid_t worker = keeper_node_died ? -1 : ::vfork();
+  // A warm start forks: the worker runs on in this image (the spawner's is small).
+  pid_t worker = keeper_node_died ? -1 : warm ? ::fork() : ::vfork();
   if (worker < 0 && !keeper_node_died) fail_with(fail_w, errno);
-  if (worker == 0) exec_worker(spec, argv, envp, out_w, err_w, rep_w, fail_w, keeper);
+  if (worker == 0) exec_worker(spec, argv, envp, out_w, err_w, rep_w, fail_w, keeper, warm);
   for (int fd : {out_w, err_w, rep_w, fail_w}) ::close(fd);
   int32_t words[3] = {worker, 0, -1};
   write_all(status_w, &words[0], sizeof words[0]);
@@ -278,9 +317,11 @@ namespace {
 // status), forks the keeper, which starts the worker, and closes the write ends here.
 // The keeper's pid, with the read ends in `read_ends`.
 expected<int> fork_keeper(const process_spec& spec, int read_ends[5]) {
+  const bool warm = runs_in_process(spec);
   // Everything the child needs is built before fork: it may not allocate after.
   std::vector<std::string> env_strings;
   for (auto& [k, v] : spec.env) env_strings.push_back(k + "=" + v);
+  if (warm) env_strings.push_back("TUNE_WARM_START=1");  // what it can tell (docs/trials.md)
   std::vector<char*> argv, envp;
   for (auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -324,7 +365,7 @@ expected<int> fork_keeper(const process_spec& spec, int read_ends[5]) {
   if (keeper == 0) {
     ::close(news[0]);
     run_keeper(spec, argv.data(), envp.data(), out[1], err[1], rep[1], fail[1], news[1], parent, death_signal,
-               born_inside || procs.empty() ? nullptr : procs.c_str());
+               born_inside || procs.empty() ? nullptr : procs.c_str(), warm);
   }
   ::setpgid(keeper, keeper);  // also here: no window in which a signal to the group misses it
   for (int i = 0; i < 5; ++i) {
@@ -537,6 +578,11 @@ expected<std::shared_ptr<spawner>> spawner::start_with(const std::function<void(
 
 expected<std::shared_ptr<spawner>> spawner::start() {
   return start_with([](int channel) { run_spawner(channel); });
+}
+
+void spawner::serve(int channel, in_process_fn fn) {
+  in_process = fn;
+  run_spawner(channel);
 }
 
 expected<std::shared_ptr<spawner>> spawner::start_program(const std::vector<std::string>& argv,

@@ -74,6 +74,14 @@ class spawner {
   // 0-2 on /dev/null), started with exactly `env`: tune/trial/python_spawner.py.
   static expected<std::shared_ptr<spawner>> start_program(const std::vector<std::string>& argv,
                                                           const std::map<std::string, std::string>& env);
+  // A program's own spawner (started by a node as `PROGRAM --tune-spawner` with the
+  // channel on fd 3): serves the protocol as the node's spawner does, and a worker that
+  // is this same program run with --tune-worker (and an environment that would not
+  // change how it loads) is a fork of this process that runs `fn(argc, argv)` and exits
+  // with what it returns: no exec, no dynamic loading, no static initialisation again.
+  // Call it first thing in main, single-threaded; it never returns.
+  using in_process_fn = int (*)(int argc, char** argv);
+  [[noreturn]] static void serve(int channel, in_process_fn fn);
   ~spawner();  // closes the channel and reaps it: workers it started are killed
   bool gone();  // it closed its channel (ended, crashed): nothing more starts through it
   spawner(const spawner&) = delete;
