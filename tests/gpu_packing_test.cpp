@@ -120,6 +120,7 @@ TEST_F(GpuPacking, ATrialThatOutgrowsItsShareIsRestartedOnABiggerOneFromItsCheck
   ASSERT_TRUE(c) << c.error().message();
   auto cfg = config(1);
   cfg.search = tune::grid_search_alg{};
+  cfg.max_concurrent_trials = 1;  // the second starts after the share is sized (not on the probe share)
   cfg.auto_packing.min_share = 1.0 / 64;
   cfg.auto_packing.margin = 0.1;
   // Every trial holds 512 MiB; the one with grow_at 5 takes 6 GiB more there, above the

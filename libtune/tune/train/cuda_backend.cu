@@ -11,16 +11,22 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <optional>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include "tune/train/backend.hpp"
+#include "tune/train/data.hpp"
 
 namespace tune::train {
 
@@ -315,6 +321,82 @@ class dbuf {
 };
 
 // Descriptors and algorithms of one conv layer for one batch size.
+// cuDNN's algorithm choices, kept per machine. cudnnFind* runs every algorithm for each
+// layer, batch size and direction: it was most of a CNN trial's first epoch (0.99 s
+// against 0.29 s for the next, one H200 shared by 4 trials; 3.2 s against 1.0 s shared
+// by 16), and under contention it measures its neighbours' load as much as the
+// algorithms. The first trial of a machine measures; later trials of the same device
+// model, cuDNN version and math read its choices from a file in machine_cache_dir()
+// (one line per choice, written under a temporary name and renamed, merged with what
+// other trials wrote meanwhile). A choice read back is used only if cuDNN accepts it
+// for the descriptors (its workspace size is asked again).
+class algo_memo {
+ public:
+  struct choice {
+    int algo = 0, math = 0;
+  };
+  void open(const std::string& device, int cc, bool tf32) {
+    auto dir = machine_cache_dir();
+    if (dir.empty()) return;
+    std::string id = device + "|" + std::to_string(cc) + "|" + std::to_string(cudnnGetVersion()) + (tf32 ? "|tf32" : "|fp32");
+    uint64_t h = 1469598103934665603ULL;
+    for (unsigned char c : id) h = (h ^ c) * 1099511628211ULL;
+    char name[48];
+    std::snprintf(name, sizeof name, "/cudnn-algos-%016llx.txt", static_cast<unsigned long long>(h));
+    path_ = dir + name;
+    read(path_, choices_);
+  }
+  const choice* find(const std::string& key) const {
+    auto it = choices_.find(key);
+    return it == choices_.end() ? nullptr : &it->second;
+  }
+  void put(const std::string& key, choice c) {
+    choices_[key] = c;
+    dirty_ = true;
+  }
+  // Best effort: a file that cannot be written only means the next trial measures too.
+  void save() {
+    if (!dirty_ || path_.empty()) return;
+    dirty_ = false;
+    std::map<std::string, choice> all;
+    read(path_, all);
+    for (auto& [k, c] : choices_) all[k] = c;
+    auto tmp = path_ + ".tmp." + std::to_string(::getpid());
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return;
+    std::string text;
+    for (auto& [k, c] : all) text += k + " " + std::to_string(c.algo) + " " + std::to_string(c.math) + "\n";
+    bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    ok = ::close(fd) == 0 && ok;
+    if (!ok || ::rename(tmp.c_str(), path_.c_str()) != 0) ::unlink(tmp.c_str());
+  }
+
+ private:
+  static void read(const std::string& path, std::map<std::string, choice>& into) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return;
+    std::string text;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0 && text.size() < (1 << 20);) text.append(buf, size_t(n));
+    ::close(fd);
+    size_t at = 0;
+    while (at < text.size()) {
+      auto end = text.find('\n', at);
+      if (end == std::string::npos) break;  // a line without its end: not whole
+      std::string line = text.substr(at, end - at);
+      at = end + 1;
+      char key[128];
+      int algo = -1, math = -1;
+      if (std::sscanf(line.c_str(), "%127s %d %d", key, &algo, &math) == 3 && algo >= 0 && algo < 16 && math >= 0 &&
+          math < 8)
+        into[key] = {algo, math};
+    }
+  }
+  std::string path_;
+  std::map<std::string, choice> choices_;
+  bool dirty_ = false;
+};
+
 struct conv_plan {
   cudnnTensorDescriptor_t x = nullptr, z = nullptr;
   cudnnConvolutionDescriptor_t fwd = nullptr, bwd_data = nullptr, bwd_filter = nullptr;
@@ -358,6 +440,7 @@ class cuda_backend final : public backend {
     cudaDeviceProp prop{};
     CU(cudaGetDeviceProperties(&prop, device_));
     name_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
+    algos_.open(prop.name, prop.major * 10 + prop.minor, hp_.tf32);
     CU(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUB(cublasCreate(&cublas_));
     CUB(cublasSetStream(cublas_, stream_));
@@ -794,15 +877,39 @@ class cuda_backend final : public backend {
         CUDNN(cudnnSetConvolution2dDescriptor(*d, 1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
         CUDNN(cudnnSetConvolutionMathType(*d, math));
       }
-      if (!find_ws.get()) TRY(find_ws.alloc(find_workspace_bytes, "cuDNN's algorithm search"));
-      CU(cudaStreamSynchronize(stream_));  // the search runs the buffers' kernels
       const float* x = li == 0 ? x_.get() : act_[li - 1].get();
       float* dx = li == 0 ? dact_[0].get() : dact_[li - 1].get();  // scratch for layer 0
       // The fastest algorithm that fits and keeps fp32 math unless TF32 was asked for.
       auto acceptable = [&](cudnnStatus_t st, size_t memory, cudnnMathType_t m) {
         return st == CUDNN_STATUS_SUCCESS && memory <= find_workspace_bytes && (hp_.tf32 || m == CUDNN_FMA_MATH);
       };
-      {
+      auto searching = [&]() -> status {  // the search's scratch, once; it runs the buffers' kernels
+        if (!find_ws.get()) TRY(find_ws.alloc(find_workspace_bytes, "cuDNN's algorithm search"));
+        CU(cudaStreamSynchronize(stream_));
+        return status::ok();
+      };
+      const std::string shape = std::to_string(l.in) + "x" + std::to_string(l.out) + "x" + std::to_string(l.height) +
+                                "x" + std::to_string(l.width) + "/n" + std::to_string(n);
+      // A choice another trial of this machine measured, if cuDNN takes it here.
+      auto remembered = [&](const char* kind, cudnnConvolutionDescriptor_t d, auto workspace_of) -> std::optional<int> {
+        const auto* m = algos_.find(std::string{kind} + "/" + shape);
+        if (!m || !(hp_.tf32 || m->math == CUDNN_FMA_MATH)) return std::nullopt;
+        if (cudnnSetConvolutionMathType(d, static_cast<cudnnMathType_t>(m->math)) != CUDNN_STATUS_SUCCESS) return std::nullopt;
+        size_t memory = 0;
+        if (workspace_of(m->algo, &memory) != CUDNN_STATUS_SUCCESS || memory > find_workspace_bytes) {
+          cudnnSetConvolutionMathType(d, math);
+          return std::nullopt;
+        }
+        need = std::max(need, memory);
+        return m->algo;
+      };
+      if (auto a = remembered("fwd", c.fwd, [&](int algo, size_t* m) {
+            return cudnnGetConvolutionForwardWorkspaceSize(cudnn_, c.x, filters_[li], c.fwd, c.z,
+                                                           static_cast<cudnnConvolutionFwdAlgo_t>(algo), m);
+          })) {
+        c.fwd_algo = static_cast<cudnnConvolutionFwdAlgo_t>(*a);
+      } else {
+        TRY(searching());
         std::array<cudnnConvolutionFwdAlgoPerf_t, 8> perf{};
         int got = 0;
         CUDNN(cudnnFindConvolutionForwardAlgorithmEx(cudnn_, c.x, x, filters_[li], w_.get() + l.weight_offset, c.fwd,
@@ -815,8 +922,15 @@ class cuda_backend final : public backend {
         c.fwd_algo = perf[pick].algo;
         CUDNN(cudnnSetConvolutionMathType(c.fwd, perf[pick].mathType));
         need = std::max(need, perf[pick].memory);
+        algos_.put("fwd/" + shape, {int(perf[pick].algo), int(perf[pick].mathType)});
       }
-      {
+      if (auto a = remembered("filter", c.bwd_filter, [&](int algo, size_t* m) {
+            return cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_, c.x, c.z, c.bwd_filter, filters_[li],
+                                                                  static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), m);
+          })) {
+        c.filter_algo = static_cast<cudnnConvolutionBwdFilterAlgo_t>(*a);
+      } else {
+        TRY(searching());
         std::array<cudnnConvolutionBwdFilterAlgoPerf_t, 8> perf{};
         int got = 0;
         CUDNN(cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnn_, c.x, x, c.z, z_[li].get(), c.bwd_filter,
@@ -830,8 +944,16 @@ class cuda_backend final : public backend {
         c.filter_algo = perf[pick].algo;
         CUDNN(cudnnSetConvolutionMathType(c.bwd_filter, perf[pick].mathType));
         need = std::max(need, perf[pick].memory);
+        algos_.put("filter/" + shape, {int(perf[pick].algo), int(perf[pick].mathType)});
       }
-      if (li > 0) {
+      if (li == 0) continue;  // the input needs no gradient
+      if (auto a = remembered("data", c.bwd_data, [&](int algo, size_t* m) {
+            return cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_, filters_[li], c.z, c.bwd_data, c.x,
+                                                                static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), m);
+          })) {
+        c.data_algo = static_cast<cudnnConvolutionBwdDataAlgo_t>(*a);
+      } else {
+        TRY(searching());
         std::array<cudnnConvolutionBwdDataAlgoPerf_t, 8> perf{};
         int got = 0;
         CUDNN(cudnnFindConvolutionBackwardDataAlgorithmEx(cudnn_, filters_[li], w_.get() + l.weight_offset, c.z,
@@ -844,8 +966,10 @@ class cuda_backend final : public backend {
         c.data_algo = perf[pick].algo;
         CUDNN(cudnnSetConvolutionMathType(c.bwd_data, perf[pick].mathType));
         need = std::max(need, perf[pick].memory);
+        algos_.put("data/" + shape, {int(perf[pick].algo), int(perf[pick].mathType)});
       }
     }
+    algos_.save();
     if (need > conv_ws_.size()) {
       // Captured graphs hold the old workspace's address: drop them, they are
       // captured again on their next use.
@@ -903,6 +1027,7 @@ class cuda_backend final : public backend {
   std::vector<dbuf<uint8_t>> arg_;
   std::vector<cudnnFilterDescriptor_t> filters_;
   std::array<split_data, 3> data_;
+  algo_memo algos_;  // cuDNN's choices, shared by the machine's trials
   std::map<int, shape_plan> plans_;
   struct share_graph {
     cudaGraphExec_t graph = nullptr;

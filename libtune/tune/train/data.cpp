@@ -27,15 +27,16 @@ status missing(const std::string& path) {
 
 expected<std::vector<uint8_t>> decompress(const std::string& path);
 
+}  // namespace
+
 // Decompressed copies of .gz files in shared memory, so that the trials of a machine
 // decompress a dataset once (a tuning run starts many trials, each a new process, and
-// decompressing Fashion-MNIST took ~0.3 s of each one's start). The folder is
-// $TUNE_DATA_CACHE_DIR, else /dev/shm/libtune-<uid>; it is used only if it is a real
-// folder of this user's with no access for others (nobody else can plant a file);
-// TUNE_DATA_CACHE=off turns it off. A copy is named by the file's path, size and
+// decompressing Fashion-MNIST took ~0.3 s of each one's start). The folder
+// (machine_cache_dir) is used only if it is a real folder of this user's with no
+// access for others (nobody else can plant a file). A copy is named by the file's path, size and
 // modification time, written under a temporary name and renamed (a reader never sees
 // half of one), and used only when its size is what the gzip file says it holds.
-std::string cache_dir() {
+std::string machine_cache_dir() {
   if (const char* off = std::getenv("TUNE_DATA_CACHE"); off && std::string_view{off} == "off") return "";
   const char* env = std::getenv("TUNE_DATA_CACHE_DIR");
   std::string dir = env && *env ? env : "/dev/shm/libtune-" + std::to_string(::geteuid());
@@ -45,6 +46,8 @@ std::string cache_dir() {
     return "";
   return dir;
 }
+
+namespace {
 
 // What the gzip file says it holds (its trailer: the size modulo 2^32); -1: not gzip.
 int64_t gzip_size(int fd, int64_t file_size) {
@@ -64,7 +67,7 @@ std::pair<std::string, int64_t> cache_entry(const std::string& path) {
   int64_t holds = ::fstat(fd, &st) == 0 ? gzip_size(fd, st.st_size) : -1;
   ::close(fd);
   if (holds < 0) return {};
-  auto dir = cache_dir();
+  auto dir = machine_cache_dir();
   if (dir.empty()) return {};
   std::error_code ec;
   auto full = std::filesystem::weakly_canonical(path, ec).string();

@@ -68,6 +68,12 @@ expected<fashion_mnist> load_fashion_mnist(std::string_view dir = {}, int64_t va
 expected<std::pair<image_set, image_set>> split_train_validation(const image_set& all, int64_t validation,
                                                                  uint64_t seed);
 
+// The folder where a machine's trials keep what one of them worked out for the others
+// (decompressed datasets, cuDNN's algorithm choices): $TUNE_DATA_CACHE_DIR, else
+// /dev/shm/libtune-<uid>, made if missing; "" when it is not a real folder of this
+// user's with no access for others, or TUNE_DATA_CACHE=off.
+std::string machine_cache_dir();
+
 // A deterministic permutation of 0..n-1 (Fisher-Yates on splitmix64), the same on
 // every platform and standard library, unlike std::shuffle.
 std::vector<int32_t> permutation(int64_t n, uint64_t seed);

@@ -3,8 +3,12 @@
 // Skips where there is no CUDA device (this includes builds without CUDA).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 
 #include "tune/train/backend.hpp"
 #include "tune/train/rng.hpp"
@@ -152,6 +156,40 @@ TEST(Gpu, EpochsMatchCpu) {
     EXPECT_EQ(eg->count, 56);
     EXPECT_NEAR(eg->loss, ec->loss, 1e-3 * std::abs(ec->loss));
   }
+}
+
+// cuDNN's algorithm choices are kept in the machine's cache folder by the first trial
+// and read back by later ones; choices cuDNN does not take (a damaged or foreign file)
+// are measured again, and the forward/backward results stay those of the CPU.
+TEST(Gpu, CudnnChoicesAreRememberedAndABadMemoIsMeasuredAgain) {
+  SKIP_WITHOUT_GPU();
+  namespace fs = std::filesystem;
+  auto dir = fs::temp_directory_path() / ("tune_cudnn_memo_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace);
+  ::setenv("TUNE_DATA_CACHE_DIR", dir.c_str(), 1);
+  hyperparameters hp;
+  hp.model = "cnn";
+  hp.batch_size = 32;
+  compare_forward_backward(hp, 1e-4);
+  std::vector<fs::path> memos;
+  for (auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().rfind("cudnn-algos-", 0) == 0) memos.push_back(e.path());
+  ASSERT_EQ(memos.size(), 1u);
+  std::ifstream in(memos[0]);
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) ++lines;
+  EXPECT_GE(lines, 5) << "forward and filter for both layers, data for the second";
+  compare_forward_backward(hp, 1e-4);  // from the memo
+  // Every choice replaced by one cuDNN refuses (algorithm 15), then a half line.
+  std::string bad;
+  std::ifstream again(memos[0]);
+  while (std::getline(again, line)) bad += line.substr(0, line.find(' ')) + " 15 3\n";
+  std::ofstream(memos[0], std::ios::trunc) << bad << "fwd/1x32 3";
+  compare_forward_backward(hp, 1e-4);
+  ::unsetenv("TUNE_DATA_CACHE_DIR");
+  fs::remove_all(dir);
 }
 
 TEST(Gpu, BadDeviceIndexIsNamed) {
