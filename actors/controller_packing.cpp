@@ -76,8 +76,11 @@ void packing_measured(controller_actor self, const std::string& trial, int64_t p
 
 bool packing_ended(controller_actor self, const std::string& trial, const wire::wire_trial_end& end) {
   auto& st = self->state;
-  if (!st.packing || end.stopped) return false;
-  auto d = st.packing->on_outgrown(trial, end.over_quota, end.ok, end.gpu_memory_peak, end.gpu_memory_quota);
+  if (!st.packing) return false;
+  // One that was asked to stop (early stopping) did not outgrow anything; a probe's end,
+  // stopped or not, is a measurement all the same.
+  auto d = end.stopped ? std::nullopt
+                       : st.packing->on_outgrown(trial, end.over_quota, end.ok, end.gpu_memory_peak, end.gpu_memory_quota);
   if (!d) {
     decided(self, "", st.packing->on_ended(trial, end.gpu_memory_peak, end.gpu_util));
     return false;

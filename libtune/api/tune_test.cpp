@@ -386,7 +386,10 @@ TEST_F(TuneEmbedded, AutoPackingWithoutMeasurementsKeepsTheProbeShareAndRunsEver
   auto cfg = config(5);
   cfg.resources_per_trial = tune::resources{{"cpu", 0.5}, {"gpu", "auto"}};
   cfg.auto_packing.probe_share = 0.5;
-  tune::tuner t{*c, "curve", tune::search_space{{"x", tune::uniform(0.1, 1.0)}, {"iterations", 3}}, cfg};
+  // Every trial is stopped at its second result (as early stopping would): the probe's
+  // end, though asked for, is a measurement all the same.
+  cfg.stop.max_iterations = 2;
+  tune::tuner t{*c, "curve", tune::search_space{{"x", tune::uniform(0.1, 1.0)}, {"iterations", 4}}, cfg};
   auto r = t.fit();
   ASSERT_TRUE(r) << r.error().message();
   auto trials = r->trials();
