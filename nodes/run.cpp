@@ -74,9 +74,23 @@ status apply_flags(const po::variables_map& vm, experiment_spec& e) {
     if (!c.bundles.empty())
       return bad(std::string{"--"} + flag, "sets resources_per_trial, but " + e.source + " gives bundles");
     auto set = c.resources_per_trial.set.value_or(resource_set{});
-    if (auto s = set.set(name, vm[flag].as<double>()); !s) return bad(std::string{"--"} + flag, s.message());
-    if (auto s = check_request(set); !s) return bad(std::string{"--"} + flag, s.message());
+    bool gpu_auto = c.resources_per_trial.gpu_auto;  // the file's gpu: auto stays unless --gpus-per-trial says
+    auto text = vm[flag].as<std::string>();
+    if (std::string{name} == "gpu" && text == "auto") {
+      gpu_auto = true;
+    } else {
+      char* end = nullptr;
+      double amount = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end)
+        return bad(std::string{"--"} + flag, "'" + text + "' is not a number" +
+                                                 (std::string{name} == "gpu" ? " (give a share such as 0.25, whole cards, or auto)" : ""));
+      if (auto s = set.set(name, amount); !s) return bad(std::string{"--"} + flag, s.message());
+      if (std::string{name} == "gpu") gpu_auto = false;
+    }
+    if (!gpu_auto)
+      if (auto s = check_request(set); !s) return bad(std::string{"--"} + flag, s.message());
     c.resources_per_trial = resources(set);
+    c.resources_per_trial.gpu_auto = gpu_auto;
   }
   if (vm.count("scheduler")) {
     auto s = read_scheduler(vm["scheduler"].as<std::string>(), "--scheduler");
@@ -150,8 +164,9 @@ int cmd_run(const std::vector<std::string>& all_args) {
       ("mode", po::value<std::string>(), "max or min")
       ("samples", po::value<int>(), "trials (x grid points)")
       ("space", po::value<std::string>(), "the search space, JSON or YAML: '{\"lr\": {\"loguniform\": [1e-4, 0.1]}}'")
-      ("gpus-per-trial", po::value<double>(), "GPUs per trial: a share below 1 (0.25) or whole cards")
-      ("cpus-per-trial", po::value<double>(), "CPUs per trial")
+      ("gpus-per-trial", po::value<std::string>(), "GPUs per trial: a share below 1 (0.25), whole cards, or auto "
+                                                   "(measured: docs/auto_packing.md)")
+      ("cpus-per-trial", po::value<std::string>(), "CPUs per trial")
       ("scheduler", po::value<std::string>(), "fifo, asha, hyperband, median_stopping, pbt, or JSON: '{\"type\": \"asha\", \"max_t\": 8}'")
       ("search", po::value<std::string>(), "random, grid, tpe, gp, bohb, or JSON: '{\"type\": \"tpe\", \"n_startup_trials\": 5}'")
       ("metric-pattern", po::value<std::vector<std::string>>()->composing(),

@@ -435,6 +435,13 @@ TEST_F(ProgramTest, ACommandThatCannotBeFoundIsAnErrorBeforeAnyTrialStarts) {
   EXPECT_TRUE(contains(env.err, "set by libtune")) << env.err;
   auto unset = tune_run({"--metric", "val_acc", "--env", "NOT_SET_ANYWHERE_42", "--", py(), "trial.py"});
   EXPECT_TRUE(contains(unset.err, "NOT_SET_ANYWHERE_42 is to be forwarded")) << unset.err;
+  auto share = tune_run({"--metric", "val_acc", "--gpus-per-trial", "lots", "--", py(), "trial.py"});
+  EXPECT_EQ(share.rc, 2);
+  EXPECT_TRUE(contains(share.err, "--gpus-per-trial") && contains(share.err, "or auto")) << share.err;
+  // gpu: auto from the file stays with --cpus-per-trial; no GPU in this cluster: said so.
+  write("auto.yaml", "metric: val_acc\nresources_per_trial: {gpu: auto}\n");
+  auto auto_gpu = tune_run({project + "/auto.yaml", "--cpus-per-trial", "1", "--experiment-dir", exp, "--", py(), "trial.py"});
+  EXPECT_TRUE(contains(auto_gpu.err, "gpu \"auto\" measures trials on GPUs")) << auto_gpu.err;
   EXPECT_FALSE(fs::exists(exp));
 }
 
