@@ -40,6 +40,7 @@ struct control {
   std::atomic<int64_t> lines_in_flight{0};
 };
 constexpr int64_t max_lines_in_flight = 8192;  // lines read from the worker, not yet handled by the actor
+constexpr int last_word_rounds = 64;  // reads of its pipes after its end, each at most worker_process::max_read_per_poll
 constexpr size_t max_batch_rows = 256;           // results in one message to the owner
 
 // How the watching thread starts the worker: for a program trial it first makes the
@@ -260,8 +261,14 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
       caf::anon_send(self, host_atom::value, usage_json(cg->usage()).dump());
     }
   }
-  w.poll(std::chrono::milliseconds(0), lines, output_lines);  // the last words
-  hand_over();
+  // The last words: what is left in its pipes, read in bounded rounds (a helper it left
+  // behind may still be writing: at most last_word_rounds of them, then its end goes on).
+  for (int round = 0; round < last_word_rounds; ++round) {
+    bool open = w.poll(std::chrono::milliseconds(0), lines, output_lines);
+    bool got = !lines.empty() || !output.empty();
+    hand_over();
+    if (!open || !got) break;
+  }
   auto host = end_cgroup(l, cg.get(), w);
   caf::anon_send(self, ended_atom::value, done->exited, done->code, done->describe(), w.stderr_tail(),
                  static_cast<int64_t>(w.overlong_lines()), std::move(host));

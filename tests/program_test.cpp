@@ -546,7 +546,8 @@ TEST_F(ProgramTest, AReportFloodHoldsBoundedMemoryAndLosesNothing) {
   EXPECT_EQ(static_cast<int64_t>(results->size()), flooded + 1) << "every line it wrote is stored";
   EXPECT_GT(flooded, 20000) << "not much of a flood";
   // The driver and the embedded node (one process): bounded, however fast it wrote.
-  EXPECT_LT(r.max_rss_kib, 300 * 1024) << flooded << " reports of 230 bytes";
+  // Its resting size is about 40 MiB; reading a pipe until it was empty held 150-540.
+  EXPECT_LT(r.max_rss_kib, 100 * 1024) << flooded << " reports of 230 bytes";
   std::cerr << "flood: " << flooded << " reports in 4 s; tune run's largest resident set " << r.max_rss_kib / 1024 << " MiB\n";
 }
 

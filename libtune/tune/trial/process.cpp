@@ -766,10 +766,11 @@ bool worker_process::poll(std::chrono::milliseconds timeout, std::vector<std::st
   for (nfds_t i = 0; i < n; ++i) {
     if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
     int& fd = *owners[i];
-    for (;;) {
-      ssize_t got = ::read(fd, buf, sizeof buf);
+    for (size_t taken = 0; taken < max_read_per_poll;) {
+      ssize_t got = ::read(fd, buf, std::min(sizeof buf, max_read_per_poll - taken));
       if (got > 0) {
         auto n = static_cast<size_t>(got);
+        taken += n;
         if (&fd == &out_) {
           keep_tail(out_tail_, buf, n);
           if (output_lines) split_lines(buf, n, out_partial_, out_skipping_, max_output_line, *output_lines, overlong_);

@@ -122,8 +122,12 @@ class worker_process {
   // of standard output to `output_lines` as well when given. A line longer than
   // max_report_line (reports) or max_output_line (output) is dropped whole and counted
   // (overlong_lines): a worker that never writes a newline holds bounded memory here.
+  // At most max_read_per_poll bytes are read from each pipe in one call: a worker that
+  // writes as fast as it is read (a report flood) cannot make one call read without end
+  // (the caller's flow control decides when it reads again).
   // False once every pipe is closed (the process and its children are gone or closed
   // them).
+  static constexpr size_t max_read_per_poll = 256 * 1024;
   bool poll(std::chrono::milliseconds timeout, std::vector<std::string>& reports,
             std::vector<std::string>* output_lines = nullptr);
   // Reaps the process if it has ended.

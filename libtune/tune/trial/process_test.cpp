@@ -91,6 +91,22 @@ TEST_P(WorkerProcess, OutputLinesAreSplitAndOverlongLinesDroppedWhole) {
   EXPECT_EQ(p->overlong_lines(), 2u);
 }
 
+// A worker that writes reports as fast as they are read: one poll reads at most
+// max_read_per_poll of them (reading until the pipe is empty never ended, and a flood
+// held hundreds of MiB on the node before its flow control could act).
+TEST_P(WorkerProcess, OnePollReadsABoundedAmountOfAFlood) {
+  auto p = sh("yes 0123456789012345678901234567890123456789012345678901234567890123456789 >&3");
+  std::vector<std::string> reports;
+  ASSERT_TRUE(test::wait_until([&] { p->poll(10ms, reports); return !reports.empty(); }, 3s));
+  for (int i = 0; i < 20; ++i) {
+    reports.clear();
+    ASSERT_TRUE(p->poll(100ms, reports));
+    EXPECT_LE(reports.size() * 71, worker_process::max_read_per_poll + 71) << "one poll read " << reports.size() << " lines";
+  }
+  p->kill();
+  EXPECT_TRUE(p->wait(3s, reports));
+}
+
 TEST_P(WorkerProcess, AProgramThatCannotStartIsAnError) {
   auto p = start({{"/nonexistent/trainer"}, {}, ""});
   ASSERT_FALSE(p);
