@@ -64,6 +64,8 @@ struct experiment_run_options {
   std::chrono::milliseconds min_move_interval{60000};
   // Each trial's newest checkpoint copy staged on another node (wire.hpp, stage_atom).
   bool standby_copies = true;
+  // A C++ trainable's workers run the next trial on their cards (tune/trial/reuse.hpp).
+  bool reuse_workers = false;
   // Auto-packing (tune/tuner/auto_share.hpp): bundles[0]'s GPU share is each trial's
   // from the measurements; card_memory is the smallest card's; max_concurrent the
   // user's cap on trials at once (0: what the cluster holds at the share).

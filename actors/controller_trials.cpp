@@ -310,6 +310,7 @@ void send_start(controller_actor self, const live::start_trial& c, std::string r
   auto& a = c.action;
   wire::wire_trial_spec spec{st.on_wire(a.trial), c.group,  0,           opt.program.name, opt.program.sha256,
                              opt.program.size, opt.args, a.cfg.dump(), restore,          files};
+  spec.reuse_worker = opt.reuse_workers;
   if (!opt.command.empty()) {  // a program trial: its configuration in its command line
     auto argv = render_command(opt.command, a.cfg, opt.command_args);
     if (!argv) {

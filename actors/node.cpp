@@ -79,6 +79,7 @@ struct node_state {
   std::string python_path;  // the trials' Python module (empty: not installed)
   std::shared_ptr<python_spawners> pythons;  // warm interpreters for Python trials (none: off)
   std::shared_ptr<program_spawners> programs;  // warm libtune programs for C++ trials (none: off)
+  std::shared_ptr<reuse::idle_pool> idle;  // C++ trials' workers kept for the next trial (tune/trial/reuse.hpp)
   static inline const char* name = "tune.node";
 };
 
@@ -260,6 +261,8 @@ void start_trial(node_actor self, const wire::wire_trial_spec& spec, const reser
   t.python_path = st.python_path;
   t.pythons = st.pythons;
   t.programs = st.programs;
+  t.idle = st.idle;
+  if (!st.opt.work_dir.empty()) t.reuse_root = st.opt.work_dir + "/reuse";
   t.node_id = st.opt.node_id;
   t.trial_dir = st.opt.work_dir + "/trials/" + spec.trial_id;
   auto account = trial_folder_for(self, spec);
@@ -980,6 +983,16 @@ void open_node(node_actor self, node_options opt) {
   // C++ trials fork from their program started once as a spawner, unless told not to.
   if (const char* fresh = std::getenv("LIBTUNE_FRESH_PROCESS"); !fresh || !*fresh)
     self->state.programs = std::make_shared<program_spawners>(self->state.opt.trial_env);
+  // An idle worker waits this long for the experiment's next trial on its cards.
+  {
+    long linger = 2000;
+    if (const char* v = std::getenv("LIBTUNE_REUSE_LINGER_MS"); v && *v) linger = std::clamp(std::atol(v), 0L, 600000L);
+    self->state.idle = std::make_shared<reuse::idle_pool>(std::chrono::milliseconds(linger));
+  }
+  if (!self->state.opt.work_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(self->state.opt.work_dir + "/reuse", ec);  // an earlier run's hand-over folders
+  }
   if (!self->state.opt.work_dir.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(self->state.opt.work_dir + "/staged", ec);  // an earlier run's: no record of them

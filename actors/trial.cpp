@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "audit.hpp"
@@ -60,6 +61,12 @@ struct launch {
   std::shared_ptr<containment> contain;  // its cgroup comes from here (none: not contained)
   host_limits limits;
   unix_account account;  // who it runs as
+  // Reused workers (tune/trial/reuse.hpp): the node's pool; whether this trial may run in
+  // an idle worker and leave its own; what must match; its cards (UUIDs).
+  std::shared_ptr<reuse::idle_pool> idle;
+  bool reuse = false;
+  std::string reuse_key, reuse_root;
+  std::set<std::string> cards;
 };
 
 nlohmann::json usage_json(const host_usage& u) {
@@ -183,17 +190,23 @@ void apply_controls(control& ctl, worker_process& w, trial_cgroup* cg,
 // The end of the trial is the end of all it started: its cgroup is killed, waited for
 // until empty and removed (as a subreaper, the keeper has killed what was left). What
 // its cgroup measured, and what it left behind.
-wire::wire_trial_end end_cgroup(const launch& l, trial_cgroup* cg, worker_process& w) {
-  wire::wire_trial_end host;
-  if (!cg) return host;
-  auto u = cg->usage();
+// What its cgroup measured for this trial: what it counts since `before` (a reused
+// worker's cgroup counted its earlier trials too; its memory peak is the worker's).
+void cgroup_usage(const launch& l, trial_cgroup& cg, const host_usage& before, wire::wire_trial_end& host) {
+  auto u = cg.usage();
   host.host_memory = u.memory;
   host.host_memory_peak = u.memory_peak;
-  host.cpu_seconds = u.cpu_seconds;
+  host.cpu_seconds = u.cpu_seconds >= 0 && before.cpu_seconds >= 0 ? u.cpu_seconds - before.cpu_seconds : u.cpu_seconds;
   host.pids = u.pids;
   host.containment = l.contain->caps().kind();
-  host.oom_kills = std::max<int64_t>(u.oom_kills, 0);
-  host.pids_refused = std::max<int64_t>(u.pids_refused, 0);
+  host.oom_kills = std::max<int64_t>(u.oom_kills - std::max<int64_t>(before.oom_kills, 0), 0);
+  host.pids_refused = std::max<int64_t>(u.pids_refused - std::max<int64_t>(before.pids_refused, 0), 0);
+}
+
+wire::wire_trial_end end_cgroup(const launch& l, trial_cgroup* cg, worker_process& w, const host_usage& before) {
+  wire::wire_trial_end host;
+  if (!cg) return host;
+  cgroup_usage(l, *cg, before, host);
   auto escaped = cg->end(w.group());
   if (escaped) host.left_behind = *escaped;
   else host.containment_error = escaped.error().message();
@@ -202,31 +215,119 @@ wire::wire_trial_end end_cgroup(const launch& l, trial_cgroup* cg, worker_proces
   return host;
 }
 
-// The worker's thread: starts it, reads what it reports and writes, carries out the
-// actor's controls, and tells the actor of its end.
+// Takes `line` out of `lines` if it is there; everything after it stays.
+bool take_line(std::vector<std::string>& lines, const char* line, std::vector<std::string>* before = nullptr) {
+  auto it = std::find(lines.begin(), lines.end(), line);
+  if (it == lines.end()) return false;
+  if (before) {
+    before->assign(std::make_move_iterator(lines.begin()), std::make_move_iterator(it));
+    lines.erase(lines.begin(), it + 1);
+  } else {
+    lines.erase(it);
+  }
+  return true;
+}
+
+// An idle worker of the experiment's on the trial's cards takes the trial: it is handed
+// the trial's environment and folder and says it took them (at most 3 s). Null (and
+// the worker ended) when it did not; `lines`: what it reported right after.
+std::unique_ptr<worker_process> adopt(reuse::idle_worker& w, const process_spec& spec, std::vector<std::string>& lines) {
+  if (auto s = reuse::hand_over(w, spec); !s) {
+    log_line("trial " + w.trial_id + "'s worker could not be handed the next trial: " + s.message());
+    reuse::idle_pool::end(w);
+    return nullptr;
+  }
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (std::chrono::steady_clock::now() < until) {
+    bool open = w.process->poll(std::chrono::milliseconds(20), lines);
+    if (take_line(lines, reuse::adopted_line)) return std::move(w.process);
+    if (!open || w.process->try_wait()) break;
+  }
+  log_line("trial " + w.trial_id + "'s worker did not take the next trial: started anew");
+  reuse::idle_pool::end(w);
+  lines.clear();
+  return nullptr;
+}
+
+// The worker's thread: starts it (or has an idle worker of the experiment's take the
+// trial), reads what it reports and writes, carries out the actor's controls, and tells
+// the actor of its end (or, its trial done and its worker reusable, keeps the worker).
 void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_ptr<spawner> via) {
   std::optional<output_metrics> metrics;
-  auto prepared = prepare(l, metrics);
-  if (!prepared) {
-    caf::anon_send(self, started_atom::value, 0, 0, "node " + l.node_id + ": " + prepared.error().message(), std::string{});
-    return;
+  std::unique_ptr<worker_process> owned;
+  std::unique_ptr<trial_cgroup> cg;
+  std::vector<std::string> lines, output;
+  host_usage before;
+  std::string reuse_dir;  // its hand-over folder (empty: not reusable)
+  bool reused = false;
+  if (l.idle) {
+    if (l.reuse)
+      if (auto w = l.idle->take(l.reuse_key)) {
+        auto dir = w->dir;
+        before = w->used;
+        auto spec = l.spec;
+        spec.env["TUNE_REUSE_DIR"] = dir;
+        spec.env["TUNE_REUSE_WAIT_MS"] = std::to_string(l.idle->linger().count() + 1000);
+        auto cgroup = std::move(w->cgroup);
+        if ((owned = adopt(*w, spec, lines))) {
+          cg = std::move(cgroup);
+          reuse_dir = dir;
+          reused = true;
+          owned->clear_tails();
+        } else if (cgroup) {
+          (void)cgroup->end(0);
+        }
+      }
+    // Idle workers of anything else on its cards end before it starts.
+    if (!owned) l.idle->evict(l.reuse ? l.reuse_key : std::string{}, l.cards);
   }
-  auto cg = std::move(*prepared);
-  // A Python command starts as a fork of a warm interpreter (no start-up of its own).
-  auto warm = l.find_program && l.pythons ? l.pythons->for_program(l.spec.argv[0]) : nullptr;
-  // A libtune program's own worker starts as a fork of that program, started once.
-  if (!warm && !l.find_program && l.programs) warm = l.programs->for_spec(l.spec);
-  if (warm && warm->gone()) warm = nullptr;
-  auto p = worker_process::start(l.spec, warm ? warm.get() : via.get());
-  if (!p) {
-    caf::anon_send(self, started_atom::value, 0, 0, p.error().message(), std::string{});
-    return;
+  if (!owned) {
+    before = {};
+    auto prepared = prepare(l, metrics);
+    if (!prepared) {
+      caf::anon_send(self, started_atom::value, 0, 0, "node " + l.node_id + ": " + prepared.error().message(), std::string{});
+      return;
+    }
+    cg = std::move(*prepared);
+    // A Python command starts as a fork of a warm interpreter (no start-up of its own).
+    auto warm = l.find_program && l.pythons ? l.pythons->for_program(l.spec.argv[0]) : nullptr;
+    // A libtune program's own worker starts as a fork of that program, started once.
+    if (!warm && !l.find_program && l.programs) warm = l.programs->for_spec(l.spec);
+    if (warm && warm->gone()) warm = nullptr;
+    spawner* from = warm ? warm.get() : via.get();
+    // Reusable: in a cgroup, and its keeper not a child of this thread (which ends with
+    // the trial).
+    if (l.reuse && l.idle && cg && from) {
+      reuse_dir = l.reuse_root + "/" + l.trial_id;
+      std::error_code ec;
+      std::filesystem::remove_all(reuse_dir, ec);
+      std::filesystem::create_directories(reuse_dir, ec);
+      if (ec || ::chmod(reuse_dir.c_str(), 0700) != 0 ||
+          (l.spec.run_as.uid >= 0 &&
+           ::chown(reuse_dir.c_str(), static_cast<uid_t>(l.spec.run_as.uid), static_cast<gid_t>(l.spec.run_as.gid)) != 0)) {
+        log_line("trial " + l.trial_id + ": no hand-over folder for its worker (" + reuse_dir + "): not reused");
+        std::filesystem::remove_all(reuse_dir, ec);
+        reuse_dir.clear();
+      } else {
+        l.spec.env["TUNE_REUSE_DIR"] = reuse_dir;
+        l.spec.env["TUNE_REUSE_WAIT_MS"] = std::to_string(l.idle->linger().count() + 1000);
+      }
+    }
+    auto p = worker_process::start(l.spec, from);
+    if (!p) {
+      if (!reuse_dir.empty()) {
+        std::error_code ec;
+        std::filesystem::remove_all(reuse_dir, ec);
+      }
+      caf::anon_send(self, started_atom::value, 0, 0, p.error().message(), std::string{});
+      return;
+    }
+    owned = std::move(*p);
   }
-  auto& w = **p;
+  auto& w = *owned;
   caf::anon_send(self, started_atom::value, w.pid(), w.group(), std::string{}, cg ? cg->path() : std::string{});
   auto next_sample = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
   std::optional<std::chrono::steady_clock::time_point> kill_at;
-  std::vector<std::string> lines, output;
   auto* output_lines = metrics ? &output : nullptr;
   auto hand_over = [&] {
     for (auto& o : output)
@@ -239,6 +340,7 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
   };
   std::optional<exit_info> done;
   int idle_ms = 1;
+  bool went_idle = false;  // its trial is done, the worker waits for the next one
   while (!done) {
     // poll() returns at once when the worker has closed its output and report channel
     // (it may still run): then this thread waits for the keeper's news of its end
@@ -252,7 +354,45 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
       w.wait_for_end(std::chrono::milliseconds(idle_ms));  // wakes at the worker's end
       idle_ms = std::min(idle_ms * 2, 50);
     }
+    bool idle_now = false;
+    if (!reuse_dir.empty() && !went_idle) {
+      std::vector<std::string> last;
+      if (take_line(lines, reuse::idle_line, &last)) {
+        went_idle = idle_now = true;
+        lines.swap(last);  // (nothing comes after it until the next trial is handed over)
+      }
+    }
     hand_over();
+    if (idle_now) {
+      // Kept when nothing else is in its cgroup and nobody asked for it to be killed;
+      // else its hand-over folder goes and it exits (0) by itself.
+      auto pids = cg ? cg->pids() : std::vector<int>{};
+      std::vector<int> own{w.group(), w.pid()};
+      std::sort(pids.begin(), pids.end());
+      std::sort(own.begin(), own.end());
+      if (!ctl->kill && pids == own && !w.try_wait()) {
+        wire::wire_trial_end end;
+        cgroup_usage(l, *cg, before, end);
+        end.worker_reused = reused;
+        end.worker_kept = true;
+        auto tail = w.stderr_tail();
+        auto overlong = static_cast<int64_t>(w.overlong_lines());
+        reuse::idle_worker keep;
+        keep.key = l.reuse_key;
+        keep.cards = l.cards;
+        keep.dir = reuse_dir;
+        keep.trial_id = l.trial_id;
+        keep.used = cg->usage();
+        keep.process = std::move(owned);
+        keep.cgroup = std::move(cg);
+        l.idle->keep(std::move(keep));
+        caf::anon_send(self, ended_atom::value, true, 0, exit_info{true, 0}.describe(), tail, overlong, std::move(end));
+        return;
+      }
+      std::error_code ec;
+      std::filesystem::remove_all(reuse_dir, ec);
+      reuse_dir.clear();
+    }
     apply_controls(*ctl, w, cg.get(), kill_at);
     done = w.try_wait();
     // What its cgroup uses (host memory, CPU), about once a second.
@@ -266,10 +406,16 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
   for (int round = 0; round < last_word_rounds; ++round) {
     bool open = w.poll(std::chrono::milliseconds(0), lines, output_lines);
     bool got = !lines.empty() || !output.empty();
+    if (!reuse_dir.empty()) take_line(lines, reuse::idle_line);
     hand_over();
     if (!open || !got) break;
   }
-  auto host = end_cgroup(l, cg.get(), w);
+  if (!reuse_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(reuse_dir, ec);
+  }
+  auto host = end_cgroup(l, cg.get(), w, before);
+  host.worker_reused = reused;
   caf::anon_send(self, ended_atom::value, done->exited, done->code, done->describe(), w.stderr_tail(),
                  static_cast<int64_t>(w.overlong_lines()), std::move(host));
 }
@@ -502,7 +648,8 @@ void ended(trial_actor self, bool exited, int code, const std::string& how, cons
     st.over = true;
     if (st.greeted || st.released) self->quit();
   };
-  if (!st.opt.audit || !st.started_ok) return finish(std::move(end));
+  // A kept worker is still on its cards, on purpose: no final look (it would kill it).
+  if (!st.opt.audit || !st.started_ok || end.worker_kept) return finish(std::move(end));
   self->request(st.opt.audit, std::chrono::seconds(10), audit_end_atom::value, st.opt.spec.trial_id)
       .then(
           [finish, end](const std::string& after) mutable {
@@ -540,6 +687,16 @@ launch make_launch(const trial_options& opt) {
   } else {
     l.spec.argv = {opt.program};
     l.spec.argv.insert(l.spec.argv.end(), opt.spec.args.begin(), opt.spec.args.end());
+  }
+  l.idle = opt.idle;
+  for (auto& c : opt.cards) l.cards.insert(c.uuid);
+  // Only a C++ trainable's worker (it speaks the hand-over protocol), of a tuner's trial
+  // (its id names its experiment: <id>@<run key>).
+  auto at = opt.spec.trial_id.rfind('@');
+  l.reuse = opt.spec.reuse_worker && opt.spec.command.empty() && opt.idle && at != std::string::npos && !opt.reuse_root.empty();
+  if (l.reuse) {
+    l.reuse_key = reuse::key_of(l.spec, opt.spec.trial_id.substr(at + 1), l.limits);
+    l.reuse_root = opt.reuse_root;
   }
   return l;
 }

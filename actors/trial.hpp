@@ -49,6 +49,7 @@
 #include "tune/trial/process.hpp"
 #include "tune/trial/program_spawners.hpp"
 #include "tune/trial/python_spawners.hpp"
+#include "tune/trial/reuse.hpp"
 #include "tune/trial/workdir.hpp"
 #include "wire.hpp"
 
@@ -82,6 +83,10 @@ struct trial_options {
   // worker is exec'd).
   std::shared_ptr<python_spawners> pythons;
   std::shared_ptr<program_spawners> programs;  // warm starts of C++ trials (tune/trial/program_spawners.hpp)
+  // Reused workers (tune/trial/reuse.hpp): the node's idle ones, and the folder their
+  // hand-over folders go in (none: every trial starts its own worker).
+  std::shared_ptr<reuse::idle_pool> idle;
+  std::string reuse_root;
   // The node's containment: the trial runs in a cgroup of its own made from it, with
   // these host limits (none: not contained, e.g. in tests of the actor alone).
   std::shared_ptr<containment> contain;

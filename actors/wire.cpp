@@ -179,6 +179,8 @@ nlohmann::json to_json(const wire_trial_end& e) {
     auto g = nlohmann::json::parse(e.gpu_after_end_json, nullptr, false);
     if (g.is_object()) j["gpu_after_end"] = std::move(g);
   }
+  if (e.worker_reused) j["worker_reused"] = true;
+  if (e.worker_kept) j["worker_kept"] = true;
   if (e.ignored_lines > 0) {
     j["ignored_lines"] = e.ignored_lines;
     j["ignored_example"] = e.ignored_example;

@@ -335,13 +335,16 @@ struct wire_trial_spec {
   // The Unix account it runs as, from its user's settings (docs/users.md): set by the
   // head, whatever the client sent; empty: the node's --trial-user.
   std::string account;
+  // A C++ trainable's worker may run the experiment's next trial on the same cards when
+  // this one ends well (tune/trial/reuse.hpp), and this trial may run in such a worker.
+  bool reuse_worker = false;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_trial_spec& x) {
   return f(caf::meta::type_name("wire_trial_spec"), x.trial_id, x.group, x.bundle, x.program_name, x.program_sha256,
            x.program_size, x.args, x.config_json, x.restore_dir, x.restore_files, x.command, x.workdir_sha256,
-           x.workdir_size, x.env, x.output_patterns, x.metric, x.account);
+           x.workdir_size, x.env, x.output_patterns, x.metric, x.account, x.reuse_worker);
 }
 
 // Results of one trial that name the same metrics, as columns: row r's metric k is
@@ -411,6 +414,10 @@ struct wire_trial_end {
   int64_t left_behind_count = 0;
   std::vector<std::string> left_behind;
   std::string gpu_after_end_json;  // the audit's final look ({"freed", "killed"}); empty: none
+  // Reused workers (tune/trial/reuse.hpp): it ran in the worker of an earlier trial (the
+  // cgroup's memory peak is then the worker's since it started); its worker was kept
+  // for the next trial (its process did not end; no final GPU look).
+  bool worker_reused = false, worker_kept = false;
 };
 
 template <class Inspector>
@@ -418,7 +425,8 @@ typename Inspector::result_type inspect(Inspector& f, wire_trial_end& x) {
   return f(caf::meta::type_name("wire_trial_end"), x.ok, x.stopped, x.killed, x.gpu_audited, x.exit, x.error,
            x.stderr_tail, x.results, x.checkpoint, x.checkpoint_bytes, x.checkpoint_files, x.checkpoint_path, x.gpu_memory_peak, x.gpu_memory_quota, x.gpu_util, x.over_quota, x.ignored_lines, x.ignored_example,
            x.containment, x.containment_error, x.host_memory, x.host_memory_peak, x.pids, x.oom_kills,
-           x.pids_refused, x.cpu_seconds, x.left_behind_count, x.left_behind, x.gpu_after_end_json);
+           x.pids_refused, x.cpu_seconds, x.left_behind_count, x.left_behind, x.gpu_after_end_json, x.worker_reused,
+           x.worker_kept);
 }
 
 // As the "ended" event the store keeps (and cluster_client's events show): the keys

@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
   int trials = 2000, reports = 10, sleep_ms = 50, nodes = 4, gpus_per_node = 16, repeats = 1;
   std::string keep;  // experiments kept here (for a look at their timelines)
   std::string containment = "auto";  // the nodes' --containment
-  bool cpp = true, python = false, with_tls = false;
+  bool cpp = true, python = false, with_tls = false, reuse = false;
   std::string python_bin = ::access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
   const char* moved = std::getenv("BENCH_PYTHON_DIR");  // the sources moved to another machine
   std::string python_dir = moved && *moved ? moved : BENCH_PYTHON_DIR;
@@ -135,6 +135,7 @@ int main(int argc, char** argv) {
     else if (a == "--python") cpp = false, python = true;
     else if (a == "--both") cpp = python = true;
     else if (a == "--tls") with_tls = true;
+    else if (a == "--reuse") reuse = true;
     else if (a == "--python-bin") {
       if (i + 1 >= argc) tune::bench::die("--python-bin needs a program");
       python_bin = argv[++i];
@@ -142,11 +143,13 @@ int main(int argc, char** argv) {
       std::cout << "usage: bench_overhead [--trials 2000] [--reports 10] [--sleep-ms 50] [--nodes 4]\n"
                    "                      [--gpus-per-node 16] [--repeats 1] [--keep DIR]\n"
                    "                      [--python | --both] [--python-bin /usr/bin/python3]\n"
-                   "                      [--containment auto|cgroup|subreaper] [--tls]\n"
+                   "                      [--containment auto|cgroup|subreaper] [--tls] [--reuse]\n"
                    "  --keep DIR  write the experiments to DIR/exp-N and keep them (else a scratch folder)\n"
                    "  --python    the trials are bench/python/sleeper.py (same workload), not the C++ sleeper\n"
                    "  --both      C++ and Python trials alternately, each run --repeats times\n"
-                   "  --tls       also a second cluster that uses TLS, its C++ runs alternating with the plain ones\n";
+                   "  --tls       also a second cluster that uses TLS, its C++ runs alternating with the plain ones\n"
+                   "  --reuse     also C++ runs with reuse_workers (a worker runs the next trial on its slot),\n"
+                   "              alternating with the plain ones (\"cpp_reuse\")\n";
       return 0;
     } else {
       tune::bench::die("unknown option " + a + " (see --help)");
@@ -192,6 +195,7 @@ int main(int argc, char** argv) {
   if (cpp) kinds.push_back({"cpp"});
   if (python) kinds.push_back({"python"});
   if (secure) kinds.push_back({"cpp_tls"});
+  if (reuse) kinds.push_back({"cpp_reuse"});
   for (int k = 0; k < repeats; ++k) {
     for (auto& kd : kinds) {  // alternately: both see the same machine
       tune::tune_config cfg;
@@ -201,10 +205,11 @@ int main(int argc, char** argv) {
       cfg.resources_per_trial = tune::resources{{"gpu", 1}};
       cfg.progress = tune::progress_style::none;
       cfg.experiment_dir = (keep.empty() ? dir : keep) + "/exp-" + kd.name + "-" + std::to_string(k);
+      cfg.reuse_workers = kd.name == "cpp_reuse";
       tune::search_space space{{"reports", reports}, {"sleep_ms", sleep_ms}};
       const auto& runtime = dir;  // every daemon's pid file (with --tls both clusters': the idle one's CPU counts too)
       auto cpu0 = cluster_cpu(runtime);
-      auto r = kd.name == "cpp"       ? tune::tuner{*c, "sleeper", space, cfg}.fit()
+      auto r = kd.name == "cpp" || kd.name == "cpp_reuse" ? tune::tuner{*c, "sleeper", space, cfg}.fit()
                : kd.name == "cpp_tls" ? tune::tuner{*secure, "sleeper", space, cfg}.fit()
                                 : tune::tuner{*c, tune::program{.command = {python_bin, "sleeper.py"}, .working_dir = python_dir},
                                               space, cfg}

@@ -36,6 +36,9 @@ int main(int argc, char** argv) {
       ("auto-min-share", po::value<double>()->default_value(1.0 / 16),
        "with --gpus-per-trial auto: the least share a trial gets (1/16: at most 16 trials per card)")
       ("cpus-per-trial", po::value<double>()->default_value(1), "CPUs per trial")
+      ("reuse-workers", po::value<bool>()->default_value(true),
+       "a worker whose trial ended well runs the next trial placed on its cards (no new process, "
+       "CUDA context or cuDNN set-up); 0 or false: a new worker per trial")
       ("max-concurrent", po::value<int>()->default_value(0), "trials at once (0: as many as fit)")
       ("scheduler", po::value<std::string>()->default_value("asha"), "asha, hyperband, median or fifo")
       ("search", po::value<std::string>()->default_value("random"), "random or tpe")
@@ -90,6 +93,7 @@ int main(int argc, char** argv) {
   cfg.resources_per_trial = gpu_auto   ? tune::resources{{"cpu", cpus}, {"gpu", "auto"}}
                             : gpus > 0 ? tune::resources{{"cpu", cpus}, {"gpu", gpus}}
                                        : tune::resources{{"cpu", cpus}};
+  cfg.reuse_workers = vm["reuse-workers"].as<bool>();
   cfg.auto_packing.margin = vm["auto-margin"].as<double>();
   cfg.auto_packing.min_share = vm["auto-min-share"].as<double>();
   cfg.seed = vm["seed"].as<uint64_t>();

@@ -2,6 +2,7 @@
 // connection to a head, the trainables' worker mode and the tuner.
 #include "tune/tune.hpp"
 #include "tune/trial/process.hpp"
+#include "tune/trial/reuse.hpp"
 
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -60,7 +61,9 @@ std::string joined(const std::vector<std::string>& names) {
   return out.empty() ? "none" : out;
 }
 
-// A trial's worker: runs the trainable with the trial's context; never returns.
+// A trial's worker: runs the trainable with the trial's context; never returns. Started
+// with TUNE_REUSE_DIR (tune/trial/reuse.hpp), a trial that ended well leaves it waiting
+// for the experiment's next trial on the same cards, which it then runs in this process.
 [[noreturn]] void run_worker(const std::string& name) {
   auto& r = registry();
   auto it = r.fns.find(name);
@@ -69,22 +72,42 @@ std::string joined(const std::vector<std::string>& names) {
               << "); was it built from the same source as the program that started the experiment?\n";
     std::exit(2);
   }
-  auto ctx = trial_context::from_environment();
-  if (!ctx) {
-    std::cerr << "libtune worker: " << ctx.error().message() << "\n";
-    std::exit(2);
+  for (;;) {
+    auto ctx = trial_context::from_environment();
+    if (!ctx) {
+      std::cerr << "libtune worker: " << ctx.error().message() << "\n";
+      std::exit(2);
+    }
+    try {
+      it->second(*ctx);
+    } catch (const std::exception& e) {
+      std::cerr << "trainable " << name << " failed: " << e.what() << "\n";
+      std::exit(1);
+    } catch (...) {
+      std::cerr << "trainable " << name << " failed with an exception that is not a std::exception\n";
+      std::exit(1);
+    }
+    std::cout.flush();
+    std::cerr.flush();
+    std::fflush(nullptr);
+    const char* dir = std::getenv("TUNE_REUSE_DIR");
+    if (!dir || !*dir || !ctx->say(reuse::idle_line)) std::exit(0);
+    const char* wait_text = std::getenv("TUNE_REUSE_WAIT_MS");
+    auto wait = std::chrono::milliseconds(wait_text ? std::max(0L, std::atol(wait_text)) : 2000L);
+    auto next = reuse::wait_for_next(dir, wait);
+    if (!next) {
+      std::cerr << "libtune worker: " << next.error().message() << "\n";
+      std::exit(2);
+    }
+    if (!*next) std::exit(0);  // nobody came: done
+    if (auto s = reuse::apply(**next); !s) {
+      std::cerr << "libtune worker: " << s.message() << "\n";
+      std::exit(2);
+    }
+    trial_context::forget_stop();
+    auto adopted = trial_context::from_environment();
+    if (!adopted || !adopted->say(reuse::adopted_line)) std::exit(2);
   }
-  try {
-    it->second(*ctx);
-  } catch (const std::exception& e) {
-    std::cerr << "trainable " << name << " failed: " << e.what() << "\n";
-    std::exit(1);
-  } catch (...) {
-    std::cerr << "trainable " << name << " failed with an exception that is not a std::exception\n";
-    std::exit(1);
-  }
-  std::cout.flush();
-  std::exit(0);
 }
 
 }  // namespace
@@ -848,6 +871,7 @@ expected<result_grid> tuner::fit() {
   ro.stop_grace = std::chrono::milliseconds(static_cast<int64_t>(c.stop_grace_s * 1000));
   ro.auto_rebalance = c.auto_rebalance;
   ro.standby_copies = c.standby_copies;
+  ro.reuse_workers = c.reuse_workers && !program_;
   if (gpu_auto) {
     ro.auto_packing = c.auto_packing;
     ro.card_memory = card_memory;

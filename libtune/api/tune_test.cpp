@@ -30,13 +30,25 @@ void curve(tune::trial_context& ctx) {
   int64_t fail_at = ctx.integer_or("fail_at", 0).value();
   int64_t sleep_ms = ctx.integer_or("sleep_ms", 10).value();
   const char* threads = std::getenv("OMP_NUM_THREADS");
+  double child = 0;
+  if (ctx.integer_or("leave_child", 0).value()) {  // a helper that leaves its process group
+    pid_t p = ::fork();
+    if (p == 0) {
+      ::setsid();
+      ::execl("/bin/sleep", "sleep", "30", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    child = static_cast<double>(p);
+  }
   for (int64_t i = 1; i <= n; ++i) {
     if (i == fail_at) throw std::runtime_error("the curve broke at " + std::to_string(i));
     std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
     if (!ctx.report({{"score", x * (1 - std::pow(0.5, static_cast<double>(i)))},
                      {"threads", threads ? std::atof(threads) : -1},
                      {"warm", std::getenv("TUNE_WARM_START") ? 1.0 : 0.0},
-                     {"pid", static_cast<double>(::getpid())}}) ||
+                     {"pid", static_cast<double>(::getpid())},
+                     {"own_dir", std::filesystem::current_path() == ctx.trial_dir() ? 1.0 : 0.0},
+                     {"child", child}}) ||
         tune::trial_context::should_stop())
       return;
   }
@@ -280,6 +292,98 @@ TEST_F(TuneEmbedded, TrialsOfThisProgramStartWarmAsForksOfItsSpawner) {
     pids.insert(m["pid"].get<double>());
   }
   EXPECT_EQ(pids.size(), 6u) << "a process per trial";
+}
+
+// reuse_workers (tune/trial/reuse.hpp): a worker whose trial ended well (done, or
+// stopped by ASHA) runs the next trial placed on its slot: fewer processes than trials,
+// each trial with its own configuration, folder and environment, nobody stopped by a
+// stop meant for the trial before it, and no worker left once the linger is over.
+TEST_F(TuneEmbedded, ReusedWorkersRunTheNextTrialsWithNothingOfTheLastOne) {
+  auto c = tune::cluster::start(options(2));
+  ASSERT_TRUE(c) << c.error().message();
+  auto cfg = config(12);
+  cfg.resources_per_trial = tune::resources{{"cpu", 1}};
+  cfg.scheduler = tune::asha{.max_t = 6, .grace_period = 1, .reduction_factor = 3};
+  cfg.reuse_workers = true;
+  tune::tuner t{*c, "curve", tune::search_space{{"x", tune::uniform(0.1, 1.0)}, {"iterations", 6}, {"sleep_ms", 20}}, cfg};
+  auto r = t.fit();
+  ASSERT_TRUE(r) << r.error().message();
+  auto trials = r->trials();
+  ASSERT_TRUE(trials);
+  ASSERT_EQ(trials->size(), 12u);
+  std::set<double> pids;
+  std::set<std::string> stopped;
+  auto events = r->store().events();
+  ASSERT_TRUE(events);
+  int reused = 0, kept = 0;
+  for (auto& e : *events) {
+    if (e.kind == "stop") stopped.insert(e.trial);
+    if (e.kind != "ended") continue;
+    reused += e.body.value("worker_reused", false);
+    kept += e.body.value("worker_kept", false);
+  }
+  for (auto& tr : *trials) {
+    EXPECT_EQ(tr.state, "terminated") << tr.id << ": " << tr.error;
+    auto h = r->history(tr.id);
+    ASSERT_TRUE(h);
+    ASSERT_FALSE(h->empty()) << tr.id;
+    double x = tr.config["x"];
+    for (size_t i = 0; i < h->size(); ++i) {
+      auto& m = (*h)[i].metrics;
+      EXPECT_EQ((*h)[i].iteration, static_cast<int64_t>(i) + 1) << tr.id;
+      EXPECT_EQ(m["score"].get<double>(), x * (1 - std::pow(0.5, static_cast<double>(i + 1)))) << "its own configuration";
+      EXPECT_EQ(m["own_dir"], 1.0) << tr.id << " ran in another trial's folder";
+      EXPECT_EQ(m["threads"], 1.0);
+    }
+    if (h->size() < 6) EXPECT_TRUE(stopped.count(tr.id)) << tr.id << " ended early without a stop of its own";
+    pids.insert(h->back().metrics["pid"].get<double>());
+  }
+  std::cerr << "12 trials in " << pids.size() << " workers (" << reused << " reused, " << kept << " kept)\n";
+  EXPECT_LT(pids.size(), 12u) << "no worker ran a second trial";
+  EXPECT_GT(reused, 0);
+  EXPECT_GT(kept, 0);
+  EXPECT_EQ(reused, 12 - static_cast<int>(pids.size()));
+  // The last ones wait for a next trial that does not come, then end.
+  for (double pid : pids)
+    EXPECT_TRUE(tune::test::wait_until([&] { return tune::test::process_gone(static_cast<int>(pid)); }, 6s))
+        << "worker " << pid << " outlived its linger";
+}
+
+// A worker whose cgroup holds anything else at its trial's end (a helper it started)
+// is not kept: its trial ends as any other, and what it left is killed.
+TEST_F(TuneEmbedded, AWorkerThatLeftAProcessBehindIsNotReused) {
+  auto c = tune::cluster::start(options(2));
+  ASSERT_TRUE(c) << c.error().message();
+  auto cfg = config(4);
+  cfg.resources_per_trial = tune::resources{{"cpu", 1}};
+  cfg.reuse_workers = true;
+  tune::tuner t{*c, "curve", tune::search_space{{"x", tune::uniform(0.1, 1.0)}, {"iterations", 2}, {"leave_child", 1}}, cfg};
+  auto r = t.fit();
+  ASSERT_TRUE(r) << r.error().message();
+  auto events = r->store().events();
+  ASSERT_TRUE(events);
+  bool contained = false;
+  for (auto& e : *events)
+    if (e.kind == "ended") {
+      EXPECT_FALSE(e.body.value("worker_kept", false)) << e.body.dump();
+      EXPECT_FALSE(e.body.value("worker_reused", false)) << e.body.dump();
+      contained = contained || e.body.value("containment", "") == "cgroup";
+    }
+  if (!contained) GTEST_SKIP() << "no cgroups here: workers are not reused without them";
+  std::set<double> pids;
+  auto trials = r->trials();
+  ASSERT_TRUE(trials);
+  for (auto& tr : *trials) {
+    EXPECT_EQ(tr.state, "terminated") << tr.id << ": " << tr.error;
+    auto h = r->history(tr.id);
+    ASSERT_TRUE(h && !h->empty());
+    auto& m = h->back().metrics;
+    pids.insert(m["pid"].get<double>());
+    int child = static_cast<int>(m["child"].get<double>());
+    ASSERT_GT(child, 0);
+    EXPECT_TRUE(tune::test::wait_until([&] { return tune::test::process_gone(child); }, 3s)) << "its helper outlived it";
+  }
+  EXPECT_EQ(pids.size(), 4u) << "a worker with a helper beside it ran another trial";
 }
 
 TEST_F(TuneEmbedded, AFailingTrialKeepsItsErrorAndTheOthersRunOn) {

@@ -230,6 +230,11 @@ struct tune_config {
                                           // fetched ahead of time by another node, where a
                                           // restart after its node's death goes (no fetch
                                           // then); costs one more transfer per copy
+  bool reuse_workers = false;             // a C++ trainable's worker whose trial ended well
+                                          // runs the next trial placed on the same cards
+                                          // (same node, shares and limits) in the same
+                                          // process: no new process, CUDA context or library
+                                          // set-up (docs/trials.md, "Reused workers")
   // With resources_per_trial = {gpu: "auto"}: how the share is measured and sized
   // (margin over the measured peak, the probes' share and count, the least share).
   auto_share_options auto_packing;

@@ -87,6 +87,8 @@ void trial_context::watch_stop_signal() {
 
 bool trial_context::should_stop() { return stop_asked != 0; }
 
+void trial_context::forget_stop() { stop_asked = 0; }
+
 std::vector<int> trial_context::device_ids() const {
   std::vector<int> ids;
   for (auto& g : gpus_) ids.push_back(g.local);

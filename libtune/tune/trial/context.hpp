@@ -81,6 +81,10 @@ class trial_context {
   static bool should_stop();
   // Installs the SIGTERM handler behind should_stop() (from_environment does it).
   static void watch_stop_signal();
+  // A reused worker's next trial starts without the last one's stop request.
+  static void forget_stop();
+  // Writes one line on the report channel as it is (the worker's protocol lines).
+  bool say(const std::string& line) { return static_cast<bool>(write_line(line)); }
 
  private:
   status write_line(const std::string& line);

@@ -152,6 +152,12 @@ class worker_process {
   static constexpr size_t max_report_line = 1 << 20;
   static constexpr size_t max_output_line = 64 * 1024;
   size_t overlong_lines() const { return overlong_; }
+  // A reused worker's next trial (tune/trial/reuse.hpp): its tails and counts start anew.
+  void clear_tails() {
+    out_tail_.clear();
+    err_tail_.clear();
+    overlong_ = 0;
+  }
   // After the end, as a subreaper: how many processes the keeper found left behind
   // (started by the trial, alive after its worker ended) and killed; -1: not known.
   int left_behind() const { return left_behind_; }
