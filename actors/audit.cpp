@@ -146,17 +146,18 @@ caf::behavior audit(audit_actor self, audit_options opt) {
   auto& st = self->state;
   st.opt = std::move(opt);
   st.rules = std::make_unique<gpu_audit>(st.opt.cards, std::set<int>{::getpid()});
-  self->set_down_handler([self](caf::down_msg& dm) {
+  auto forget = [self](std::map<std::string, caf::actor>::iterator it) {
+    auto& st = self->state;
+    st.rules->remove(it->first);
+    st.told.erase(it->first);
+    st.util.erase(it->first);
+    st.last_pids.erase(it->first);
+    st.trials.erase(it);
+  };
+  self->set_down_handler([self, forget](caf::down_msg& dm) {
     auto& st = self->state;
     for (auto it = st.trials.begin(); it != st.trials.end(); ++it)
-      if (it->second.address() == dm.source) {
-        st.rules->remove(it->first);
-        st.told.erase(it->first);
-        st.util.erase(it->first);
-        st.last_pids.erase(it->first);
-        st.trials.erase(it);
-        return;
-      }
+      if (it->second.address() == dm.source) return forget(it);
   });
   self->send(self, audit_tick_atom::value);
   return {
@@ -172,6 +173,12 @@ caf::behavior audit(audit_actor self, audit_options opt) {
         return rp;
       },
       [self](audit_recheck_atom, const std::string& id) { final_check(self, id); },
+      // A trial whose worker was kept for the next trial (tune/trial/reuse.hpp): no
+      // longer audited, nothing killed; its processes are the next trial's from its add.
+      [self, forget](audit_forget_atom, const std::string& id) {
+        auto& st = self->state;
+        if (auto it = st.trials.find(id); it != st.trials.end() && !st.endings.count(id)) forget(it);
+      },
       [self](audit_add_atom, const std::string& id, int pid, int group, const std::string& cgroup,
              const std::string& quota_json, const caf::actor& trial) {
         auto& st = self->state;

@@ -29,6 +29,7 @@ using audit_violation_atom = caf::atom_constant<caf::atom("auditbad")>;
 using audit_usage_atom = caf::atom_constant<caf::atom("auditmem")>;
 using audit_report_atom = caf::atom_constant<caf::atom("auditrep")>;
 using audit_end_atom = caf::atom_constant<caf::atom("auditend")>;
+using audit_forget_atom = caf::atom_constant<caf::atom("auditfgt")>;
 
 struct audit_options {
   std::shared_ptr<nvml> lib;
@@ -45,6 +46,8 @@ struct audit_options {
 //   any that is in its cgroup or below its keeper) is killed, and the cards are looked
 //   at again until none is left (at most 3 s). {"freed": bool, "killed": ["pid P
 //   (name) on GPU I, N MiB"], "still": [...], "waited_ms"}.
+//   (audit_forget_atom, trial_id): its worker was kept for the next trial (reused
+//   workers): it is no longer audited, and nothing of it is killed.
 caf::actor spawn_gpu_audit(caf::local_actor* parent, audit_options opt);
 
 }  // namespace tune

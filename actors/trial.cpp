@@ -648,7 +648,9 @@ void ended(trial_actor self, bool exited, int code, const std::string& how, cons
     st.over = true;
     if (st.greeted || st.released) self->quit();
   };
-  // A kept worker is still on its cards, on purpose: no final look (it would kill it).
+  // A kept worker is still on its cards, on purpose: no final look (it would kill it);
+  // the audit forgets the trial at once (its processes are the next trial's).
+  if (st.opt.audit && end.worker_kept) self->send(st.opt.audit, audit_forget_atom::value, st.opt.spec.trial_id);
   if (!st.opt.audit || !st.started_ok || end.worker_kept) return finish(std::move(end));
   self->request(st.opt.audit, std::chrono::seconds(10), audit_end_atom::value, st.opt.spec.trial_id)
       .then(

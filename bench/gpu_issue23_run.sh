@@ -94,6 +94,12 @@ for name in names:
         con = sqlite3.connect(db)
         rows = con.execute("select kind, trial, body from events where kind like 'auto_%'").fetchall()
         r["auto_events"] = [{"kind": k, "trial": t, "body": json.loads(b)} for k, t, b in rows][:20]
+        ends = [json.loads(b) for (b,) in con.execute("select body from events where kind = 'ended'")]
+        r["ended"] = len(ends)
+        r["worker_reused"] = sum(1 for e in ends if e.get("worker_reused"))
+        r["worker_kept"] = sum(1 for e in ends if e.get("worker_kept"))
+        r["ended_not_ok"] = sum(1 for e in ends if not e.get("ok"))
+        r["over_quota"] = sum(1 for e in ends if e.get("over_quota"))
     summary[name] = r
 for m in modes:
     f, a = (("fixed", "auto") if m == "plain" else (f"fixed-{m}", f"auto-{m}"))
@@ -102,7 +108,8 @@ for m in modes:
 json.dump(summary, open(f"{out}/summary.json", "w"), indent=1)
 for name in names:
     r = summary[name]
-    print(name, {k: r.get(k) for k in ("wall_s", "trials_per_min", "test_acc", "best_val_acc", "errors", "gpu_util_mean", "gpu_util_ge90")})
+    print(name, {k: r.get(k) for k in ("wall_s", "trials_per_min", "test_acc", "best_val_acc", "errors", "gpu_util_mean", "gpu_util_ge90",
+                                       "worker_reused", "ended_not_ok", "over_quota")})
     print("   timeline", r.get("timeline"))
     for e in r.get("auto_events", []):
         if e["kind"] != "auto_probe": print("  ", e["kind"], e["trial"], json.dumps(e["body"]))
