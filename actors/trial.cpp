@@ -231,8 +231,14 @@ bool take_line(std::vector<std::string>& lines, const char* line, std::vector<st
 // An idle worker of the experiment's on the trial's cards takes the trial: it is handed
 // the trial's environment and folder and says it took them (at most 3 s). Null (and
 // the worker ended) when it did not; `lines`: what it reported right after.
-std::unique_ptr<worker_process> adopt(reuse::idle_worker& w, const process_spec& spec, std::vector<std::string>& lines) {
-  if (auto s = reuse::hand_over(w, spec); !s) {
+std::unique_ptr<worker_process> adopt(reuse::idle_worker& w, const process_spec& spec, const unix_account& account,
+                                      std::vector<std::string>& lines) {
+  status handed = status::ok();
+  {
+    as_account as(account);  // in its account's folder: as that account
+    handed = reuse::hand_over(w, spec);
+  }
+  if (auto& s = handed; !s) {
     log_line("trial " + w.trial_id + "'s worker could not be handed the next trial: " + s.message());
     reuse::idle_pool::end(w);
     return nullptr;
@@ -269,7 +275,7 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
         spec.env["TUNE_REUSE_DIR"] = dir;
         spec.env["TUNE_REUSE_WAIT_MS"] = std::to_string(l.idle->linger().count() + 1000);
         auto cgroup = std::move(w->cgroup);
-        if ((owned = adopt(*w, spec, lines))) {
+        if ((owned = adopt(*w, spec, l.account, lines))) {
           cg = std::move(cgroup);
           reuse_dir = dir;
           reused = true;

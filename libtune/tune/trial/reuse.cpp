@@ -1,6 +1,7 @@
 #include "tune/trial/reuse.hpp"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <string.h>
 #include <sys/inotify.h>
@@ -123,13 +124,25 @@ std::string key_of(const process_spec& spec, const std::string& experiment, cons
 }
 
 status hand_over(const idle_worker& w, const process_spec& spec) {
-  nlohmann::json j{{"env", spec.env}, {"cwd", spec.cwd}};
+  auto text = nlohmann::json{{"env", spec.env}, {"cwd", spec.cwd}}.dump();
+  // The folder is the worker's account's: what is at the temporary name is never
+  // followed (a link the worker put there), the file is made anew or not at all.
   auto tmp = w.dir + "/.next.json.tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << j.dump();
-    if (!out.flush()) return status{errc::inconsistent, "cannot write " + tmp};
+  ::unlink(tmp.c_str());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return status{errc::inconsistent, "cannot write " + tmp + ": " + ::strerror(errno)};
+  size_t off = 0;
+  while (off < text.size()) {
+    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return status{errc::inconsistent, "cannot write " + tmp + ": " + ::strerror(errno)};
+    }
+    off += static_cast<size_t>(n);
   }
+  ::close(fd);
   if (::rename(tmp.c_str(), (w.dir + "/" + next_file).c_str()) != 0)
     return status{errc::inconsistent, "cannot write " + w.dir + "/" + next_file + ": " + ::strerror(errno)};
   return status::ok();

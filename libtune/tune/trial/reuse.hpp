@@ -108,8 +108,9 @@ class idle_pool {
   std::thread reaper_;
 };
 
-// Hands `w` the next trial (`spec`'s environment and folder): writes next.json. False
-// (and why) when it could not.
+// Hands `w` the next trial (`spec`'s environment and folder): writes next.json (call it
+// as the worker's account: tune/trial/account.hpp's as_account). False (and why) when
+// it could not.
 status hand_over(const idle_worker& w, const process_spec& spec);
 
 }  // namespace tune::reuse

@@ -50,6 +50,26 @@ TEST(Reuse, AWaitingWorkerTakesTheNextTrialTheMomentItIsWritten) {
   EXPECT_FALSE(std::filesystem::exists(f.path + "/next.json")) << "taken: a later wait does not see it again";
 }
 
+// The folder is the worker's: a link it put at the temporary name is not followed.
+TEST(Reuse, TheHandOverNeverWritesThroughALinkInTheWorkersFolder) {
+  folder f, elsewhere;
+  auto target = elsewhere.path + "/victim";
+  std::ofstream(target) << "untouched";
+  std::filesystem::create_symlink(target, f.path + "/.next.json.tmp");
+  idle_worker w;
+  w.dir = f.path;
+  process_spec spec;
+  spec.env = {{"A", "1"}};
+  ASSERT_TRUE(hand_over(w, spec));
+  std::ifstream in(target);
+  std::string text;
+  in >> text;
+  EXPECT_EQ(text, "untouched");
+  auto got = wait_for_next(f.path, 1s);
+  ASSERT_TRUE(got && *got);
+  EXPECT_EQ((*got)->env.at("A"), "1");
+}
+
 TEST(Reuse, NobodyComingOrTheFolderGoingEndsTheWait) {
   folder f;
   auto t0 = std::chrono::steady_clock::now();
