@@ -105,6 +105,7 @@ std::string joined(const std::vector<std::string>& names) {
       std::exit(2);
     }
     trial_context::forget_stop();
+    ::setenv("TUNE_WORKER_REUSED", "1", 1);  // what the trainable may want to know
     auto adopted = trial_context::from_environment();
     if (!adopted || !adopted->say(reuse::adopted_line)) std::exit(2);
   }

@@ -78,6 +78,9 @@ expected<std::string> train_trial(trial_context& ctx) {
     if (data_parallel && cards.size() >= 2) opt.device.indices = cards;
   }
   auto load_start = std::chrono::steady_clock::now();
+  // A reused worker (tune/trial/reuse.hpp) started long ago: its trial's start is from
+  // here, not from the process's.
+  const bool reused = std::getenv("TUNE_WORKER_REUSED") != nullptr;
   auto data = load_fashion_mnist(data_dir);
   if (!data) return data.error();
   const double data_load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
@@ -98,7 +101,9 @@ expected<std::string> train_trial(trial_context& ctx) {
                                     {"devices", r.devices}, {"epoch_s", r.seconds}};
     if (r.epoch == 1) {  // where a trial's start went (bench/timeline.py)
       m["data_load_s"] = data_load_s;
-      if (auto age = process_age_s(); age >= 0) m["process_s"] = age;
+      if (reused) m["process_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+      else if (auto age = process_age_s(); age >= 0) m["process_s"] = age;
+      m["worker_reused"] = reused ? 1 : 0;
     }
     if (std::isfinite(r.test_acc)) {
       m["test_acc"] = r.test_acc;
