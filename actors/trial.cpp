@@ -192,7 +192,7 @@ void apply_controls(control& ctl, worker_process& w, trial_cgroup* cg,
 // its cgroup measured, and what it left behind.
 // What its cgroup measured for this trial: what it counts since `before` (a reused
 // worker's cgroup counted its earlier trials too; its memory peak is the worker's).
-void cgroup_usage(const launch& l, trial_cgroup& cg, const host_usage& before, wire::wire_trial_end& host) {
+host_usage cgroup_usage(const launch& l, trial_cgroup& cg, const host_usage& before, wire::wire_trial_end& host) {
   auto u = cg.usage();
   host.host_memory = u.memory;
   host.host_memory_peak = u.memory_peak;
@@ -201,6 +201,7 @@ void cgroup_usage(const launch& l, trial_cgroup& cg, const host_usage& before, w
   host.containment = l.contain->caps().kind();
   host.oom_kills = std::max<int64_t>(u.oom_kills - std::max<int64_t>(before.oom_kills, 0), 0);
   host.pids_refused = std::max<int64_t>(u.pids_refused - std::max<int64_t>(before.pids_refused, 0), 0);
+  return u;
 }
 
 wire::wire_trial_end end_cgroup(const launch& l, trial_cgroup* cg, worker_process& w, const host_usage& before) {
@@ -215,24 +216,40 @@ wire::wire_trial_end end_cgroup(const launch& l, trial_cgroup* cg, worker_proces
   return host;
 }
 
-// Takes `line` out of `lines` if it is there; everything after it stays.
-bool take_line(std::vector<std::string>& lines, const char* line, std::vector<std::string>* before = nullptr) {
+// Takes `line` out of `lines` if it is there (with `and_after`, what followed it too).
+bool take_line(std::vector<std::string>& lines, const char* line, bool and_after = false) {
   auto it = std::find(lines.begin(), lines.end(), line);
   if (it == lines.end()) return false;
-  if (before) {
-    before->assign(std::make_move_iterator(lines.begin()), std::make_move_iterator(it));
-    lines.erase(lines.begin(), it + 1);
-  } else {
-    lines.erase(it);
-  }
+  lines.erase(it, and_after ? lines.end() : it + 1);
   return true;
 }
 
+// The worker's side of the hand-over protocol in its environment.
+void reuse_environment(process_spec& spec, const std::string& dir, std::chrono::milliseconds linger) {
+  spec.env["TUNE_REUSE_DIR"] = dir;
+  spec.env["TUNE_REUSE_WAIT_MS"] = std::to_string(linger.count() + 1000);  // the node ends it first
+}
+
+// A fresh worker's hand-over folder: <root>/<trial>, the worker's account's, 0700.
+// Empty (and said in the log) when it cannot be made: the worker is then not reused.
+std::string hand_over_folder(const launch& l) {
+  auto dir = l.reuse_root + "/" + l.trial_id;
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  std::filesystem::create_directories(dir, ec);
+  if (!ec && ::chmod(dir.c_str(), 0700) == 0 &&
+      (l.spec.run_as.uid < 0 ||
+       ::chown(dir.c_str(), static_cast<uid_t>(l.spec.run_as.uid), static_cast<gid_t>(l.spec.run_as.gid)) == 0))
+    return dir;
+  log_line("trial " + l.trial_id + ": no hand-over folder for its worker (" + dir + "): not reused");
+  std::filesystem::remove_all(dir, ec);
+  return "";
+}
+
 // An idle worker of the experiment's on the trial's cards takes the trial: it is handed
-// the trial's environment and folder and says it took them (at most 3 s). Null (and
-// the worker ended) when it did not; `lines`: what it reported right after.
-std::unique_ptr<worker_process> adopt(reuse::idle_worker& w, const process_spec& spec, const unix_account& account,
-                                      std::vector<std::string>& lines) {
+// the trial's environment and folder and says it took them (at most 3 s). False (and
+// the worker and its cgroup ended) when it did not; `lines`: what it reported right after.
+bool adopt(reuse::idle_worker& w, const process_spec& spec, const unix_account& account, std::vector<std::string>& lines) {
   status handed = status::ok();
   {
     as_account as(account);  // in its account's folder: as that account
@@ -241,18 +258,18 @@ std::unique_ptr<worker_process> adopt(reuse::idle_worker& w, const process_spec&
   if (auto& s = handed; !s) {
     log_line("trial " + w.trial_id + "'s worker could not be handed the next trial: " + s.message());
     reuse::idle_pool::end(w);
-    return nullptr;
+    return false;
   }
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   while (std::chrono::steady_clock::now() < until) {
     bool open = w.process->poll(std::chrono::milliseconds(20), lines);
-    if (take_line(lines, reuse::adopted_line)) return std::move(w.process);
+    if (take_line(lines, reuse::adopted_line)) return true;
     if (!open || w.process->try_wait()) break;
   }
   log_line("trial " + w.trial_id + "'s worker did not take the next trial: started anew");
   reuse::idle_pool::end(w);
   lines.clear();
-  return nullptr;
+  return false;
 }
 
 // The worker's thread: starts it (or has an idle worker of the experiment's take the
@@ -269,19 +286,15 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
   if (l.idle) {
     if (l.reuse)
       if (auto w = l.idle->take(l.reuse_key)) {
-        auto dir = w->dir;
-        before = w->used;
         auto spec = l.spec;
-        spec.env["TUNE_REUSE_DIR"] = dir;
-        spec.env["TUNE_REUSE_WAIT_MS"] = std::to_string(l.idle->linger().count() + 1000);
-        auto cgroup = std::move(w->cgroup);
-        if ((owned = adopt(*w, spec, l.account, lines))) {
-          cg = std::move(cgroup);
-          reuse_dir = dir;
+        reuse_environment(spec, w->dir, l.idle->linger());
+        if (adopt(*w, spec, l.account, lines)) {
+          owned = std::move(w->process);
+          cg = std::move(w->cgroup);
+          reuse_dir = w->dir;
+          before = w->used;
           reused = true;
           owned->clear_tails();
-        } else if (cgroup) {
-          (void)cgroup->end(0);
         }
       }
     // Idle workers of anything else on its cards end before it starts.
@@ -304,20 +317,8 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
     // Reusable: in a cgroup, and its keeper not a child of this thread (which ends with
     // the trial).
     if (l.reuse && l.idle && cg && from) {
-      reuse_dir = l.reuse_root + "/" + l.trial_id;
-      std::error_code ec;
-      std::filesystem::remove_all(reuse_dir, ec);
-      std::filesystem::create_directories(reuse_dir, ec);
-      if (ec || ::chmod(reuse_dir.c_str(), 0700) != 0 ||
-          (l.spec.run_as.uid >= 0 &&
-           ::chown(reuse_dir.c_str(), static_cast<uid_t>(l.spec.run_as.uid), static_cast<gid_t>(l.spec.run_as.gid)) != 0)) {
-        log_line("trial " + l.trial_id + ": no hand-over folder for its worker (" + reuse_dir + "): not reused");
-        std::filesystem::remove_all(reuse_dir, ec);
-        reuse_dir.clear();
-      } else {
-        l.spec.env["TUNE_REUSE_DIR"] = reuse_dir;
-        l.spec.env["TUNE_REUSE_WAIT_MS"] = std::to_string(l.idle->linger().count() + 1000);
-      }
+      reuse_dir = hand_over_folder(l);
+      if (!reuse_dir.empty()) reuse_environment(l.spec, reuse_dir, l.idle->linger());
     }
     auto p = worker_process::start(l.spec, from);
     if (!p) {
@@ -346,7 +347,6 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
   };
   std::optional<exit_info> done;
   int idle_ms = 1;
-  bool went_idle = false;  // its trial is done, the worker waits for the next one
   while (!done) {
     // poll() returns at once when the worker has closed its output and report channel
     // (it may still run): then this thread waits for the keeper's news of its end
@@ -360,14 +360,9 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
       w.wait_for_end(std::chrono::milliseconds(idle_ms));  // wakes at the worker's end
       idle_ms = std::min(idle_ms * 2, 50);
     }
-    bool idle_now = false;
-    if (!reuse_dir.empty() && !went_idle) {
-      std::vector<std::string> last;
-      if (take_line(lines, reuse::idle_line, &last)) {
-        went_idle = idle_now = true;
-        lines.swap(last);  // (nothing comes after it until the next trial is handed over)
-      }
-    }
+    // Its trial done, the worker waits for the next one (nothing comes after "idle"
+    // until the next trial is handed over); not kept, its folder goes (reuse_dir empty).
+    bool idle_now = !reuse_dir.empty() && take_line(lines, reuse::idle_line, true);
     hand_over();
     if (idle_now) {
       // Kept when nothing else is in its cgroup and nobody asked for it to be killed;
@@ -378,7 +373,7 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
       std::sort(own.begin(), own.end());
       if (!ctl->kill && pids == own && !w.try_wait()) {
         wire::wire_trial_end end;
-        cgroup_usage(l, *cg, before, end);
+        auto used = cgroup_usage(l, *cg, before, end);
         end.worker_reused = reused;
         end.worker_kept = true;
         auto tail = w.stderr_tail();
@@ -388,7 +383,7 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
         keep.cards = l.cards;
         keep.dir = reuse_dir;
         keep.trial_id = l.trial_id;
-        keep.used = cg->usage();
+        keep.used = used;
         keep.process = std::move(owned);
         keep.cgroup = std::move(cg);
         l.idle->keep(std::move(keep));

@@ -72,12 +72,14 @@ std::string joined(const std::vector<std::string>& names) {
               << "); was it built from the same source as the program that started the experiment?\n";
     std::exit(2);
   }
+  bool handed = false;  // this process took its trial from an earlier one's
   for (;;) {
     auto ctx = trial_context::from_environment();
     if (!ctx) {
       std::cerr << "libtune worker: " << ctx.error().message() << "\n";
       std::exit(2);
     }
+    if (handed && !ctx->say(reuse::adopted_line)) std::exit(2);
     try {
       it->second(*ctx);
     } catch (const std::exception& e) {
@@ -106,8 +108,7 @@ std::string joined(const std::vector<std::string>& names) {
     }
     trial_context::forget_stop();
     ::setenv("TUNE_WORKER_REUSED", "1", 1);  // what the trainable may want to know
-    auto adopted = trial_context::from_environment();
-    if (!adopted || !adopted->say(reuse::adopted_line)) std::exit(2);
+    handed = true;
   }
 }
 
