@@ -92,6 +92,20 @@ class backend {
   // (normalised floats, n <= batch_size), without updating anything; logits optional.
   virtual expected<float> loss_and_gradient(std::span<const float> x, std::span<const int32_t> y, int n,
                                             std::vector<float>* grad, std::vector<float>* logits) = 0;
+
+  // Where a training step's time goes (tune_train --profile): one row per launch group
+  // of the step, its mean time on the device over `steps` full-batch steps run one
+  // launch after another (the device never waits for the host between them), then a
+  // row "step (graph)": the mean of a whole step replayed as the trainer runs it. The
+  // parameters are updated as by step(): call between begin_epoch and end_epoch.
+  struct op_time {
+    std::string op;
+    double us = 0;
+  };
+  virtual expected<std::vector<op_time>> profile_steps(int steps) {
+    (void)steps;
+    return status{errc::invalid_argument, "profiling is for one CUDA device: use --device cuda or cuda:N"};
+  }
 };
 
 // The backend for this device; errors say why the device cannot be used.

@@ -231,6 +231,146 @@ __global__ void pool_bwd_kernel(const float* __restrict__ dout, const float* __r
   if (threadIdx.x == 0) partial[ch * slices + slice] = sh[0];
 }
 
+// The first conv block fused (one input channel, the images): 3x3 convolution
+// (padding 1), + bias, ReLU, 2x2 max pool in one pass, one block per sample, the image
+// and the weights in shared memory. The pre-pool values are never written (cuDNN's
+// convolution wrote them, 12.8 MB a step at batch 128, and the pool read them back);
+// out and arg as pool_fwd_kernel (the same first-on-ties rule).
+// With a source (src.pixels), the block also does gather_kernel's work for its sample:
+// reads the row's pixels, writes them normalised to x (for the backward pass) and its
+// label to y; without, it reads x.
+struct rows_source {
+  const uint8_t* pixels = nullptr;
+  const uint8_t* labels = nullptr;
+  const int32_t* order = nullptr;
+  const counters* c = nullptr;
+  int64_t first = 0;
+};
+
+__global__ void conv1_block_fwd_kernel(rows_source src, float* __restrict__ x, int32_t* __restrict__ y,
+                                       const float* __restrict__ W, const float* __restrict__ b, int k, int h, int w,
+                                       float* __restrict__ out, uint8_t* __restrict__ arg) {
+  extern __shared__ float sm[];
+  const int hp = h + 2, wp = w + 2, h2 = h / 2, w2 = w / 2, hw2 = h2 * w2;
+  float* img = sm;             // (h + 2) x (w + 2), zero border
+  float* sw = img + hp * wp;   // k x 9
+  float* sb = sw + k * 9;      // k
+  const int64_t n = blockIdx.x;
+  float* xs = x + n * h * w;
+  if (src.pixels) {
+    const int64_t base = (src.c ? src.c->offset : 0) + src.first;
+    const int64_t row = src.order ? src.order[base + n] : base + n;
+    const uint8_t* p = src.pixels + row * h * w;
+    for (int i = threadIdx.x; i < hp * wp; i += blockDim.x) {
+      const int r = i / wp, c = i % wp;
+      float v = 0.0f;
+      if (r > 0 && r < hp - 1 && c > 0 && c < wp - 1) {
+        v = normalise_dev(p[(r - 1) * w + (c - 1)]);
+        xs[(r - 1) * w + (c - 1)] = v;
+      }
+      img[i] = v;
+    }
+    if (threadIdx.x == 0) y[n] = src.labels[row];
+  } else {
+    for (int i = threadIdx.x; i < hp * wp; i += blockDim.x) {
+      const int r = i / wp, c = i % wp;
+      img[i] = r == 0 || r == hp - 1 || c == 0 || c == wp - 1 ? 0.0f : xs[(r - 1) * w + (c - 1)];
+    }
+  }
+  for (int i = threadIdx.x; i < k * 9; i += blockDim.x) sw[i] = W[i];
+  for (int i = threadIdx.x; i < k; i += blockDim.x) sb[i] = b[i];
+  __syncthreads();
+  for (int t = threadIdx.x; t < k * hw2; t += blockDim.x) {
+    const int ch = t / hw2, pos = t % hw2, py = pos / w2, px = pos % w2;
+    // The 4x4 patch under the pool window's four 3x3 convolutions.
+    const float* p = img + (2 * py) * wp + 2 * px;
+    float q[4][4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) q[r][c] = p[r * wp + c];
+    const float* wk = sw + ch * 9;
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int dy = 0; dy < 3; ++dy)
+#pragma unroll
+      for (int dx = 0; dx < 3; ++dx) {
+        const float f = wk[dy * 3 + dx];
+        v[0] = fmaf(f, q[dy][dx], v[0]);
+        v[1] = fmaf(f, q[dy][dx + 1], v[1]);
+        v[2] = fmaf(f, q[dy + 1][dx], v[2]);
+        v[3] = fmaf(f, q[dy + 1][dx + 1], v[3]);
+      }
+    int best = 0;
+#pragma unroll
+    for (int i = 1; i < 4; ++i)
+      if (v[i] > v[best]) best = i;
+    const int64_t j = (n * k + ch) * hw2 + pos;
+    out[j] = fmaxf(v[best] + sb[ch], 0.0f);
+    arg[j] = static_cast<uint8_t>(best);
+  }
+}
+
+// Its gradient, without the pre-pool gradient (cuDNN needed it written out in full,
+// mostly zeros): each pooled value's gradient g (0 where ReLU cut it) reaches only its
+// window's argmax, so dW[ch][dy][dx] = sum of g * the input under that tap there, and
+// db[ch] = sum of g. Block (channel, slice of samples): 9 + 1 partial sums, reduced in
+// the block; conv1_block_sums_kernel adds the slices (in order: deterministic).
+constexpr int conv1_sums = 10;
+__global__ void conv1_block_bwd_kernel(const float* __restrict__ dout, const float* __restrict__ out,
+                                       const uint8_t* __restrict__ arg, const float* __restrict__ x, int n, int k,
+                                       int h, int w, float* __restrict__ partial) {
+  __shared__ float sh[conv1_sums][32];
+  const int ch = blockIdx.x, slice = blockIdx.y, slices = gridDim.y;
+  const int h2 = h / 2, w2 = w / 2, hw2 = h2 * w2;
+  const int i0 = int(int64_t(n) * slice / slices), i1 = int(int64_t(n) * (slice + 1) / slices);
+  float acc[conv1_sums] = {};
+  for (int64_t t = threadIdx.x; t < int64_t(i1 - i0) * hw2; t += blockDim.x) {
+    const int i = i0 + int(t / hw2), pos = int(t % hw2);
+    const int64_t j = (int64_t(i) * k + ch) * hw2 + pos;
+    if (!(out[j] > 0.0f)) continue;
+    const float g = dout[j];
+    const int q = arg[j];
+    const int y = 2 * (pos / w2) + (q >> 1), xc = 2 * (pos % w2) + (q & 1);
+    const float* img = x + int64_t(i) * h * w;
+#pragma unroll
+    for (int dy = 0; dy < 3; ++dy) {
+      const int r = y + dy - 1;
+#pragma unroll
+      for (int dx = 0; dx < 3; ++dx) {
+        const int c = xc + dx - 1;
+        const float v = r >= 0 && r < h && c >= 0 && c < w ? img[r * w + c] : 0.0f;
+        acc[dy * 3 + dx] = fmaf(g, v, acc[dy * 3 + dx]);
+      }
+    }
+    acc[9] += g;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int v = 0; v < conv1_sums; ++v) {
+    float a = acc[v];
+    for (int off = 16; off > 0; off >>= 1) a += __shfl_down_sync(0xffffffffu, a, off);
+    if (lane == 0) sh[v][warp] = a;
+  }
+  __syncthreads();
+  if (threadIdx.x < conv1_sums) {
+    float t = 0.0f;
+    for (int i = 0; i < int(blockDim.x >> 5); ++i) t += sh[threadIdx.x][i];
+    partial[(int64_t(ch) * slices + slice) * conv1_sums + threadIdx.x] = t;
+  }
+}
+
+__global__ void conv1_block_sums_kernel(const float* __restrict__ partial, int k, int slices, float* __restrict__ dW,
+                                        float* __restrict__ db) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= k * conv1_sums) return;
+  const int ch = t / conv1_sums, v = t % conv1_sums;
+  float s = 0.0f;
+  for (int i = 0; i < slices; ++i) s += partial[(int64_t(ch) * slices + i) * conv1_sums + v];
+  if (v < 9) dW[ch * 9 + v] = s;
+  else db[ch] = s;
+}
+
 __global__ void bias_partials_kernel(const float* __restrict__ partial, int k, int slices, float* __restrict__ db) {
   const int ch = blockIdx.x * blockDim.x + threadIdx.x;
   if (ch >= k) return;
@@ -272,6 +412,95 @@ __global__ void add_gradients_kernel(float* __restrict__ g, gradient_sources src
     for (int s = 0; s < src.count; ++s) t += src.p[s][i];
     g[i] = t;
   }
+}
+
+// Dense layers with few outputs and no ReLU (the classifier, 10 outputs): cuBLAS's
+// kernels for these thin products took 10-58 us each on an H200 (the weight gradient,
+// 10 x 128 over a batch of 128, was the slowest launch of the whole CNN step); these
+// take a few. thin_max_out bounds the per-lane sums kept in registers.
+constexpr int thin_max_out = 32;
+
+// y[r][o] = b[o] + sum_i x[r][i] W[o][i]: one block per row (many small blocks: under
+// MPS they fill gaps beside other trials' kernels), each warp a strided part of every
+// dot product, reduced in the warp and then across the block's warps.
+constexpr int thin_fwd_threads = 128;
+__global__ void thin_fwd_kernel(const float* __restrict__ x, const float* __restrict__ W,
+                                const float* __restrict__ b, int n, int in, int out, float* __restrict__ y) {
+  __shared__ float part[thin_fwd_threads / 32][thin_max_out];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t r = blockIdx.x;
+  float acc[thin_max_out];
+#pragma unroll
+  for (int o = 0; o < thin_max_out; ++o) acc[o] = 0.0f;
+  const float* xr = x + r * in;
+  for (int i = threadIdx.x; i < in; i += blockDim.x) {
+    const float v = xr[i];
+#pragma unroll
+    for (int o = 0; o < thin_max_out; ++o)
+      if (o < out) acc[o] = fmaf(v, W[int64_t(o) * in + i], acc[o]);
+  }
+#pragma unroll
+  for (int o = 0; o < thin_max_out; ++o) {
+    if (o >= out) break;
+    float a = acc[o];
+    for (int off = 16; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
+    if (lane == 0) part[warp][o] = a;
+  }
+  __syncthreads();
+  if (threadIdx.x < out) {
+    float t = b[threadIdx.x];
+    for (int k = 0; k < thin_fwd_threads / 32; ++k) t += part[k][threadIdx.x];
+    y[r * out + threadIdx.x] = t;
+  }
+}
+
+// dW[o][i] = sum_r d[r][o] x[r][i], and db[o] = sum_r d[r][o] (as column i == in).
+// Block: 32 columns i x 8 row lanes for one output o (as relu_bias_grad_kernel): each
+// thread sums every 8th row, then the 8 lanes are added.
+__global__ void thin_wgrad_kernel(const float* __restrict__ d, const float* __restrict__ x, int n, int in, int out,
+                                  float* __restrict__ dW, float* __restrict__ db) {
+  __shared__ float part[8][33];
+  const int o = blockIdx.y;
+  const int i = blockIdx.x * 32 + threadIdx.x;
+  float s = 0.0f;
+  if (i < in) {
+    for (int r = threadIdx.y; r < n; r += 8) s = fmaf(d[int64_t(r) * out + o], x[int64_t(r) * in + i], s);
+  } else if (i == in) {
+    for (int r = threadIdx.y; r < n; r += 8) s += d[int64_t(r) * out + o];
+  }
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && i <= in) {
+    float t = 0.0f;
+    for (int k = 0; k < 8; ++k) t += part[k][threadIdx.x];
+    if (i < in) dW[int64_t(o) * in + i] = t;
+    else db[o] = t;
+  }
+}
+
+// dx[r][i] = sum_o d[r][o] W[o][i]: one thread each.
+__global__ void thin_dgrad_kernel(const float* __restrict__ d, const float* __restrict__ W, int n, int in, int out,
+                                  float* __restrict__ dx) {
+  const int64_t total = int64_t(n) * in;
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
+    const int r = int(t / in), i = int(t % in);
+    float s = 0.0f;
+    for (int o = 0; o < out; ++o) s = fmaf(d[int64_t(r) * out + o], W[int64_t(o) * in + i], s);
+    dx[t] = s;
+  }
+}
+
+// Holds the stream for a while: the launches queued behind it are then timed without
+// gaps for the host to catch up (profiling).
+__global__ void spin_kernel(long long cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
+
+// Shared memory of conv1_block_fwd_kernel: the padded image, the weights, the biases.
+size_t conv1_shared_bytes(const layer& l) {
+  return sizeof(float) * (size_t(l.height + 2) * (l.width + 2) + size_t(l.out) * 9 + size_t(l.out));
 }
 
 int grid_for(int64_t total, int block = 256) {
@@ -462,24 +691,36 @@ class cuda_backend final : public backend {
     z_.resize(net_.layers.size());
     arg_.resize(net_.layers.size());
     filters_.assign(net_.layers.size(), nullptr);
-    size_t max_k = 1;
+    size_t partials = 1;
+    // TUNE_TRAIN_DIRECT_CONV=0: the first conv block through cuDNN and the classifier
+    // through cuBLAS too, as every other layer (comparisons).
+    const char* direct_env = std::getenv("TUNE_TRAIN_DIRECT_CONV");
+    const bool direct_allowed = !direct_env || std::string{direct_env} != "0";
+    direct_.assign(net_.layers.size(), false);
+    thin_.assign(net_.layers.size(), false);
     for (size_t li = 0; li < net_.layers.size(); ++li) {
       const layer& l = net_.layers[li];
       TRY(act_[li].alloc(n * l.out_features(), "activations"));
       TRY(dact_[li].alloc(n * l.out_features(), "activation gradients"));
-      if (l.kind == layer_kind::conv_block) {
-        if (!cudnn_) {
-          CUDNN(cudnnCreate(&cudnn_));
-          CUDNN(cudnnSetStream(cudnn_, stream_));
-        }
-        TRY(z_[li].alloc(n * l.out * l.height * l.width, "convolution outputs"));
-        TRY(arg_[li].alloc(n * l.out_features(), "pooling choices"));
-        CUDNN(cudnnCreateFilterDescriptor(&filters_[li]));
-        CUDNN(cudnnSetFilter4dDescriptor(filters_[li], CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, l.out, l.in, 3, 3));
-        max_k = std::max(max_k, size_t(l.out));
+      if (l.kind == layer_kind::dense) thin_[li] = direct_allowed && !l.relu && l.out <= thin_max_out;
+      if (l.kind != layer_kind::conv_block) continue;
+      TRY(arg_[li].alloc(n * l.out_features(), "pooling choices"));
+      // The images' block (one channel in, no input gradient): the fused kernels.
+      direct_[li] = direct_allowed && li == 0 && l.in == 1 && conv1_shared_bytes(l) <= 48 * 1024;
+      if (direct_[li]) {
+        partials = std::max(partials, size_t(l.out) * bias_slices * conv1_sums);
+        continue;
       }
+      if (!cudnn_) {
+        CUDNN(cudnnCreate(&cudnn_));
+        CUDNN(cudnnSetStream(cudnn_, stream_));
+      }
+      TRY(z_[li].alloc(n * l.out * l.height * l.width, "convolution outputs"));
+      CUDNN(cudnnCreateFilterDescriptor(&filters_[li]));
+      CUDNN(cudnnSetFilter4dDescriptor(filters_[li], CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, l.out, l.in, 3, 3));
+      partials = std::max(partials, size_t(l.out) * bias_slices);
     }
-    TRY(partial_.alloc(max_k * bias_slices, "bias partial sums"));
+    TRY(partial_.alloc(partials, "partial sums"));
     if (const char* e = std::getenv("TUNE_TRAIN_NO_GRAPHS")) graphs_ = std::string{e} != "1";
     return status::ok();
   }
@@ -584,10 +825,7 @@ class cuda_backend final : public backend {
       const int n = static_cast<int>(std::min<int64_t>(max_n_, d.count - first));
       auto plan = plan_for(n);
       if (!plan) return plan.error();
-      gather_kernel<<<n, 256, 0, stream_>>>(d.pixels.get(), d.labels.get(), nullptr, nullptr, first,
-                                            int(net_.input_features), x_.get(), y_.get());
-      CU(cudaGetLastError());
-      TRY(forward(**plan, n));
+      TRY(forward(**plan, n, rows_source{d.pixels.get(), d.labels.get(), nullptr, nullptr, first}));
       TRY(xent(n, false, true));
     }
     return read_eval_sums(d.count);
@@ -693,6 +931,74 @@ class cuda_backend final : public backend {
     return status::ok();
   }
 
+  expected<std::vector<op_time>> profile_steps(int steps) override {
+    CU(cudaSetDevice(device_));
+    const int n = max_n_;
+    if (steps < 1 || steps > 1000)
+      return status{errc::invalid_argument, "profile: " + std::to_string(steps) + " steps: ask for 1 to 1000"};
+    // Eager steps, the warm-up and the graph's replays each read the next rows.
+    if (int64_t(n) * (2 * steps + 2) > data_[0].count - next_first_)
+      return status{errc::invalid_argument, "profile: " + std::to_string(steps) + " steps of " + std::to_string(n) +
+                                                " rows twice do not fit in the epoch's " +
+                                                std::to_string(data_[0].count - next_first_) +
+                                                " rows left: ask for fewer steps"};
+    auto plan = plan_for(n);
+    if (!plan) return plan.error();
+    std::vector<cudaEvent_t> events;
+    auto release = [&] {
+      cudaStreamSynchronize(stream_);
+      for (auto e : events) cudaEventDestroy(e);
+    };
+    auto run = [&]() -> expected<std::vector<op_time>> {
+      TRY(train_step(n));  // libraries' lazy set-up, outside the timing
+      std::vector<op_time> rows;
+      std::vector<std::pair<std::string, cudaEvent_t>> marks;
+      for (int s = 0; s < steps; ++s) {
+        CU(cudaStreamSynchronize(stream_));
+        spin_kernel<<<1, 1, 0, stream_>>>(5'000'000);  // a few ms: the step is queued whole behind it
+        CU(cudaGetLastError());
+        marks.clear();
+        marks_ = &marks;
+        events_ = &events;
+        mark("start");
+        status st = train_step(n);
+        marks_ = nullptr;
+        if (!st) return st;
+        CU(cudaStreamSynchronize(stream_));
+        for (size_t i = 1; i < marks.size(); ++i) {
+          float ms = 0;
+          CU(cudaEventElapsedTime(&ms, marks[i - 1].second, marks[i].second));
+          auto it = std::find_if(rows.begin(), rows.end(), [&](const op_time& r) { return r.op == marks[i].first; });
+          if (it == rows.end()) it = rows.insert(rows.end(), op_time{marks[i].first, 0});
+          it->us += 1000.0 * ms / steps;
+        }
+      }
+      shape_plan& p = **plan;
+      if (graphs_ && !p.graph) TRY(capture(&p.graph, [&] { return train_step(n); }));
+      cudaEvent_t* ge = events.data();  // the first two, made by the first step's marks
+      CU(cudaStreamSynchronize(stream_));
+      CU(cudaEventRecord(ge[0], stream_));
+      for (int s = 0; s < steps; ++s) {
+        if (p.graph) CU(cudaGraphLaunch(p.graph, stream_));
+        else TRY(train_step(n));
+      }
+      CU(cudaEventRecord(ge[1], stream_));
+      CU(cudaEventSynchronize(ge[1]));
+      float ms = 0;
+      CU(cudaEventElapsedTime(&ms, ge[0], ge[1]));
+      rows.push_back({graphs_ ? "step (graph)" : "step (eager)", 1000.0 * ms / steps});
+      return rows;
+    };
+    auto rows = run();
+    marks_ = nullptr;
+    release();
+    // The rows the profile read: the trainer's next step reads the ones after them.
+    const int64_t used = int64_t(n) * (2 * steps + 1);
+    next_first_ += used;
+    epoch_count_ += used;
+    return rows;
+  }
+
   cudaStream_t stream() const { return stream_; }
   float* params() const { return w_.get(); }
   float* grad() const { return g_.get(); }
@@ -705,18 +1011,30 @@ class cuda_backend final : public backend {
 
   // ---- one step, as launches on the stream (run eagerly or under capture) ----
 
+  // Profiling only (profile_steps): an event after the launches of one part of a step.
+  void mark(const char* what, int li = -1) {
+    if (!marks_) return;
+    if (marks_->size() >= events_->size()) {
+      cudaEvent_t e = nullptr;
+      if (cudaEventCreate(&e) != cudaSuccess) return;
+      events_->push_back(e);
+    }
+    cudaEvent_t e = (*events_)[marks_->size()];
+    cudaEventRecord(e, stream_);
+    marks_->push_back({li < 0 ? std::string{what} : "layer " + std::to_string(li + 1) + ": " + what, e});
+  }
+
   // One device: the whole step, ending with the update (which advances the offset).
   // A data-parallel share (sh): its rows of the batch, the gradient divided by the
   // whole batch, and only the offset's advance at the end.
   status train_step(int n, const share_args* sh = nullptr) {
-    gather_kernel<<<n, 256, 0, stream_>>>(data_[0].pixels.get(), data_[0].labels.get(), order_.get(),
-                                          counters_.get(), sh ? sh->first : 0, int(net_.input_features), x_.get(),
-                                          y_.get());
-    CU(cudaGetLastError());
     auto plan = plan_for(n);
     if (!plan) return plan.error();
-    TRY(forward(**plan, n));
+    TRY(forward(**plan, n,
+                rows_source{data_[0].pixels.get(), data_[0].labels.get(), order_.get(), counters_.get(),
+                            sh ? sh->first : 0}));
     TRY(xent(n, true, false, sh ? sh->batch : n));
+    mark("softmax + cross-entropy");
     TRY(backward(**plan, n));
     if (sh) {
       advance_kernel<<<1, 1, 0, stream_>>>(counters_.get(), sh->batch);
@@ -726,6 +1044,7 @@ class cuda_backend final : public backend {
           float(hp_.weight_decay), n);
     }
     CU(cudaGetLastError());
+    mark("sgd update");
     return status::ok();
   }
 
@@ -758,26 +1077,47 @@ class cuda_backend final : public backend {
     return status::ok();
   }
 
-  status forward(const shape_plan& p, int n) {
+  // The rows into x_ and y_ from `src` first (the fused first conv block reads them
+  // itself), or (no source) from x_ and y_ as they are.
+  status forward(const shape_plan& p, int n, std::optional<rows_source> src = std::nullopt) {
+    if (src && !direct_[0]) {
+      gather_kernel<<<n, 256, 0, stream_>>>(src->pixels, src->labels, src->order, src->c, src->first,
+                                            int(net_.input_features), x_.get(), y_.get());
+      CU(cudaGetLastError());
+      mark("gather + normalise");
+    }
     const float* in = x_.get();
     for (size_t li = 0; li < net_.layers.size(); ++li) {
       const layer& l = net_.layers[li];
       float* out = act_[li].get();
       const float* W = w_.get() + l.weight_offset;
       const float* b = w_.get() + l.bias_offset;
-      if (l.kind == layer_kind::dense) {
+      if (thin_[li]) {
+        thin_fwd_kernel<<<n, thin_fwd_threads, 0, stream_>>>(in, W, b, n, l.in, l.out, out);
+        CU(cudaGetLastError());
+        mark("dense fwd (thin)", li);
+      } else if (l.kind == layer_kind::dense) {
         // Row-major Y[n,out] = X[n,in] W^T is column-major Y^T = W X^T.
         TRY(gemm(CUBLAS_OP_T, CUBLAS_OP_N, l.out, n, l.in, W, l.in, in, l.in, out, l.out));
+        mark("dense fwd gemm", li);
         bias_act_kernel<<<grid_for(int64_t(n) * l.out), 256, 0, stream_>>>(out, b, n, l.out, l.relu);
         CU(cudaGetLastError());
+        mark("dense bias+relu", li);
+      } else if (direct_[li]) {
+        conv1_block_fwd_kernel<<<n, 256, conv1_shared_bytes(l), stream_>>>(
+            src.value_or(rows_source{}), x_.get(), y_.get(), W, b, l.out, l.height, l.width, out, arg_[li].get());
+        CU(cudaGetLastError());
+        mark("conv1 block fwd (fused)", li);
       } else {
         const conv_plan& c = p.conv[li];
         const float one = 1.0f, zero = 0.0f;
         CUDNN(cudnnConvolutionForward(cudnn_, &one, c.x, in, filters_[li], W, c.fwd, c.fwd_algo, conv_ws_.get(),
                                       conv_ws_.size(), &zero, c.z, z_[li].get()));
+        mark("conv fwd (cuDNN)", li);
         pool_fwd_kernel<<<grid_for(int64_t(n) * l.out_features()), 256, 0, stream_>>>(
             z_[li].get(), b, n, l.out, l.height, l.width, out, arg_[li].get());
         CU(cudaGetLastError());
+        mark("conv bias+relu+pool", li);
       }
       in = out;
     }
@@ -805,14 +1145,34 @@ class cuda_backend final : public backend {
       const float* W = w_.get() + l.weight_offset;
       float* dW = g_.get() + l.weight_offset;
       float* db = g_.get() + l.bias_offset;
-      if (l.kind == layer_kind::dense) {
+      if (thin_[li]) {
+        thin_wgrad_kernel<<<dim3(l.in / 32 + 1, l.out), dim3(32, 8), 0, stream_>>>(d, in, n, l.in, l.out, dW, db);
+        CU(cudaGetLastError());
+        mark("dense weight+bias grad (thin)", li);
+        if (din) {
+          thin_dgrad_kernel<<<grid_for(int64_t(n) * l.in), 256, 0, stream_>>>(d, W, n, l.in, l.out, din);
+          CU(cudaGetLastError());
+          mark("dense data grad (thin)", li);
+        }
+      } else if (l.kind == layer_kind::dense) {
         relu_bias_grad_kernel<<<(l.out + 31) / 32, dim3(32, 8), 0, stream_>>>(d, act_[li].get(), n, l.out, l.relu,
                                                                              db);
         CU(cudaGetLastError());
+        mark("dense relu+bias grad", li);
         // dW[out,in] = dY^T X is column-major dW^T = X^T-as-stored times dY.
         TRY(gemm(CUBLAS_OP_N, CUBLAS_OP_T, l.in, l.out, n, in, l.in, d, l.out, dW, l.in));
+        mark("dense weight grad gemm", li);
         // dX[n,in] = dY W is column-major dX^T = W^T-as-stored times dY^T.
         if (din) TRY(gemm(CUBLAS_OP_N, CUBLAS_OP_N, l.in, n, l.out, W, l.in, d, l.out, din, l.in));
+        mark("dense data grad gemm", li);
+      } else if (direct_[li]) {
+        conv1_block_bwd_kernel<<<dim3(l.out, bias_slices), 256, 0, stream_>>>(d, act_[li].get(), arg_[li].get(), in, n,
+                                                                             l.out, l.height, l.width, partial_.get());
+        CU(cudaGetLastError());
+        conv1_block_sums_kernel<<<(l.out * conv1_sums + 127) / 128, 128, 0, stream_>>>(partial_.get(), l.out,
+                                                                                      bias_slices, dW, db);
+        CU(cudaGetLastError());
+        mark("conv1 block bwd (fused)", li);
       } else {
         const conv_plan& c = p.conv[li];
         float* dz = z_[li].get();  // the pre-pool values are not needed any more
@@ -821,12 +1181,15 @@ class cuda_backend final : public backend {
         CU(cudaGetLastError());
         bias_partials_kernel<<<(l.out + 63) / 64, 64, 0, stream_>>>(partial_.get(), l.out, bias_slices, db);
         CU(cudaGetLastError());
+        mark("conv pool grad + bias grad", li);
         const float one = 1.0f, zero = 0.0f;
         CUDNN(cudnnConvolutionBackwardFilter(cudnn_, &one, c.x, in, c.z, dz, c.bwd_filter, c.filter_algo,
                                              conv_ws_.get(), conv_ws_.size(), &zero, filters_[li], dW));
+        mark("conv filter grad (cuDNN)", li);
         if (din)
           CUDNN(cudnnConvolutionBackwardData(cudnn_, &one, filters_[li], W, c.z, dz, c.bwd_data, c.data_algo,
                                              conv_ws_.get(), conv_ws_.size(), &zero, c.x, din));
+        if (din) mark("conv data grad (cuDNN)", li);
       }
     }
     return status::ok();
@@ -866,7 +1229,7 @@ class cuda_backend final : public backend {
     const cudnnMathType_t math = hp_.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
     for (size_t li = 0; li < net_.layers.size(); ++li) {
       const layer& l = net_.layers[li];
-      if (l.kind != layer_kind::conv_block) continue;
+      if (l.kind != layer_kind::conv_block || direct_[li]) continue;
       conv_plan& c = p.conv[li];
       CUDNN(cudnnCreateTensorDescriptor(&c.x));
       CUDNN(cudnnCreateTensorDescriptor(&c.z));
@@ -1023,8 +1386,12 @@ class cuda_backend final : public backend {
   dbuf<float> w_, g_, v_, x_, partial_;
   dbuf<int32_t> y_, order_;
   dbuf<counters> counters_;
-  std::vector<dbuf<float>> act_, dact_, z_;
+  std::vector<dbuf<float>> act_, dact_, z_;  // z_: pre-pool values (cuDNN's conv blocks)
   std::vector<dbuf<uint8_t>> arg_;
+  std::vector<bool> direct_;  // per layer: the fused first conv block (no cuDNN)
+  std::vector<bool> thin_;    // per layer: a classifier with few outputs (no cuBLAS)
+  std::vector<std::pair<std::string, cudaEvent_t>>* marks_ = nullptr;  // profiling: mark() records
+  std::vector<cudaEvent_t>* events_ = nullptr;
   std::vector<cudnnFilterDescriptor_t> filters_;
   std::array<split_data, 3> data_;
   algo_memo algos_;  // cuDNN's choices, shared by the machine's trials

@@ -12,6 +12,7 @@
 
 #include "tune/train/backend.hpp"
 #include "tune/train/rng.hpp"
+#include "tune/train/trainer.hpp"
 #include "tune/train/test_util.hpp"
 
 namespace tune::train {
@@ -89,6 +90,74 @@ TEST(Gpu, CnnForwardBackwardMatchesCpuFp32) {
   hp.model = "cnn";
   hp.batch_size = 32;
   compare_forward_backward(hp, 1e-4);
+}
+
+// The fused first conv block and the thin classifier are the default; the library
+// path they replace (cuDNN, cuBLAS for every layer) stays right too.
+TEST(Gpu, LibraryKernelsForEveryLayerMatchCpuToo) {
+  SKIP_WITHOUT_GPU();
+  ::setenv("TUNE_TRAIN_DIRECT_CONV", "0", 1);
+  for (const char* m : {"mlp", "cnn"}) {
+    hyperparameters hp;
+    hp.model = m;
+    hp.batch_size = 32;
+    compare_forward_backward(hp, 1e-4);
+  }
+  ::unsetenv("TUNE_TRAIN_DIRECT_CONV");
+}
+
+// A classifier layer is thin (own kernels) when it has few outputs; a batch of 3000
+// rows with 512 inputs exercises the kernels' grid-stride loops.
+TEST(Gpu, ThinClassifierMatchesCpuOnALargeBatch) {
+  SKIP_WITHOUT_GPU();
+  hyperparameters hp;
+  hp.batch_size = 3000;
+  hp.depth = 1;
+  compare_forward_backward(hp, 1e-4);
+}
+
+// tune_train --profile: every part of the step named, each timed, and the graph's
+// whole step no longer than the sum of its parts run one by one (plus slack).
+TEST(Gpu, ProfileTimesEveryPartOfTheStep) {
+  SKIP_WITHOUT_GPU();
+  fashion_mnist data;
+  auto& d = data.train;
+  d.count = 2000;
+  d.rows = d.cols = 28;
+  rng r{5};
+  for (int i = 0; i < d.count * 784; ++i) d.pixels.push_back(uint8_t(r.below(256)));
+  for (int i = 0; i < d.count; ++i) d.labels.push_back(uint8_t(r.below(10)));
+  hyperparameters hp;
+  hp.model = "cnn";
+  hp.batch_size = 64;
+  auto rows = profile(hp, data, device_spec{true, 0}, 10);
+  ASSERT_TRUE(rows) << rows.error().message();
+  double sum = 0;
+  for (const auto& row : *rows) {
+    std::printf("  %-44s %8.1f us\n", row.op.c_str(), row.us);
+    EXPECT_GT(row.us, 0) << row.op;
+  }
+  for (size_t i = 0; i + 1 < rows->size(); ++i) sum += (*rows)[i].us;
+  ASSERT_GE(rows->size(), 10u);
+  EXPECT_EQ(rows->front().op, "layer 1: conv1 block fwd (fused)");
+  EXPECT_EQ(rows->back().op, "step (graph)");
+  EXPECT_LE(rows->back().us, 1.5 * sum);
+  // More steps than the epoch holds: the error says so; the CPU cannot be profiled.
+  auto many = profile(hp, data, device_spec{true, 0}, 20);
+  ASSERT_FALSE(many);
+  EXPECT_NE(many.error().message().find("ask for fewer steps"), std::string::npos) << many.error().message();
+}
+
+TEST(Gpu, ProfilingTheCpuSaysToUseACudaDevice) {  // runs everywhere
+  fashion_mnist data;
+  data.train.count = 300;
+  data.train.rows = data.train.cols = 28;
+  data.train.pixels.assign(300 * 784, 0);
+  data.train.labels.assign(300, 0);
+  hyperparameters hp;
+  auto cpu = profile(hp, data, device_spec{}, 1);
+  ASSERT_FALSE(cpu);
+  EXPECT_NE(cpu.error().message().find("--device cuda"), std::string::npos) << cpu.error().message();
 }
 
 TEST(Gpu, Tf32MatchesCpuWithinOnePercent) {
@@ -180,7 +249,8 @@ TEST(Gpu, CudnnChoicesAreRememberedAndABadMemoIsMeasuredAgain) {
   std::string line;
   int lines = 0;
   while (std::getline(in, line)) ++lines;
-  EXPECT_GE(lines, 5) << "forward and filter for both layers, data for the second";
+  // The first block is the fused kernels (no cuDNN): forward, filter and data of the second.
+  EXPECT_GE(lines, 3) << "forward, filter and data for the second conv block";
   compare_forward_backward(hp, 1e-4);  // from the memo
   // Every choice replaced by one cuDNN refuses (algorithm 15), then a half line.
   std::string bad;

@@ -30,6 +30,8 @@ const char* usage =
     "  --device D             cpu (default), cuda or cuda:N; cuda:N,M,... or cuda:all:\n"
     "                         data-parallel over those devices (the batch is split)\n"
     "  --tf32                 GPU: TF32 tensor cores for GEMMs and convolutions\n"
+    "  --profile N            no training: where a step's time goes on one CUDA device,\n"
+    "                         each part's mean over N steps (1-200), then a JSON line\n"
     "  --data DIR             the IDX files (default: $TUNE_FASHION_MNIST_DIR, else\n"
     "                         /usr/share/datasets/fashion-mnist)\n"
     "  --help                 this text\n";
@@ -47,6 +49,7 @@ bool parse_number(const std::string& s, T& out) {
 int main(int argc, char** argv) {
   hyperparameters hp;
   std::string device = "cpu", data_dir;
+  int profile_steps = 0;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i], value;
     if (arg == "--help" || arg == "-h") {
@@ -79,12 +82,14 @@ int main(int argc, char** argv) {
     else if (arg == "--width") ok = parse_number(value, hp.width);
     else if (arg == "--depth") ok = parse_number(value, hp.depth);
     else if (arg == "--seed") ok = parse_number(value, hp.seed);
+    else if (arg == "--profile") ok = parse_number(value, profile_steps) && profile_steps >= 1 && profile_steps <= 200;
     else {
       std::cerr << "tune_train: unknown option " << arg << " (see --help)\n";
       return 2;
     }
     if (!ok) {
-      std::cerr << "tune_train: " << arg << " " << value << " is not a number\n";
+      std::cerr << "tune_train: " << arg << " " << value
+                << (arg == "--profile" ? " is not a number of steps from 1 to 200\n" : " is not a number\n");
       return 2;
     }
   }
@@ -101,6 +106,28 @@ int main(int argc, char** argv) {
   if (!data) {
     std::cerr << "tune_train: " << data.error().message() << "\n";
     return 1;
+  }
+  if (profile_steps > 0) {
+    auto rows = profile(hp, *data, *dev, profile_steps);
+    if (!rows) {
+      std::cerr << "tune_train: " << rows.error().message() << "\n";
+      return 1;
+    }
+    nlohmann::json parts = nlohmann::json::object();
+    double sum = 0;
+    for (size_t i = 0; i < rows->size(); ++i) {
+      const auto& r = (*rows)[i];
+      const bool total = i + 1 == rows->size();
+      if (!total) sum += r.us;
+      else std::printf("%-44s %9.1f us\n", "sum of the parts (eager)", sum);
+      std::printf("%-44s %9.1f us\n", r.op.c_str(), r.us);
+      parts[r.op] = r.us;
+    }
+    std::cout << nlohmann::json{{"model", hp.model}, {"batch_size", hp.batch_size}, {"tf32", hp.tf32},
+                                {"steps", profile_steps}, {"us", parts}}
+                     .dump()
+              << std::endl;
+    return 0;
   }
   train_options options;
   options.device = *dev;

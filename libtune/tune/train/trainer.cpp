@@ -80,4 +80,22 @@ expected<train_result> train(const hyperparameters& hp, const fashion_mnist& dat
   return result;
 }
 
+expected<std::vector<backend::op_time>> profile(const hyperparameters& hp, const fashion_mnist& data,
+                                                const device_spec& device, int steps) {
+  if (auto s = hp.check(); !s) return s;
+  if (data.train.count == 0) return status{errc::invalid_argument, "the train split is empty: load the data first"};
+  const network net = describe(hp, data.train.rows, data.train.cols, num_classes);
+  auto made = make_backend(hp, net, device);
+  if (!made) return made.error();
+  backend& b = **made;
+  if (auto s = b.set_parameters(init_parameters(net, hp.seed)); !s) return s;
+  if (auto s = b.load(split_id::train, data.train); !s) return s;
+  auto order = permutation(data.train.count, hp.seed * 1000003ULL + 1);
+  if (auto s = b.begin_epoch(order, static_cast<float>(hp.lr_at(0))); !s) return s;
+  auto rows = b.profile_steps(steps);
+  if (!rows) return rows.error();
+  if (auto sums = b.end_epoch(); !sums) return sums.error();
+  return rows;
+}
+
 }  // namespace tune::train

@@ -54,4 +54,9 @@ struct train_options {
 // why the device cannot be used.
 expected<train_result> train(const hyperparameters& hp, const fashion_mnist& data, const train_options& options = {});
 
+// Where one training step's time goes on this device (backend::profile_steps): the
+// model set up as train() does, then `steps` steps of the first epoch timed op by op.
+expected<std::vector<backend::op_time>> profile(const hyperparameters& hp, const fashion_mnist& data,
+                                                const device_spec& device, int steps);
+
 }  // namespace tune::train
