@@ -137,7 +137,10 @@ nlohmann::json gpus_json(const trial_options& opt) {
 // What a start needs before its worker runs: the output patterns compiled, a fresh copy
 // of its working directory, its program found, its cgroup made (with its host limits,
 // which its keeper joins before the worker starts). The cgroup, or why not.
-expected<std::unique_ptr<trial_cgroup>> prepare(launch& l, std::optional<output_metrics>& metrics) {
+// What a trial's process needs whether it starts or is handed to an idle worker: the
+// reader of its output's metrics, its working directory (a program's copy of the
+// project), its program's path.
+status prepare_files(launch& l, std::optional<output_metrics>& metrics) {
   if (!l.patterns.empty()) {
     auto m = output_metrics::make(l.patterns, l.metric);
     if (!m) return m.error();
@@ -158,6 +161,12 @@ expected<std::unique_ptr<trial_cgroup>> prepare(launch& l, std::optional<output_
       l.spec.argv[0] = *program;
     }
   }
+  return status::ok();
+}
+
+// ... and, for a new process, its cgroup.
+expected<std::unique_ptr<trial_cgroup>> prepare(launch& l, std::optional<output_metrics>& metrics) {
+  if (auto s = prepare_files(l, metrics); !s) return s;
   std::unique_ptr<trial_cgroup> cg;
   if (l.contain) {
     auto made = l.contain->make(l.trial_id, l.limits);
@@ -286,6 +295,11 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
   if (l.idle) {
     if (l.reuse)
       if (auto w = l.idle->take(l.reuse_key)) {
+        if (auto s = prepare_files(l, metrics); !s) {
+          reuse::idle_pool::end(*w);
+          caf::anon_send(self, started_atom::value, 0, 0, "node " + l.node_id + ": " + s.message(), std::string{});
+          return;
+        }
         auto spec = l.spec;
         reuse_environment(spec, w->dir, l.idle->linger());
         if (adopt(*w, spec, l.account, lines)) {
@@ -693,10 +707,11 @@ launch make_launch(const trial_options& opt) {
   }
   l.idle = opt.idle;
   for (auto& c : opt.cards) l.cards.insert(c.uuid);
-  // Only a C++ trainable's worker (it speaks the hand-over protocol), of a tuner's trial
-  // (its id names its experiment: <id>@<run key>).
+  // A tuner's trial (its id names its experiment: <id>@<run key>). Its worker is kept
+  // only if it speaks the hand-over protocol (a C++ trainable's, a Python script run by
+  // the warm interpreter); any other program ignores TUNE_REUSE_DIR and ends as usual.
   auto at = opt.spec.trial_id.rfind('@');
-  l.reuse = opt.spec.reuse_worker && opt.spec.command.empty() && opt.idle && at != std::string::npos && !opt.reuse_root.empty();
+  l.reuse = opt.spec.reuse_worker && opt.idle && at != std::string::npos && !opt.reuse_root.empty();
   if (l.reuse) {
     l.reuse_key = reuse::key_of(l.spec, opt.spec.trial_id.substr(at + 1), l.limits);
     l.reuse_root = opt.reuse_root;

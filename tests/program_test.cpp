@@ -192,6 +192,76 @@ scheduler: {type: asha, max_t: 6, grace_period: 1, reduction_factor: 2}
   EXPECT_TRUE(shipped.count("trial.py") && shipped.count("experiment.yaml")) << manifest;
 }
 
+// reuse_workers with a Python script (docs/trials.md, "Reused workers"): the warm
+// process of a trial that ended well (done, or stopped by ASHA) runs the next one
+// placed on its slot. Each trial still has its own configuration, folder, iterations
+// from 1 and checkpoints, and no trial is stopped by a stop meant for the one before.
+TEST_F(ProgramTest, ReusedPythonWorkersRunTheNextTrialsWithNothingOfTheLastOne) {
+  auto file = experiment("reuse.yaml", "command: [" + py() + ", trial.py, --record, " + rec + "]\n" +
+                                           R"(num_samples: 10
+max_concurrent_trials: 2
+reuse_workers: true
+space:
+  x: {uniform: [0.0, 1.0]}
+  epochs: 6
+  sleep: 0.05
+scheduler: {type: asha, max_t: 6, grace_period: 1, reduction_factor: 2}
+)");
+  auto r = tune_run({file, "--num-cpus", "2"});
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  auto j = summary(r);
+  EXPECT_EQ(j["trials"], 10) << j;
+  EXPECT_EQ(j["errors"], 0) << j;
+  auto s = store();
+  ASSERT_TRUE(s);
+  auto events = s->events();
+  ASSERT_TRUE(events);
+  int reused = 0;
+  bool contained = false;
+  std::set<std::string> stopped;
+  for (auto& e : *events) {
+    if (e.kind == "stop") stopped.insert(e.trial);
+    if (e.kind != "ended") continue;
+    reused += e.body.value("worker_reused", false);
+    contained = contained || e.body.value("containment", "") == "cgroup";
+  }
+  auto trials = s->trials();
+  ASSERT_TRUE(trials);
+  for (auto& t : *trials) {
+    EXPECT_EQ(t.state, "terminated") << t.id << ": " << t.error;
+    auto results = s->results(t.id);
+    ASSERT_TRUE(results);
+    ASSERT_FALSE(results->empty()) << t.id;
+    double x = t.config["x"];
+    for (auto& res : *results) {
+      double epoch = res.metrics["epoch"];
+      EXPECT_NEAR(res.metrics["val_acc"].get<double>(), 1.0 - (x - 0.3) * (x - 0.3) - 0.1 / epoch, 1e-9)
+          << t.id << ": not its own configuration";
+    }
+    if (results->size() < 6) {
+      EXPECT_TRUE(stopped.count(t.id)) << t.id << " ended early without a stop of its own";
+    }
+    EXPECT_TRUE(fs::exists(s->checkpoint_dir(t.id) + "/" + std::to_string(results->size()) + "/state.json")) << t.id;
+  }
+  expect_iterations_once(*s);
+  auto seen = json_lines(rec);
+  ASSERT_EQ(seen.size(), 10u);
+  std::set<int> pids;
+  for (auto& e : seen) {
+    auto cwd = e["cwd"].get<std::string>();
+    EXPECT_TRUE(contains(cwd, "/trials/" + e["trial"].get<std::string>() + "@")) << cwd << ": another trial's folder";
+    EXPECT_EQ(e["restored_from"], 0);
+    pids.insert(e["pid"].get<int>());
+  }
+  if (!contained) GTEST_SKIP() << "no cgroups here: workers are not reused without them";
+  std::cerr << "10 trials in " << pids.size() << " processes (" << reused << " reused)\n";
+  EXPECT_LT(pids.size(), 10u) << "no worker ran a second trial";
+  EXPECT_EQ(reused, 10 - static_cast<int>(pids.size()));
+  for (int pid : pids)
+    EXPECT_TRUE(tune::test::wait_until([&] { return tune::test::process_gone(pid); }, 6s))
+        << "worker " << pid << " outlived its linger";
+}
+
 TEST_F(ProgramTest, HyperBandPausesTrialsAndTheyResumeFromTheirCheckpoints) {
   auto file = experiment("hb.yaml", "command: [" + py() + ", trial.py, --record, " + rec + "]\n" +
                                         R"(num_samples: 9

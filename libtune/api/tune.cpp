@@ -873,7 +873,7 @@ expected<result_grid> tuner::fit() {
   ro.stop_grace = std::chrono::milliseconds(static_cast<int64_t>(c.stop_grace_s * 1000));
   ro.auto_rebalance = c.auto_rebalance;
   ro.standby_copies = c.standby_copies;
-  ro.reuse_workers = c.reuse_workers && !program_;
+  ro.reuse_workers = c.reuse_workers;  // a program that does not speak the protocol just exits
   if (gpu_auto) {
     ro.auto_packing = c.auto_packing;
     ro.card_memory = card_memory;

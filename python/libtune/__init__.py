@@ -453,6 +453,21 @@ def _on_sigterm(signum, frame):
 _main_ident = None  # the main thread's, once the handler is installed (only it may be)
 
 
+def _next_trial():
+    """A reused worker starts the experiment's next trial in this process (docs/trials.md,
+    "Reused workers"; called by the warm spawner, not by scripts): what this module kept
+    of the last trial goes (its parsed configuration and cards, its last iteration, its
+    stop request), as in a fresh process. The SIGTERM handler stays."""
+    global _config, _gpus, _last_iteration
+    global _stop_requested, _stop_aware, _exit_raised, _exit_pending
+    with _parse_lock:
+        _config = None
+        _gpus = None
+    with _write_lock:
+        _last_iteration = None
+    _stop_requested = _stop_aware = _exit_raised = _exit_pending = False
+
+
 def _install_stop_handler():
     global _main_ident
     if not in_trial():

@@ -46,6 +46,7 @@ seed: 7
 stop_grace_s: 5
 group_timeout_s: 100
 progress: lines
+reuse_workers: true
 )";
 
 TEST(ExperimentFile, AWholeExperimentReadsIntoTheTunersTypes) {
@@ -85,6 +86,7 @@ TEST(ExperimentFile, AWholeExperimentReadsIntoTheTunersTypes) {
   EXPECT_EQ(c.stop_grace_s, 5);
   EXPECT_EQ(c.group_timeout_s, 100);
   EXPECT_EQ(c.progress, progress_style::lines);
+  EXPECT_TRUE(c.reuse_workers);
   // The space samples as its C++ twin would.
   auto& s = e->space;
   ASSERT_TRUE(s.validate()) << s.validate().message();

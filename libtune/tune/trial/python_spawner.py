@@ -34,6 +34,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 
 import ctypes
 
@@ -50,6 +51,8 @@ _STARTUP = ("LD_LIBRARY_PATH", "LD_PRELOAD", "LD_AUDIT", "LANG", "LANGUAGE", "HO
 _OWN_PATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 # sys.path as a fresh interpreter builds it, less the script's folder and PYTHONPATH.
 _BASE_PATH = [p for p in sys.path[1:] if p not in _OWN_PATH]
+_OWN_USER_SITE = os.path.join(os.environ.get("HOME", ""), ".local", "lib",
+                              "python%d.%d" % sys.version_info[:2], "site-packages")
 
 
 def _read_full(sock, n):
@@ -106,9 +109,25 @@ def _warm(argv, env):
         return False
     for k in set(env) | set(_ENV):
         startup = (k.startswith("PYTHON") and k != "PYTHONPATH") or k.startswith("LC_") or k in _STARTUP
-        if startup and env.get(k) != _ENV.get(k):
+        if startup and env.get(k) != _ENV.get(k) and not (k == "HOME" and _same_user_site(env.get(k))):
             return False
     return True
+
+
+def _user_site(home):
+    """The user site-packages folder a fresh interpreter adds to sys.path for this HOME
+    (PEP 370), when it is there."""
+    if not home or sys.flags.no_user_site:
+        return None
+    path = os.path.join(home, ".local", "lib", "python%d.%d" % sys.version_info[:2], "site-packages")
+    return path if os.path.isdir(path) else None
+
+
+def _same_user_site(home):
+    """Whether a fresh interpreter with this HOME starts with this one's sys.path: HOME
+    only matters for the user site-packages, so another HOME is the same start when
+    neither has one (a trial's own folder as HOME, the usual case with trial accounts)."""
+    return _user_site(home) is None and not any(p and p == _OWN_USER_SITE for p in _BASE_PATH)
 
 
 def _fail(fd, code):
@@ -154,12 +173,34 @@ def _run_here(argv, env):
     _show_as(argv)
     os.environ.clear()
     os.environ.update(env)
+    code = _run_script(argv, _paths(argv))
+    # A reused worker (docs/trials.md, "Reused workers"): the script ended well, so this
+    # process may run the experiment's next trial on the same cards, its imports (torch)
+    # and its CUDA context still there.
+    while code in (None, 0) and os.environ.get("TUNE_REUSE_DIR"):
+        try:
+            if not _next_trial():
+                break
+        except SystemExit as e:  # a stop (libtune's SIGTERM handler) while it waited
+            code = e.code
+            break
+        except BaseException as e:  # noqa: B902 (never back into the spawner's loop)
+            _print_exception("", e)
+            code = 1
+            break
+        code = _run_script(argv, _paths(argv))  # in the next trial's folder: its copy of the script
+    _exit_as_interpreter(code)
+
+
+def _paths(argv):
+    """sys.argv and sys.path as `argv` run in the current folder would have them; the
+    script's absolute path (None for -m)."""
     sys.argv = argv[1:] if argv[1] != "-m" else argv[2:]
     try:
         sys.orig_argv = list(argv)
     except AttributeError:
         pass
-    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if argv[1] == "-m":
         first, script = os.getcwd(), None
     else:
@@ -168,6 +209,11 @@ def _run_here(argv, env):
     sys.path[:] = [first] + extra + _BASE_PATH
     sys.path_importer_cache.clear()
     importlib.invalidate_caches()
+    return script
+
+
+def _run_script(argv, script):
+    """Runs the script (or module) once as __main__; the exit status it asks for."""
     code = 0
     try:
         if script is None:
@@ -185,7 +231,137 @@ def _run_here(argv, env):
     except BaseException as e:  # noqa: B902 (what the interpreter does with it)
         _print_exception(script or "", e)
         code = 1
-    _exit_as_interpreter(code)
+    return code
+
+
+_IDLE = b'{"type":"idle"}\n'  # the protocol of tune/trial/reuse.hpp
+_ADOPTED = b'{"type":"adopted"}\n'
+_IN_CLOSE_WRITE, _IN_MOVED_TO, _IN_DELETE_SELF, _IN_IGNORED = 0x8, 0x80, 0x400, 0x8000
+_IN_NONBLOCK, _IN_CLOEXEC = 0o4000, 0o2000000
+_watch = [-1, None]  # the inotify fd and the folder it watches: kept from one wait to the next
+
+
+def _next_trial():
+    """After a trial that ended well, with TUNE_REUSE_DIR: says "idle" on the report
+    channel and waits for the node's next.json there; with it, takes that trial's
+    environment and folder, forgets what libtune kept of the last trial, says "adopted"
+    and returns True. False (the worker then exits as usual): no next trial came within
+    TUNE_REUSE_WAIT_MS, or the script left threads or streams behind that the next trial
+    must not share (only the main thread may be left)."""
+    threading = sys.modules.get("threading")
+    if threading is not None and threading.active_count() > 1:
+        return False
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except Exception:  # noqa: B902
+            return False
+    folder = os.environ["TUNE_REUSE_DIR"]
+    try:
+        fd = int(os.environ.get("TUNE_REPORT_FD", "3"))
+        wait_ms = max(0, int(os.environ.get("TUNE_REUSE_WAIT_MS", "2000")))
+        os.write(fd, _IDLE)
+    except (OSError, ValueError):
+        return False
+    nxt = _wait_for_next(folder, wait_ms)
+    if nxt is None:
+        return False
+    env, cwd = nxt
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        if cwd:
+            os.chdir(cwd)
+    except OSError as e:
+        sys.stderr.write("libtune worker: cannot change to the next trial's folder %s: %s\n" % (cwd, e.strerror))
+        os._exit(2)
+    os.environ["TUNE_WORKER_REUSED"] = "1"
+    lt = sys.modules.get("libtune")
+    if lt is not None and hasattr(lt, "_next_trial"):
+        lt._next_trial()
+    try:
+        os.write(fd, _ADOPTED)
+    except OSError:
+        os._exit(2)
+    return True
+
+
+def _take_next(folder):
+    """Reads and removes folder/next.json: (env, cwd), None when it is not there; a file
+    that is not a next trial ends the worker (status 2) with the reason on stderr."""
+    path = os.path.join(folder, "next.json")
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    try:
+        j = json.loads(text)
+        env, cwd = j["env"], j.get("cwd", "")
+        if not isinstance(env, dict) or not isinstance(cwd, str) or \
+                not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise ValueError
+    except (ValueError, KeyError, TypeError):
+        sys.stderr.write('libtune worker: %s is not a next trial (a JSON object with "env" and "cwd")\n' % path)
+        os._exit(2)
+    return env, cwd
+
+
+def _wait_for_next(folder, wait_ms):
+    fd, watched = _watch
+    if fd < 0 or watched != folder:
+        if fd >= 0:
+            os.close(fd)
+        fd = _libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+        if fd >= 0 and _libc.inotify_add_watch(fd, os.fsencode(folder),
+                                               _IN_MOVED_TO | _IN_CLOSE_WRITE | _IN_DELETE_SELF) < 0:
+            missing = ctypes.get_errno() == errno.ENOENT
+            os.close(fd)
+            fd = -1
+            if missing:
+                _watch[:] = [-1, None]
+                return None  # the node ended the wait
+        _watch[:] = [fd, folder]
+    deadline = time.monotonic() + wait_ms / 1000.0
+    poller = select.poll()
+    if fd >= 0:
+        poller.register(fd, select.POLLIN)
+    while True:
+        got = _take_next(folder)  # after the watch is set: a file written before it is seen
+        if got is not None:
+            return got
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        if fd < 0:  # no inotify: look every 5 ms
+            time.sleep(min(left, 0.005))
+            continue
+        try:
+            poller.poll(max(1, int(left * 1000)))
+        except InterruptedError:
+            continue
+        gone = False
+        while True:
+            try:
+                buf = os.read(fd, 4096)
+            except BlockingIOError:
+                break
+            if not buf:
+                break
+            at = 0
+            while at + 16 <= len(buf):
+                _wd, mask, _cookie, length = struct.unpack_from("=iIII", buf, at)
+                gone = gone or bool(mask & (_IN_DELETE_SELF | _IN_IGNORED))
+                at += 16 + length
+        if gone:
+            os.close(fd)
+            _watch[:] = [-1, None]
+            return _take_next(folder)
 
 
 def _exit_as_interpreter(code):

@@ -180,13 +180,34 @@ TEST_F(WarmPython, ModulesRunWithDashM) {
 
 TEST_F(WarmPython, WhatAWarmInterpreterCannotStandInForIsExecd) {
   auto path = script("probe.py", inspect_script);
-  for (auto env : std::vector<std::map<std::string, std::string>>{
-           {{"PYTHONHASHSEED", "1"}}, {{"LD_PRELOAD", ""}}, {{"LIBTUNE_FRESH_PYTHON", "1"}}, {{"HOME", "/root"}}}) {
+  // A HOME with a user site-packages folder: a fresh interpreter puts it on sys.path.
+  std::string version;
+  if (FILE* f = ::popen((std::string{python} + " -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])'").c_str(), "r")) {
+    char buf[32] = {};
+    if (std::fgets(buf, sizeof buf, f)) version = buf;
+    ::pclose(f);
+  }
+  while (!version.empty() && (version.back() == '\n' || version.back() == ' ')) version.pop_back();
+  ASSERT_FALSE(version.empty());
+  auto with_site = dir / "home-with-site";
+  fs::create_directories(with_site / ".local/lib" / ("python" + version) / "site-packages");
+  fs::permissions(dir, fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add);
+  for (auto env : std::vector<std::map<std::string, std::string>>{{{"PYTHONHASHSEED", "1"}},
+                                                                  {{"LD_PRELOAD", ""}},
+                                                                  {{"LIBTUNE_FRESH_PYTHON", "1"}},
+                                                                  {{"HOME", with_site.string()}}}) {
     auto p = start({python, path}, env);
     std::vector<std::string> r;
     ASSERT_TRUE(p->wait(10s, r)->ok()) << p->stderr_tail();
     EXPECT_EQ(report_json(r)["runpy"], false) << env.begin()->first << ": should have been exec'd";
   }
+  // Another HOME without one (a trial's own folder): the same start, run warm.
+  auto plain = dir / "plain-home";
+  fs::create_directories(plain);
+  auto home = start({python, path}, {{"HOME", plain.string()}});
+  std::vector<std::string> hr;
+  ASSERT_TRUE(home->wait(10s, hr)->ok()) << home->stderr_tail();
+  EXPECT_EQ(report_json(hr)["runpy"], true) << "a HOME without user site-packages: run warm";
   auto options = start({python, "-S", path});
   std::vector<std::string> r;
   ASSERT_TRUE(options->wait(10s, r)->ok());
