@@ -200,8 +200,9 @@ __global__ void pool_fwd_kernel(const float* __restrict__ z, const float* __rest
   }
 }
 
-// The pool's gradient: dz [n, k, h, w] (zero but at each argmax where out > 0), and per
-// (channel, slice of samples) partial bias sums, reduced by bias_partials_kernel.
+// The pool's gradient: dz [n, k, h, w] (zero but at each argmax where out > 0; not
+// written when dz is null: the pooled kernels need none), and per (channel, slice of
+// samples) partial bias sums, reduced by bias_partials_kernel.
 __global__ void pool_bwd_kernel(const float* __restrict__ dout, const float* __restrict__ out,
                                 const uint8_t* __restrict__ arg, int n, int k, int h, int w, float* __restrict__ dz,
                                 float* __restrict__ partial) {
@@ -215,11 +216,13 @@ __global__ void pool_bwd_kernel(const float* __restrict__ dout, const float* __r
     const int64_t j = (int64_t(i) * k + ch) * hw2 + pos;
     const float g = out[j] > 0.0f ? dout[j] : 0.0f;
     const int q = arg[j], y = pos / w2, x = pos % w2;
-    float* d = dz + (int64_t(i) * k + ch) * h * w + int64_t(2 * y) * w + 2 * x;
-    d[0] = q == 0 ? g : 0.0f;
-    d[1] = q == 1 ? g : 0.0f;
-    d[w] = q == 2 ? g : 0.0f;
-    d[w + 1] = q == 3 ? g : 0.0f;
+    if (dz) {
+      float* d = dz + (int64_t(i) * k + ch) * h * w + int64_t(2 * y) * w + 2 * x;
+      d[0] = q == 0 ? g : 0.0f;
+      d[1] = q == 1 ? g : 0.0f;
+      d[w] = q == 2 ? g : 0.0f;
+      d[w + 1] = q == 3 ? g : 0.0f;
+    }
     sum += g;
   }
   sh[threadIdx.x] = sum;
@@ -411,6 +414,181 @@ __global__ void add_gradients_kernel(float* __restrict__ g, gradient_sources src
     float t = g[i];
     for (int s = 0; s < src.count; ++s) t += src.p[s][i];
     g[i] = t;
+  }
+}
+
+// The weight gradient of a later conv block (cuDNN's took 56 us of a 220 us CNN step on
+// an H200), from the pooled gradients rather than the pre-pool ones: those are zero but
+// at each pool window's argmax, and half of the rest ReLU cut, so summing over the
+// pooled values that are not zero is about an eighth of the dense product's work.
+// Block: pooled_wgrad_co output channels x a few samples; thread t = (input channel,
+// tap). Per sample, the padded input planes go to shared memory and each output
+// channel's nonzero pooled gradients are listed (value, offset of the argmax in the
+// padded plane); then every thread adds g * input under its tap. Per-block partial
+// sums, added in order by pooled_wgrad_sums_kernel (deterministic).
+constexpr int pooled_wgrad_co = 16;
+constexpr int pooled_wgrad_samples = 4;
+
+size_t pooled_wgrad_shared_bytes(const layer& l) {
+  const size_t hw2 = size_t(l.height / 2) * (l.width / 2);
+  return sizeof(float) * size_t(l.in) * (((l.height + 2) * (l.width + 2)) | 1) +
+         pooled_wgrad_co * hw2 * (sizeof(float) + sizeof(int)) + pooled_wgrad_co * sizeof(int);
+}
+
+__global__ void pooled_wgrad_kernel(const float* __restrict__ dout, const float* __restrict__ out,
+                                    const uint8_t* __restrict__ arg, const float* __restrict__ x, int n, int cin,
+                                    int k, int h, int w, float* __restrict__ partial) {
+  extern __shared__ float sm[];
+  // Planes an odd number of floats apart: the same tap of neighbouring channels falls
+  // in different shared memory banks.
+  const int hp = h + 2, wp = w + 2, plane = (hp * wp) | 1, h2 = h / 2, w2 = w / 2, hw2 = h2 * w2;
+  float* xs = sm;                                   // cin padded planes
+  float* gs = xs + cin * plane;                     // [co][hw2] nonzero gradients, listed first
+  int* offs = reinterpret_cast<int*>(gs + pooled_wgrad_co * hw2);  // [co][hw2] their argmax offsets
+  int* count = offs + pooled_wgrad_co * hw2;        // [co]
+  const int co0 = blockIdx.x * pooled_wgrad_co, slice = blockIdx.y;
+  const int taps = cin * 9, t = threadIdx.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int base = t < taps ? (t / 9) * plane + ((t % 9) / 3) * wp + (t % 3) : 0;
+  float acc[pooled_wgrad_co];
+#pragma unroll
+  for (int c = 0; c < pooled_wgrad_co; ++c) acc[c] = 0.0f;
+  for (int i = threadIdx.x; i < cin * plane; i += blockDim.x) xs[i] = 0.0f;  // the zero border stays
+  const int s0 = slice * pooled_wgrad_samples, s1 = min(n, s0 + pooled_wgrad_samples);
+  for (int smp = s0; smp < s1; ++smp) {
+    __syncthreads();  // the previous sample's lists and planes are read
+    const float* xi = x + int64_t(smp) * cin * h * w;
+    for (int i = threadIdx.x; i < cin * h * w; i += blockDim.x) {
+      const int c = i / (h * w), r = (i / w) % h, q = i % w;
+      xs[c * plane + (r + 1) * wp + q + 1] = xi[i];
+    }
+    for (int c = warp; c < pooled_wgrad_co; c += warps) {  // one warp lists one channel
+      int listed = 0;
+      for (int p0 = 0; p0 < hw2; p0 += 32) {
+        const int p = p0 + lane;
+        float g = 0.0f;
+        int off = 0;
+        if (p < hw2 && co0 + c < k) {
+          const int64_t j = (int64_t(smp) * k + co0 + c) * hw2 + p;
+          if (out[j] > 0.0f) g = dout[j];
+          const int a = arg[j];
+          off = (2 * (p / w2) + (a >> 1)) * wp + 2 * (p % w2) + (a & 1);
+        }
+        const unsigned nz = __ballot_sync(0xffffffffu, g != 0.0f);
+        if (g != 0.0f) {
+          const int at = listed + __popc(nz & ((1u << lane) - 1));
+          gs[c * hw2 + at] = g;
+          offs[c * hw2 + at] = off;
+        }
+        listed += __popc(nz);
+      }
+      if (lane == 0) count[c] = listed;
+    }
+    __syncthreads();
+    if (t < taps) {
+#pragma unroll
+      for (int c = 0; c < pooled_wgrad_co; ++c) {
+        const int m = count[c];
+        float a = acc[c];
+        for (int e = 0; e < m; ++e) a = fmaf(gs[c * hw2 + e], xs[base + offs[c * hw2 + e]], a);
+        acc[c] = a;
+      }
+    }
+  }
+  if (t < taps) {
+#pragma unroll
+    for (int c = 0; c < pooled_wgrad_co; ++c)
+      if (co0 + c < k) partial[(int64_t(co0 + c) * gridDim.y + slice) * taps + t] = acc[c];
+  }
+}
+
+__global__ void pooled_wgrad_sums_kernel(const float* __restrict__ partial, int k, int slices, int taps,
+                                         float* __restrict__ dW) {
+  const int64_t total = int64_t(k) * taps;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t co = i / taps, t = i % taps;
+    float s = 0.0f;
+    for (int q = 0; q < slices; ++q) s += partial[(co * slices + q) * taps + t];
+    dW[i] = s;
+  }
+}
+
+// The input gradient of a later conv block, from the pooled gradients as above: each
+// nonzero pooled gradient g of output channel co reaches the 3x3 inputs around its
+// argmax, dx[ci][y0 + dy - 1][x0 + dx - 1] += g * W[co][ci][dy][dx]. One block per
+// sample, its input gradient accumulated in shared memory (padded planes, odd stride);
+// each warp owns three input channels (lanes 0-26: channel and tap), so no two warps
+// touch one address and the order of the additions is fixed (deterministic). The
+// nonzero gradients are listed pooled_wgrad_co output channels at a time.
+constexpr int pooled_dgrad_channels_per_warp = 3;
+
+size_t pooled_dgrad_shared_bytes(const layer& l) {
+  const size_t hw2 = size_t(l.height / 2) * (l.width / 2);
+  return sizeof(float) * size_t(l.in) * (((l.height + 2) * (l.width + 2)) | 1) +
+         pooled_wgrad_co * hw2 * (sizeof(float) + sizeof(int)) + pooled_wgrad_co * sizeof(int);
+}
+
+int pooled_dgrad_threads(const layer& l) {
+  return 32 * ((l.in + pooled_dgrad_channels_per_warp - 1) / pooled_dgrad_channels_per_warp);
+}
+
+__global__ void pooled_dgrad_kernel(const float* __restrict__ dout, const float* __restrict__ out,
+                                    const uint8_t* __restrict__ arg, const float* __restrict__ W, int cin, int k,
+                                    int h, int w, float* __restrict__ dx) {
+  extern __shared__ float sm[];
+  const int hp = h + 2, wp = w + 2, plane = (hp * wp) | 1, h2 = h / 2, w2 = w / 2, hw2 = h2 * w2;
+  float* acc = sm;                              // cin padded planes
+  float* gs = acc + cin * plane;                // [co][hw2] nonzero gradients, listed first
+  int* offs = reinterpret_cast<int*>(gs + pooled_wgrad_co * hw2);
+  int* count = offs + pooled_wgrad_co * hw2;
+  const int64_t smp = blockIdx.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int ci = warp * pooled_dgrad_channels_per_warp + lane / 9, tap = lane % 9;
+  const bool active = lane < 9 * pooled_dgrad_channels_per_warp && ci < cin;
+  const int taps = cin * 9;
+  // Where this lane adds, relative to the argmax's padded offset: (dy, dx) = tap, the
+  // input at (y0 + dy - 1, x0 + dx - 1) is padded (y0 + dy, x0 + dx).
+  const int base = active ? ci * plane + (tap / 3) * wp + (tap % 3) : 0;
+  for (int i = threadIdx.x; i < cin * plane; i += blockDim.x) acc[i] = 0.0f;
+  for (int co0 = 0; co0 < k; co0 += pooled_wgrad_co) {
+    __syncthreads();  // zeroed, or the previous channels' lists read
+    for (int c = warp; c < pooled_wgrad_co; c += warps) {
+      int listed = 0;
+      for (int p0 = 0; p0 < hw2; p0 += 32) {
+        const int p = p0 + lane;
+        float g = 0.0f;
+        int off = 0;
+        if (p < hw2 && co0 + c < k) {
+          const int64_t j = (smp * k + co0 + c) * hw2 + p;
+          if (out[j] > 0.0f) g = dout[j];
+          const int a = arg[j];
+          off = (2 * (p / w2) + (a >> 1)) * wp + 2 * (p % w2) + (a & 1);
+        }
+        const unsigned nz = __ballot_sync(0xffffffffu, g != 0.0f);
+        if (g != 0.0f) {
+          const int at = listed + __popc(nz & ((1u << lane) - 1));
+          gs[c * hw2 + at] = g;
+          offs[c * hw2 + at] = off;
+        }
+        listed += __popc(nz);
+      }
+      if (lane == 0) count[c] = listed;
+    }
+    __syncthreads();
+    for (int c = 0; c < pooled_wgrad_co && co0 + c < k; ++c) {
+      const float wv = active ? W[int64_t(co0 + c) * taps + ci * 9 + tap] : 0.0f;
+      const int m = count[c];
+      for (int e = 0; e < m; ++e) {
+        if (active) acc[base + offs[c * hw2 + e]] += gs[c * hw2 + e] * wv;
+        __syncwarp();  // the next entry may add where another lane just did
+      }
+    }
+  }
+  __syncthreads();
+  float* dxs = dx + smp * cin * h * w;
+  for (int i = threadIdx.x; i < cin * h * w; i += blockDim.x) {
+    const int c = i / (h * w), r = (i / w) % h, q = i % w;
+    dxs[i] = acc[c * plane + (r + 1) * wp + q + 1];
   }
 }
 
@@ -696,8 +874,21 @@ class cuda_backend final : public backend {
     // through cuBLAS too, as every other layer (comparisons).
     const char* direct_env = std::getenv("TUNE_TRAIN_DIRECT_CONV");
     const bool direct_allowed = !direct_env || std::string{direct_env} != "0";
+    // The pooled gradient kernels (pooled_wgrad_kernel, pooled_dgrad_kernel) do an eighth
+    // of cuDNN's work in fewer, longer blocks: where trials' kernels run side by side
+    // (MPS) that is more samples per second for the card (8 CNN trials on an H200:
+    // 877k -> 949k), where one trial has the card at a time (alone, time-sliced) cuDNN's
+    // wider kernels finish sooner (547k -> 488k). So they are on under MPS (the node
+    // sets CUDA_MPS_PIPE_DIRECTORY for its MPS trials); TUNE_TRAIN_POOLED_GRADS=1 or 0
+    // decides instead.
+    bool pooled_allowed = direct_allowed;
+    if (const char* e = std::getenv("TUNE_TRAIN_POOLED_GRADS"); e && *e) pooled_allowed = direct_allowed && std::string{e} != "0";
+    else if (const char* m = std::getenv("CUDA_MPS_PIPE_DIRECTORY"); !m || !*m) pooled_allowed = false;
     direct_.assign(net_.layers.size(), false);
     thin_.assign(net_.layers.size(), false);
+    pooled_.assign(net_.layers.size(), false);
+    pooled_dgrad_.assign(net_.layers.size(), false);
+    size_t wpartials = 0;
     for (size_t li = 0; li < net_.layers.size(); ++li) {
       const layer& l = net_.layers[li];
       TRY(act_[li].alloc(n * l.out_features(), "activations"));
@@ -716,11 +907,17 @@ class cuda_backend final : public backend {
         CUDNN(cudnnSetStream(cudnn_, stream_));
       }
       TRY(z_[li].alloc(n * l.out * l.height * l.width, "convolution outputs"));
+      pooled_[li] = pooled_allowed && l.in * 9 <= 1024 && pooled_wgrad_shared_bytes(l) <= 48 * 1024;
+      pooled_dgrad_[li] = pooled_allowed && pooled_dgrad_threads(l) <= 1024 && pooled_dgrad_shared_bytes(l) <= 48 * 1024;
+      if (pooled_[li])
+        wpartials = std::max(wpartials, size_t(l.out) * size_t((n + pooled_wgrad_samples - 1) / pooled_wgrad_samples) *
+                                            size_t(l.in) * 9);
       CUDNN(cudnnCreateFilterDescriptor(&filters_[li]));
       CUDNN(cudnnSetFilter4dDescriptor(filters_[li], CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, l.out, l.in, 3, 3));
       partials = std::max(partials, size_t(l.out) * bias_slices);
     }
     TRY(partial_.alloc(partials, "partial sums"));
+    TRY(wpartial_.alloc(wpartials, "weight gradient partial sums"));
     if (const char* e = std::getenv("TUNE_TRAIN_NO_GRAPHS")) graphs_ = std::string{e} != "1";
     return status::ok();
   }
@@ -1175,7 +1372,10 @@ class cuda_backend final : public backend {
         mark("conv1 block bwd (fused)", li);
       } else {
         const conv_plan& c = p.conv[li];
-        float* dz = z_[li].get();  // the pre-pool values are not needed any more
+        // The pre-pool values are not needed any more: their buffer takes the pre-pool
+        // gradient, which only cuDNN's kernels read.
+        const bool pooled_data = !din || pooled_dgrad_[li];
+        float* dz = pooled_[li] && pooled_data ? nullptr : z_[li].get();
         pool_bwd_kernel<<<dim3(l.out, bias_slices), 256, 0, stream_>>>(d, act_[li].get(), arg_[li].get(), n, l.out,
                                                                        l.height, l.width, dz, partial_.get());
         CU(cudaGetLastError());
@@ -1183,13 +1383,33 @@ class cuda_backend final : public backend {
         CU(cudaGetLastError());
         mark("conv pool grad + bias grad", li);
         const float one = 1.0f, zero = 0.0f;
-        CUDNN(cudnnConvolutionBackwardFilter(cudnn_, &one, c.x, in, c.z, dz, c.bwd_filter, c.filter_algo,
-                                             conv_ws_.get(), conv_ws_.size(), &zero, filters_[li], dW));
-        mark("conv filter grad (cuDNN)", li);
-        if (din)
+        if (pooled_[li]) {
+          const int slices = (n + pooled_wgrad_samples - 1) / pooled_wgrad_samples;
+          const int threads = (l.in * 9 + 31) / 32 * 32;
+          pooled_wgrad_kernel<<<dim3((l.out + pooled_wgrad_co - 1) / pooled_wgrad_co, slices), threads,
+                                pooled_wgrad_shared_bytes(l), stream_>>>(d, act_[li].get(), arg_[li].get(), in, n,
+                                                                         l.in, l.out, l.height, l.width,
+                                                                         wpartial_.get());
+          CU(cudaGetLastError());
+          pooled_wgrad_sums_kernel<<<grid_for(int64_t(l.out) * l.in * 9), 256, 0, stream_>>>(
+              wpartial_.get(), l.out, slices, l.in * 9, dW);
+          CU(cudaGetLastError());
+          mark("conv filter grad (pooled)", li);
+        } else {
+          CUDNN(cudnnConvolutionBackwardFilter(cudnn_, &one, c.x, in, c.z, dz, c.bwd_filter, c.filter_algo,
+                                               conv_ws_.get(), conv_ws_.size(), &zero, filters_[li], dW));
+          mark("conv filter grad (cuDNN)", li);
+        }
+        if (din && pooled_dgrad_[li]) {
+          pooled_dgrad_kernel<<<n, pooled_dgrad_threads(l), pooled_dgrad_shared_bytes(l), stream_>>>(
+              d, act_[li].get(), arg_[li].get(), W, l.in, l.out, l.height, l.width, din);
+          CU(cudaGetLastError());
+          mark("conv data grad (pooled)", li);
+        } else if (din) {
           CUDNN(cudnnConvolutionBackwardData(cudnn_, &one, filters_[li], W, c.z, dz, c.bwd_data, c.data_algo,
                                              conv_ws_.get(), conv_ws_.size(), &zero, c.x, din));
-        if (din) mark("conv data grad (cuDNN)", li);
+          mark("conv data grad (cuDNN)", li);
+        }
       }
     }
     return status::ok();
@@ -1287,7 +1507,9 @@ class cuda_backend final : public backend {
         need = std::max(need, perf[pick].memory);
         algos_.put("fwd/" + shape, {int(perf[pick].algo), int(perf[pick].mathType)});
       }
-      if (auto a = remembered("filter", c.bwd_filter, [&](int algo, size_t* m) {
+      if (pooled_[li]) {
+        // pooled_wgrad_kernel computes this layer's weight gradient: no cuDNN algorithm.
+      } else if (auto a = remembered("filter", c.bwd_filter, [&](int algo, size_t* m) {
             return cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_, c.x, c.z, c.bwd_filter, filters_[li],
                                                                   static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), m);
           })) {
@@ -1309,7 +1531,7 @@ class cuda_backend final : public backend {
         need = std::max(need, perf[pick].memory);
         algos_.put("filter/" + shape, {int(perf[pick].algo), int(perf[pick].mathType)});
       }
-      if (li == 0) continue;  // the input needs no gradient
+      if (li == 0 || pooled_dgrad_[li]) continue;  // no input gradient, or pooled_dgrad_kernel's
       if (auto a = remembered("data", c.bwd_data, [&](int algo, size_t* m) {
             return cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_, filters_[li], c.z, c.bwd_data, c.x,
                                                                 static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), m);
@@ -1390,6 +1612,9 @@ class cuda_backend final : public backend {
   std::vector<dbuf<uint8_t>> arg_;
   std::vector<bool> direct_;  // per layer: the fused first conv block (no cuDNN)
   std::vector<bool> thin_;    // per layer: a classifier with few outputs (no cuBLAS)
+  std::vector<bool> pooled_;  // per layer: a conv block's weight gradient by pooled_wgrad_kernel
+  std::vector<bool> pooled_dgrad_;  // and its input gradient by pooled_dgrad_kernel
+  dbuf<float> wpartial_;      // its per-block sums
   std::vector<std::pair<std::string, cudaEvent_t>>* marks_ = nullptr;  // profiling: mark() records
   std::vector<cudaEvent_t>* events_ = nullptr;
   std::vector<cudnnFilterDescriptor_t> filters_;

@@ -106,6 +106,19 @@ TEST(Gpu, LibraryKernelsForEveryLayerMatchCpuToo) {
   ::unsetenv("TUNE_TRAIN_DIRECT_CONV");
 }
 
+// The pooled gradient kernels (on under MPS by default) against the CPU too.
+TEST(Gpu, PooledGradientKernelsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  ::setenv("TUNE_TRAIN_POOLED_GRADS", "1", 1);
+  hyperparameters hp;
+  hp.model = "cnn";
+  for (int batch : {32, 7}) {  // 7: a last slice of fewer samples than the others
+    hp.batch_size = batch;
+    compare_forward_backward(hp, 1e-4);
+  }
+  ::unsetenv("TUNE_TRAIN_POOLED_GRADS");
+}
+
 // A classifier layer is thin (own kernels) when it has few outputs; a batch of 3000
 // rows with 512 inputs exercises the kernels' grid-stride loops.
 TEST(Gpu, ThinClassifierMatchesCpuOnALargeBatch) {
@@ -237,6 +250,9 @@ TEST(Gpu, CudnnChoicesAreRememberedAndABadMemoIsMeasuredAgain) {
   fs::create_directories(dir);
   fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace);
   ::setenv("TUNE_DATA_CACHE_DIR", dir.c_str(), 1);
+  // Every layer through cuDNN (by default only the second block's forward is), so every
+  // kind of choice is remembered.
+  ::setenv("TUNE_TRAIN_DIRECT_CONV", "0", 1);
   hyperparameters hp;
   hp.model = "cnn";
   hp.batch_size = 32;
@@ -249,8 +265,7 @@ TEST(Gpu, CudnnChoicesAreRememberedAndABadMemoIsMeasuredAgain) {
   std::string line;
   int lines = 0;
   while (std::getline(in, line)) ++lines;
-  // The first block is the fused kernels (no cuDNN): forward, filter and data of the second.
-  EXPECT_GE(lines, 3) << "forward, filter and data for the second conv block";
+  EXPECT_GE(lines, 5) << "forward and filter for both layers, data for the second";
   compare_forward_backward(hp, 1e-4);  // from the memo
   // Every choice replaced by one cuDNN refuses (algorithm 15), then a half line.
   std::string bad;
@@ -258,6 +273,7 @@ TEST(Gpu, CudnnChoicesAreRememberedAndABadMemoIsMeasuredAgain) {
   while (std::getline(again, line)) bad += line.substr(0, line.find(' ')) + " 15 3\n";
   std::ofstream(memos[0], std::ios::trunc) << bad << "fwd/1x32 3";
   compare_forward_backward(hp, 1e-4);
+  ::unsetenv("TUNE_TRAIN_DIRECT_CONV");
   ::unsetenv("TUNE_DATA_CACHE_DIR");
   fs::remove_all(dir);
 }
