@@ -42,6 +42,9 @@ void create_group(controller_actor self, const live::create_group& c) {
   auto spec = group_spec(self, c.group, c.trial, c.claim);
   if (c.claim) spec.claim_wait_ms = claim_wait.count();  // its node may hold it still
   spec.avoid = c.avoid;
+  // Answered once placed, for most groups at once: no separate wait (a round trip to
+  // the head less per trial). A group still pending then is waited for as before.
+  spec.ready_wait_ms = std::min(st.setup.options.group_timeout, st.setup.request_timeout / 2).count();
   // Where its checkpoint is staged, if it restarts from one (no fetch there).
   if (auto r = st.records.find(c.trial); r != st.records.end() && !r->second.standby_node.empty())
     spec.prefer = {r->second.standby_node};

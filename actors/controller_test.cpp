@@ -63,7 +63,10 @@ caf::behavior fake_head(caf::event_based_actor* self, log_ptr log) {
       [=](wire::pg_create_atom, const std::string&, const std::string&, const wire::wire_group_spec& spec) {
         log->created.push_back(spec);
         auto id = spec.id.empty() ? "g" + std::to_string(++log->groups) : spec.id;
-        return caf::make_message(wire::pg_create_atom::value, true, id, std::string{"created"}, std::string{});
+        // As a head: a group not placed within the create's ready wait is answered pending.
+        bool placed = !log->not_ready.count(id);
+        return caf::make_message(wire::pg_create_atom::value, true, id, std::string{placed ? "created" : "pending"},
+                                 std::string{});
       },
       [=](wire::pg_wait_atom, const std::string&, const std::string& group, int64_t) {
         bool ready = !log->not_ready.count(group);

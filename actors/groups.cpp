@@ -17,7 +17,14 @@ using time_point = caf::actor_clock::time_point;
 struct waiter {
   caf::response_promise rp;
   time_point deadline;
+  bool create = false;  // a create's answer (ready_wait_ms), not a wait's
 };
+
+// Its answer: a wait's (ready, state, reason), or a create's (true, id, state, reason).
+void deliver(waiter& w, const std::string& id, bool ready, const std::string& state, const std::string& reason) {
+  if (w.create) w.rp.deliver(wire::pg_create_atom::value, true, id, state, reason);
+  else w.rp.deliver(wire::pg_wait_atom::value, ready, state, reason);
+}
 
 // A bundle a node holds for a group this head does not know (it was made by an
 // earlier head): kept, booked, until its group is claimed or the grace passes.
@@ -168,7 +175,7 @@ void answer_waiters(groups_actor self) {
     }
     std::string state{g ? to_string(g->state) : "unknown"};
     std::string reason = g ? g->reason : "the placement group was forgotten";
-    for (auto& w : it->second) w.rp.deliver(wire::pg_wait_atom::value, ready, state, reason);
+    for (auto& w : it->second) deliver(w, it->first, ready, state, reason);
     it = st.waiters.erase(it);
   }
 }
@@ -607,7 +614,18 @@ caf::behavior groups(groups_actor self, groups_options opt) {
           st.claim_waits.push_back({spec, owner, user, rp, self->clock().now() + wait});
           return rp;
         }
-        return create(self, spec, owner, user);
+        auto answer = create(self, spec, owner, user);
+        if (spec.ready_wait_ms <= 0 || !answer.match_element<bool>(1) || !answer.get_as<bool>(1)) return answer;
+        // Made: answered now if it is placed or cannot be, else once it is (or at the deadline).
+        const auto& id = answer.get_as<std::string>(2);
+        auto* g = st.table.find(id);
+        if (!g || g->state == group_state::created || g->state == group_state::infeasible ||
+            g->state == group_state::removed)
+          return answer;
+        auto rp = self->make_response_promise();
+        auto wait = std::chrono::milliseconds(std::min<int64_t>(spec.ready_wait_ms, 60000));
+        st.waiters[id].push_back({rp, self->clock().now() + wait, true});
+        return rp;
       },
       // A trial in one of a group's bundles: passed on to the node that holds it, which
       // answers the client.
@@ -814,7 +832,7 @@ caf::behavior groups(groups_actor self, groups_options opt) {
           std::string reason = g ? g->reason : "";
           std::erase_if(it->second, [&](waiter& w) {
             if (w.deadline > now) return false;
-            w.rp.deliver(wire::pg_wait_atom::value, false, state, "not ready in time" + (reason.empty() ? "" : ": " + reason));
+            deliver(w, it->first, false, state, w.create ? reason : "not ready in time" + (reason.empty() ? "" : ": " + reason));
             return true;
           });
           it = it->second.empty() ? st.waiters.erase(it) : std::next(it);

@@ -347,6 +347,46 @@ TEST_F(GroupsActorTest, ABundleFreedWakesTheNextGroup) {
   EXPECT_EQ(state("second"), "created") << "placed as soon as resources free up";
 }
 
+// ready_wait_ms: the create is answered once the group is placed (a tuning controller
+// then needs no separate wait), at once when it is placed or infeasible already, and
+// as pending when the wait runs out.
+TEST_F(GroupsActorTest, ACreateThatWaitsIsAnsweredOncePlacedOrWhenItsWaitRunsOut) {
+  add_node("a", 1);
+  auto ask_create = [&](const std::string& id, int nbundles, int64_t wait_ms) {
+    wire::wire_group_spec spec{id, "PACK", {}, false};
+    spec.ready_wait_ms = wait_ms;
+    for (int i = 0; i < nbundles; ++i) spec.bundles.push_back(wire::to_wire_request(gpu(1)));
+    return (*client_actor)->request(head, caf::infinite, wire::pg_create_atom::value, token, version(), spec);
+  };
+  auto answer = [&](auto& handle) {
+    std::tuple<bool, std::string, std::string, std::string> out{false, "", "no answer", ""};
+    handle.receive([&](wire::pg_create_atom, bool ok, std::string& id, std::string& st,
+                       std::string& why) { out = {ok, id, st, why}; },
+                   [&](caf::error& err) { ADD_FAILURE() << to_string(err); });
+    return out;
+  };
+  auto first = ask_create("first", 1, 1000);
+  sched.run();
+  EXPECT_EQ(std::get<2>(answer(first)), "created");
+  auto second = ask_create("second", 1, 1000);  // the card is held: it waits
+  sched.run();
+  pass(200ms);
+  EXPECT_EQ(state("second"), "pending");
+  EXPECT_TRUE(remove("first"));
+  pass(100ms);
+  auto [ok, id, st, why] = answer(second);
+  EXPECT_TRUE(ok) << why;
+  EXPECT_EQ(id, "second");
+  EXPECT_EQ(st, "created") << "answered once placed";
+  auto third = ask_create("third", 1, 300);  // held again: its wait runs out
+  sched.run();
+  pass(500ms);
+  EXPECT_EQ(std::get<2>(answer(third)), "pending");
+  auto wide = ask_create("wide", 2, 1000);  // two cards on a one-card cluster: at once
+  sched.run();
+  EXPECT_EQ(std::get<2>(answer(wide)), "infeasible");
+}
+
 TEST_F(GroupsActorTest, AJoiningNodeWakesAWaitingGroup) {
   add_node("a", 1);
   auto [ok, id, s, r] = create({gpu(1), gpu(1)}, strategy::strict_spread);

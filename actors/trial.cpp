@@ -134,12 +134,8 @@ nlohmann::json gpus_json(const trial_options& opt) {
 }
 
 // The watching thread: starts the worker, reads it, acts on the controls, reaps it.
-// What a start needs before its worker runs: the output patterns compiled, a fresh copy
-// of its working directory, its program found, its cgroup made (with its host limits,
-// which its keeper joins before the worker starts). The cgroup, or why not.
-// What a trial's process needs whether it starts or is handed to an idle worker: the
-// reader of its output's metrics, its working directory (a program's copy of the
-// project), its program's path.
+// What a trial needs whether a new worker starts it or an idle one is handed it: the
+// output patterns compiled, a fresh copy of its working directory, its program found.
 status prepare_files(launch& l, std::optional<output_metrics>& metrics) {
   if (!l.patterns.empty()) {
     auto m = output_metrics::make(l.patterns, l.metric);
@@ -164,7 +160,8 @@ status prepare_files(launch& l, std::optional<output_metrics>& metrics) {
   return status::ok();
 }
 
-// ... and, for a new process, its cgroup.
+// What a new worker needs besides: its cgroup made (with its host limits, which its
+// keeper joins before the worker starts). The cgroup, or why not.
 expected<std::unique_ptr<trial_cgroup>> prepare(launch& l, std::optional<output_metrics>& metrics) {
   if (auto s = prepare_files(l, metrics); !s) return s;
   std::unique_ptr<trial_cgroup> cg;

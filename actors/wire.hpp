@@ -293,6 +293,11 @@ struct wire_group_spec {
   // nodes that have not joined the new head yet; it waits up to this long for them (to
   // adopt them as they are) before it is placed anew. 0: placed at once.
   int64_t claim_wait_ms = 0;
+  // More than 0: the create is answered when the group is created (its bundles held),
+  // when it cannot be (infeasible), or after this long (still pending), whichever comes
+  // first; the answer's state says which. A tuning controller then needs no separate
+  // wait for most groups (one round trip to the head fewer per trial). 0: at once.
+  int64_t ready_wait_ms = 0;
   std::vector<std::string> avoid;  // node ids it must not be placed on (a trial moved off them)
   std::vector<std::string> prefer;  // node ids it goes to when it fits there (its checkpoint is staged there)
   // The experiment it is for (a tuning run's key): its user's share of the cluster is
@@ -302,8 +307,8 @@ struct wire_group_spec {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_group_spec& x) {
-  return f(caf::meta::type_name("wire_group_spec"), x.id, x.strategy, x.bundles, x.detached, x.claim_wait_ms, x.avoid,
-           x.prefer, x.experiment);
+  return f(caf::meta::type_name("wire_group_spec"), x.id, x.strategy, x.bundles, x.detached, x.claim_wait_ms,
+           x.ready_wait_ms, x.avoid, x.prefer, x.experiment);
 }
 
 // A trial to start: in bundle `bundle` of placement group `group`, running the program

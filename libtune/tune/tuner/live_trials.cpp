@@ -142,6 +142,9 @@ void live_trials::on_group_created(const std::string& id, uint64_t attempt, cons
   if (!again) t->group = a.group;
   if (!t->move_avoid.empty() && a.state == "infeasible") return move_anywhere(id, *t);
   t->state = live_state::waiting;
+  // Already placed (the controller's create waits a while for that): started at once,
+  // without a separate wait.
+  if (a.ok && a.state == "created") return on_group_wait(id, attempt, true, a.state, a.reason);
   out_.push_back(live::wait_group{id, attempt, t->group});
 }
 
