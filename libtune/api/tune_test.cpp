@@ -493,7 +493,9 @@ TEST_F(TuneEmbedded, AutoPackingWithoutMeasurementsKeepsTheProbeShareAndRunsEver
   // Every trial is stopped at its second result (as early stopping would): the probe's
   // end, though asked for, is a measurement all the same.
   cfg.stop.max_iterations = 2;
-  tune::tuner t{*c, "curve", tune::search_space{{"x", tune::uniform(0.1, 1.0)}, {"iterations", 4}}, cfg};
+  // 50 ms per result: the trials after the probe outlast the head's status answer that
+  // sets the cap (on a loaded machine the run could otherwise end before it came).
+  tune::tuner t{*c, "curve", tune::search_space{{"x", tune::uniform(0.1, 1.0)}, {"iterations", 4}, {"sleep_ms", 50}}, cfg};
   auto r = t.fit();
   ASSERT_TRUE(r) << r.error().message();
   auto trials = r->trials();
