@@ -9,20 +9,32 @@ namespace {
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
+
+// The model for hp on the device, initialised from hp.seed, with the train split
+// loaded and, with `all_splits`, the validation and test splits too.
+expected<std::unique_ptr<backend>> set_up(const hyperparameters& hp, const fashion_mnist& data,
+                                          const device_spec& device, bool all_splits) {
+  if (auto s = hp.check(); !s) return s;
+  if (data.train.count == 0) return status{errc::invalid_argument, "the train split is empty: load the data first"};
+  const network net = describe(hp, data.train.rows, data.train.cols, num_classes);
+  auto made = make_backend(hp, net, device);
+  if (!made) return made.error();
+  backend& b = **made;
+  if (auto s = b.set_parameters(init_parameters(net, hp.seed)); !s) return s;
+  if (auto s = b.load(split_id::train, data.train); !s) return s;
+  if (all_splits)
+    for (auto [which, set] : {std::pair{split_id::validation, &data.validation}, std::pair{split_id::test, &data.test}})
+      if (auto s = b.load(which, *set); !s) return s;
+  return made;
+}
+
 }  // namespace
 
 expected<train_result> train(const hyperparameters& hp, const fashion_mnist& data, const train_options& options) {
   const auto start = std::chrono::steady_clock::now();
-  if (auto s = hp.check(); !s) return s;
-  if (data.train.count == 0) return status{errc::invalid_argument, "the train split is empty: load the data first"};
-  const network net = describe(hp, data.train.rows, data.train.cols, num_classes);
-  auto made = make_backend(hp, net, options.device);
+  auto made = set_up(hp, data, options.device, true);
   if (!made) return made.error();
   backend& b = **made;
-  if (auto s = b.set_parameters(init_parameters(net, hp.seed)); !s) return s;
-  for (auto [which, set] : {std::pair{split_id::train, &data.train}, std::pair{split_id::validation, &data.validation},
-                            std::pair{split_id::test, &data.test}})
-    if (auto s = b.load(which, *set); !s) return s;
 
   train_result result;
   result.device = b.name();
@@ -82,14 +94,9 @@ expected<train_result> train(const hyperparameters& hp, const fashion_mnist& dat
 
 expected<std::vector<backend::op_time>> profile(const hyperparameters& hp, const fashion_mnist& data,
                                                 const device_spec& device, int steps) {
-  if (auto s = hp.check(); !s) return s;
-  if (data.train.count == 0) return status{errc::invalid_argument, "the train split is empty: load the data first"};
-  const network net = describe(hp, data.train.rows, data.train.cols, num_classes);
-  auto made = make_backend(hp, net, device);
+  auto made = set_up(hp, data, device, false);
   if (!made) return made.error();
   backend& b = **made;
-  if (auto s = b.set_parameters(init_parameters(net, hp.seed)); !s) return s;
-  if (auto s = b.load(split_id::train, data.train); !s) return s;
   auto order = permutation(data.train.count, hp.seed * 1000003ULL + 1);
   if (auto s = b.begin_epoch(order, static_cast<float>(hp.lr_at(0))); !s) return s;
   auto rows = b.profile_steps(steps);

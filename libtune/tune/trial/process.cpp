@@ -21,6 +21,18 @@
 
 namespace tune {
 
+bool write_all(int fd, const void* data, size_t n) {
+  auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
 std::string exit_info::describe() const {
   if (exited) return "exit code " + std::to_string(code);
   const char* name = ::strsignal(code);
@@ -219,18 +231,6 @@ int kill_descendants() {
     ::waitpid(-1, nullptr, 0);  // one of them has died (its children are ours now)
   }
   return escaped;
-}
-
-bool write_all(int fd, const void* data, size_t n) {
-  auto* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
 }
 
 // The keeper: the first child, leader of the trial's process group, parent of the

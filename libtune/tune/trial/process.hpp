@@ -178,4 +178,8 @@ class worker_process {
   std::optional<exit_info> exit_;
 };
 
+// Writes all n bytes to fd (again after EINTR); false on an error or a zero write.
+// Async-signal-safe (the keeper uses it after a fork).
+bool write_all(int fd, const void* data, size_t n);
+
 }  // namespace tune

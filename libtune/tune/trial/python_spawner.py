@@ -51,8 +51,9 @@ _STARTUP = ("LD_LIBRARY_PATH", "LD_PRELOAD", "LD_AUDIT", "LANG", "LANGUAGE", "HO
 _OWN_PATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 # sys.path as a fresh interpreter builds it, less the script's folder and PYTHONPATH.
 _BASE_PATH = [p for p in sys.path[1:] if p not in _OWN_PATH]
+# Whether this interpreter started with its HOME's user site-packages on sys.path.
 _OWN_USER_SITE = os.path.join(os.environ.get("HOME", ""), ".local", "lib",
-                              "python%d.%d" % sys.version_info[:2], "site-packages")
+                              "python%d.%d" % sys.version_info[:2], "site-packages") in _BASE_PATH
 
 
 def _read_full(sock, n):
@@ -127,7 +128,7 @@ def _same_user_site(home):
     """Whether a fresh interpreter with this HOME starts with this one's sys.path: HOME
     only matters for the user site-packages, so another HOME is the same start when
     neither has one (a trial's own folder as HOME, the usual case with trial accounts)."""
-    return _user_site(home) is None and not any(p and p == _OWN_USER_SITE for p in _BASE_PATH)
+    return not _OWN_USER_SITE and _user_site(home) is None
 
 
 def _fail(fd, code):

@@ -160,16 +160,11 @@ status hand_over(const idle_worker& w, const process_spec& spec) {
   ::unlink(tmp.c_str());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return status{errc::inconsistent, "cannot write " + tmp + ": " + ::strerror(errno)};
-  size_t off = 0;
-  while (off < text.size()) {
-    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return status{errc::inconsistent, "cannot write " + tmp + ": " + ::strerror(errno)};
-    }
-    off += static_cast<size_t>(n);
+  if (!write_all(fd, text.data(), text.size())) {
+    auto why = std::string{::strerror(errno)};
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return status{errc::inconsistent, "cannot write " + tmp + ": " + why};
   }
   ::close(fd);
   if (::rename(tmp.c_str(), (w.dir + "/" + next_file).c_str()) != 0)
