@@ -494,7 +494,9 @@ TEST_F(UsersClusterTest, GpuTimeSharesFollowTheWeightsWithinTenPercent) {
   ASSERT_EQ(as(files.token_file(), {"user", "set", "bob", "--weight", "1"}).rc, 0);
   for (auto name : {"share-ann", "share-bob"})
     // Quarter cards: 16 places, so that 2:1 can come close (10 or 11 of 16 for ann).
-    experiment_file(name, "num_samples: 40\nresources_per_trial: {gpu: 0.25, cpu: 0.25}\n"
+    // 60 trials each: the run lasts long enough (about 6 s) for the samples while both
+    // wait, now that trials start with one round trip to the head (40 ended too soon).
+    experiment_file(name, "num_samples: 60\nresources_per_trial: {gpu: 0.25, cpu: 0.25}\n"
                           "space: {x: {uniform: [0.0, 1.0]}, epochs: 8, sleep: 0.1}\n");
   std::atomic<int> running{2};
   run_result ra, rb;
