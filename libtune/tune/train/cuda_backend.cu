@@ -429,10 +429,45 @@ __global__ void add_gradients_kernel(float* __restrict__ g, gradient_sources src
 constexpr int pooled_wgrad_co = 16;
 constexpr int pooled_wgrad_samples = 4;
 
-size_t pooled_wgrad_shared_bytes(const layer& l) {
+// Shared memory of both pooled gradient kernels: the input's padded planes (the input
+// for the weight gradient, the input gradient's sums for the other), then the lists.
+size_t pooled_shared_bytes(const layer& l) {
   const size_t hw2 = size_t(l.height / 2) * (l.width / 2);
   return sizeof(float) * size_t(l.in) * (((l.height + 2) * (l.width + 2)) | 1) +
          pooled_wgrad_co * hw2 * (sizeof(float) + sizeof(int)) + pooled_wgrad_co * sizeof(int);
+}
+
+// Lists the nonzero pooled gradients of output channels co0 .. co0 + pooled_wgrad_co - 1
+// of one sample in shared memory, in position order (deterministic): for channel c,
+// count[c] entries of gs (the gradient, zero where ReLU cut it) and offs (its pool
+// window's argmax as an offset in the padded input plane, row stride wp). One warp
+// lists one channel; every thread of the block must call it (warp-wide ballots).
+__device__ void list_pooled_gradients(const float* __restrict__ dout, const float* __restrict__ out,
+                                      const uint8_t* __restrict__ arg, int64_t smp, int k, int co0, int h2, int w2,
+                                      int wp, float* gs, int* offs, int* count) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, hw2 = h2 * w2;
+  for (int c = warp; c < pooled_wgrad_co; c += warps) {
+    int listed = 0;
+    for (int p0 = 0; p0 < hw2; p0 += 32) {
+      const int p = p0 + lane;
+      float g = 0.0f;
+      int off = 0;
+      if (p < hw2 && co0 + c < k) {
+        const int64_t j = (smp * k + co0 + c) * hw2 + p;
+        if (out[j] > 0.0f) g = dout[j];
+        const int a = arg[j];
+        off = (2 * (p / w2) + (a >> 1)) * wp + 2 * (p % w2) + (a & 1);
+      }
+      const unsigned nz = __ballot_sync(0xffffffffu, g != 0.0f);
+      if (g != 0.0f) {
+        const int at = listed + __popc(nz & ((1u << lane) - 1));
+        gs[c * hw2 + at] = g;
+        offs[c * hw2 + at] = off;
+      }
+      listed += __popc(nz);
+    }
+    if (lane == 0) count[c] = listed;
+  }
 }
 
 __global__ void pooled_wgrad_kernel(const float* __restrict__ dout, const float* __restrict__ out,
@@ -448,7 +483,6 @@ __global__ void pooled_wgrad_kernel(const float* __restrict__ dout, const float*
   int* count = offs + pooled_wgrad_co * hw2;        // [co]
   const int co0 = blockIdx.x * pooled_wgrad_co, slice = blockIdx.y;
   const int taps = cin * 9, t = threadIdx.x;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int base = t < taps ? (t / 9) * plane + ((t % 9) / 3) * wp + (t % 3) : 0;
   float acc[pooled_wgrad_co];
 #pragma unroll
@@ -462,28 +496,7 @@ __global__ void pooled_wgrad_kernel(const float* __restrict__ dout, const float*
       const int c = i / (h * w), r = (i / w) % h, q = i % w;
       xs[c * plane + (r + 1) * wp + q + 1] = xi[i];
     }
-    for (int c = warp; c < pooled_wgrad_co; c += warps) {  // one warp lists one channel
-      int listed = 0;
-      for (int p0 = 0; p0 < hw2; p0 += 32) {
-        const int p = p0 + lane;
-        float g = 0.0f;
-        int off = 0;
-        if (p < hw2 && co0 + c < k) {
-          const int64_t j = (int64_t(smp) * k + co0 + c) * hw2 + p;
-          if (out[j] > 0.0f) g = dout[j];
-          const int a = arg[j];
-          off = (2 * (p / w2) + (a >> 1)) * wp + 2 * (p % w2) + (a & 1);
-        }
-        const unsigned nz = __ballot_sync(0xffffffffu, g != 0.0f);
-        if (g != 0.0f) {
-          const int at = listed + __popc(nz & ((1u << lane) - 1));
-          gs[c * hw2 + at] = g;
-          offs[c * hw2 + at] = off;
-        }
-        listed += __popc(nz);
-      }
-      if (lane == 0) count[c] = listed;
-    }
+    list_pooled_gradients(dout, out, arg, smp, k, co0, h2, w2, wp, gs, offs, count);
     __syncthreads();
     if (t < taps) {
 #pragma unroll
@@ -522,12 +535,6 @@ __global__ void pooled_wgrad_sums_kernel(const float* __restrict__ partial, int 
 // nonzero gradients are listed pooled_wgrad_co output channels at a time.
 constexpr int pooled_dgrad_channels_per_warp = 3;
 
-size_t pooled_dgrad_shared_bytes(const layer& l) {
-  const size_t hw2 = size_t(l.height / 2) * (l.width / 2);
-  return sizeof(float) * size_t(l.in) * (((l.height + 2) * (l.width + 2)) | 1) +
-         pooled_wgrad_co * hw2 * (sizeof(float) + sizeof(int)) + pooled_wgrad_co * sizeof(int);
-}
-
 int pooled_dgrad_threads(const layer& l) {
   return 32 * ((l.in + pooled_dgrad_channels_per_warp - 1) / pooled_dgrad_channels_per_warp);
 }
@@ -542,7 +549,7 @@ __global__ void pooled_dgrad_kernel(const float* __restrict__ dout, const float*
   int* offs = reinterpret_cast<int*>(gs + pooled_wgrad_co * hw2);
   int* count = offs + pooled_wgrad_co * hw2;
   const int64_t smp = blockIdx.x;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int ci = warp * pooled_dgrad_channels_per_warp + lane / 9, tap = lane % 9;
   const bool active = lane < 9 * pooled_dgrad_channels_per_warp && ci < cin;
   const int taps = cin * 9;
@@ -552,28 +559,7 @@ __global__ void pooled_dgrad_kernel(const float* __restrict__ dout, const float*
   for (int i = threadIdx.x; i < cin * plane; i += blockDim.x) acc[i] = 0.0f;
   for (int co0 = 0; co0 < k; co0 += pooled_wgrad_co) {
     __syncthreads();  // zeroed, or the previous channels' lists read
-    for (int c = warp; c < pooled_wgrad_co; c += warps) {
-      int listed = 0;
-      for (int p0 = 0; p0 < hw2; p0 += 32) {
-        const int p = p0 + lane;
-        float g = 0.0f;
-        int off = 0;
-        if (p < hw2 && co0 + c < k) {
-          const int64_t j = (smp * k + co0 + c) * hw2 + p;
-          if (out[j] > 0.0f) g = dout[j];
-          const int a = arg[j];
-          off = (2 * (p / w2) + (a >> 1)) * wp + 2 * (p % w2) + (a & 1);
-        }
-        const unsigned nz = __ballot_sync(0xffffffffu, g != 0.0f);
-        if (g != 0.0f) {
-          const int at = listed + __popc(nz & ((1u << lane) - 1));
-          gs[c * hw2 + at] = g;
-          offs[c * hw2 + at] = off;
-        }
-        listed += __popc(nz);
-      }
-      if (lane == 0) count[c] = listed;
-    }
+    list_pooled_gradients(dout, out, arg, smp, k, co0, h2, w2, wp, gs, offs, count);
     __syncthreads();
     for (int c = 0; c < pooled_wgrad_co && co0 + c < k; ++c) {
       const float wv = active ? W[int64_t(co0 + c) * taps + ci * 9 + tap] : 0.0f;
@@ -907,8 +893,8 @@ class cuda_backend final : public backend {
         CUDNN(cudnnSetStream(cudnn_, stream_));
       }
       TRY(z_[li].alloc(n * l.out * l.height * l.width, "convolution outputs"));
-      pooled_[li] = pooled_allowed && l.in * 9 <= 1024 && pooled_wgrad_shared_bytes(l) <= 48 * 1024;
-      pooled_dgrad_[li] = pooled_allowed && pooled_dgrad_threads(l) <= 1024 && pooled_dgrad_shared_bytes(l) <= 48 * 1024;
+      pooled_[li] = pooled_allowed && l.in * 9 <= 1024 && pooled_shared_bytes(l) <= 48 * 1024;
+      pooled_dgrad_[li] = pooled_allowed && pooled_dgrad_threads(l) <= 1024 && pooled_shared_bytes(l) <= 48 * 1024;
       if (pooled_[li])
         wpartials = std::max(wpartials, size_t(l.out) * size_t((n + pooled_wgrad_samples - 1) / pooled_wgrad_samples) *
                                             size_t(l.in) * 9);
@@ -1387,7 +1373,7 @@ class cuda_backend final : public backend {
           const int slices = (n + pooled_wgrad_samples - 1) / pooled_wgrad_samples;
           const int threads = (l.in * 9 + 31) / 32 * 32;
           pooled_wgrad_kernel<<<dim3((l.out + pooled_wgrad_co - 1) / pooled_wgrad_co, slices), threads,
-                                pooled_wgrad_shared_bytes(l), stream_>>>(d, act_[li].get(), arg_[li].get(), in, n,
+                                pooled_shared_bytes(l), stream_>>>(d, act_[li].get(), arg_[li].get(), in, n,
                                                                          l.in, l.out, l.height, l.width,
                                                                          wpartial_.get());
           CU(cudaGetLastError());
@@ -1401,7 +1387,7 @@ class cuda_backend final : public backend {
           mark("conv filter grad (cuDNN)", li);
         }
         if (din && pooled_dgrad_[li]) {
-          pooled_dgrad_kernel<<<n, pooled_dgrad_threads(l), pooled_dgrad_shared_bytes(l), stream_>>>(
+          pooled_dgrad_kernel<<<n, pooled_dgrad_threads(l), pooled_shared_bytes(l), stream_>>>(
               d, act_[li].get(), arg_[li].get(), W, l.in, l.out, l.height, l.width, din);
           CU(cudaGetLastError());
           mark("conv data grad (pooled)", li);
