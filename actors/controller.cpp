@@ -11,6 +11,7 @@
 #include "dial.hpp"
 #include <unistd.h>
 
+#include "tune/core/trace.hpp"
 #include "tune/cluster/token.hpp"
 #include "controller_state.hpp"
 
@@ -194,6 +195,7 @@ caf::message_handler trial_handlers(controller_actor self) {
         if (heard(self, id, false)) ingest_result(self, id, r);
       },
       [self](wire::trial_ended_atom, const std::string& wire_id, wire::wire_trial_end& e) {
+        trace_step("end_heard", wire_id);
         auto id = self->state.from_wire(wire_id);
         if (heard(self, id, true)) end_of(self, id, std::move(e));
       },

@@ -7,6 +7,7 @@
 
 #include "checkpoint_copy.hpp"
 #include "controller_state.hpp"
+#include "tune/core/trace.hpp"
 #include "tune/core/clock.hpp"
 #include "tune/host/detect.hpp"
 #include "tune/trial/command.hpp"
@@ -326,10 +327,12 @@ void send_start(controller_actor self, const live::start_trial& c, std::string r
     spec.metric = st.setup.engine->options().metric;
   }
   // Fetching the program and starting the worker take longer than a plain request.
+  trace_step("start_sent", spec.trial_id);
   self->request(st.setup.head, st.setup.request_timeout * 6, wire::trial_start_atom::value, st.setup.token, spec,
                 st.setup.programs)
       .then(
           [self, c, pinned_at](wire::trial_start_atom, bool ok, std::string& text, caf::actor& trial) {
+            trace_step("start_answered", self->state.on_wire(c.trial));
             auto& st = self->state;
             pin(self, c.action.restore_from, pinned_at, -1);
             auto* t = st.table.find(c.trial);

@@ -17,6 +17,7 @@
 #include "audit.hpp"
 #include "dial.hpp"
 #include "log.hpp"
+#include "tune/core/trace.hpp"
 #include "tune/trial/paths.hpp"
 #include "trial.hpp"
 #include "tune/cluster/groups.hpp"
@@ -728,6 +729,7 @@ void continue_start(node_actor self, wire::wire_trial_spec spec, bundle_key key,
 
 caf::response_promise trial_start(node_actor self, const wire::wire_trial_spec& spec, const std::string& key,
                                   uint32_t bundle, const caf::actor& server, const caf::actor& owner) {
+  trace_step("start_received", spec.trial_id);
   auto& st = self->state;
   bool trusted = from_head(self);  // before the promise: making it takes the sender away
   auto rp = self->make_response_promise();

@@ -14,6 +14,7 @@
 
 #include "audit.hpp"
 #include "log.hpp"
+#include "tune/core/trace.hpp"
 #include "tune/trial/paths.hpp"
 #include "tune/trial/command.hpp"
 #include "tune/trial/mps.hpp"
@@ -299,7 +300,9 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
         }
         auto spec = l.spec;
         reuse_environment(spec, w->dir, l.idle->linger());
+        trace_step("hand_over", l.trial_id);
         if (adopt(*w, spec, l.account, lines)) {
+          trace_step("handed_over", l.trial_id);
           owned = std::move(w->process);
           cg = std::move(w->cgroup);
           reuse_dir = w->dir;
@@ -313,7 +316,9 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
   }
   if (!owned) {
     before = {};
+    trace_step("prepare", l.trial_id);
     auto prepared = prepare(l, metrics);
+    trace_step("prepared", l.trial_id);
     if (!prepared) {
       caf::anon_send(self, started_atom::value, 0, 0, "node " + l.node_id + ": " + prepared.error().message(), std::string{});
       return;
@@ -332,6 +337,7 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
       if (!reuse_dir.empty()) reuse_environment(l.spec, reuse_dir, l.idle->linger());
     }
     auto p = worker_process::start(l.spec, from);
+    trace_step("spawned", l.trial_id);
     if (!p) {
       if (!reuse_dir.empty()) {
         std::error_code ec;
@@ -397,6 +403,7 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
         keep.used = used;
         keep.process = std::move(owned);
         keep.cgroup = std::move(cg);
+        trace_step("went_idle", l.trial_id);
         l.idle->keep(std::move(keep));
         caf::anon_send(self, ended_atom::value, true, 0, exit_info{true, 0}.describe(), tail, overlong, std::move(end));
         return;
@@ -426,7 +433,9 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
     std::error_code ec;
     std::filesystem::remove_all(reuse_dir, ec);
   }
+  trace_step("exited", l.trial_id);
   auto host = end_cgroup(l, cg.get(), w, before);
+  trace_step("cgroup_ended", l.trial_id);
   host.worker_reused = reused;
   caf::anon_send(self, ended_atom::value, done->exited, done->code, done->describe(), w.stderr_tail(),
                  static_cast<int64_t>(w.overlong_lines()), std::move(host));
@@ -655,6 +664,7 @@ void ended(trial_actor self, bool exited, int code, const std::string& how, cons
   log_line("trial " + st.opt.spec.trial_id + " ended: " + how);
   auto finish = [self](wire::wire_trial_end end) {
     auto& st = self->state;
+    trace_step("end_sent", st.opt.spec.trial_id);
     to_owner(self, caf::make_message(wire::trial_ended_atom::value, st.opt.spec.trial_id, std::move(end)));
     if (st.watcher.joinable()) st.watcher.join();
     st.over = true;
@@ -734,6 +744,7 @@ void on_started(trial_actor self, int pid, int group, const std::string& error, 
   if (!st.opt.spec.restore_dir.empty()) info["restore_dir"] = st.opt.spec.restore_dir;
   log_line("trial " + st.opt.spec.trial_id + " started, pid " + std::to_string(pid));
   st.started_ok = true;
+  trace_step("worker_running", st.opt.spec.trial_id);
   st.opt.started.deliver(wire::start_answer(true, info.dump(), caf::actor_cast<caf::actor>(self)));
   if (st.opt.node)
     to_owner(self, caf::make_message(wire::trial_node_atom::value, st.opt.spec.trial_id, st.opt.node, st.opt.access));
