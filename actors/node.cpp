@@ -1200,7 +1200,8 @@ caf::actor spawn_node(caf::actor_system& sys, node_options opt) {
 
 std::map<std::string, std::string> inherited_trial_env() {
   std::map<std::string, std::string> env;
-  for (auto name : {"PATH", "HOME", "LD_LIBRARY_PATH", "TMPDIR", "LANG", "TUNE_FASHION_MNIST_DIR"})
+  for (auto name : {"PATH", "HOME", "LD_LIBRARY_PATH", "TMPDIR", "LANG", "TUNE_FASHION_MNIST_DIR",
+                    "TUNE_TRAIN_POOLED_GRADS", "TUNE_TRAIN_DIRECT_CONV"})
     if (const char* v = std::getenv(name)) env[name] = v;
   if (!env.count("PATH")) env["PATH"] = "/usr/local/bin:/usr/bin:/bin";
   return env;

@@ -77,7 +77,9 @@ caf::actor spawn_node(caf::actor_system& sys, node_options opt);
 
 // What trials start from, taken from this process's environment: enough to find
 // programs, libraries and the data (PATH, HOME, LD_LIBRARY_PATH, TMPDIR, LANG,
-// TUNE_FASHION_MNIST_DIR); nothing else (CUDA_VISIBLE_DEVICES above all) reaches them.
+// TUNE_FASHION_MNIST_DIR) and the built-in training's kernel switches
+// (TUNE_TRAIN_POOLED_GRADS, TUNE_TRAIN_DIRECT_CONV: a node started with one runs its
+// trials' CNNs that way); nothing else (CUDA_VISIBLE_DEVICES above all) reaches them.
 std::map<std::string, std::string> inherited_trial_env();
 
 }  // namespace tune

@@ -25,6 +25,8 @@ TEST(Services, TheBoundsAreTheSameForEveryCaller) {
 
 TEST(Services, ANodeTakesItsHostPartsAndNoAuditWithoutRealCards) {
   ::setenv("CUDA_VISIBLE_DEVICES", "0", 1);  // the node's own: never the trials'
+  ::setenv("TUNE_TRAIN_POOLED_GRADS", "0", 1);  // the built-in training's switch: the trials' too
+  ::setenv("TUNE_TRAIN_UNKNOWN_SWITCH", "1", 1);  // not one of them: not passed on
   auto host = open_node_host({"svc-test", "subreaper", {}});
   ASSERT_TRUE(host) << host.error().message();
   EXPECT_TRUE(host->workers);
@@ -41,7 +43,11 @@ TEST(Services, ANodeTakesItsHostPartsAndNoAuditWithoutRealCards) {
   EXPECT_FALSE(opt.gpu_library);  // no real card: no audit
   EXPECT_FALSE(opt.trial_env.count("CUDA_VISIBLE_DEVICES"));
   EXPECT_TRUE(opt.trial_env.count("PATH"));
+  EXPECT_EQ(opt.trial_env["TUNE_TRAIN_POOLED_GRADS"], "0");
+  EXPECT_FALSE(opt.trial_env.count("TUNE_TRAIN_UNKNOWN_SWITCH"));
   ::unsetenv("CUDA_VISIBLE_DEVICES");
+  ::unsetenv("TUNE_TRAIN_POOLED_GRADS");
+  ::unsetenv("TUNE_TRAIN_UNKNOWN_SWITCH");
 }
 
 TEST(Services, AHeadWithItsDashboardShowsWhereTheDashboardIs) {

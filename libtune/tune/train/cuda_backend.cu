@@ -861,15 +861,14 @@ class cuda_backend final : public backend {
     const char* direct_env = std::getenv("TUNE_TRAIN_DIRECT_CONV");
     const bool direct_allowed = !direct_env || std::string{direct_env} != "0";
     // The pooled gradient kernels (pooled_wgrad_kernel, pooled_dgrad_kernel) do an eighth
-    // of cuDNN's work in fewer, longer blocks: where trials' kernels run side by side
-    // (MPS) that is more samples per second for the card (8 CNN trials on an H200:
-    // 877k -> 949k), where one trial has the card at a time (alone, time-sliced) cuDNN's
-    // wider kernels finish sooner (547k -> 488k). So they are on under MPS (the node
-    // sets CUDA_MPS_PIPE_DIRECTORY for its MPS trials); TUNE_TRAIN_POOLED_GRADS=1 or 0
-    // decides instead.
-    bool pooled_allowed = direct_allowed;
-    if (const char* e = std::getenv("TUNE_TRAIN_POOLED_GRADS"); e && *e) pooled_allowed = direct_allowed && std::string{e} != "0";
-    else if (const char* m = std::getenv("CUDA_MPS_PIPE_DIRECTORY"); !m || !*m) pooled_allowed = false;
+    // of cuDNN's work in fewer, longer, latency-bound blocks. Only where the card is
+    // crowded with the same shape do they pay: 8 CNN trials at batch 128 under MPS on an
+    // H200, 777k -> 868k samples/s. Alone or time-sliced they lose (547k -> 488k), and
+    // in the 64-trial tuning run (batch 64-256, 4 or 16 trials at once) they lost under
+    // MPS too: 181 -> 124 trials/min at a 0.25 share, 184 -> 147 auto-packed (2026-12-03).
+    // So they run only when asked: TUNE_TRAIN_POOLED_GRADS=1.
+    const char* pooled_env = std::getenv("TUNE_TRAIN_POOLED_GRADS");
+    const bool pooled_allowed = direct_allowed && pooled_env && std::string{pooled_env} == "1";
     direct_.assign(net_.layers.size(), false);
     thin_.assign(net_.layers.size(), false);
     pooled_.assign(net_.layers.size(), false);

@@ -106,7 +106,7 @@ TEST(Gpu, LibraryKernelsForEveryLayerMatchCpuToo) {
   ::unsetenv("TUNE_TRAIN_DIRECT_CONV");
 }
 
-// The pooled gradient kernels (on under MPS by default) against the CPU too.
+// The pooled gradient kernels (off unless TUNE_TRAIN_POOLED_GRADS=1) against the CPU too.
 TEST(Gpu, PooledGradientKernelsMatchCpu) {
   SKIP_WITHOUT_GPU();
   ::setenv("TUNE_TRAIN_POOLED_GRADS", "1", 1);
