@@ -5,6 +5,7 @@
 # nvidia-smi must list none of its processes, and the trial's recorded peak GPU memory
 # must include the helper's. Prints one JSON line per mode; exits 1 on a failed check.
 #   bench/gpu_containment_check.sh TUNE_BINARY OUT_DIR [PYTHON]
+# CARD=k: on card k (a head and a node started with --gpus k), not the first card.
 set -u
 tune=$(readlink -f "$1"); out=$(readlink -f "$2"); python=${3:-python3}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,8 +26,18 @@ resources_per_trial: {cpu: 1, gpu: 0.25}
 experiment_dir: $work/exp
 EOF2
   : > "$work/pids" && chmod 666 "$work/pids"  # the trial (nobody, as root) writes its helper's pid
-  (cd "$work" && "$tune" run escape.yaml --num-gpus 1 --containment "$mode") > "$out/run-$mode.log" 2>&1
-  rc=$?
+  if [ -n "${CARD:-}" ]; then  # on that card: a head and a node holding only it
+    export TUNE_RUNTIME_DIR=$work/rt TUNE_TOKEN_FILE=$work/rt/token
+    mkdir -m 711 "$work/rt"
+    addr=$("$tune" start --head --host 127.0.0.1 --port 0 --no-dashboard | sed -n 's/.*head started at \([^ ]*\).*/\1/p')
+    "$tune" start --address "$addr" --gpus "$CARD" --containment "$mode" > "$out/node-$mode.txt" 2>&1
+    (cd "$work" && "$tune" run escape.yaml --address "$addr") > "$out/run-$mode.log" 2>&1
+    rc=$?
+    "$tune" stop > /dev/null 2>&1
+  else
+    (cd "$work" && "$tune" run escape.yaml --num-gpus 1 --containment "$mode") > "$out/run-$mode.log" 2>&1
+    rc=$?
+  fi
   sleep 0.5
   helper=$(cat "$work/pids" 2>/dev/null | head -1)
   alive=false
