@@ -289,6 +289,47 @@ scheduler: {type: hyperband, max_t: 9, reduction_factor: 3, brackets: 1}
   EXPECT_EQ(results->size(), 9u) << "the best trial ran to max_t";
 }
 
+// TUNE_TRACE_STEPS (tune/core/trace.hpp, read by bench/steps.py): every trial's start
+// and end, step by step, each step once and in the order the messages go.
+TEST_F(ProgramTest, TheStepTraceFollowsEachTrialFromItsGroupToItsEndHeard) {
+  auto file = experiment("trace.yaml", "command: [" + py() + R"(, trial.py]
+num_samples: 3
+space: {x: {uniform: [0.0, 1.0]}, epochs: 2, sleep: 0.01}
+)");
+  auto trace = files.dir() + "/steps.log";
+  auto r = tune_run({file, "--num-cpus", "4"}, 120s, "", {{"TUNE_TRACE_STEPS", trace}});
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  // Two chains: the messages' (the trial actor says "running" before it passes on the
+  // end), and the watching thread's (the process's end may come before "running" is said).
+  const std::vector<std::vector<std::string>> chains{
+      {"create_sent", "create_answered", "start_sent", "start_received", "prepare", "prepared", "spawned",
+       "worker_running", "end_sent", "end_heard"},
+      {"spawned", "exited", "cgroup_ended", "end_sent"}};
+  std::map<std::string, std::map<std::string, std::vector<long long>>> seen;  // trial -> step -> times
+  std::ifstream in(trace);
+  std::string step, trial;
+  long long ns = 0;
+  while (in >> step >> trial >> ns) seen[trial.substr(0, trial.find('@'))][step].push_back(ns);
+  ASSERT_EQ(seen.size(), 3u) << read_all(trace);
+  for (auto& [id, steps] : seen) {
+    for (auto& chain : chains) {
+      long long last = 0;
+      for (auto& name : chain) {
+        ASSERT_EQ(steps[name].size(), 1u) << id << " " << name << "\n" << read_all(trace);
+        EXPECT_GE(steps[name][0], last) << id << ": " << name << " before the step it follows";
+        last = steps[name][0];
+      }
+    }
+    ASSERT_EQ(steps["start_answered"].size(), 1u) << id;
+    EXPECT_GE(steps["start_answered"][0], steps["worker_running"][0]) << id;
+  }
+  // Off without the variable: nothing written.
+  fs::remove_all(exp);
+  fs::remove(trace);
+  ASSERT_EQ(tune_run({file, "--num-cpus", "4"}).rc, 0);
+  EXPECT_FALSE(fs::exists(trace));
+}
+
 TEST_F(ProgramTest, AScriptThatKnowsNothingOfLibtuneIsReadThroughItsOutput) {
   // Flags only, the working directory the one tune run started in, the configuration
   // in the command's placeholders.

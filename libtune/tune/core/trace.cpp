@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 namespace tune {
 
@@ -29,10 +31,18 @@ void step_trace::operator()(const char* step, const std::string& trial) const {
 }
 
 void trace_step(const char* step, const std::string& trial) {
-  static const step_trace trace([] {
+  static const std::string path = [] {
     const char* p = std::getenv("TUNE_TRACE_STEPS");
     return std::string{p ? p : ""};
-  }());
+  }();
+  static const step_trace trace(path);
+  static const bool said = [] {  // a path it cannot write: said once, then no trace
+    if (!path.empty() && !trace.on())
+      std::fprintf(stderr, "libtune: TUNE_TRACE_STEPS=%s cannot be opened for writing (%s): no step trace\n", path.c_str(),
+                   std::strerror(errno));
+    return true;
+  }();
+  (void)said;
   trace(step, trial);
 }
 
