@@ -49,11 +49,11 @@ void create_group(controller_actor self, const live::create_group& c) {
   // Where its checkpoint is staged, if it restarts from one (no fetch there).
   if (auto r = st.records.find(c.trial); r != st.records.end() && !r->second.standby_node.empty())
     spec.prefer = {r->second.standby_node};
-  trace_step("create_sent", st.on_wire(c.trial));
+  if (step_tracing()) trace_step("create_sent", st.on_wire(c.trial));
   self->request(st.setup.head, st.setup.request_timeout, wire::pg_create_atom::value, st.setup.token, version(), spec)
       .then(
           [self, c](wire::pg_create_atom, bool ok, std::string& group, std::string& state, std::string& reason) {
-            trace_step("create_answered", self->state.on_wire(c.trial));
+            if (step_tracing()) trace_step("create_answered", self->state.on_wire(c.trial));
             self->state.table.on_group_created(c.trial, c.attempt, {ok, group, state, reason});
             drain(self);
           },

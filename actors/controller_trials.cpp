@@ -332,7 +332,7 @@ void send_start(controller_actor self, const live::start_trial& c, std::string r
                 st.setup.programs)
       .then(
           [self, c, pinned_at](wire::trial_start_atom, bool ok, std::string& text, caf::actor& trial) {
-            trace_step("start_answered", self->state.on_wire(c.trial));
+            if (step_tracing()) trace_step("start_answered", self->state.on_wire(c.trial));
             auto& st = self->state;
             pin(self, c.action.restore_from, pinned_at, -1);
             auto* t = st.table.find(c.trial);

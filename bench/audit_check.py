@@ -2,7 +2,7 @@
 """An audit of a tuning run independent of libtune's own: every trial's record from the
 experiment store against what nvidia-smi saw on the cards meanwhile.
 
-    bench/audit_check.py EXPERIMENT_DIR [SMI_SAMPLES] [--json]
+    bench/audit_check.py EXPERIMENT_DIR [SMI_SAMPLES] [--json | --json-to FILE]
 
 SMI_SAMPLES: the output of bench/smi_sample.sh (lines "T <unix time>" then
 "<pid>, <gpu uuid>, <used MiB>" for each process on a card at that time). For each
@@ -11,7 +11,8 @@ share, memory quota) and the peak GPU memory the node recorded. Then, from the
 samples: a trial's process seen on a card it was not given (a violation), or above its
 quota (over quota), and processes on the cards that no trial owns (listed, not counted:
 MPS daemons, other people's work). Exits 1 when there is a violation or an over-quota
-sample or a trial that did not end well.
+sample or a trial that did not end well. --json prints the record as JSON instead of
+the summary; --json-to FILE writes it there and prints the summary too.
 """
 import json
 import sqlite3
@@ -79,7 +80,16 @@ def per_card_util(path):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    argv = sys.argv[1:]
+    json_to = None
+    if "--json-to" in argv:
+        at = argv.index("--json-to")
+        if at + 1 >= len(argv):
+            print("audit_check.py: --json-to needs a file", file=sys.stderr)
+            return 2
+        json_to = argv[at + 1]
+        del argv[at:at + 2]
+    args = [a for a in argv if not a.startswith("--")]
     if not args or "-h" in sys.argv or "--help" in sys.argv:
         print(__doc__.strip())
         return 0 if args else 2
@@ -122,7 +132,10 @@ def main():
            "over_quota_samples": len(over_quota), "trials_not_ok": len(not_ok),
            "per_card_util_mean": util, "foreign_processes": {str(p): sorted(c) for p, c in foreign.items()},
            "violations": violations[:20], "over_quota": over_quota[:20], "records": records}
-    if "--json" in sys.argv:
+    if json_to:
+        with open(json_to, "w") as f:
+            json.dump(out, f, indent=1)
+    if "--json" in argv:
         print(json.dumps(out, indent=1))
     else:
         print(f"{out['trials']} trials, {out['samples']} process sightings: {out['audit_violations']} on a card not "

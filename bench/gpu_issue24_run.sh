@@ -65,9 +65,10 @@ if [[ " $parts " == *" 1 "* ]]; then
   step "1: fashion_mnist, $samples trials at 0.125" $?
   wall=$(python3 -c "import time; print(round(time.time() - $start, 1))")
   sample_off
-  python3 "$here/audit_check.py" "$out/run1-fm-exp" "$out/run1-fm.smi" --json > "$out/run1-fm-audit.json"
+  python3 "$here/audit_check.py" "$out/run1-fm-exp" "$out/run1-fm.smi" --json-to "$out/run1-fm-audit.json" \
+    > "$out/run1-fm-audit.txt"
   step "1: audit (fashion_mnist)" $?
-  python3 "$here/audit_check.py" "$out/run1-fm-exp" "$out/run1-fm.smi" | head -3
+  head -3 "$out/run1-fm-audit.txt"
   if $have_torch; then
     pytorch_file "$out/run1-pt.yaml" "$samples" 0.125 8
     sample_on "$out/run1-pt.smi"
@@ -75,9 +76,10 @@ if [[ " $parts " == *" 1 "* ]]; then
       --progress lines > "$out/run1-pt.json" 2> "$out/run1-pt.log"
     step "1: the PyTorch example, $samples trials at 0.125" $?
     sample_off
-    python3 "$here/audit_check.py" "$out/run1-pt-exp" "$out/run1-pt.smi" --json > "$out/run1-pt-audit.json"
+    python3 "$here/audit_check.py" "$out/run1-pt-exp" "$out/run1-pt.smi" --json-to "$out/run1-pt-audit.json" \
+      > "$out/run1-pt-audit.txt"
     step "1: audit (PyTorch)" $?
-    python3 "$here/audit_check.py" "$out/run1-pt-exp" "$out/run1-pt.smi" | head -3
+    head -3 "$out/run1-pt-audit.txt"
   fi
   name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
   python3 - "$out" "$cards" "$wall" "$(date +%F)" "$dry" "$name" <<'EOF'

@@ -13,7 +13,11 @@
 namespace tune {
 
 step_trace::step_trace(const std::string& path) {
-  if (!path.empty()) fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if (path.empty()) return;
+  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if (fd_ < 0)  // said once, where it is made; then nothing is traced
+    std::fprintf(stderr, "libtune: the step trace %s cannot be opened for writing (%s): no step trace\n", path.c_str(),
+                 std::strerror(errno));
 }
 
 step_trace::~step_trace() {
@@ -30,20 +34,18 @@ void step_trace::operator()(const char* step, const std::string& trial) const {
   if (n > 0) (void)!::write(fd_, line, static_cast<size_t>(std::min<int>(n, sizeof line - 1)));
 }
 
-void trace_step(const char* step, const std::string& trial) {
-  static const std::string path = [] {
+namespace {
+const step_trace& process_trace() {
+  static const step_trace trace([] {
     const char* p = std::getenv("TUNE_TRACE_STEPS");
     return std::string{p ? p : ""};
-  }();
-  static const step_trace trace(path);
-  static const bool said = [] {  // a path it cannot write: said once, then no trace
-    if (!path.empty() && !trace.on())
-      std::fprintf(stderr, "libtune: TUNE_TRACE_STEPS=%s cannot be opened for writing (%s): no step trace\n", path.c_str(),
-                   std::strerror(errno));
-    return true;
-  }();
-  (void)said;
-  trace(step, trial);
+  }());
+  return trace;
 }
+}  // namespace
+
+bool step_tracing() { return process_trace().on(); }
+
+void trace_step(const char* step, const std::string& trial) { process_trace()(step, trial); }
 
 }  // namespace tune

@@ -24,7 +24,10 @@ class step_trace {
   int fd_ = -1;
 };
 
-// This process's trace (TUNE_TRACE_STEPS, read at the first call).
+// This process's trace (TUNE_TRACE_STEPS, read at the first call; a path that cannot
+// be opened is said once on standard error). step_tracing(): whether it is on, for
+// callers that would build the trial's name only to trace it.
+bool step_tracing();
 void trace_step(const char* step, const std::string& trial);
 
 }  // namespace tune

@@ -24,6 +24,13 @@ TEST(StepTrace, OffWithoutAPathWritesNothing) {
   t("start_sent", "t1");  // no file, no crash
 }
 
+TEST(StepTrace, APathThatCannotBeOpenedIsOffAndWritesNothing) {
+  tune::step_trace t("/nonexistent-folder-of-trace-test/steps.log");  // said on stderr
+  EXPECT_FALSE(t.on());
+  t("start_sent", "t1");
+  EXPECT_FALSE(std::filesystem::exists("/nonexistent-folder-of-trace-test"));
+}
+
 TEST(StepTrace, LinesNameTheStepTheTrialAndARisingClock) {
   auto path = scratch();
   {
