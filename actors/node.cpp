@@ -87,6 +87,7 @@ struct node_state {
   // this node has no card another program could use), and the GPU audit's latest list
   // of processes on the cards that are none of its trials.
   std::unique_ptr<card_claims> claims;
+  bool release_due = false;  // released bundles not written to the claims yet
   std::vector<foreign_process> foreign;
   static inline const char* name = "tune.node";
 };
@@ -159,10 +160,11 @@ std::map<std::string, card_claim> own_claims(const reservation_table& table) {
   return out;
 }
 
-void write_claims(node_actor self) {
+// Under the cards' locks (`held`'s, or taken by write()): every write to a card's folder is.
+void write_claims(node_actor self, const card_claims::lock* held = nullptr) {
   auto& st = self->state;
   if (!st.claims) return;
-  if (auto s = st.claims->write(own_claims(st.table)); !s) log_line("card claims: " + s.message());
+  if (auto s = st.claims->write(own_claims(st.table), held); !s) log_line("card claims: " + s.message());
 }
 
 // What other programs hold on the cards, from the other nodes' `claims` and the audit's
@@ -186,9 +188,70 @@ void set_others(node_actor self, const std::vector<claimer>& claims) {
   if (st.joined && st.head) send_heartbeat(self);
 }
 
-void look_at_claims(node_actor self) {
+using claims_write_atom = caf::atom_constant<caf::atom("claimwrite")>;
+// Releases reach the claims within this long, many in one write (a prepare in between
+// writes them at once): a claim that lasts a little longer only makes another cluster
+// wait a little longer, never share a card.
+constexpr auto release_delay = std::chrono::milliseconds(20);
+
+void release_claims(node_actor self) {
   auto& st = self->state;
-  set_others(self, st.claims ? st.claims->others() : std::vector<claimer>{});
+  if (!st.claims || st.release_due) return;
+  st.release_due = true;
+  self->delayed_send(self, release_delay, claims_write_atom::value);
+}
+
+// The other nodes' claims (the folders of `fresh` read again when they changed; all: the
+// node's every card).
+void look_at_claims(node_actor self, const std::vector<std::string>* fresh = nullptr) {
+  auto& st = self->state;
+  if (!st.claims) return set_others(self, {});
+  set_others(self, fresh ? st.claims->others(*fresh) : st.claims->others());
+}
+
+// The shared cards of an allocation, by UUID.
+std::vector<std::string> shared_cards_of(node_actor self, const allocation& a) {
+  auto& gpus = self->state.table.resources().gpus();
+  std::vector<std::string> out;
+  for (auto& g : a.gpus)
+    if (shared_card(gpus[g.card])) out.push_back(gpus[g.card].uuid);
+  return out;
+}
+
+// A bundle reserved on this node's reservation table with what the other nodes on the
+// machine claim taken into account: under the locks of the cards it will likely take
+// (the head's choice, else where this node's rules put it), their claims read again; if
+// it went to other cards after all, taken back and decided again under every card's lock.
+// Nodes on disjoint cards never wait for each other; the node's claims are written before
+// the locks go.
+expected<allocation> prepare_claimed(node_actor self, const bundle_key& key, const resource_set& request,
+                                     const allocation& preferred) {
+  auto& st = self->state;
+  auto now = self->clock().now();
+  if (!st.claims || request.gpu().is_zero()) return st.table.prepare(key, request, preferred, now);
+  auto& res = st.table.resources();
+  std::vector<std::string> cards;
+  if (res.follows_rules(request, preferred)) cards = shared_cards_of(self, preferred);
+  else if (auto guess = res.plan(request)) cards = shared_cards_of(self, *guess);
+  bool all = cards.empty();
+  auto held = all ? st.claims->hold_all() : st.claims->hold(cards);
+  look_at_claims(self, all ? &st.claims->cards() : &cards);
+  auto taken = st.table.prepare(key, request, preferred, now);
+  if (taken && !all)
+    for (auto& uuid : shared_cards_of(self, *taken))
+      if (std::find(cards.begin(), cards.end(), uuid) == cards.end()) {
+        st.table.abort(key);
+        {
+          auto none = std::move(held);  // let go first: never two sets of locks at once
+        }
+        auto every = st.claims->hold_all();
+        look_at_claims(self);
+        taken = st.table.prepare(key, request, preferred, now);
+        if (taken) write_claims(self, &every);
+        return taken;
+      }
+  if (taken) write_claims(self, &held);
+  return taken;
 }
 
 // The machine's card claims, for a node with cards other programs can use.
@@ -204,7 +267,10 @@ void open_claims(node_actor self) {
   me.user = user_name(me.uid);
   if (st.opt.contain && st.opt.contain->caps().cgroup) me.cgroup = st.opt.contain->caps().trials_path;
   auto dir = st.opt.claims_dir.empty() ? shared_dir() + "/gpus" : st.opt.claims_dir;
-  auto c = card_claims::open(dir, std::move(me));
+  std::vector<std::string> uuids;
+  for (auto& g : gpus)
+    if (shared_card(g)) uuids.push_back(g.uuid);
+  auto c = card_claims::open(dir, std::move(me), uuids);
   if (!c) {
     log_line("card claims off (" + c.error().message() + "): another libtune cluster on this machine may give these "
              "cards too until a trial of its shows on them");
@@ -1164,7 +1230,7 @@ caf::message_handler membership(node_actor self) {
         for (auto& k : gone)
           log_line("released bundle " + k.to_string() + ": prepared but never committed within " +
                    std::to_string(st.opt.prepare_ttl.count()) + " ms");
-        if (!gone.empty()) write_claims(self);
+        if (!gone.empty()) release_claims(self);
         self->delayed_send(self, st.opt.prepare_ttl / 4, wire::expire_atom::value);
       },
       [self](wire::rejoin_atom) {
@@ -1214,17 +1280,9 @@ caf::message_handler reservations(node_actor self) {
         auto request = wire::request_from_wire(req);
         if (!request) return answer(false, {}, request.error().message());
         auto pref = wire::alloc_from_wire(preferred, st.table.resources());
-        // Under the machine's lock: the other nodes' claims as they are now, this node's
-        // written before another may look (two clusters never give one card twice).
-        std::optional<card_claims::lock> machine;
-        if (st.claims) {
-          machine.emplace(st.claims->hold());
-          look_at_claims(self);
-        }
-        auto taken = st.table.prepare({key, bundle}, *request, pref ? *pref : allocation{}, self->clock().now());
+        // Two clusters on one machine never give one card twice (prepare_claimed).
+        auto taken = prepare_claimed(self, {key, bundle}, *request, pref ? *pref : allocation{});
         if (!taken) return answer(false, {}, taken.error().message());
-        write_claims(self);
-        machine.reset();
         answer(true, wire::to_wire(*taken), {});
       },
       [self](wire::commit_atom, const std::string& key, uint32_t bundle) {
@@ -1238,7 +1296,7 @@ caf::message_handler reservations(node_actor self) {
         if (!from_head(self)) return;
         auto& st = self->state;
         st.table.abort({key, bundle});
-        write_claims(self);
+        release_claims(self);
         // A trial in that bundle has no reservation any more: it must not go on using
         // the cards (the head may have given them, or this trial, to someone else).
         for (auto& [id, t] : st.trials)
@@ -1283,6 +1341,10 @@ caf::message_handler trial_handlers(node_actor self) {
         if (!st.audit || self->current_sender() != st.audit.address()) return;
         st.foreign = foreign_from_json(list);
         look_at_claims(self);
+      },
+      [self](claims_write_atom) {
+        self->state.release_due = false;
+        write_claims(self);
       },
       [self](claims_tick_atom) {
         look_at_claims(self);
