@@ -564,8 +564,13 @@ void show(controller_actor self, bool force) {
   s.metric = st.setup.engine->options().metric;
   s.direction = st.setup.engine->options().direction;
   s.elapsed_s = elapsed(self);
-  for (auto& [id, t] : st.setup.engine->trials())
-    s.trials.push_back({id, std::string{to_string(t.state)}, t.iteration, t.value, t.cfg, t.error, st.setup.engine->meets_constraints(t)});
+  for (auto& [id, t] : st.setup.engine->trials()) {
+    std::string state{to_string(t.state)};
+    // Started by the engine, but its group not placed yet: it waits (and said why).
+    if (auto* live = st.table.find(id); live && (live->state == live_state::placing || live->state == live_state::waiting))
+      state = "pending";
+    s.trials.push_back({id, state, t.iteration, t.value, t.cfg, t.error, st.setup.engine->meets_constraints(t)});
+  }
   st.last_progress = now(self);
   opt.on_progress(s);
 }
