@@ -8,7 +8,11 @@
 // With --users N (issue 21), each run is done twice side by side: with the admin's
 // token (one lane) and with N users' tokens (the clients split among them: a lane each,
 // the fair-share order and the quota checks on every placement).
-// Last line: one JSON object. Usage: bench_pg [--quick] [--inproc-only] [--users N]
+// With --simulated (issue 39) the loopback nodes run on simulated cards
+// (TUNE_SIMULATED_GPUS; 8 of their own each, out of one view of 32): their GPU audit reads
+// the view and every reservation goes through the machine's card claims, as on a GPU
+// machine, to weigh what counting other programs costs.
+// Last line: one JSON object. Usage: bench_pg [--quick] [--inproc-only] [--users N] [--simulated]
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +21,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -167,7 +173,7 @@ int64_t held_after(caf::actor_system& sys, caf::actor head, const std::string& t
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, inproc_only = false, with_tls = false;
+  bool quick = false, inproc_only = false, with_tls = false, simulated = false;
   int users = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -175,8 +181,9 @@ int main(int argc, char** argv) {
     else if (a == "--inproc-only") inproc_only = true;
     else if (a == "--users" && i + 1 < argc) users = std::max(0, std::atoi(argv[++i]));
     else if (a == "--tls") with_tls = true;
+    else if (a == "--simulated") simulated = true;
     else {
-      std::cout << "usage: bench_pg [--quick] [--inproc-only] [--users N] [--tls]\n";
+      std::cout << "usage: bench_pg [--quick] [--inproc-only] [--users N] [--tls] [--simulated]\n";
       return a == "--help" ? 0 : 2;
     }
   }
@@ -240,8 +247,22 @@ int main(int argc, char** argv) {
   std::string address = "127.0.0.1:" + std::to_string(port);
   auto started = sh(bench::tune_binary() + " start --head --host 127.0.0.1 --port " + std::to_string(port));
   if (started.find("head started at") == std::string::npos) die("cannot start a head: " + started);
+  std::string view;  // --simulated: the cards' folder
+  if (simulated) {
+    view = bench::scratch::dir + "/gpus";
+    std::filesystem::create_directories(view + "/procs");
+    nlohmann::json cards = nlohmann::json::array();
+    for (int c = 0; c < node_count * gpus_per_node; ++c) cards.push_back({{"uuid", "GPU-sim-" + std::to_string(c)}, {"memory", "80GiB"}});
+    std::ofstream(view + "/cards.json") << cards.dump();
+  }
   for (int i = 0; i < node_count; ++i) {
-    auto s = sh(bench::tune_binary() + " start --address " + address + " --num-gpus " + std::to_string(gpus_per_node));
+    std::string gpus = "--num-gpus " + std::to_string(gpus_per_node);
+    if (simulated) {
+      gpus = "--gpus ";
+      for (int c = 0; c < gpus_per_node; ++c) gpus += (c ? "," : "") + std::to_string(i * gpus_per_node + c);
+    }
+    auto s = sh((simulated ? "TUNE_SIMULATED_GPUS=" + view + " TUNE_SHARED_DIR=/dev/shm/" + std::filesystem::path(bench::scratch::dir).filename().string() + " " : std::string{}) +
+                bench::tune_binary() + " start --address " + address + " " + gpus);
     if (s.find("node started") == std::string::npos && s.find("joined") == std::string::npos)
       die("cannot start a node: " + s);
   }
@@ -350,9 +371,10 @@ int main(int argc, char** argv) {
   if (auto left = held_after(sys, rhead, token->token); left != 0) die("loopback: something is still held after every group was removed");
   std::printf("{\"inproc_pairs_per_s\": %.0f, \"loopback_pairs_per_s\": %.0f, \"inproc_users_pairs_per_s\": %.0f, "
               "\"loopback_users_pairs_per_s\": %.0f, \"users\": %d, \"ready_ms_p50\": %.3f, "
-              "\"ready_ms_p99\": %.3f, \"clients\": %d, \"nodes\": %d, \"bundles_per_group\": 2, \"runs\": %d}\n",
+              "\"ready_ms_p99\": %.3f, \"clients\": %d, \"nodes\": %d, \"bundles_per_group\": 2, \"runs\": %d, "
+              "\"simulated_cards\": %s}\n",
               median(inproc), median(loop), median(inproc_users), median(loop_u), users, percentile(lat.ready_ms, 0.5),
-              percentile(lat.ready_ms, 0.99), clients, node_count, runs);
+              percentile(lat.ready_ms, 0.99), clients, node_count, runs, simulated ? "true" : "false");
   std::fflush(stdout);
   std::exit(0);
 }

@@ -32,6 +32,7 @@ mode = parser.add_mutually_exclusive_group(required=True)
 mode.add_argument("--simulated", action="store_true")
 mode.add_argument("--real", action="store_true")
 args = parser.parse_args()
+args.tune = os.path.abspath(args.tune)
 
 work = tempfile.mkdtemp(prefix="foreign-wait-")
 os.chmod(work, 0o755)
@@ -79,7 +80,8 @@ try:
         other = start_other()
         run = subprocess.Popen([args.tune, "run", "--local", "--metric", "score", "--mode", "max", "--samples", "1",
                                 "--gpus-per-trial", args.gpu, "--progress", "lines", "--name", "wait%d" % i,
-                                "--experiment-dir", os.path.join(work, "exp%d" % i), "--", sys.executable, trial],
+                                "--experiment-dir", os.path.join(work, "exp%d" % i), "--no-working-dir", "--",
+                                sys.executable, trial],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=work)
         waiting = threading.Event()
         lines = []
@@ -103,8 +105,10 @@ try:
         other.wait()
         run.wait(120)
         reader.join(5)
-        with open(record) as f:
-            starts = [float(x) for x in f.read().split()]
+        starts = []
+        if os.path.exists(record):
+            with open(record) as f:
+                starts = [float(x) for x in f.read().split()]
         if run.returncode != 0 or len(starts) != i + 1:
             sys.exit("repeat %d: tune run ended with %s:\n%s" % (i, run.returncode, "".join(lines)))
         latencies.append(starts[-1] - t0)
