@@ -44,10 +44,14 @@ struct scratch {
 // Runs `cmd` against the scratch cluster.
 inline std::string run(const std::string& cmd) { return sh(scratch::dir, scratch::token_path, cmd); }
 
+// A machine-wide folder of the benchmark's own (TUNE_SHARED_DIR for its nodes: card
+// claims, heads), on tmpfs as the default one is; removed with the scratch folder.
+inline std::string scratch_shared_dir() { return "/dev/shm/" + scratch::dir.substr(scratch::dir.rfind('/') + 1); }
+
 inline void cleanup_scratch() {
   if (scratch::dir.empty() || std::getenv("BENCH_KEEP")) return;
   run(tune_binary() + " stop --grace 5");
-  std::system(("rm -rf " + scratch::dir).c_str());
+  std::system(("rm -rf " + scratch::dir + " " + scratch_shared_dir()).c_str());
   scratch::dir.clear();  // once: at exit again, or the reaper, find nothing to do
 }
 
@@ -79,7 +83,8 @@ inline void make_scratch(const std::string& bench_name) {
   char* envp[] = {env_dir.data(), env_token.data(), env_tune.data(), env_path.data(), nullptr};
   const char* script =
       "trap '' INT TERM HUP; cat >/dev/null; "
-      "if [ -d \"$TUNE_RUNTIME_DIR\" ]; then \"$BENCH_TUNE\" stop --grace 5; rm -rf \"$TUNE_RUNTIME_DIR\"; fi";
+      "if [ -d \"$TUNE_RUNTIME_DIR\" ]; then \"$BENCH_TUNE\" stop --grace 5; rm -rf \"$TUNE_RUNTIME_DIR\" "
+      "\"/dev/shm/${TUNE_RUNTIME_DIR##*/}\"; fi";
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) die("cannot make the reaper's pipe");
   pid_t pid = ::fork();
