@@ -17,6 +17,7 @@
 #include "tune/core/trace.hpp"
 #include "tune/trial/paths.hpp"
 #include "tune/trial/command.hpp"
+#include "tune/trial/error_headline.hpp"
 #include "tune/trial/mps.hpp"
 #include "tune/trial/output_metrics.hpp"
 #include "tune/trial/process.hpp"
@@ -441,16 +442,6 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
                  static_cast<int64_t>(w.overlong_lines()), std::move(host));
 }
 
-// The last line of what a process wrote to its standard error, shortened: what a failed
-// trial's error ends with (a Python traceback's exception, a trainable's message).
-std::string last_line(const std::string& text) {
-  auto end = text.find_last_not_of(" \t\r\n");
-  if (end == std::string::npos) return "";
-  auto start = text.rfind('\n', end);
-  auto line = text.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
-  return line.size() > 300 ? line.substr(0, 297) + "..." : line;
-}
-
 constexpr size_t kept_messages = 4096;  // a few seconds of a fast trial; small per trial
 constexpr std::chrono::seconds hold_wait{600};
 
@@ -623,8 +614,8 @@ std::string end_error(trial_actor self, bool exited, int code, const std::string
            "). Ask for more memory in its resources, or make it use less";
   if (st.stopped && !exited && code == SIGKILL) return "did not stop within the grace period: killed";
   if (ok) return "";
-  std::string error = "the trial's process ended with " + how + (st.stopped ? " after the stop request" : "");
-  if (auto last = last_line(stderr_tail); !last.empty()) error += ": " + last;
+  std::string error = std::string{process_ended} + how + (st.stopped ? " after the stop request" : "");
+  if (auto cause = error_headline(stderr_tail); !cause.empty()) error += ": " + cause;
   if (host.pids_refused > 0)
     error += " (" + std::to_string(host.pids_refused) + " process starts were refused at its limit of " +
              std::to_string(st.opt.limits.pids) + " processes and threads, pids.max)";
