@@ -2,6 +2,7 @@
 // dashboard's feed, checkpoints copied and picked to restore from — as the live trials'
 // table (tune/tuner/live_trials.hpp) moves it along.
 #include <charconv>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -62,6 +63,22 @@ std::string what_it_reported(controller_actor self, const trial_record& r, const
   return out;
 }
 
+// The end of a failed trial's standard error, byte for byte, in the experiment folder
+// (the store's stderr_path): what the end of the experiment points to. The latest
+// failure's; one that cannot be written is an event, the experiment goes on.
+void keep_stderr(controller_actor self, const std::string& id, const std::string& tail) {
+  namespace fs = std::filesystem;
+  if (tail.empty()) return;
+  auto path = fs::path(self->state.setup.store->stderr_path(id));
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(tail.data(), static_cast<std::streamsize>(tail.size()));
+  if (!out)
+    (void)self->state.setup.store->add_event(id, "stderr_not_kept",
+                                              {{"path", path.string()}, {"error", std::strerror(errno)}});
+}
+
 // The store's record of a trial's end: its state and what it used; events for what it
 // left behind and for a restart.
 void store_end(controller_actor self, const std::string& id, const wire::wire_trial_end& end, int failures_before) {
@@ -77,7 +94,10 @@ void store_end(controller_actor self, const std::string& id, const wire::wire_tr
   auto info = used;
   info["exit"] = end.exit;
   info["results"] = end.results;
-  if (t.state == trial_state::error || t.failures > failures_before) info["stderr_tail"] = end.stderr_tail;
+  if (t.state == trial_state::error || t.failures > failures_before) {
+    info["stderr_tail"] = end.stderr_tail;
+    keep_stderr(self, id, end.stderr_tail);
+  }
   if (t.failures > 0) info["failures"] = t.failures;
   if (auto s = st.setup.store->update_trial(id, t.state, t.error, info); !s) return finish(self, s);
   auto body = wire::to_json(end);

@@ -35,6 +35,7 @@
 #include "tune/cluster/token.hpp"
 #include "tune/host/detect.hpp"
 #include "tune/host/nvml.hpp"
+#include "tune/trial/error_headline.hpp"
 #include "tune/trial/output_metrics.hpp"
 #include "tune/trial/workdir.hpp"
 #include "tune/tuner/progress.hpp"
@@ -528,6 +529,21 @@ struct progress_printer {
   }
 };
 
+// The end of an experiment whose trials failed: each kind of error once, with how many
+// trials had it and where the first one's standard error is (error_summary).
+void print_errors(const experiment_store& store) {
+  auto trials = store.trials();
+  if (!trials) return;
+  std::vector<errored_trial> failed;
+  for (auto& t : *trials) {
+    if (t.state != trial_state::error) continue;
+    std::error_code ec;
+    auto where = store.stderr_path(t.id);
+    failed.push_back({t.id, t.error, std::filesystem::exists(where, ec) ? where : ""});
+  }
+  for (auto& line : error_summary(failed)) std::cerr << "tune: " << line << "\n";
+}
+
 std::string joined_command(const std::vector<std::string>& argv) {
   std::string out;
   for (auto& a : argv) out += (out.empty() ? "" : " ") + a;
@@ -893,6 +909,7 @@ expected<result_grid> tuner::fit() {
   // (status, capacity) while the experiment runs.
   auto sum = run_experiment(*st->client, **engine, **store, ro, plan ? &*plan : nullptr);
   if (!sum) return sum.error();
+  if (style != progress_style::none) print_errors(**store);
   auto grid = c.metrics.empty() && c.constraints.empty()
                   ? result_grid::open(dir, c.metric, c.mode)
                   : result_grid::open(dir, c.metrics.empty() ? std::vector<objective>{{c.metric, c.mode}} : c.metrics,
