@@ -14,6 +14,8 @@
 
 #include "audit.hpp"
 #include "log.hpp"
+#include "tune/core/json_text.hpp"
+#include "tune/core/utf8.hpp"
 #include "tune/core/trace.hpp"
 #include "tune/trial/paths.hpp"
 #include "tune/trial/command.hpp"
@@ -418,7 +420,7 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
     // What its cgroup uses (host memory, CPU), about once a second.
     if (cg && !cg->path().empty() && std::chrono::steady_clock::now() >= next_sample) {
       next_sample = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-      caf::anon_send(self, host_atom::value, usage_json(cg->usage()).dump());
+      caf::anon_send(self, host_atom::value, json_text(usage_json(cg->usage())));
     }
   }
   // The last words: what is left in its pipes, read in bounded rounds (a helper it left
@@ -492,7 +494,7 @@ void greeted(trial_actor self, uint64_t received) {
 }
 
 void event(trial_actor self, const std::string& kind, const nlohmann::json& body) {
-  to_owner(self, caf::make_message(wire::trial_event_atom::value, self->state.opt.spec.trial_id, kind, body.dump()));
+  to_owner(self, caf::make_message(wire::trial_event_atom::value, self->state.opt.spec.trial_id, kind, json_text(body)));
 }
 
 // A checkpoint the worker reports: a folder of its own trial folder (no absolute path,
@@ -651,7 +653,7 @@ void ended(trial_actor self, bool exited, int code, const std::string& how, cons
   if (end.left_behind_count > 0)
     log_line("trial " + st.opt.spec.trial_id + ": " + std::to_string(end.left_behind_count) +
              " process(es) it started had left its process group and were still running at its end: killed" +
-             (end.left_behind.empty() ? "" : " (" + nlohmann::json(end.left_behind).dump() + ")"));
+             (end.left_behind.empty() ? "" : " (" + json_text(nlohmann::json(end.left_behind)) + ")"));
   log_line("trial " + st.opt.spec.trial_id + " ended: " + how);
   auto finish = [self](wire::wire_trial_end end) {
     auto& st = self->state;
@@ -736,7 +738,7 @@ void on_started(trial_actor self, int pid, int group, const std::string& error, 
   log_line("trial " + st.opt.spec.trial_id + " started, pid " + std::to_string(pid));
   st.started_ok = true;
   trace_step("worker_running", st.opt.spec.trial_id);
-  st.opt.started.deliver(wire::start_answer(true, info.dump(), caf::actor_cast<caf::actor>(self)));
+  st.opt.started.deliver(wire::start_answer(true, json_text(info), caf::actor_cast<caf::actor>(self)));
   if (st.opt.node)
     to_owner(self, caf::make_message(wire::trial_node_atom::value, st.opt.spec.trial_id, st.opt.node, st.opt.access));
   event(self, "started", info);
@@ -744,14 +746,14 @@ void on_started(trial_actor self, int pid, int group, const std::string& error, 
   nlohmann::json quota = nlohmann::json::object();
   for (size_t i = 0; i < st.opt.cards.size(); ++i)
     if (!st.opt.cards[i].logical) quota[st.opt.cards[i].uuid] = st.opt.grants[i].memory;
-  self->send(st.opt.audit, audit_add_atom::value, st.opt.spec.trial_id, pid, group, cgroup, quota.dump(),
+  self->send(st.opt.audit, audit_add_atom::value, st.opt.spec.trial_id, pid, group, cgroup, json_text(quota),
              caf::actor_cast<caf::actor>(self));
 }
 
 void ignore_line(trial_actor self, const std::string& line) {
   auto& st = self->state;
   if (st.ignored_lines++ > 0) return;
-  st.ignored_example = line.size() > 200 ? line.substr(0, 197) + "..." : line;
+  st.ignored_example = line.size() > 200 ? shown_utf8(utf8_prefix(line, 197)) + "..." : shown_utf8(line);
   log_line("trial " + st.opt.spec.trial_id + ": ignored a line on its report channel that is not a report: " +
            st.ignored_example);
 }
@@ -770,7 +772,7 @@ void general_line(trial_actor self, const std::string& line, Flush& flush) {
                                                                                     : st.results;
     flush();
     to_owner(self, caf::make_message(wire::trial_result_atom::value, st.opt.spec.trial_id,
-                                     wire::wire_result{iteration, j["metrics"].dump(), st.gpu_memory,
+                                     wire::wire_result{iteration, json_text(j["metrics"]), st.gpu_memory,
                                                                       st.gpu_memory_peak, st.gpu_util}));
   } else if (type == "checkpoint") {
     flush();
@@ -956,7 +958,7 @@ std::map<std::string, std::string> trial_environment(const trial_options& opt) {
     env["USER"] = env["LOGNAME"] = opt.account.name;
   }
   env["TUNE_TRIAL_CONFIG"] = opt.spec.config_json.empty() ? "{}" : opt.spec.config_json;
-  env["TUNE_TRIAL_GPUS"] = gpus_json(opt).dump();
+  env["TUNE_TRIAL_GPUS"] = json_text(gpus_json(opt));
   env["TUNE_REPORT_FD"] = std::to_string(worker_process::report_fd);
   // The node's Python module first on PYTHONPATH (`import libtune` needs nothing installed).
   if (!opt.python_path.empty())

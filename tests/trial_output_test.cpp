@@ -129,5 +129,44 @@ TEST_F(TrialOutputTest, AProgramThatIsNotPythonFailsWithItsLastLineThatIsNotAWar
   EXPECT_FALSE(fs::exists(exp + "/trials")) << "a trial that did not fail leaves no standard error behind";
 }
 
+// The two of issue 39: a trial that writes bytes that are not UTF-8 on its standard
+// error (the controller died of it and tune run hung, tune resume too), and a working
+// directory with a file whose name is not UTF-8 (tune run aborted before any trial).
+// Shown text has U+FFFD for them; the name reaches the trial's copy byte for byte.
+TEST_F(TrialOutputTest, BytesThatAreNotUtf8InOutputAndFileNamesNeitherCrashNorHang) {
+  const std::string name = "bad\xffname.txt";
+  write(name, "exact");
+  write("bad.py", R"(import sys
+if open(b"bad\xffname.txt", "rb").read() != b"exact":
+    sys.exit("the file's name changed on its way")
+sys.stdout.buffer.write(b"out \xff\xfe\n")
+sys.stderr.buffer.write(b"\xff\xfe\xfd bad bytes\n")
+sys.exit(3)
+)");
+  auto r = tune_run({"--metric", "acc", "--samples", "2", "--experiment-dir", exp, "--progress", "lines", "--", py(), "bad.py"},
+                    45s);
+  ASSERT_EQ(r.rc, 1) << "-1: it hung; 134: it aborted\n" << r.out << r.err;
+  auto j = summary(r);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["errors"], 2);
+  const std::string fffd = "\xEF\xBF\xBD";
+  auto all = trials();
+  ASSERT_EQ(all.size(), 2u);
+  for (auto& t : all) {
+    EXPECT_EQ(t.error, "the trial's process ended with exit code 3: " + fffd + fffd + fffd + " bad bytes") << t.id;
+    EXPECT_EQ(read_all(exp + "/trials/" + t.id + "/stderr"), "\xff\xfe\xfd bad bytes\n") << "kept as it was written";
+  }
+  EXPECT_TRUE(contains(r.err, "tune: 2 trials: " + fffd + fffd + fffd + " bad bytes (see ")) << r.err;
+  // Every record reads back as JSON (nlohmann's parser refuses text that is not UTF-8).
+  for (auto file : {"trials.json", "workdir.json"})
+    EXPECT_FALSE(nlohmann::json::parse(read_all(exp + "/" + file), nullptr, false).is_discarded()) << file;
+  EXPECT_TRUE(fs::exists(exp + "/results.csv"));
+  // tune resume of it finishes (the experiment is over: nothing to run again).
+  auto resumed = files.tune({"resume", exp});
+  EXPECT_NE(resumed.rc, -1) << "tune resume hung\n" << resumed.err;
+  EXPECT_TRUE(summary(resumed).is_object()) << resumed.out << resumed.err;
+}
+
+
 }  // namespace
 }  // namespace tune::test

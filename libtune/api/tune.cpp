@@ -1,5 +1,7 @@
 // The public API (tune/tune.hpp) over the actors: the embedded cluster, the
 // connection to a head, the trainables' worker mode and the tuner.
+#include "tune/core/json_text.hpp"
+#include "tune/core/utf8.hpp"
 #include "tune/tune.hpp"
 #include "tune/trial/process.hpp"
 #include "tune/trial/reuse.hpp"
@@ -520,9 +522,9 @@ struct progress_printer {
       if (drawn_lines > 0) out += "\x1b[" + std::to_string(drawn_lines) + "F\x1b[J";
       out += text;
       drawn_lines = static_cast<int>(std::count(text.begin(), text.end(), '\n'));
-      std::cerr << out << std::flush;
+      std::cerr << shown_utf8(out) << std::flush;  // configs and errors hold outside text
     } else if (style == progress_style::lines) {
-      for (auto& line : progress_changes(last, s)) std::cerr << line << "\n";
+      for (auto& line : progress_changes(last, s)) std::cerr << shown_utf8(line) << "\n";
       std::cerr << std::flush;
     }
     last = s;
@@ -597,7 +599,7 @@ expected<checked_program> check_program(bool embedded, const program& p, const s
     out.meta["bytes"] = scanned->manifest.bytes();
     if (!scanned->skipped.empty()) {
       std::cerr << "tune: not shipped (not files or folders): ";
-      for (size_t i = 0; i < scanned->skipped.size() && i < 5; ++i) std::cerr << (i ? ", " : "") << scanned->skipped[i];
+      for (size_t i = 0; i < scanned->skipped.size() && i < 5; ++i) std::cerr << (i ? ", " : "") << shown_utf8(scanned->skipped[i]);
       std::cerr << "\n";
     }
     out.workdir = std::move(*scanned);
@@ -781,8 +783,8 @@ expected<result_grid> tuner::fit() {
       auto was = resumed_store->meta(k);
       if (!was) return was.error();
       if (*was != v)
-        return status{errc::inconsistent, "cannot resume " + resume_dir + ": its " + k + " is " + was->dump() +
-                                              ", this program's is " + v.dump() + " (resume it with the program and settings that started it)"};
+        return status{errc::inconsistent, "cannot resume " + resume_dir + ": its " + k + " is " + json_text(*was) +
+                                              ", this program's is " + json_text(v) + " (resume it with the program and settings that started it)"};
     }
     if (auto m = resumed_store->meta("max_concurrent_trials"); m && m->is_number_integer()) concurrent = m->get<int>();
   }
