@@ -9,8 +9,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <regex>
+#include <set>
 
 #include "harness.hpp"
+#include "tune/core/utf8.hpp"
 #include "tune/tuner/store.hpp"
 
 namespace tune::test {
@@ -167,6 +171,212 @@ sys.exit(3)
   EXPECT_TRUE(summary(resumed).is_object()) << resumed.out << resumed.err;
 }
 
+
+// Random bytes through everything a trial's output and a user's input reach, on a head
+// and a node that are processes of their own: a trial's standard output (with lines the
+// metric patterns match), standard error, report channel (raw bytes, lines over 1 MiB,
+// libtune.report with names holding lone surrogates, JSON with lone surrogates), exit
+// statuses, its configuration (a choice of bytes, also in its command line), an
+// environment value and the names of the working directory's files. Seeded
+// (TUNE_FUZZ_SEED to reproduce another run). The experiment completes, the node, head
+// and driver live, every record reads back, and tune resume of it finishes.
+class FuzzTest : public TrialOutputTest {
+ protected:
+  int port = free_port();
+  std::string address = "127.0.0.1:" + std::to_string(port), dashboard;
+
+  void SetUp() override {
+    TrialOutputTest::SetUp();
+    auto h = files.tune({"start", "--head", "--port", std::to_string(port), "--host", "127.0.0.1", "--dashboard-port", "0"});
+    ASSERT_EQ(h.rc, 0) << h.out << h.err;
+    std::smatch m;
+    if (std::regex_search(h.out, m, std::regex{R"(dashboard:\s+(http://\S+?)/?\s)"})) dashboard = m[1];
+    ASSERT_FALSE(dashboard.empty()) << h.out;
+    auto n = files.tune({"start", "--address", address, "--num-cpus", "3"});
+    ASSERT_EQ(n.rc, 0) << n.out << n.err;
+    node = node_id_in(n.out);
+  }
+  void TearDown() override { files.tune({"stop", "--grace", "3"}); }
+
+  std::string node;
+
+  // GET PATH from the dashboard's API with the cluster's token: {HTTP status, body}.
+  std::pair<int, std::string> get(const std::string& path) {
+    std::ifstream in(files.token_file());
+    std::string token;
+    std::getline(in, token);
+    auto r = run({py(), "-c",
+                  "import sys, urllib.request, urllib.error\n"
+                  "req = urllib.request.Request(sys.argv[1], headers={'Authorization': 'Bearer ' + sys.argv[2]})\n"
+                  "try:\n  r = urllib.request.urlopen(req, timeout=10); code, body = r.status, r.read()\n"
+                  "except urllib.error.HTTPError as e:\n  code, body = e.code, e.read()\n"
+                  "sys.stdout.buffer.write(str(code).encode() + b'\\n' + body)\n",
+                  dashboard + path, token});
+    auto nl = r.out.find('\n');
+    if (r.rc != 0 || nl == std::string::npos) return {-1, r.err};
+    return {std::stoi(r.out.substr(0, nl)), r.out.substr(nl + 1)};
+  }
+};
+
+// Bytes of every kind: ill-formed UTF-8, NULs, surrogates and overlong forms, control
+// characters, JSON and traceback fragments, and plain letters; without `acc=` (what the
+// metric pattern reads, which stops a trial when no number follows) unless `metric`.
+std::string random_bytes(std::mt19937& rng, size_t n, bool metric = false) {
+  static const std::vector<std::string> pieces = {
+      "\xff", "\xfe\xfd", std::string(1, '\0'), "\xed\xa0\x80", "\xed\xb3\xbf", "\xc0\xaf", "\xe0\x80\xaf",
+      "\xf4\x90\x80\x80", "\xe2\x82", "\xc3\xa9", "\xf0\x9f\x98\x80", "\n", "\r\n", "\r", "\t", "\x1b[31m", "\"", "\\",
+      "{", "}", "Traceback (most recent call last):\n", "  File \"x.py\", line 1, in <module>\n", "ValueError: ",
+      "x.py:1: UserWarning: ", "acc=", "note=", "{\"type\": \"result\", \"metrics\": {\"acc\": ", "{\"type\": \"done\"}\n",
+      "{\"type\": \"checkpoint\", \"iteration\": 1, \"dir\": \"\xff\"}\n"};
+  std::string out;
+  while (out.size() < n) {
+    switch (rng() % 4) {
+      case 0:
+        if (auto& p = pieces[rng() % pieces.size()]; metric || p != "acc=") out += p;
+        break;
+      case 1: out += static_cast<char>(rng() % 256); break;
+      default: out += static_cast<char>('a' + rng() % 26);
+    }
+  }
+  return out;
+}
+
+// Bytes for a YAML double-quoted scalar or a file's name: letters and bytes >= 0x80.
+std::string random_name(std::mt19937& rng, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n; ++i) out += static_cast<char>(rng() % 2 ? 0x80 + rng() % 128 : 'a' + rng() % 26);
+  return out;
+}
+
+std::string hex(const std::string& bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) out += {digits[c >> 4], digits[c & 15]};
+  return out;
+}
+
+TEST_F(FuzzTest, RandomBytesEverywhereAndTheExperimentCompletesAndReadsBack) {
+  unsigned seed = 39;
+  if (const char* s = std::getenv("TUNE_FUZZ_SEED")) seed = static_cast<unsigned>(std::stoul(s));
+  SCOPED_TRACE("TUNE_FUZZ_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const int trials_n = 3;
+  const int exits[trials_n] = {0, 3, 1};
+  fs::create_directories(project + "/blobs");
+  fs::create_directories(project + "/names");
+  std::set<std::string> names;
+  while (names.size() < 4) names.insert(random_name(rng, 1 + rng() % 24));
+  std::string listed;
+  for (auto& n : names) {
+    std::ofstream(project + "/names/" + n, std::ios::binary) << n;
+    listed += hex(n) + "\n";
+  }
+  write("blobs/names.hex", listed);
+  std::map<int, std::string> err;
+  for (int i = 1; i <= trials_n; ++i) {
+    auto blob = [&](const std::string& kind, const std::string& bytes) {
+      std::ofstream(project + "/blobs/" + kind + "-" + std::to_string(i) + ".bin", std::ios::binary) << bytes;
+    };
+    // Trial 1's output stops it (acc= and no number); the others end by their exit status.
+    std::string out = random_bytes(rng, 4000, i == 1) + "\nacc=0." + std::to_string(i) + "\nnote=" + random_bytes(rng, 40) + "\n";
+    if (i == 2) out += std::string(200 * 1024, 'x');  // a very long line, and no newline at the end
+    blob("out", out);
+    err[i] = random_bytes(rng, 6000) + (i == 3 ? "\nfatal: \xff\xfe the end" : "");  // an exit message, no newline
+    blob("err", err[i]);
+    blob("rep", random_bytes(rng, 3000) + "\n" + std::string((1 << 20) + 10, 'r') + "\n" + random_bytes(rng, 500));
+    blob("exit", std::to_string(exits[i - 1]));
+  }
+  write("fuzz.py", R"(import json, os, sys, libtune
+n = int(os.environ["TUNE_TRIAL_ID"].rsplit("-", 1)[1])
+def blob(kind):
+    return open("blobs/%s-%d.bin" % (kind, n), "rb").read()
+names = sorted(bytes.fromhex(h) for h in open("blobs/names.hex").read().split())
+if sorted(os.listdir(b"names")) != names or any(open(b"names/" + x, "rb").read() != x for x in names):
+    sys.exit("the working directory's names differ in the trial's copy")
+if os.environb.get(b"FUZZ_ENV") != bytes.fromhex(open("blobs/env.hex").read()):
+    sys.exit("the environment value differs in the trial")
+if os.fsencode(sys.argv[1]).hex() not in open("blobs/tags.hex").read().split():
+    sys.exit("the configuration differs in the command line")
+sys.stderr.buffer.write(blob("err"))  # first: whatever stops it later, all of it is written
+sys.stderr.flush()
+fd = int(os.environ["TUNE_REPORT_FD"])
+libtune.report({"acc": n / 10, "m\udcff\ud800": 1.0}, note=2.0)
+os.write(fd, json.dumps({"type": "result", "metrics": {"acc": 0.5, "s": "\ud800"}}).encode() + b"\n")
+os.write(fd, json.dumps({"type": "result", "metrics": {"acc": 0.5, "s": "\ud800"}}, ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n")
+os.write(fd, blob("rep"))
+os.write(fd, b"\n")
+sys.stdout.buffer.write(blob("out"))
+sys.stdout.flush()
+libtune.done("done \udcff")
+os._exit(int(blob("exit")))
+)");
+  // Its environment and its configuration (in its command line) hold such bytes too: they
+  // reach it as they are.
+  auto env = random_name(rng, 12), tag1 = random_name(rng, 10), tag2 = random_name(rng, 10);
+  write("blobs/env.hex", hex(env));
+  write("blobs/tags.hex", hex(tag1) + "\n" + hex(tag2) + "\n");
+  write("fuzz.yaml", "command: [" + py() + ", fuzz.py, \"${tag}\"]\nmetric: acc\nmode: max\nnum_samples: " +
+                         std::to_string(trials_n) + "\nexperiment_dir: " + exp + "\nprogress: lines\n" +
+                         "metric_pattern: ['acc=(\\S+)', 'note=(?P<note>\\S+)']\n" + "env: {FUZZ_ENV: \"" + env +
+                         "\"}\nspace:\n  tag: {choice: [\"" + tag1 + "\", \"" + tag2 + "\"]}\n");
+  std::vector<std::string> argv{tune_binary(), "run", "fuzz.yaml", "--address", address, "--token-file", files.token_file()};
+  auto r = run(argv, {{"CUDA_VISIBLE_DEVICES", ""}}, 120s, project);
+  if (std::getenv("PROGRAM_TEST_DEBUG")) std::cerr << r.err;
+  ASSERT_TRUE(r.rc == 0 || r.rc == 1) << "rc " << r.rc << " (-1: it hung)\n" << r.out << r.err;
+  auto j = summary(r);
+  ASSERT_TRUE(j.is_object()) << r.out << r.err;
+  EXPECT_EQ(j["trials"], trials_n);
+  EXPECT_TRUE(valid_utf8(r.out) && valid_utf8(r.err)) << "what tune run shows is UTF-8";
+  // The node, the head and the driver live (the driver: its exit above).
+  auto status = files.status(address);
+  ASSERT_TRUE(status.is_object()) << "the head does not answer";
+  EXPECT_EQ(files.state_of(address, node), "alive");
+  // Every record reads back.
+  for (auto file : {"trials.json", "workdir.json"}) {
+    auto text = read_all(exp + "/" + file);
+    EXPECT_FALSE(nlohmann::json::parse(text, nullptr, false).is_discarded()) << file;
+  }
+  auto csv = read_all(exp + "/results.csv");
+  EXPECT_FALSE(csv.empty());
+  EXPECT_TRUE(valid_utf8(csv));
+  auto s = experiment_store::open(exp);
+  ASSERT_TRUE(s) << s.error().message();
+  auto all = (*s)->trials();
+  ASSERT_TRUE(all) << all.error().message();
+  ASSERT_EQ(all->size(), static_cast<size_t>(trials_n));
+  for (auto& t : *all) {
+    EXPECT_TRUE(t.state == trial_state::terminated || t.state == trial_state::error) << t.id << " " << to_string(t.state);
+    EXPECT_FALSE(contains(t.error, "differ")) << t.error;
+    EXPECT_TRUE(valid_utf8(t.error));
+    auto events = (*s)->events(t.id);
+    ASSERT_TRUE(events) << events.error().message();
+    EXPECT_FALSE(events->empty());
+    auto results = (*s)->results(t.id);
+    ASSERT_TRUE(results) << results.error().message();
+    // Failed (its exit status, or stopped for a metric "acc=..." that is no number): its
+    // standard error is kept byte for byte.
+    int i = std::stoi(t.id.substr(t.id.rfind('-') + 1));
+    if (exits[i - 1] != 0) EXPECT_EQ(t.state, trial_state::error) << t.id;
+    if (t.state == trial_state::error)
+      EXPECT_EQ(read_all(exp + "/trials/" + t.id + "/stderr"), err[i]) << t.id << ": its standard error, byte for byte";
+  }
+  // The dashboard's pages of it.
+  auto [code, list] = get("/api/experiments");
+  ASSERT_EQ(code, 200) << list;
+  auto experiments = nlohmann::json::parse(list, nullptr, false);
+  ASSERT_TRUE(experiments.is_array() && !experiments.empty()) << list;
+  auto id = experiments.back()["id"].get<std::string>();
+  for (auto page : {"/api/experiments/" + id, "/api/experiments/" + id + "/trials/trial-00002", std::string{"/api/nodes"}}) {
+    auto [c, body] = get(page);
+    EXPECT_EQ(c, 200) << page << ": " << body;
+    EXPECT_FALSE(nlohmann::json::parse(body, nullptr, false).is_discarded()) << page;
+  }
+  // tune resume of it finishes (nothing left to run) and says so in JSON.
+  auto resumed = run({tune_binary(), "resume", exp}, {{"CUDA_VISIBLE_DEVICES", ""}}, 60s, project);
+  EXPECT_TRUE(resumed.rc == 0 || resumed.rc == 1) << "rc " << resumed.rc << "\n" << resumed.out << resumed.err;
+  EXPECT_TRUE(summary(resumed).is_object()) << resumed.out << resumed.err;
+  EXPECT_EQ(files.state_of(address, node), "alive");
+}
 
 }  // namespace
 }  // namespace tune::test
