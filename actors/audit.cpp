@@ -8,8 +8,10 @@
 #include <tuple>
 
 #include "log.hpp"
-#include "tune/trial/audit.hpp"
 #include "tune/core/quantity.hpp"
+#include "tune/host/card_claims.hpp"
+#include "tune/trial/audit.hpp"
+#include "tune/trial/others.hpp"
 
 namespace tune {
 
@@ -26,6 +28,11 @@ struct audit_state {
   std::string last_report, last_error;
   caf::actor_clock::time_point last_sent{};
   std::map<std::string, std::vector<int>> last_pids;  // each trial's processes on cards at the last look
+  std::string last_foreign;  // what the node last heard of foreign processes
+  // Each trial's cards, and the foreign processes seen on them since it was added (those
+  // there at its first look are not news).
+  std::map<std::string, std::set<std::string>> cards_of;
+  std::map<std::string, std::set<int>> seen_beside;
   // Final checks under way (audit_end_atom), by trial.
   struct ending {
     caf::response_promise rp;
@@ -48,7 +55,14 @@ nlohmann::json report_json(const std::vector<gpu_card_sample>& cards, const audi
     for (auto& [id, use] : r.trials)
       if (auto m = use.memory.find(c.uuid); m != use.memory.end()) trials.push_back({{"trial", id}, {"memory", m->second}});
     for (auto& f : r.foreign)
-      if (f.uuid == c.uuid) foreign.push_back({{"pid", f.pid}, {"name", f.name}, {"memory", f.memory}});
+      if (f.uuid == c.uuid) {
+        nlohmann::json beside = nlohmann::json::array();
+        for (auto& [id, use] : r.trials)
+          if (use.memory.count(c.uuid)) beside.push_back(id);
+        foreign.push_back({{"pid", f.pid}, {"name", f.name}, {"memory", f.memory},
+                           {"user", f.uid >= 0 ? user_name(static_cast<uint32_t>(f.uid)) : std::string{}},
+                           {"beside", beside}});
+      }
     out.push_back({{"index", c.index},
                    {"uuid", c.uuid},
                    {"memory_used", c.used},
@@ -58,6 +72,27 @@ nlohmann::json report_json(const std::vector<gpu_card_sample>& cards, const audi
                    {"foreign", foreign}});
   }
   return out;
+}
+
+// A foreign process new on a card of a trial's, since the trial's first look: the trial
+// is told (a note in its record; the process is left alone).
+void tell_beside(audit_actor self, const std::vector<foreign_process>& foreign) {
+  auto& st = self->state;
+  for (auto& [id, cards] : st.cards_of) {
+    auto t = st.trials.find(id);
+    auto first = !st.seen_beside.count(id);
+    auto& seen = st.seen_beside[id];
+    for (auto& f : foreign) {
+      if (!cards.count(f.uuid) || !seen.insert(f.pid).second || first || t == st.trials.end()) continue;
+      auto what = describe_process(f);
+      log_line("trial " + id + ": another program appeared on its GPU " + std::to_string(f.card) + " (" + f.uuid +
+               "): " + what + " (not this cluster's: left alone)");
+      nlohmann::json note{{"pid", f.pid},   {"name", f.name}, {"memory", f.memory},
+                          {"gpu", f.card},  {"uuid", f.uuid}, {"what", what},
+                          {"user", f.uid >= 0 ? user_name(static_cast<uint32_t>(f.uid)) : std::string{}}};
+      self->send(t->second, audit_foreign_atom::value, note.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    }
+  }
 }
 
 void tick(audit_actor self) {
@@ -75,6 +110,12 @@ void tick(audit_actor self) {
     if (auto t = st.trials.find(v.trial); t != st.trials.end())
       self->send(t->second, audit_violation_atom::value, v.message, v.over_quota);
   }
+  // The node hears of foreign processes as soon as they change (placement keeps clear).
+  if (auto text = foreign_to_json(r.foreign); text != st.last_foreign) {
+    st.last_foreign = text;
+    self->send(st.opt.node, audit_foreign_atom::value, text);
+  }
+  tell_beside(self, r.foreign);
   for (auto& [id, use] : r.trials) {
     if (!use.pids.empty()) st.last_pids[id] = use.pids;
     auto t = st.trials.find(id);
@@ -93,7 +134,8 @@ void tick(audit_actor self) {
   // The report: at most once a second, and only when it changed.
   auto clock_now = self->clock().now();
   if (clock_now - st.last_sent < std::chrono::seconds(1)) return;
-  auto text = nlohmann::json{{"cards", report_json(*cards, r, st.opt.cards)}}.dump();
+  // (Process names are whatever bytes a program chose: shown, not used, so replaced.)
+  auto text = nlohmann::json{{"cards", report_json(*cards, r, st.opt.cards)}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (text == st.last_report) return;
   st.last_report = text;
   st.last_sent = clock_now;
@@ -135,7 +177,7 @@ void final_check(audit_actor self, const std::string& id) {
     nlohmann::json out{{"freed", cards && still.empty()}, {"killed", end.killed}, {"waited_ms", waited}};
     if (!still.empty()) out["still"] = still;
     if (!cards) out["error"] = cards.error().message();
-    end.rp.deliver(out.dump());
+    end.rp.deliver(out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     st.endings.erase(e);
     return;
   }
@@ -152,6 +194,8 @@ caf::behavior audit(audit_actor self, audit_options opt) {
     st.told.erase(it->first);
     st.util.erase(it->first);
     st.last_pids.erase(it->first);
+    st.cards_of.erase(it->first);
+    st.seen_beside.erase(it->first);
     st.trials.erase(it);
   };
   self->set_down_handler([self, forget](caf::down_msg& dm) {
@@ -186,7 +230,7 @@ caf::behavior audit(audit_actor self, audit_options opt) {
         auto q = nlohmann::json::parse(quota_json, nullptr, false);
         if (q.is_object())
           for (auto& [uuid, bytes] : q.items())
-            if (bytes.is_number_integer()) t.quota[uuid] = bytes.get<int64_t>();
+            if (bytes.is_number_integer()) t.quota[uuid] = bytes.get<int64_t>(), st.cards_of[id].insert(uuid);
         st.rules->add(std::move(t));
         st.trials[id] = trial;
         self->monitor(trial);
@@ -200,6 +244,36 @@ caf::behavior audit(audit_actor self, audit_options opt) {
 }
 
 }  // namespace
+
+std::string foreign_to_json(const std::vector<foreign_process>& list) {
+  nlohmann::json out = nlohmann::json::array();
+  for (auto& f : list)
+    out.push_back({{"uuid", f.uuid}, {"card", f.card}, {"pid", f.pid}, {"memory", f.memory}, {"name", f.name},
+                   {"uid", f.uid}, {"cgroup", f.cgroup}, {"ancestors", f.ancestors}});
+  return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::vector<foreign_process> foreign_from_json(const std::string& text) {
+  std::vector<foreign_process> out;
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_array()) return out;
+  for (auto& e : j) {
+    if (!e.is_object()) continue;
+    foreign_process f;
+    f.uuid = e.value("uuid", "");
+    f.card = e.value("card", 0);
+    f.pid = e.value("pid", 0);
+    f.memory = e.value("memory", int64_t{-1});
+    f.name = e.value("name", "");
+    f.uid = e.value("uid", int64_t{-1});
+    f.cgroup = e.value("cgroup", "");
+    if (e.contains("ancestors") && e["ancestors"].is_array())
+      for (auto& a : e["ancestors"])
+        if (a.is_number_integer()) f.ancestors.push_back(a.get<int>());
+    out.push_back(std::move(f));
+  }
+  return out;
+}
 
 caf::actor spawn_gpu_audit(caf::local_actor* parent, audit_options opt) {
   return parent->spawn<caf::linked + caf::detached>(audit, std::move(opt));

@@ -7,7 +7,13 @@
 //     (audit_usage_atom, now, peak, util); a broken rule as (audit_violation_atom,
 //     why, over_quota);
 //   - sends the node a report (cards, trials' memory, foreign processes) about once a
-//     second when something changed; the node passes it to the head for `tune status`.
+//     second when something changed; the node passes it to the head for `tune status`;
+//   - sends the node the processes on its cards that are none of its trials (foreign:
+//     another cluster's trial, a notebook, someone's job) as soon as they change:
+//     (audit_foreign_atom, JSON list, foreign_to_json): placement keeps clear of them;
+//   - tells a trial actor of a foreign process that appears on one of its cards after it
+//     started: (audit_foreign_atom, JSON object: pid, name, user, memory, gpu, uuid,
+//     what). Such a process is never killed: it is not ours.
 // It runs on a thread of its own (NVML calls block) and ends with the node.
 #pragma once
 
@@ -19,7 +25,8 @@
 #include <set>
 #include <string>
 
-#include "tune/host/nvml.hpp"
+#include "tune/host/gpu_sampler.hpp"
+#include "tune/trial/audit.hpp"
 
 namespace tune {
 
@@ -30,9 +37,10 @@ using audit_usage_atom = caf::atom_constant<caf::atom("auditmem")>;
 using audit_report_atom = caf::atom_constant<caf::atom("auditrep")>;
 using audit_end_atom = caf::atom_constant<caf::atom("auditend")>;
 using audit_forget_atom = caf::atom_constant<caf::atom("auditfgt")>;
+using audit_foreign_atom = caf::atom_constant<caf::atom("auditfrgn")>;
 
 struct audit_options {
-  std::shared_ptr<nvml> lib;
+  std::shared_ptr<gpu_sampler> lib;
   std::set<std::string> cards;  // UUIDs of this node's cards
   std::chrono::milliseconds interval{200};
   caf::actor node;  // gets (audit_report_atom, json)
@@ -49,5 +57,9 @@ struct audit_options {
 //   (audit_forget_atom, trial_id): its worker was kept for the next trial (reused
 //   workers): it is no longer audited, and nothing of it is killed.
 caf::actor spawn_gpu_audit(caf::local_actor* parent, audit_options opt);
+
+// The audit's foreign processes as the node hears of them, and back.
+std::string foreign_to_json(const std::vector<foreign_process>& list);
+std::vector<foreign_process> foreign_from_json(const std::string& text);
 
 }  // namespace tune

@@ -306,7 +306,7 @@ status cluster_client::serve_files(const std::vector<std::string>& paths, const 
 expected<std::string> cluster_client::start_trial(const trial_request& req) {
   wire::wire_trial_spec spec{req.trial_id, req.group, req.bundle, req.program.name, req.program.sha256,
                              req.program.size, req.args, req.config_json, req.restore_dir, req.restore_files,
-                             req.command, req.workdir.sha256, req.workdir.size, req.env, req.output_patterns, req.metric};
+                             req.command, req.workdir.sha256, req.workdir.size, {}, req.env, req.output_patterns, req.metric};
   expected<std::string> out = status{errc::not_found, "no answer"};
   // Fetching a large program and starting the worker take longer than a plain request.
   self_->request(head_, timeout_ * 6, wire::trial_start_atom::value, token_, spec, programs_)

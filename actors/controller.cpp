@@ -184,9 +184,11 @@ caf::message_handler trial_handlers(controller_actor self) {
   return {
       [self](wire::trial_event_atom, const std::string& wire_id, const std::string& kind, const std::string& json) {
         auto id = self->state.from_wire(wire_id);
-        if (!heard(self, id, false) || kind != "checkpoint") return;
+        if (!heard(self, id, false) || (kind != "checkpoint" && kind != "foreign")) return;
         auto body = nlohmann::json::parse(json, nullptr, false);
-        if (body.is_object()) on_checkpoint(self, id, body);
+        if (!body.is_object()) return;
+        if (kind == "checkpoint") on_checkpoint(self, id, body);
+        else on_foreign(self, id, body);
       },
       [self](wire::trial_results_atom, const std::string& wire_id, const wire::wire_results& r) {
         auto id = self->state.from_wire(wire_id);

@@ -47,6 +47,7 @@ struct experiment_run_options {
   std::vector<std::string> command;
   config_args command_args = config_args::none;
   program_ref workdir;
+  std::string workdir_path;  // run in this folder itself, on this machine (program::in_place)
   std::vector<std::string> env;
   std::vector<std::string> output_patterns;
   std::vector<resource_set> bundles;   // what each trial needs (its placement group)

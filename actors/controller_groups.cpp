@@ -54,6 +54,7 @@ void create_group(controller_actor self, const live::create_group& c) {
       .then(
           [self, c](wire::pg_create_atom, bool ok, std::string& group, std::string& state, std::string& reason) {
             if (step_tracing()) trace_step("create_answered", self->state.on_wire(c.trial));
+            if (ok && state == "pending") on_waiting(self, c.trial, reason);
             self->state.table.on_group_created(c.trial, c.attempt, {ok, group, state, reason});
             drain(self);
           },

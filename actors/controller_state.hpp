@@ -51,6 +51,10 @@ struct trial_record {
   int64_t standby_iteration = -1, standby_tried = -1;
   std::set<std::string> reported;  // the metrics its results named (what an error says it reported)
   std::optional<wire::wire_trial_end> end;  // its end, while it is being handled
+  // What happened beside it that its record should say (another program appeared on
+  // one of its cards), and why its group waits (the head's latest reason).
+  std::vector<std::string> notes;
+  std::string waiting;
 };
 
 struct controller_state {
@@ -70,6 +74,7 @@ struct controller_state {
   double cpu0 = 0;  // the thread's CPU time when the controller started
   live_clock::time_point last_progress{}, last_board{}, last_rebalance_ask{}, head_lost_at{};
   bool over = false;
+  std::set<std::string> waits_said;  // why trials wait, each said once on standard error
   // The head's process died (a remote head): reconnecting to the same address; the
   // experiment goes on with the head started again there.
   bool head_down = false;
@@ -122,6 +127,11 @@ void act(controller_actor self, std::vector<engine_action> actions);
 void ingest_results(controller_actor self, const std::string& id, const wire::wire_results& r);
 void ingest_result(controller_actor self, const std::string& id, const wire::wire_result& r);
 void on_checkpoint(controller_actor self, const std::string& id, const nlohmann::json& body);
+// Another program appeared on one of the trial's cards (the node's GPU audit): an event,
+// a note in its record, a line on standard error. Nothing is done to it (not ours).
+void on_foreign(controller_actor self, const std::string& id, const nlohmann::json& body);
+// Why a trial's group waits (the head's reason): an event, said once on standard error.
+void on_waiting(controller_actor self, const std::string& id, const std::string& reason);
 void start_failed(controller_actor self, const std::string& id, const std::string& why);
 void trial_ended(controller_actor self, const std::string& id, bool moved);
 void start_trial(controller_actor self, const live::start_trial& c);

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include "checkpoint_copy.hpp"
 #include "controller_state.hpp"
@@ -100,6 +101,7 @@ void store_end(controller_actor self, const std::string& id, const wire::wire_tr
     keep_stderr(self, id, end.stderr_tail);
   }
   if (t.failures > 0) info["failures"] = t.failures;
+  if (auto r = st.records.find(id); r != st.records.end() && !r->second.notes.empty()) info["notes"] = r->second.notes;
   if (auto s = st.setup.store->update_trial(id, t.state, t.error, info); !s) return finish(self, s);
   auto body = wire::to_json(end);
   (void)st.setup.store->add_event(id, "ended", body);
@@ -343,6 +345,7 @@ void send_start(controller_actor self, const live::start_trial& c, std::string r
     spec.command = std::move(*argv);
     spec.workdir_sha256 = opt.workdir.sha256;
     spec.workdir_size = opt.workdir.size;
+    spec.workdir_path = opt.workdir_path;
     spec.env = opt.env;
     spec.output_patterns = opt.output_patterns;
     spec.metric = st.setup.engine->options().metric;
@@ -450,6 +453,27 @@ void ingest_result(controller_actor self, const std::string& id, const wire::wir
   recorded(self, id, r.iteration, value, r.metrics_json, st.setup.engine->on_result(id, r.iteration, metrics), true);
   if (st.packing && !st.over) packing_measured(self, id, r.gpu_memory_peak, r.gpu_util, 1);
   if (st.pending.size() >= 8192) flush(self);
+}
+
+void on_foreign(controller_actor self, const std::string& id, const nlohmann::json& body) {
+  auto& st = self->state;
+  auto what = body.value("what", std::string{"another program"});
+  auto card = "GPU " + std::to_string(body.value("gpu", 0)) + " (" + body.value("uuid", std::string{"?"}) + ")";
+  auto note = "another program appeared on its " + card + ": " + what + " (not this cluster's: left alone)";
+  (void)st.setup.store->add_event(id, "foreign_process", body);
+  auto& r = st.records[id];
+  if (r.notes.size() < 16) r.notes.push_back(note);
+  std::cerr << "tune: " << id << ": " << note << "\n";
+}
+
+void on_waiting(controller_actor self, const std::string& id, const std::string& reason) {
+  auto& st = self->state;
+  auto& r = st.records[id];
+  if (reason.empty() || reason == r.waiting) return;
+  r.waiting = reason;
+  (void)st.setup.store->add_event(id, "waiting", {{"reason", reason}});
+  if (st.waits_said.size() < 64 && st.waits_said.insert(reason).second)
+    std::cerr << "tune: " << id << " waits for its placement: " << reason << "\n";
 }
 
 void on_checkpoint(controller_actor self, const std::string& id, const nlohmann::json& body) {

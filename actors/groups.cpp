@@ -170,14 +170,21 @@ void answer_waiters(groups_actor self) {
     auto* g = st.table.find(it->first);
     bool ready = g && g->state == group_state::created;
     bool failed = !g || g->state == group_state::infeasible || g->state == group_state::removed;
-    if (!ready && !failed) {
+    // A create's answer also says when the group has to wait (a prepare refused): why.
+    bool waits = g && g->state == group_state::pending && !g->reason.empty();
+    if (!ready && !failed && !waits) {
       ++it;
       continue;
     }
     std::string state{g ? to_string(g->state) : "unknown"};
     std::string reason = g ? g->reason : "the placement group was forgotten";
-    for (auto& w : it->second) deliver(w, it->first, ready, state, reason);
-    it = st.waiters.erase(it);
+    auto& list = it->second;
+    std::erase_if(list, [&](waiter& w) {
+      if (!ready && !failed && !w.create) return false;
+      deliver(w, it->first, ready, state, reason);
+      return true;
+    });
+    it = list.empty() ? st.waiters.erase(it) : std::next(it);
   }
 }
 
@@ -565,6 +572,7 @@ caf::behavior groups(groups_actor self, groups_options opt) {
         if (auto* known = st.view.find(ad.node_id); known && !same_node(*known, totals))
           node_down(self, ad.node_id);  // it came back as another machine
         if (!st.view.find(ad.node_id) && !st.view.add_node(ad.node_id, totals)) return;
+        (void)st.view.set_others(ad.node_id, res->others());  // what other programs hold on its cards
         st.nodes[ad.node_id] = node;
         st.hostname[ad.node_id] = ad.hostname;
         take_holdings(self, ad.node_id, ad.holdings, ad.holdings_version, first_join);
@@ -576,6 +584,16 @@ caf::behavior groups(groups_actor self, groups_options opt) {
       },
       [self](wire::holdings_atom, const node_id& id, uint64_t version, const std::vector<wire::wire_hold>& holds) {
         take_holdings(self, id, holds, version, false);
+        flush(self);
+      },
+      // What other programs hold on a node's cards changed: groups that wait for them
+      // may fit now (or new ones must go elsewhere).
+      [self](wire::others_atom, const node_id& id, const std::vector<wire::wire_others>& others) {
+        auto& st = self->state;
+        if (!st.view.find(id)) return;
+        std::vector<card_others> o;
+        for (auto& w : others) o.push_back({w.units, w.memory, w.holds_card, w.who});
+        if (auto s = st.view.set_others(id, std::move(o)); !s) log_line("node " + id + ": " + s.message());
         flush(self);
       },
       [self](wire::prepare_atom, const node_id& node, const std::string& key, uint32_t bundle, bool ok,
@@ -617,12 +635,12 @@ caf::behavior groups(groups_actor self, groups_options opt) {
         }
         auto answer = create(self, spec, owner, user);
         if (spec.ready_wait_ms <= 0 || !answer.match_element<bool>(1) || !answer.get_as<bool>(1)) return answer;
-        // Made: answered now if it is placed or cannot be, else once it is (or at the deadline).
+        // Made: answered now if it is placed, cannot be, or must wait (its owner hears why
+        // at once: another program on the card, a full cluster), else once its nodes have
+        // said yes (or at the deadline).
         const auto& id = answer.get_as<std::string>(2);
         auto* g = st.table.find(id);
-        if (!g || g->state == group_state::created || g->state == group_state::infeasible ||
-            g->state == group_state::removed)
-          return answer;
+        if (!g || g->state != group_state::preparing) return answer;
         auto rp = self->make_response_promise();
         auto wait = std::chrono::milliseconds(std::min<int64_t>(spec.ready_wait_ms, 60000));
         st.waiters[id].push_back({rp, self->clock().now() + wait, true});

@@ -315,8 +315,13 @@ caf::behavior head(head_actor self, head_options opt) {
           return;
         }
         auto report = wire::from_wire(free);
+        // What other programs hold on its cards, when it changed: placement must know.
+        bool others_changed = false;
+        if (auto* known = st.registry.view().find(id); report && known) others_changed = known->others() != report->others;
         auto heard = report ? st.registry.heartbeat(id, *report, self->clock().now())
                             : node_registry::heard::bad_report;
+        if (heard == node_registry::heard::ok && others_changed)
+          self->send(st.groups, wire::others_atom::value, id, free.others);
         if (heard == node_registry::heard::unknown || heard == node_registry::heard::not_alive) {
           self->send(sender, wire::rejoin_atom::value);
           return;

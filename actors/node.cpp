@@ -31,6 +31,8 @@
 #include "tune/trial/workdir.hpp"
 #include "tune/cluster/reservations.hpp"
 #include "tune/cluster/version.hpp"
+#include "tune/host/card_claims.hpp"
+#include "tune/trial/others.hpp"
 
 namespace tune {
 
@@ -83,6 +85,11 @@ struct node_state {
   std::shared_ptr<python_spawners> pythons;  // warm interpreters for Python trials (none: off)
   std::shared_ptr<program_spawners> programs;  // warm libtune programs for C++ trials (none: off)
   std::shared_ptr<reuse::idle_pool> idle;  // C++ trials' workers kept for the next trial (tune/trial/reuse.hpp)
+  // Other programs on the cards (docs/gpu-sharing.md): the machine's card claims (none:
+  // this node has no card another program could use), and the GPU audit's latest list
+  // of processes on the cards that are none of its trials.
+  std::unique_ptr<card_claims> claims;
+  std::vector<foreign_process> foreign;
   static inline const char* name = "tune.node";
 };
 
@@ -125,6 +132,89 @@ bool from_head(node_actor self) {
   auto& st = self->state;
   auto sender = self->current_sender();
   return st.head && sender && sender->node() == st.head.node();
+}
+
+// --- other programs on the cards (docs/gpu-sharing.md) ----------------------------
+
+using claims_tick_atom = caf::atom_constant<caf::atom("claimtick")>;
+// How often the node looks at the other nodes' claims on this machine's cards.
+constexpr auto claims_period = std::chrono::milliseconds(200);
+
+void send_heartbeat(node_actor self) {
+  auto& st = self->state;
+  self->send(st.head, wire::heartbeat_atom::value, st.opt.token, st.opt.node_id, st.table.version(),
+             wire::to_wire(st.table.resources().availability()), wire::holdings_of(st.table));
+}
+
+// What this node's bundles (prepared or committed) hold on each card other programs can
+// use too: its claims.
+std::map<std::string, card_claim> own_claims(const reservation_table& table) {
+  std::map<std::string, card_claim> out;
+  auto& gpus = table.resources().gpus();
+  for (auto& h : table.holdings())
+    for (auto& g : h.alloc.gpus) {
+      if (!shared_card(gpus[g.card])) continue;
+      auto& c = out[gpus[g.card].uuid];
+      c.units += g.share.units();
+      c.memory += g.memory;
+    }
+  return out;
+}
+
+void write_claims(node_actor self) {
+  auto& st = self->state;
+  if (!st.claims) return;
+  if (auto s = st.claims->write(own_claims(st.table)); !s) log_line("card claims: " + s.message());
+}
+
+// What other programs hold on the cards, from the other nodes' `claims` and the audit's
+// foreign processes, into the reservation table; the head hears of a change at once.
+void set_others(node_actor self, const std::vector<claimer>& claims) {
+  auto& st = self->state;
+  auto& gpus = st.table.resources().gpus();
+  auto before = st.table.resources().others();
+  auto now = others_on_cards(gpus, claims, st.foreign, st.opt.others);
+  if (auto s = st.table.set_others(now); !s) return log_line("what others hold on the cards: " + s.message());
+  auto& after = st.table.resources().others();
+  if (after == before) return;
+  for (size_t c = 0; c < gpus.size(); ++c) {
+    bool was = !before.empty() && before[c].any(), is = !after.empty() && after[c].any();
+    if (is && (!was || before[c].holds_card != after[c].holds_card))
+      log_line("GPU " + std::to_string(gpus[c].index) + " (" + gpus[c].uuid + "): in use by another program: " + after[c].who +
+               (after[c].holds_card ? " (not given whole)" : ""));
+    else if (was && !is)
+      log_line("GPU " + std::to_string(gpus[c].index) + " (" + gpus[c].uuid + "): no other program on it any more");
+  }
+  if (st.joined && st.head) send_heartbeat(self);
+}
+
+void look_at_claims(node_actor self) {
+  auto& st = self->state;
+  set_others(self, st.claims ? st.claims->others() : std::vector<claimer>{});
+}
+
+// The machine's card claims, for a node with cards other programs can use.
+void open_claims(node_actor self) {
+  auto& st = self->state;
+  auto& gpus = st.opt.resources.gpus();
+  if (std::none_of(gpus.begin(), gpus.end(), [](const gpu_instance& g) { return shared_card(g); })) return;
+  claimer me;
+  me.node = st.opt.node_id;
+  me.pid = ::getpid();
+  me.started = process_start_time(me.pid);
+  me.uid = ::getuid();
+  me.user = user_name(me.uid);
+  if (st.opt.contain && st.opt.contain->caps().cgroup) me.cgroup = st.opt.contain->caps().trials_path;
+  auto dir = st.opt.claims_dir.empty() ? shared_dir() + "/gpus" : st.opt.claims_dir;
+  auto c = card_claims::open(dir, std::move(me));
+  if (!c) {
+    log_line("card claims off (" + c.error().message() + "): another libtune cluster on this machine may give these "
+             "cards too until a trial of its shows on them");
+    return;
+  }
+  st.claims = std::move(*c);
+  log_line("card claims in " + st.claims->dir() + ": other libtune nodes on this machine see what this one gives");
+  self->send(self, claims_tick_atom::value);
 }
 
 // --- trials -------------------------------------------------------------------
@@ -766,6 +856,16 @@ caf::response_promise trial_start(node_actor self, const wire::wire_trial_spec& 
     }
     if (!spec.workdir_sha256.empty() && !is_sha256_hex(spec.workdir_sha256))
       return no("the working directory's SHA-256 is not 64 hex digits");
+    if (!spec.workdir_path.empty()) {  // in place: the folder itself, on this machine
+      if (!spec.workdir_sha256.empty()) return no("a working directory is both shipped and run in place");
+      std::error_code ec;
+      if (!std::filesystem::path(spec.workdir_path).is_absolute() || !std::filesystem::is_directory(spec.workdir_path, ec))
+        return no("its working directory " + spec.workdir_path + " is not a folder on this node's machine (" +
+                  st.opt.hostname + "): in-place trials run only on the machine they were started from");
+      auto account = account_for(self, spec);
+      if (account)
+        if (auto s = reachable(*account, spec.workdir_path); !s) return no("its working directory, run in place: " + s.message());
+    }
   }
   // Where it starts from: a checkpoint folder of this node's (restore_dir), else a copy
   // the client serves (restore_files, fetched into the trial's folder), else afresh.
@@ -971,7 +1071,7 @@ void start_audit(node_actor self) {
   if (!st.opt.gpu_library) return;
   std::set<std::string> cards;
   for (auto& g : st.opt.resources.gpus())
-    if (!g.logical) cards.insert(g.uuid);
+    if (shared_card(g)) cards.insert(g.uuid);
   if (cards.empty()) return;
   st.audit = spawn_gpu_audit(self, {st.opt.gpu_library, cards, st.opt.audit_interval, caf::actor_cast<caf::actor>(self)});
   log_line("GPU audit on: " + std::to_string(cards.size()) + " card(s), every " +
@@ -1048,6 +1148,7 @@ void open_node(node_actor self, node_options opt) {
     self->quit(m.reason);
   });
   if (self->state.opt.contain) log_line("containment: " + self->state.opt.contain->caps().describe());
+  open_claims(self);
   start_audit(self);
   self->send(self, wire::retry_atom::value);
   self->delayed_send(self, self->state.opt.prepare_ttl / 4, wire::expire_atom::value);
@@ -1059,15 +1160,16 @@ caf::message_handler membership(node_actor self) {
       [self](wire::beat_atom, uint64_t generation) {
         auto& st = self->state;
         if (!st.joined || generation != st.generation) return;
-        self->send(st.head, wire::heartbeat_atom::value, st.opt.token, st.opt.node_id, st.table.version(),
-                   wire::to_wire(st.table.resources().availability()), wire::holdings_of(st.table));
+        send_heartbeat(self);
         self->delayed_send(self, wire::heartbeat_period, wire::beat_atom::value, generation);
       },
       [self](wire::expire_atom) {
         auto& st = self->state;
-        for (auto& k : st.table.expire(self->clock().now(), st.opt.prepare_ttl))
+        auto gone = st.table.expire(self->clock().now(), st.opt.prepare_ttl);
+        for (auto& k : gone)
           log_line("released bundle " + k.to_string() + ": prepared but never committed within " +
                    std::to_string(st.opt.prepare_ttl.count()) + " ms");
+        if (!gone.empty()) write_claims(self);
         self->delayed_send(self, st.opt.prepare_ttl / 4, wire::expire_atom::value);
       },
       [self](wire::rejoin_atom) {
@@ -1117,8 +1219,17 @@ caf::message_handler reservations(node_actor self) {
         auto request = wire::request_from_wire(req);
         if (!request) return answer(false, {}, request.error().message());
         auto pref = wire::alloc_from_wire(preferred, st.table.resources());
+        // Under the machine's lock: the other nodes' claims as they are now, this node's
+        // written before another may look (two clusters never give one card twice).
+        std::optional<card_claims::lock> machine;
+        if (st.claims) {
+          machine.emplace(st.claims->hold());
+          look_at_claims(self);
+        }
         auto taken = st.table.prepare({key, bundle}, *request, pref ? *pref : allocation{}, self->clock().now());
         if (!taken) return answer(false, {}, taken.error().message());
+        write_claims(self);
+        machine.reset();
         answer(true, wire::to_wire(*taken), {});
       },
       [self](wire::commit_atom, const std::string& key, uint32_t bundle) {
@@ -1132,6 +1243,7 @@ caf::message_handler reservations(node_actor self) {
         if (!from_head(self)) return;
         auto& st = self->state;
         st.table.abort({key, bundle});
+        write_claims(self);
         // A trial in that bundle has no reservation any more: it must not go on using
         // the cards (the head may have given them, or this trial, to someone else).
         for (auto& [id, t] : st.trials)
@@ -1170,6 +1282,17 @@ caf::message_handler trial_handlers(node_actor self) {
         auto it = self->state.trials.find(trial);
         if (it != self->state.trials.end()) self->delegate(it->second.actor, wire::route_atom::value, received);
       },
+      // The GPU audit's processes on the cards that are none of this node's trials.
+      [self](audit_foreign_atom, const std::string& list) {
+        auto& st = self->state;
+        if (!st.audit || self->current_sender() != st.audit.address()) return;
+        st.foreign = foreign_from_json(list);
+        look_at_claims(self);
+      },
+      [self](claims_tick_atom) {
+        look_at_claims(self);
+        self->delayed_send(self, claims_period, claims_tick_atom::value);
+      },
       [self](audit_report_atom, const std::string& report) {
         auto& st = self->state;
         if (!st.audit || self->current_sender() != st.audit.address()) return;
@@ -1206,7 +1329,7 @@ caf::actor spawn_node(caf::actor_system& sys, node_options opt) {
 std::map<std::string, std::string> inherited_trial_env() {
   std::map<std::string, std::string> env;
   for (auto name : {"PATH", "HOME", "LD_LIBRARY_PATH", "TMPDIR", "LANG", "TUNE_FASHION_MNIST_DIR",
-                    "TUNE_TRAIN_POOLED_GRADS", "TUNE_TRAIN_DIRECT_CONV"})
+                    "TUNE_TRAIN_POOLED_GRADS", "TUNE_TRAIN_DIRECT_CONV", "TUNE_SIMULATED_GPUS"})
     if (const char* v = std::getenv(name)) env[name] = v;
   if (!env.count("PATH")) env["PATH"] = "/usr/local/bin:/usr/bin:/bin";
   return env;

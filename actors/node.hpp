@@ -23,7 +23,7 @@
 
 #include <caf/all.hpp>
 
-#include "tune/host/nvml.hpp"
+#include "tune/host/gpu_sampler.hpp"
 
 #include <chrono>
 #include <functional>
@@ -33,6 +33,7 @@
 #include "tune/core/node_resources.hpp"
 #include "tune/trial/account.hpp"
 #include "tune/trial/cgroup.hpp"
+#include "tune/trial/others.hpp"
 #include "tune/trial/process.hpp"
 #include "wire.hpp"
 
@@ -54,9 +55,15 @@ struct node_options {
   // Starts the trials' workers (tune/trial/process.hpp: a small fork of this process,
   // made early); none: each is forked from this process.
   std::shared_ptr<tune::spawner> workers;
-  // NVML, for the GPU audit of this node's real cards (actors/audit.hpp); none: no audit.
-  std::shared_ptr<tune::nvml> gpu_library;
+  // What the GPU audit reads the cards with (actors/audit.hpp): NVML for real cards, the
+  // simulated view for simulated ones; none: no audit.
+  std::shared_ptr<tune::gpu_sampler> gpu_library;
   std::chrono::milliseconds audit_interval{200};
+  // Other programs on the cards (docs/gpu-sharing.md): when a card is not given whole,
+  // and the margin kept beside what they hold; where the machine's card claims are
+  // ("" : shared_dir()/gpus).
+  others_policy others;
+  std::string claims_dir;
   // How trials are contained (tune/trial/cgroup.hpp): each in a cgroup of its own, or
   // with a subreaper keeper; none: not contained (tests of the actors alone).
   std::shared_ptr<tune::containment> contain;
@@ -77,9 +84,10 @@ caf::actor spawn_node(caf::actor_system& sys, node_options opt);
 
 // What trials start from, taken from this process's environment: enough to find
 // programs, libraries and the data (PATH, HOME, LD_LIBRARY_PATH, TMPDIR, LANG,
-// TUNE_FASHION_MNIST_DIR) and the built-in training's kernel switches
+// TUNE_FASHION_MNIST_DIR), the built-in training's kernel switches
 // (TUNE_TRAIN_POOLED_GRADS, TUNE_TRAIN_DIRECT_CONV: a node started with one runs its
-// trials' CNNs that way); nothing else (CUDA_VISIBLE_DEVICES above all) reaches them.
+// trials' CNNs that way) and a simulated view of the cards (TUNE_SIMULATED_GPUS: its trials
+// play GPU programs on it); nothing else (CUDA_VISIBLE_DEVICES above all) reaches them.
 std::map<std::string, std::string> inherited_trial_env();
 
 }  // namespace tune

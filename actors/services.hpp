@@ -28,6 +28,9 @@ struct node_host_options {
   std::string containment = "auto";  // auto, cgroup, subreaper
   std::vector<std::string> require_limits;  // memory, cpu, pids
   std::string trial_user = {};  // who its trials run as (tune/trial/account.hpp; empty: nobody, as root)
+  // An embedded cluster's node: its trials run as this process's own account unless
+  // trial_user names another (own_trial_account).
+  bool embedded = false;
 };
 
 struct node_host {
@@ -50,6 +53,12 @@ status check_gpu_audit_ms(int ms, const std::string& option);
 // The bounds of a trial's process limit: 0 (none) or at least min_trial_pids.
 constexpr int64_t min_trial_pids = 8;
 status check_trial_max_pids(int64_t n, const std::string& option);
+
+// What a node counts as another program holding a card (docs/gpu-sharing.md): the
+// threshold above which a card is not given whole, and the margin kept beside what other
+// programs hold, as sizes ("256MiB", "1GiB"; "": the default). Errors name the option.
+expected<others_policy> parse_others_policy(const std::string& threshold, const std::string& margin,
+                                            const std::string& threshold_option, const std::string& margin_option);
 
 // What every node takes from its host: the trials' environment (inherited_trial_env),
 // the spawner, the containment and its process limit, and NVML with the audit interval

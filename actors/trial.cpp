@@ -600,6 +600,14 @@ class plain_result {
   }
 };
 
+// Whether a program's error output says a file it wanted was not there.
+bool missing_file(const std::string& text) {
+  for (auto sign : {"No such file or directory", "FileNotFoundError", "Dataset not found", "does not exist",
+                    "cannot find the file", "Error downloading"})
+    if (text.find(sign) != std::string::npos) return true;
+  return false;
+}
+
 // Why a trial's process ended as it did: empty when it ended well (exit 0, or a clean
 // stop: SIGTERM's default action or its exit status 143, as Python's libtune module and
 // shells end on it).
@@ -621,6 +629,10 @@ std::string end_error(trial_actor self, bool exited, int code, const std::string
   if (host.pids_refused > 0)
     error += " (" + std::to_string(host.pids_refused) + " process starts were refused at its limit of " +
              std::to_string(st.opt.limits.pids) + " processes and threads, pids.max)";
+  if (st.opt.workdir && missing_file(stderr_tail))
+    error += " (it ran in a copy of the working directory: a path outside that folder, such as ../data, is not there; "
+             "run trials in the folder itself with --in-place (in_place: true in the experiment file), or give the "
+             "path absolute)";
   return error;
 }
 
@@ -700,6 +712,8 @@ launch make_launch(const trial_options& opt) {
       l.workdir = opt.workdir;
       l.blobs = opt.workdir_blobs;
       l.spec.cwd = opt.trial_dir + "/work";
+    } else if (!opt.spec.workdir_path.empty()) {  // in place: the folder itself, no copy
+      l.spec.cwd = opt.spec.workdir_path;
     }
   } else {
     l.spec.argv = {opt.program};
@@ -745,7 +759,7 @@ void on_started(trial_actor self, int pid, int group, const std::string& error, 
   if (!st.opt.audit) return;
   nlohmann::json quota = nlohmann::json::object();
   for (size_t i = 0; i < st.opt.cards.size(); ++i)
-    if (!st.opt.cards[i].logical) quota[st.opt.cards[i].uuid] = st.opt.grants[i].memory;
+    if (shared_card(st.opt.cards[i])) quota[st.opt.cards[i].uuid] = st.opt.grants[i].memory;
   self->send(st.opt.audit, audit_add_atom::value, st.opt.spec.trial_id, pid, group, cgroup, json_text(quota),
              caf::actor_cast<caf::actor>(self));
 }
@@ -911,6 +925,14 @@ caf::message_handler node_handlers(trial_actor self) {
         st.violation = why;
         st.over_quota = over_quota;
         st.ctl->kill = true;
+      },
+      // Another program appeared on one of its cards (not ours: left alone): its owner
+      // notes it in the trial's record.
+      [self](audit_foreign_atom, const std::string& note) {
+        auto& st = self->state;
+        if (self->current_sender() != st.opt.audit.address()) return;
+        auto j = nlohmann::json::parse(note, nullptr, false);
+        if (j.is_object()) event(self, "foreign", j);
       },
       [self](trial_release_atom, const std::string& why) {
         auto& st = self->state;

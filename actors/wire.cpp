@@ -29,13 +29,17 @@ expected<resource_set> host_from_wire(const wire_host& w) {
 }
 
 wire_avail to_wire(const node_availability& a) {
-  return {to_wire(a.host), a.card_free, a.card_memory_free};
+  wire_avail w{to_wire(a.host), a.card_free, a.card_memory_free, {}};
+  for (auto& o : a.others) w.others.push_back({o.units, o.memory, o.holds_card, o.who});
+  return w;
 }
 
 expected<node_availability> from_wire(const wire_avail& w) {
   auto host = host_from_wire(w.host);
   if (!host) return host.error();
-  return node_availability{*host, w.card_free, w.card_memory_free};
+  node_availability a{*host, w.card_free, w.card_memory_free, {}};
+  for (auto& o : w.others) a.others.push_back({o.units, o.memory, o.holds_card, o.who});
+  return a;
 }
 
 wire_ad make_ad(const std::string& node_id, const std::string& hostname, const std::string& address,
@@ -48,7 +52,7 @@ wire_ad make_ad(const std::string& node_id, const std::string& hostname, const s
   host.set_gpu({}).set_gpu_memory(0);
   ad.total = to_wire(host);
   for (auto& g : n.gpus())
-    ad.gpus.push_back({g.index, g.uuid, g.pci_bus_id, g.name, g.memory_total, g.logical});
+    ad.gpus.push_back({g.index, g.uuid, g.pci_bus_id, g.name, g.memory_total, g.logical, g.simulated});
   ad.free = to_wire(n.availability());
   return ad;
 }
@@ -57,7 +61,8 @@ expected<node_resources> resources_from_ad(const wire_ad& ad) {
   auto host = host_from_wire(ad.total);
   if (!host) return host.error();
   std::vector<gpu_instance> gpus;
-  for (auto& g : ad.gpus) gpus.push_back({g.index, g.uuid, g.pci_bus_id, g.name, g.memory_total, g.logical});
+  for (auto& g : ad.gpus)
+    gpus.push_back({g.index, g.uuid, g.pci_bus_id, g.name, g.memory_total, g.logical, g.simulated});
   auto n = node_resources::make(*host, std::move(gpus));
   if (!n) return n.error();
   auto free = from_wire(ad.free);
@@ -121,6 +126,8 @@ config::config(bool network) {
   add_message_type<std::vector<wire_gpu>>("std::vector<tune::wire_gpu>");
   add_message_type<wire_host>("tune::wire_host");
   add_message_type<wire_avail>("tune::wire_avail");
+  add_message_type<wire_others>("tune::wire_others");
+  add_message_type<std::vector<wire_others>>("std::vector<tune::wire_others>");
   add_message_type<wire_ad>("tune::wire_ad");
   add_message_type<wire_request>("tune::wire_request");
   add_message_type<std::vector<wire_request>>("std::vector<tune::wire_request>");

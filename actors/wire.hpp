@@ -142,6 +142,9 @@ using expire_atom = caf::atom_constant<caf::atom("expire")>;
 using holdings_atom = caf::atom_constant<caf::atom("holdings")>;
 using node_up_atom = caf::atom_constant<caf::atom("nodeup")>;
 using node_down_atom = caf::atom_constant<caf::atom("nodedown")>;
+// head -> groups (others_atom, node_id, std::vector<wire_others>): what other programs
+// hold on the node's cards changed (its heartbeat said so).
+using others_atom = caf::atom_constant<caf::atom("others")>;
 using pg_create_atom = caf::atom_constant<caf::atom("pgcreate")>;
 using pg_wait_atom = caf::atom_constant<caf::atom("pgwait")>;
 using pg_remove_atom = caf::atom_constant<caf::atom("pgremove")>;
@@ -204,13 +207,13 @@ struct wire_gpu {
   int32_t index = 0;
   std::string uuid, pci_bus_id, name;
   int64_t memory_total = 0;
-  bool logical = false;
+  bool logical = false, simulated = false;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_gpu& x) {
   return f(caf::meta::type_name("wire_gpu"), x.index, x.uuid, x.pci_bus_id, x.name, x.memory_total,
-           x.logical);
+           x.logical, x.simulated);
 }
 
 // Amounts of host resources: cpu (quantity units), memory (bytes), custom (units).
@@ -225,15 +228,29 @@ typename Inspector::result_type inspect(Inspector& f, wire_host& x) {
   return f(caf::meta::type_name("wire_host"), x.cpu_units, x.memory, x.custom_names, x.custom_units);
 }
 
-// What a node has free: its heartbeat.
+// What other programs hold on one of a node's cards (card_others).
+struct wire_others {
+  int64_t units = 0, memory = 0;
+  bool holds_card = false;
+  std::string who;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_others& x) {
+  return f(caf::meta::type_name("wire_others"), x.units, x.memory, x.holds_card, x.who);
+}
+
+// What a node has free: its heartbeat. `others`: what other programs hold on each card
+// (empty: nothing on any).
 struct wire_avail {
   wire_host host;
   std::vector<int64_t> card_free, card_memory_free;
+  std::vector<wire_others> others;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_avail& x) {
-  return f(caf::meta::type_name("wire_avail"), x.host, x.card_free, x.card_memory_free);
+  return f(caf::meta::type_name("wire_avail"), x.host, x.card_free, x.card_memory_free, x.others);
 }
 
 // A request for resources (a bundle): host amounts, GPU share and GPU memory.
@@ -334,6 +351,7 @@ struct wire_trial_spec {
   std::vector<std::string> command;
   std::string workdir_sha256;
   uint64_t workdir_size = 0;
+  std::string workdir_path;  // else: run in this folder itself (the node must be on the client's machine)
   std::vector<std::string> env;
   std::vector<std::string> output_patterns;
   std::string metric;
@@ -349,7 +367,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_trial_spec& x) {
   return f(caf::meta::type_name("wire_trial_spec"), x.trial_id, x.group, x.bundle, x.program_name, x.program_sha256,
            x.program_size, x.args, x.config_json, x.restore_dir, x.restore_files, x.command, x.workdir_sha256,
-           x.workdir_size, x.env, x.output_patterns, x.metric, x.account, x.reuse_worker);
+           x.workdir_size, x.workdir_path, x.env, x.output_patterns, x.metric, x.account, x.reuse_worker);
 }
 
 // Results of one trial that name the same metrics, as columns: row r's metric k is

@@ -109,6 +109,10 @@ status apply_flags(const po::variables_map& vm, experiment_spec& e) {
   if (vm.count("name")) c.name = vm["name"].as<std::string>();
   if (vm.count("working-dir")) p.working_dir = vm["working-dir"].as<std::string>();
   if (vm["no-working-dir"].as<bool>()) p.working_dir.clear();
+  if (vm["in-place"].as<bool>()) {
+    if (vm["no-working-dir"].as<bool>()) return bad("--in-place", "runs trials in the working directory: leave out --no-working-dir");
+    p.in_place = true;
+  }
   if (vm.count("env"))
     for (auto& kv : vm["env"].as<std::vector<std::string>>()) {
       auto eq = kv.find('=');
@@ -185,11 +189,16 @@ int cmd_run(const std::vector<std::string>& all_args) {
   prog.add_options()
       ("working-dir", po::value<std::string>(), "the folder shipped to the nodes (default: this one)")
       ("no-working-dir", po::bool_switch()->default_value(false), "ship nothing: trials run in their own folders")
+      ("in-place", po::bool_switch()->default_value(false),
+       "run each trial in the working directory itself, not in a copy (relative paths out of it, such as ../data, "
+       "work as when you run the script yourself); this machine only, and trials at once share the folder")
       ("env", po::value<std::vector<std::string>>()->composing(), "NAME=VALUE for the trials, or NAME: this shell's value (repeatable)")
       ("config-args", po::value<std::string>(), "append: the configuration as --key value arguments");
   po::options_description where("the cluster");
   where.add_options()
-      ("address", po::value<std::string>(), "HOST:PORT of a head (default: an embedded cluster on this machine)")
+      ("address", po::value<std::string>(), "HOST:PORT of a head (default: the cluster running on this machine, if one does "
+                                            "(as ray.init() finds one), else an embedded cluster)")
+      ("local", po::bool_switch()->default_value(false), "run on an embedded cluster even when one runs on this machine")
       ("token-file", po::value<std::string>(), "that cluster's token (default ~/.tune/token)")
       ("tls-cert", po::value<std::string>(), "for a head that uses TLS: this process's certificate (default: $TUNE_TLS_CERT)")
       ("tls-key", po::value<std::string>(), "its key (default: $TUNE_TLS_KEY)")
@@ -199,7 +208,15 @@ int cmd_run(const std::vector<std::string>& all_args) {
       ("dashboard-port", po::value<int>(), "serve the embedded cluster's dashboard on 127.0.0.1:PORT (0: any)")
       ("containment", po::value<std::string>(),
        "how the embedded cluster contains trials: auto (a cgroup each where it can, else a subreaper), cgroup, subreaper")
-      ("trial-max-pids", po::value<int64_t>(), "the embedded cluster's limit of processes and threads per trial (0: none)");
+      ("trial-max-pids", po::value<int64_t>(), "the embedded cluster's limit of processes and threads per trial (0: none)")
+      ("trial-user", po::value<std::string>(),
+       "the Unix account the embedded cluster's trials run as (default: yours, root included, with your HOME; another "
+       "account needs root)")
+      ("foreign-threshold", po::value<std::string>(),
+       "the embedded cluster never gives a card whole where programs that are not its own hold more GPU memory than "
+       "this (default 256MiB)")
+      ("foreign-margin", po::value<std::string>(),
+       "GPU memory the embedded cluster keeps free beside what other programs hold on a card (default 1GiB)");
   po::options_description desc("tune run options");
   desc.add_options()("help,h", "show this help")("file", po::value<std::string>(), "the experiment file (YAML or JSON)");
   desc.add(exp).add(prog).add(where);
@@ -239,10 +256,25 @@ int cmd_run(const std::vector<std::string>& all_args) {
   if (vm.count("tls-cert")) opt.tls_cert = vm["tls-cert"].as<std::string>();
   if (vm.count("tls-key")) opt.tls_key = vm["tls-key"].as<std::string>();
   if (vm.count("tls-ca")) opt.tls_ca = vm["tls-ca"].as<std::string>();
-  if (!opt.address.empty() && (vm.count("num-cpus") || vm.count("num-gpus") || vm.count("dashboard-port") ||
-                               vm.count("containment") || vm.count("trial-max-pids")))
-    return fail("--num-cpus, --num-gpus, --dashboard-port, --containment and --trial-max-pids are for the embedded cluster; "
-                "a cluster at --address has its own (tune start's options)", 2);
+  bool embedded_options = false;
+  for (auto name : {"num-cpus", "num-gpus", "dashboard-port", "containment", "trial-max-pids", "trial-user",
+                    "foreign-threshold", "foreign-margin"})
+    embedded_options = embedded_options || vm.count(name);
+  if (!opt.address.empty() && embedded_options)
+    return fail("--num-cpus, --num-gpus, --dashboard-port, --containment, --trial-max-pids, --trial-user and --foreign-* are "
+                "for the embedded cluster; a cluster at --address has its own (tune start's options)", 2);
+  if (!opt.address.empty() && vm["local"].as<bool>()) return fail("give --address or --local, not both", 2);
+  // The embedded cluster's own settings ask for one.
+  opt.local = vm["local"].as<bool>() || embedded_options;
+  if (vm.count("trial-user")) opt.trial_user = vm["trial-user"].as<std::string>();
+  {
+    auto others = parse_others_policy(vm.count("foreign-threshold") ? vm["foreign-threshold"].as<std::string>() : "",
+                                      vm.count("foreign-margin") ? vm["foreign-margin"].as<std::string>() : "",
+                                      "--foreign-threshold", "--foreign-margin");
+    if (!others) return fail(others.error().message(), 2);
+    opt.foreign_threshold = others->threshold;
+    opt.foreign_margin = others->margin;
+  }
   if (vm.count("containment")) {
     opt.containment = vm["containment"].as<std::string>();
     if (opt.containment != "auto" && opt.containment != "cgroup" && opt.containment != "subreaper")

@@ -49,7 +49,9 @@
 #include "tune/cluster/users.hpp"
 #include "tune/core/quantity.hpp"
 #include "tune/cluster/version.hpp"
+#include "tune/host/card_claims.hpp"
 #include "tune/host/detect.hpp"
+#include "tune/host/local_heads.hpp"
 #include "tune/trial/mps.hpp"
 #include "tune/tuner/store.hpp"
 #include "wire.hpp"
@@ -262,6 +264,19 @@ int start_head(const po::variables_map& vm, const std::string& dir) {
     }
     log_line("head listening at " + address + (server_tls ? " with TLS" : "") + " (libtune " + version() + ", pid " +
              std::to_string(::getpid()) + ")");
+    // Programs on this machine find it (tune run, tuning scripts without --address).
+    local_head here;
+    bool wildcard = host.empty() || host == "0.0.0.0" || host == "::";
+    here.address = (wildcard ? std::string{"127.0.0.1"} : host) + ":" + std::to_string(actual);
+    here.port = actual;
+    here.pid = ::getpid();
+    here.started = process_start_time(here.pid);
+    here.uid = ::getuid();
+    here.user = user_name(here.uid);
+    here.token_file = std::filesystem::absolute(token_path).string();
+    here.tls = static_cast<bool>(server_tls);
+    here.version = version();
+    if (auto a = announce_head(here); !a) log_line("programs on this machine will not find this head: " + a.message());
     ready.ready("tune: head started at " + address + " (pid " + std::to_string(::getpid()) + ")" +
                 (server_tls ? " with TLS: every process connects with --tls-cert, --tls-key and --tls-ca" : "") + "\n" +
                 "  runtime dir: " + dir + "\n" + (block ? "" : "  log: " + dir + "/head-" + std::to_string(port) + ".log\n") +
@@ -278,6 +293,7 @@ int start_head(const po::variables_map& vm, const std::string& dir) {
     service->dashboard.reset();
     sys.middleman().unpublish(head, actual);
     caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
+    withdraw_head(actual);
     ::unlink(pid_file.c_str());
     return 0;
   });
@@ -350,9 +366,14 @@ int start_node(const po::variables_map& vm, const std::string& dir) {
   if (!token->warning.empty()) std::cerr << "tune: warning: " << token->warning << "\n";
   if (int rc = use_client_tls("start", vm); rc >= 0) return rc;
   auto host = detect_host();
+  if (!host.gpu.error.empty()) return fail("start", host.gpu.error, 2);
   std::string id = random_node_id();
   auto resources = node_resources_from(vm, host, id);
   if (!resources) return fail("start", resources.error().message(), 2);
+  auto others = parse_others_policy(vm.count("foreign-threshold") ? vm["foreign-threshold"].as<std::string>() : "",
+                                    vm.count("foreign-margin") ? vm["foreign-margin"].as<std::string>() : "",
+                                    "--foreign-threshold", "--foreign-margin");
+  if (!others) return fail("start", others.error().message(), 2);
   int audit_ms = vm["gpu-audit-ms"].as<int>();
   if (auto s = check_gpu_audit_ms(audit_ms, "--gpu-audit-ms"); !s) return fail("start", s.message(), 2);
   auto containment_mode = vm["containment"].as<std::string>();
@@ -396,6 +417,7 @@ int start_node(const po::variables_map& vm, const std::string& dir) {
     opt.resources = *resources;
     opt.work_dir = dir + "/" + id;  // programs/ and trials/ of this node
     fill_node_options(opt, *host_parts, audit_ms, max_pids);
+    opt.others = *others;
     if (auto s = check_trial_folder(opt); !s) {
       ready.failed("tune start: " + s.message());
       return 2;
@@ -506,6 +528,11 @@ int cmd_start(const std::vector<std::string>& args) {
        "own account (tune user set NAME --account A) takes its place for that user's trials")
       ("gpu-audit-ms", po::value<int>()->default_value(200),
        "node: how often the GPU audit (NVML) looks at what runs on the cards, in ms; 0 turns it off")
+      ("foreign-threshold", po::value<std::string>(),
+       "node: a card where programs that are not this cluster's hold more GPU memory than this is never given "
+       "whole (default 256MiB: less than a CUDA context)")
+      ("foreign-margin", po::value<std::string>(),
+       "node: GPU memory kept free beside what other programs hold on a card, for them to grow (default 1GiB)")
       ("token-file", po::value<std::string>()->default_value(default_token_file()),
        "the cluster token (the head creates it if missing; copy it to every node)")
       ("runtime-dir", po::value<std::string>()->default_value(""),
@@ -525,6 +552,8 @@ int cmd_start(const std::vector<std::string>& args) {
     if (vm.count("require-limits")) return fail("start", "--require-limits is for a node (--address)", 2);
     if (vm.count("trial-user")) return fail("start", "--trial-user is for a node (--address)", 2);
     if (vm.count("mps")) return fail("start", "--mps is for a node (--address)", 2);
+    for (auto opt : {"foreign-threshold", "foreign-margin"})
+      if (vm.count(opt)) return fail("start", std::string{"--"} + opt + " is for a node (--address)", 2);
     for (auto opt : {"num-gpus", "gpus", "num-cpus", "resources"})
       if (vm.count(opt)) return fail("start", std::string{"--"} + opt + " is for a node (--address); the head runs no trials", 2);
     return start_head(vm, *dir);

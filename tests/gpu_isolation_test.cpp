@@ -216,7 +216,7 @@ TEST_F(GpuIsolationTest, SomeoneElsesProcessShowsInStatus) {
   }, 10s);
   EXPECT_TRUE(seen) << "pid " << pid << " is not in the status";
   auto t = files.tune({"status", "--address", "127.0.0.1:" + std::to_string(port)});
-  EXPECT_NE(t.out.find("not libtune's: pid " + std::to_string(pid)), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("not this cluster's: pid " + std::to_string(pid)), std::string::npos) << t.out;
   (*other)->kill();
 }
 

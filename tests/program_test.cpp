@@ -880,8 +880,10 @@ class ProgramClusterTest : public ProgramTest {
   }
   void TearDown() override { files.tune({"stop", "--grace", "3"}); }
 
+  // The arguments with this cluster's address and token, before a command's `--`.
   std::vector<std::string> at_cluster(std::vector<std::string> args) {
-    args.insert(args.end(), {"--address", address, "--token-file", files.token_file()});
+    auto end = std::find(args.begin(), args.end(), "--");
+    args.insert(end, {"--address", address, "--token-file", files.token_file()});
     return args;
   }
 

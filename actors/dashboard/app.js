@@ -264,7 +264,8 @@ async function pageCluster() {
   const gpuRows = gpus.map(g => {
     const holders = g.holders.map(h => `<span class="holder">${h.trial ? trialLink(h.experiment, h.trial) : h.held_by ? `held by ${esc(h.held_by)}` : `<span class="mono">${esc(h.group)}</span>`}
         · ${num(h.share)} GPU · quota ${bytes(h.memory_quota)}${h.memory_used !== null ? ` · uses ${bytes(h.memory_used)}` : ""}${h.host_memory !== undefined ? ` · host ${bytes(h.host_memory)}` : ""}${h.cpu_seconds !== undefined ? ` · ${num(h.cpu_seconds, 1)} CPU-s` : ""}</span>`).join("");
-    const foreign = g.foreign.map(f => `<span class="holder error">not ours: pid ${esc(f.pid)} ${esc(f.name)} · ${bytes(f.memory)}</span>`).join("");
+    const foreign = g.foreign.map(f => `<span class="holder error">not this cluster's: pid ${esc(f.pid)} ${esc(f.name)}${f.user ? ` of ${esc(f.user)}` : ""} · ${bytes(f.memory)}${f.beside && f.beside.length ? ` · beside ${f.beside.map(esc).join(", ")} (left alone)` : ""}</span>`).join("")
+      + (g.others ? `<span class="holder error">in use by another program: ${esc(g.others.who)} · kept clear ${bytes(g.others.memory)}${g.others.share > 0 ? ` and ${num(g.others.share, 3)} GPU` : ""}${g.others.holds_card ? " · not given whole" : ""}</span>` : "");
     return `<td class="mono">${esc(g.node)}</td><td class="num">${g.index}</td>
       <td>${esc(g.name)}${g.logical ? ' <span class="muted">(logical)</span>' : ""}<br><span class="muted mono">${esc(g.uuid)}</span></td>
       <td><span class="bar"><span data-width="${Math.min(100, g.allocated * 100)}"></span></span> ${num(g.allocated, 3)}</td>

@@ -35,7 +35,9 @@
 #include "node.hpp"
 #include "services.hpp"
 #include "tune/cluster/token.hpp"
+#include "tune/host/card_claims.hpp"
 #include "tune/host/detect.hpp"
+#include "tune/host/local_heads.hpp"
 #include "tune/host/nvml.hpp"
 #include "tune/trial/error_headline.hpp"
 #include "tune/trial/output_metrics.hpp"
@@ -139,6 +141,7 @@ struct cluster::impl {
   std::unique_ptr<cluster_client> client;
   caf::actor head, node;  // embedded only
   std::string address;    // empty: embedded
+  std::string found;      // how a cluster without --address was found ("" : given)
   std::string work_dir;
   bool own_work_dir = false;
   bool owns_log = false;  // the process's log lines go to this cluster's file
@@ -198,6 +201,7 @@ expected<node_resources> embedded_resources(const cluster_options& opt, const ho
 expected<std::shared_ptr<cluster::impl>> start_embedded(const cluster_options& opt) {
   auto st = std::make_shared<cluster::impl>();
   auto host = detect_host();
+  if (!host.gpu.error.empty()) return status{errc::invalid_argument, host.gpu.error};
   std::string id = "embedded-" + random_hex(4);
   auto res = embedded_resources(opt, host, id);
   if (!res) return res.error();
@@ -218,7 +222,7 @@ expected<std::shared_ptr<cluster::impl>> start_embedded(const cluster_options& o
   st->owns_log = true;
   // The spawner and the trials' containment, before the actor system's threads
   // (actors/services.hpp).
-  auto host_parts = open_node_host({id, opt.containment, {}, opt.trial_user});
+  auto host_parts = open_node_host({id, opt.containment, {}, opt.trial_user, true});
   if (!host_parts) return host_parts.error();
   st->workers = host_parts->workers;
   st->contain = host_parts->contain;
@@ -245,6 +249,9 @@ expected<std::shared_ptr<cluster::impl>> start_embedded(const cluster_options& o
   no.resources = *res;
   no.work_dir = st->work_dir;
   fill_node_options(no, *host_parts, opt.gpu_audit_ms, opt.trial_max_pids);
+  if (opt.foreign_threshold < 0 || opt.foreign_margin < 0)
+    return status{errc::invalid_argument, "foreign_threshold and foreign_margin are sizes: give 0 or more bytes"};
+  no.others = {opt.foreign_threshold, opt.foreign_margin};
   if (auto s = check_trial_folder(no); !s) return status{s.code(), "the embedded cluster: " + s.message()};
   no.head_actor = st->head;
   no.on_first_join = [joined](const status& s) { joined->set_value(s); };
@@ -258,7 +265,8 @@ expected<std::shared_ptr<cluster::impl>> start_embedded(const cluster_options& o
   auto gpus = res->gpus();
   st->node_summary = std::string{"1 node: "} + res->total().cpu().to_string() + " CPUs, " +
                      (gpus.empty() ? std::string{"no GPU"}
-                                   : std::to_string(gpus.size()) + (real ? " GPUs" : " logical GPUs"));
+                                   : std::to_string(gpus.size()) +
+                                         (real ? " GPUs" : gpus.front().simulated ? " simulated GPUs" : " logical GPUs"));
   return st;
 }
 
@@ -283,11 +291,59 @@ expected<std::shared_ptr<cluster::impl>> connect_to(const cluster_options& opt) 
   return st;
 }
 
+// Without an address: the cluster that runs on this machine ($TUNE_ADDRESS, else the
+// head `tune start --head` announced here), as ray.init() finds one; nothing when none
+// runs (an embedded cluster then), or with `local`. Several heads here: which one is
+// the user's to say.
+expected<std::optional<local_head>> cluster_here(const cluster_options& opt) {
+  if (!opt.address.empty() || opt.local) return std::optional<local_head>{};
+  if (const char* a = std::getenv("TUNE_ADDRESS"); a && *a) {
+    local_head named;
+    named.address = a;
+    return std::optional<local_head>{named};
+  }
+  auto heads = local_heads();
+  if (heads.empty()) return std::optional<local_head>{};
+  if (heads.size() > 1) {
+    std::string list;
+    for (auto& h : heads)
+      list += (list.empty() ? "" : ", ") + h.address + " (pid " + std::to_string(h.pid) + ", started by " + h.user + ")";
+    return status{errc::invalid_argument, std::to_string(heads.size()) + " clusters run on this machine: " + list +
+                                              ". Say which with --address HOST:PORT, or run on a cluster of your own with --local"};
+  }
+  return std::optional<local_head>{heads.front()};
+}
+
+// Why a cluster found here could not be joined, and what to do.
+status cannot_join(const local_head& h, const cluster_options& opt, const status& why) {
+  std::string which = h.pid > 0 ? "a cluster runs on this machine (head " + h.address + ", pid " + std::to_string(h.pid) +
+                                      ", started by " + h.user + ")"
+                                : "TUNE_ADDRESS names the cluster at " + h.address;
+  auto token = opt.token_file.empty() ? default_token_file() : opt.token_file;
+  std::string todo = h.tls ? " It uses TLS: give this process the cluster's certificates (--tls-cert, --tls-key, --tls-ca or "
+                             "$TUNE_TLS_CERT, $TUNE_TLS_KEY, $TUNE_TLS_CA)."
+                           : " Ask its admin for a token of your own (`tune user add NAME` makes one) and save it as " +
+                                 token + " (or pass --token-file F).";
+  return status{why.code(), which + ", and without --address it is joined, as ray.init() does; but " + why.message() +
+                                "." + todo + " Or run on an embedded cluster of your own with --local."};
+}
+
 }  // namespace
 
 expected<cluster> cluster::start(cluster_options opt) {
+  auto here = cluster_here(opt);
+  if (!here) return here.error();
+  std::string found;
+  if (*here) {
+    opt.address = (*here)->address;
+    found = (*here)->pid > 0 ? "found running on this machine: head pid " + std::to_string((*here)->pid) + ", started by " +
+                                   (*here)->user
+                             : "named by TUNE_ADDRESS";
+  }
   auto st = opt.address.empty() ? start_embedded(opt) : connect_to(opt);
+  if (!st && *here) return cannot_join(**here, opt, st.error());
   if (!st) return st.error();
+  (*st)->found = found;
   cluster c;
   c.impl_ = *st;
   if (!c.impl_->dashboard_url.empty())
@@ -299,7 +355,9 @@ bool cluster::embedded() const { return impl_ && impl_->address.empty(); }
 
 std::string cluster::description() const {
   if (!impl_) return "no cluster";
-  if (!embedded()) return "the cluster at " + impl_->address;
+  if (!embedded())
+    return "the cluster at " + impl_->address +
+           (impl_->found.empty() ? "" : " (" + impl_->found + "; --local runs an embedded cluster instead)");
   return "an embedded cluster (" + impl_->node_summary + (impl_->own_work_dir ? "" : "; log: " + impl_->work_dir + "/cluster.log") + ")";
 }
 
@@ -333,7 +391,10 @@ expected<cluster_capacity> cluster::capacity() const {
 const char* init_help() {
   return "libtune options:\n"
          "  --address HOST:PORT  run the trials on the cluster whose head is there\n"
-         "                       (default: an embedded cluster in this process)\n"
+         "                       (default: the cluster running on this machine, if\n"
+         "                       one does, as ray.init() finds one; else an embedded\n"
+         "                       cluster in this process)\n"
+         "  --local              an embedded cluster even when one runs on this machine\n"
          "  --token-file F       that cluster's token (default: ~/.tune/token)\n"
          "  --num-cpus N         the embedded cluster's CPUs (default: this machine's)\n"
          "  --num-gpus N         the embedded cluster's GPUs (default: this machine's;\n"
@@ -371,6 +432,10 @@ expected<cluster> init(int& argc, char** argv) {
   std::vector<char*> rest{argv[0]};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i], value;
+    if (arg == "--local") {
+      opt.local = true;
+      continue;
+    }
     bool ours = arg == "--address" || arg == "--token-file" || arg == "--num-cpus" || arg == "--num-gpus" ||
                 arg == "--dashboard-port";
     bool inline_value = false;
@@ -420,6 +485,9 @@ expected<cluster> init(int& argc, char** argv) {
   if (!opt.address.empty() && opt.dashboard_port)
     return status{errc::invalid_argument,
                   "--dashboard-port is for the embedded cluster; the head at --address serves its own (tune dashboard)"};
+  if (!opt.address.empty() && opt.local) return status{errc::invalid_argument, "give --address or --local, not both"};
+  // The embedded cluster's own settings ask for one.
+  if (opt.num_cpus || opt.num_gpus || opt.dashboard_port) opt.local = true;
   for (size_t i = 0; i < rest.size(); ++i) argv[i] = rest[i];
   argc = static_cast<int>(rest.size());
   argv[argc] = nullptr;
@@ -557,6 +625,7 @@ std::string joined_command(const std::vector<std::string>& argv) {
 struct checked_program {
   std::vector<std::string> env;            // NAME=VALUE
   std::optional<scanned_workdir> workdir;  // none when nothing is shipped
+  std::string in_place;                    // the folder trials run in themselves (program::in_place)
   nlohmann::json meta;                     // what the store records of it
 };
 
@@ -589,7 +658,17 @@ expected<checked_program> check_program(bool embedded, const program& p, const s
     if (auto m = output_metrics::make(p.metric_patterns, c.metric); !m) return m.error();
   std::string root;
   std::error_code ec;
-  if (!p.working_dir.empty()) {
+  if (p.in_place) {
+    if (p.working_dir.empty())
+      return status{errc::invalid_argument, "in_place runs each trial in the working directory itself: give one (working_dir)"};
+    auto canonical = fs::canonical(p.working_dir, ec);
+    if (ec || !fs::is_directory(canonical))
+      return status{errc::invalid_argument, "the working directory " + p.working_dir + " is not a folder" +
+                                                (ec ? " (" + ec.message() + ")" : std::string{})};
+    root = out.in_place = canonical.string();
+    out.meta["working_dir"] = root;
+    out.meta["in_place"] = true;
+  } else if (!p.working_dir.empty()) {
     auto abs_dir = fs::absolute(dir, ec).lexically_normal().string();
     auto scanned = scan_workdir(p.working_dir, {.max_bytes = p.working_dir_limit, .max_files = 20000, .exclude = {abs_dir}});
     if (!scanned) return scanned.error();
@@ -623,6 +702,23 @@ expected<checked_program> check_program(bool embedded, const program& p, const s
   out.meta["env"] = names;
   out.meta["metric_patterns"] = p.metric_patterns;
   return out;
+}
+
+// In-place trials run in a folder of this machine: every node of the cluster must be here.
+status all_nodes_here(const cluster& c) {
+  auto text = c.status_json();
+  if (!text) return text.error();
+  auto j = nlohmann::json::parse(*text, nullptr, false);
+  std::string elsewhere;
+  auto me = hostname();
+  if (j.is_object())
+    for (auto& n : j.value("nodes", nlohmann::json::array()))
+      if (n.value("alive", false) && n.value("host", me) != me)
+        elsewhere += (elsewhere.empty() ? "" : ", ") + n.value("id", std::string{"?"}) + " on " + n.value("host", std::string{"?"});
+  if (elsewhere.empty()) return status::ok();
+  return status{errc::invalid_argument, "in_place runs trials in this machine's folder itself, but " + c.description() +
+                                            " has nodes on other machines (" + elsewhere +
+                                            "): ship a copy instead (leave in_place / --in-place out)"};
 }
 
 // Serves the working directory's files and its manifest (written to the experiment
@@ -836,6 +932,8 @@ expected<result_grid> tuner::fit() {
     auto p = check_program(cluster_.embedded(), *program_, space_, c, dir);
     if (!p) return p.error();
     checked = std::move(*p);
+    if (!checked->in_place.empty() && !cluster_.embedded())
+      if (auto s = all_nodes_here(cluster_); !s) return s;
   }
   auto store = resumed_store ? expected<std::unique_ptr<experiment_store>>{std::move(resumed_store)} : experiment_store::open(dir);
   if (!store) return store.error();
@@ -880,6 +978,7 @@ expected<result_grid> tuner::fit() {
     ro.command = program_->command;
     ro.command_args = program_->args;
     ro.workdir = *manifest;
+    ro.workdir_path = checked->in_place;
     ro.env = checked->env;
     ro.output_patterns = program_->metric_patterns;
   } else {

@@ -84,6 +84,10 @@ struct program {
   std::string working_dir = ".";                // shipped to the nodes; "" : nothing shipped (the
                                                 // trial runs in its own folder)
   uint64_t working_dir_limit = 100ull << 20;    // bytes; a larger folder is refused, naming its largest files
+  // Each trial runs in working_dir itself, not in a copy: a script's relative paths out of
+  // its folder (../data) work as when you run it yourself. One machine only (an embedded
+  // cluster, or one whose nodes all run here), and trials at once share the folder.
+  bool in_place = false;
   std::map<std::string, std::string> env;       // added to the trial's environment
   std::vector<std::string> forward_env;         // names whose values are taken from this process
   config_args args = config_args::none;         // append: --key value for each configuration value
@@ -94,8 +98,12 @@ struct program {
 // --- the cluster ------------------------------------------------------------------
 
 struct cluster_options {
-  std::string address;     // HOST:PORT of a head; empty: an embedded cluster in this process
-  std::string token_file;  // the cluster token for `address` (default: ~/.tune/token)
+  // HOST:PORT of a head. Empty: the cluster that runs on this machine, when there is one
+  // (a head started here with `tune start --head`, or $TUNE_ADDRESS), as ray.init() does;
+  // else an embedded cluster in this process.
+  std::string address;
+  bool local = false;      // an embedded cluster even when one runs on this machine
+  std::string token_file;  // the cluster token (default: $TUNE_TOKEN_FILE, else ~/.tune/token)
   // For a head that uses TLS (docs/cluster.md): this process's certificate, its key and
   // the cluster's CA (defaults: $TUNE_TLS_CERT, $TUNE_TLS_KEY, $TUNE_TLS_CA; none: plain).
   std::string tls_cert, tls_key, tls_ca;
@@ -107,12 +115,18 @@ struct cluster_options {
                                    // default: a fresh folder in /tmp, removed at the end
   bool keep_work_dir = false;      // keep that default folder (its path is in description())
   int gpu_audit_ms = 200;          // the node's GPU audit (0: off); real cards only
+  // Other programs on the cards (docs/gpu-sharing.md): a card where programs that are not
+  // this cluster's hold more GPU memory than foreign_threshold is never given whole;
+  // foreign_margin bytes are kept free beside what they hold.
+  int64_t foreign_threshold = int64_t{256} << 20;
+  int64_t foreign_margin = int64_t{1} << 30;
   // How the node contains trials (docs/containment.md): "auto" (a cgroup each where it
   // can make them, else a subreaper), "cgroup" (or fail), "subreaper".
   std::string containment = "auto";
   int64_t trial_max_pids = 16384;  // each trial's pids.max (0: none)
-  // The Unix account trials run as when this process is root (never root itself;
-  // default "nobody"); not root, trials run as this process's own account.
+  // The Unix account trials run as. Default: this process's own, root included, with its
+  // HOME: an embedded run behaves like running the script yourself (docs/run.md says why
+  // cluster nodes differ). Another account needs this process to be root.
   std::string trial_user;
   std::optional<int> dashboard_port;  // serve the web dashboard on 127.0.0.1 (0: any free port)
 };

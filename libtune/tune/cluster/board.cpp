@@ -416,6 +416,7 @@ nlohmann::json gpus_view(const nlohmann::json& status, const experiment_board& b
                           {"memory_used", nullptr},
                           {"holders", held.count(uuid) ? held[uuid] : nlohmann::json::array()},
                           {"foreign", nlohmann::json::array()}};
+      if (g.contains("others")) card["others"] = g["others"];  // kept clear of (docs/gpu-sharing.md)
       if (auto a = audit.find(uuid); a != audit.end()) {
         card["memory_used"] = a->second.value("memory_used", int64_t{0});
         card["foreign"] = a->second.value("foreign", nlohmann::json::array());

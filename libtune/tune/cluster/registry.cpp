@@ -116,14 +116,22 @@ std::string node_registry::status_json(time_point now) const {
     json gpus = json::array();
     for (size_t c = 0; c < r.gpus().size(); ++c) {
       const auto& g = r.gpus()[c];
-      gpus.push_back({{"index", g.index},
-                      {"uuid", g.uuid},
-                      {"pci_bus_id", g.pci_bus_id},
-                      {"name", g.name},
-                      {"logical", g.logical},
-                      {"memory_total", g.memory_total},
-                      {"memory_free", r.card_memory_free(c)},
-                      {"allocated", (quantity::whole(1) - r.card_free(c)).to_double()}});
+      json card = {{"index", g.index},
+                   {"uuid", g.uuid},
+                   {"pci_bus_id", g.pci_bus_id},
+                   {"name", g.name},
+                   {"logical", g.logical},
+                   {"memory_total", g.memory_total},
+                   {"memory_free", r.card_memory_free(c)},
+                   {"allocated", (quantity::whole(1) - r.card_free(c)).to_double()}};
+      if (g.simulated) card["simulated"] = true;
+      // What other programs hold there (docs/gpu-sharing.md): kept clear of.
+      if (auto* o = r.others_on(c); o && o->any())
+        card["others"] = {{"share", quantity::from_units(o->units).to_double()},
+                          {"memory", o->memory},
+                          {"holds_card", o->holds_card},
+                          {"who", o->who}};
+      gpus.push_back(std::move(card));
     }
     bool alive = e.state == node_state::alive;
     if (alive) {

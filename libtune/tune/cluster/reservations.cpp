@@ -12,8 +12,10 @@ expected<allocation> reservation_table::prepare(const bundle_key& key, const res
                                           it->second.request.to_string() + ", not " + request.to_string()};
   }
   if (auto st = check_request(request); !st) return st;
-  // The head's choice of cards, if it follows this node's rules and still fits here.
-  if (resources_.follows_rules(request, preferred) && resources_.apply(preferred)) {
+  // The head's choice of cards, if it follows this node's rules and still fits here,
+  // beside what other programs hold on them.
+  if (resources_.follows_rules(request, preferred) && resources_.beside_others(preferred) &&
+      resources_.apply(preferred)) {
     holds_[key] = {key, hold_state::prepared, request, preferred, now};
     ++version_;
     return preferred;

@@ -69,6 +69,10 @@ class reservation_table {
   // Releases bundles prepared longer than `ttl` ago and never committed.
   std::vector<bundle_key> expire(time_point now, std::chrono::milliseconds ttl);
 
+  // What other programs hold on the node's cards (node_resources::set_others): new
+  // prepares fit beside it; what is held stays held.
+  status set_others(std::vector<card_others> others) { return resources_.set_others(std::move(others)); }
+
   const hold* find(const bundle_key& key) const;
   // Counts every change (a prepare taken, a commit, a release): a list of holdings
   // tagged with the version it was taken at tells the head what it can judge from it.

@@ -137,6 +137,14 @@ expected<std::string> render_status_text(std::string_view text) {
             << bar(a) << " " << pad(number(g["allocated"]), 6)
             << format_bytes(g.value("memory_free", int64_t{0})) << " free of "
             << format_bytes(g.value("memory_total", int64_t{0})) << (g.value("logical", false) ? "  L" : "") << "\n";
+        // Kept clear of: what other programs hold there (another cluster, a notebook).
+        if (g.contains("others") && g["others"].is_object()) {
+          auto& o = g["others"];
+          out << "      in use by another program: " << o.value("who", std::string{"?"}) << "; kept clear: "
+              << format_bytes(o.value("memory", int64_t{0}));
+          if (o.value("share", 0.0) > 0) out << " and " << number(o["share"]) << " of the card";
+          out << (o.value("holds_card", false) ? " (not given whole)" : "") << "\n";
+        }
         // What really runs there, from the node's GPU audit (NVML).
         for (auto& a : n.value("gpu_audit", json::array())) {
           if (a.value("uuid", "") != uuid) continue;
@@ -150,10 +158,14 @@ expected<std::string> render_status_text(std::string_view text) {
           }
           out << "\n";
           for (auto& f : a.value("foreign", json::array())) {
-            std::string name = f.value("name", "");
+            std::string name = f.value("name", ""), user = f.value("user", "");
             int64_t mem = f.value("memory", int64_t{-1});
-            out << "      not libtune's: pid " << f.value("pid", 0) << (name.empty() ? "" : " (" + name + ")")
-                << (mem >= 0 ? " " + format_bytes(mem) : "") << "\n";
+            std::string beside;
+            for (auto& t : f.value("beside", json::array()))
+              if (t.is_string()) beside += (beside.empty() ? "" : ", ") + t.get<std::string>();
+            out << "      not this cluster's: pid " << f.value("pid", 0) << (name.empty() ? "" : " (" + name + ")")
+                << (user.empty() ? "" : " of " + user) << (mem >= 0 ? " " + format_bytes(mem) : "")
+                << (beside.empty() ? "" : "; beside trial " + beside + " (left alone)") << "\n";
           }
         }
       }

@@ -78,8 +78,8 @@ TEST(StatusText, ShowsWhatTheGpuAuditFoundOnACard) {
   auto text = render_status_text(j.dump());
   ASSERT_TRUE(text) << text.error().message();
   EXPECT_NE(text->find("in use 12 GiB of 140 GiB; trial t-7 2 GiB"), std::string::npos) << *text;
-  EXPECT_NE(text->find("not libtune's: pid 4242 (python3) 9 GiB"), std::string::npos) << *text;
-  EXPECT_NE(text->find("not libtune's: pid 17\n"), std::string::npos) << *text;
+  EXPECT_NE(text->find("not this cluster's: pid 4242 (python3) 9 GiB"), std::string::npos) << *text;
+  EXPECT_NE(text->find("not this cluster's: pid 17\n"), std::string::npos) << *text;
 }
 
 // What a user sees of others (status_for_user's marks): who holds, how many, how much.

@@ -25,8 +25,7 @@ cluster_view::slot_summary cluster_view::summarize(const node_resources& n) {
   s.cards = static_cast<uint32_t>(n.gpus().size());
   for (size_t c = 0; c < n.gpus().size(); ++c)
     s.max_share = std::max<int64_t>(
-        s.max_share, share_cap(n.card_free(c).units(), n.card_memory_free(c),
-                               n.gpus()[c].memory_total));
+        s.max_share, share_cap(n.card_units_usable(c), n.card_memory_usable(c), n.gpus()[c].memory_total));
   return s;
 }
 
@@ -37,15 +36,14 @@ void cluster_view::sync(size_t slot) {
   const auto& n = nodes_[slot];
   for (size_t c = 0; c < n.gpus().size(); ++c) {
     auto card = static_cast<uint32_t>(first + c);
-    auto free = static_cast<int32_t>(n.card_free(c).units());
+    auto free = static_cast<int32_t>(n.card_units_usable(c));
     if (free != card_free_[card]) {
       if (card_free_[card] > 0) by_free_.erase({card_free_[card], card});
       if (free > 0) by_free_.insert({free, card});
     }
     card_slot_[card] = static_cast<uint32_t>(slot);
     card_free_[first + c] = free;
-    card_cap_[first + c] =
-        share_cap(n.card_free(c).units(), n.card_memory_free(c), n.gpus()[c].memory_total);
+    card_cap_[first + c] = share_cap(n.card_units_usable(c), n.card_memory_usable(c), n.gpus()[c].memory_total);
   }
 }
 
@@ -138,6 +136,19 @@ status cluster_view::set_availability(const node_id& id, const node_availability
   return change(id, [&](node_resources& n) { return n.set_availability(a); });
 }
 
+status cluster_view::set_others(const node_id& id, std::vector<card_others> others) {
+  auto s = slot_of(id);
+  if (!s) return unknown_node(id);
+  if (nodes_[*s].others() == others) return status::ok();
+  auto st = nodes_[*s].set_others(std::move(others));
+  if (st) sync(*s);
+  return st;
+}
+
+bool cluster_view::any_others() const {
+  return std::any_of(nodes_.begin(), nodes_.end(), [](const node_resources& n) { return !n.others().empty(); });
+}
+
 bool cluster_view::summaries_consistent() const {
   if (summary_.size() != nodes_.size()) return false;
   uint32_t next = 0;
@@ -151,12 +162,11 @@ bool cluster_view::summaries_consistent() const {
       return false;
     const auto& n = nodes_[s];
     for (size_t c = 0; c < n.gpus().size(); ++c) {
-      if (card_free_[next + c] != n.card_free(c).units()) return false;
+      if (card_free_[next + c] != n.card_units_usable(c)) return false;
       if (card_slot_[next + c] != s) return false;
       bool indexed = by_free_.count({card_free_[next + c], next + c}) == 1;
       if (indexed != (card_free_[next + c] > 0)) return false;
-      if (card_cap_[next + c] != share_cap(n.card_free(c).units(), n.card_memory_free(c),
-                                           n.gpus()[c].memory_total))
+      if (card_cap_[next + c] != share_cap(n.card_units_usable(c), n.card_memory_usable(c), n.gpus()[c].memory_total))
         return false;
     }
     next += static_cast<uint32_t>(n.gpus().size());

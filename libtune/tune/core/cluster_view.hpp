@@ -48,9 +48,14 @@ class cluster_view {
   status apply(const node_id& id, const allocation& a);
   status release(const node_id& id, const allocation& a);
   status set_availability(const node_id& id, const node_availability& a);
+  // What other programs hold on a node's cards (node_resources::set_others).
+  status set_others(const node_id& id, std::vector<card_others> others);
+  // Whether any node has something of others' on a card (a scan of the nodes).
+  bool any_others() const;
 
   // The summaries, one per slot, and per card (all nodes' cards in slot order): the
-  // free share, and the largest share the card takes with its implied memory.
+  // free share (what others hold there left out), and the largest share the card takes
+  // with its implied memory.
   std::span<const slot_summary> summaries() const { return summary_; }
   std::span<const int32_t> card_free() const { return card_free_; }
   std::span<const int32_t> card_share_cap() const { return card_cap_; }

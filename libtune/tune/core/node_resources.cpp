@@ -80,19 +80,86 @@ expected<node_resources> node_resources::make(resource_set host, std::vector<gpu
   return n;
 }
 
+int64_t node_resources::card_units_usable(size_t card) const {
+  return others_.empty() ? card_free_[card] : std::max<int64_t>(0, card_free_[card] - others_[card].units);
+}
+
+int64_t node_resources::card_memory_usable(size_t card) const {
+  return others_.empty() ? card_mem_free_[card] : std::max<int64_t>(0, card_mem_free_[card] - others_[card].memory);
+}
+
+bool node_resources::card_whole_free(size_t card) const {
+  if (card_free_[card] != whole_card) return false;
+  return others_.empty() || (!others_[card].holds_card && others_[card].units == 0);
+}
+
 uint32_t node_resources::whole_free_cards() const {
-  return static_cast<uint32_t>(std::count(card_free_.begin(), card_free_.end(), whole_card));
+  uint32_t n = 0;
+  for (size_t c = 0; c < card_free_.size(); ++c) n += card_whole_free(c);
+  return n;
+}
+
+bool node_resources::share_fits(size_t card, int64_t units, int64_t memory) const {
+  return card_units_usable(card) >= units && card_memory_usable(card) >= memory;
 }
 
 int node_resources::find_share_card(quantity share, int64_t memory_wanted) const {
   int best = -1;
+  int64_t best_free = 0;
   for (size_t c = 0; c < card_free_.size(); ++c) {
     int64_t need = memory_wanted > 0 ? memory_wanted
                                      : implied_card_memory(share, (*gpus_)[c].memory_total);
-    if (card_free_[c] < share.units() || card_mem_free_[c] < need) continue;
-    if (best < 0 || card_free_[c] < card_free_[best]) best = static_cast<int>(c);
+    if (!share_fits(c, share.units(), need)) continue;
+    int64_t free = card_units_usable(c);
+    if (best < 0 || free < best_free) best = static_cast<int>(c), best_free = free;
   }
   return best;
+}
+
+status node_resources::set_others(std::vector<card_others> others) {
+  if (!others.empty() && others.size() != card_free_.size())
+    return {errc::inconsistent, "the report of what others hold has " + std::to_string(others.size()) +
+                                    " cards; the node has " + std::to_string(card_free_.size())};
+  for (size_t c = 0; c < others.size(); ++c)
+    if (others[c].units < 0 || others[c].units > whole_card || others[c].memory < 0 ||
+        others[c].memory > (*gpus_)[c].memory_total)
+      return {errc::inconsistent, "what others hold on card " + std::to_string(c) + " is outside 0..its total"};
+  if (std::none_of(others.begin(), others.end(), [](const card_others& o) { return o.any(); })) others.clear();
+  others_ = std::move(others);
+  return status::ok();
+}
+
+bool node_resources::grant_fits(const gpu_grant& g) const {
+  if (g.card >= card_free_.size()) return false;
+  return g.share == quantity::whole(1) ? card_whole_free(g.card) : share_fits(g.card, g.share.units(), g.memory);
+}
+
+bool node_resources::beside_others(const allocation& a) const {
+  return others_.empty() || std::all_of(a.gpus.begin(), a.gpus.end(), [&](const gpu_grant& g) { return grant_fits(g); });
+}
+
+std::string node_resources::others_in_the_way(const allocation& would) const {
+  if (others_.empty()) return {};
+  for (auto& g : would.gpus) {
+    if (g.card >= others_.size() || !others_[g.card].any() || grant_fits(g)) continue;
+    auto& card = (*gpus_)[g.card];
+    auto& who = others_[g.card].who;
+    return "GPU " + std::to_string(card.index) + " (" + card.uuid + ") is in use by another program" +
+           (who.empty() ? std::string{} : ": " + who);
+  }
+  return {};
+}
+
+node_resources node_resources::without_others() const {
+  node_resources n = *this;
+  n.others_.clear();
+  return n;
+}
+
+std::string node_resources::others_reason(const resource_set& request) const {
+  if (others_.empty()) return {};
+  auto would = without_others().plan(request);
+  return would ? others_in_the_way(*would) : std::string{};
 }
 
 expected<allocation> node_resources::plan(const resource_set& request) const {
@@ -108,18 +175,22 @@ expected<allocation> node_resources::plan(const resource_set& request) const {
     auto n = static_cast<size_t>(g.whole_part());
     for (size_t c = 0; c < card_free_.size() && a.gpus.size() < n; ++c) {
       int64_t total = (*gpus_)[c].memory_total;
-      if (card_free_[c] == whole_card && mem_wanted <= total)
+      if (card_whole_free(c) && mem_wanted <= total)
         a.gpus.push_back({static_cast<uint32_t>(c), quantity::whole(1),
                           mem_wanted > 0 ? mem_wanted : total});
     }
-    if (a.gpus.size() < n)
+    if (a.gpus.size() < n) {
+      if (auto why = others_reason(request); !why.empty()) return status{errc::insufficient, "gpu: " + why};
       return status{errc::insufficient,
                     "gpu: needs " + std::to_string(n) + " whole free cards" +
                         (mem_wanted > 0 ? " with " + format_bytes(mem_wanted) : std::string{}) +
                         ", " + std::to_string(a.gpus.size()) + " free"};
+    }
     return a;
   }
   int card = find_share_card(g, mem_wanted);
+  if (card < 0 && !others_.empty())
+    if (auto why = others_reason(request); !why.empty()) return status{errc::insufficient, "gpu: " + why};
   if (card < 0)
     return status{errc::insufficient,
                   "gpu: no card has " + g.to_string() + " of a GPU free" +
@@ -204,6 +275,7 @@ node_availability node_resources::availability() const {
   a.host = host_part(available_);
   a.card_free = card_free_;
   a.card_memory_free = card_mem_free_;
+  a.others = others_;
   return a;
 }
 
@@ -228,6 +300,7 @@ status node_resources::set_availability(const node_availability& a) {
     gpu_mem_free += a.card_memory_free[c];
   }
   next.set_gpu(gpu_free).set_gpu_memory(gpu_mem_free);
+  if (auto st = set_others(a.others); !st) return st;
   available_ = next;
   card_free_ = a.card_free;
   card_mem_free_ = a.card_memory_free;
@@ -253,6 +326,7 @@ bool node_resources::could_hold(const resource_set& request) const {
 node_resources node_resources::emptied() const {
   node_resources n = *this;
   n.available_ = total_;
+  n.others_.clear();
   for (size_t c = 0; c < card_free_.size(); ++c) {
     n.card_free_[c] = whole_card;
     n.card_mem_free_[c] = (*gpus_)[c].memory_total;

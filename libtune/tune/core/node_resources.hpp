@@ -7,7 +7,11 @@
 // - each GPU grant reserves card memory: the request's gpu_memory when given, else
 //   the share of the card's memory (0.25 of an 80 GiB card: 20 GiB). A whole card
 //   reserves all of its memory unless gpu_memory says less;
-// - release returns exactly what was taken, and refuses what was never taken.
+// - release returns exactly what was taken, and refuses what was never taken;
+// - what other programs hold on a card (card_others: another libtune cluster on the
+//   same machine, a notebook, someone's job) is left to them: a share goes only where
+//   its share and memory fit beside it, a whole card never where another program holds
+//   it. Their holdings never change what this node has taken or gives back.
 #pragma once
 
 #include <cstdint>
@@ -38,12 +42,26 @@ struct allocation {
   quantity gpu_total() const;
 };
 
+// What programs other than a node's trials hold on one of its cards, as the node finds
+// it (docs/gpu-sharing.md): other libtune clusters' claims on this machine, and the
+// memory of processes that are no cluster's (found by the GPU audit), with a margin.
+struct card_others {
+  int64_t units = 0;   // share units other clusters claim on the card (0..1 card)
+  int64_t memory = 0;  // bytes kept for them
+  bool holds_card = false;  // the card is not given whole (another program holds it)
+  std::string who;     // the largest holder, for people: "pid 4711 python3 (user ann), 20.3 GiB"
+  bool any() const { return units > 0 || memory > 0 || holds_card; }
+  friend bool operator==(const card_others&, const card_others&) = default;
+};
+
 // What is free on a node, as the node reports it to the head: the host amounts
-// (cpu, memory, custom) and, per card, the free share units and free memory.
+// (cpu, memory, custom) and, per card, the free share units and free memory, and what
+// other programs hold there (empty: nothing on any card).
 struct node_availability {
   resource_set host;
   std::vector<int64_t> card_free;         // quantity units
   std::vector<int64_t> card_memory_free;  // bytes
+  std::vector<card_others> others;        // one per card, or none
   friend bool operator==(const node_availability&, const node_availability&) = default;
 };
 
@@ -60,10 +78,32 @@ class node_resources {
   const resource_set& total() const { return total_; }
   const resource_set& available() const { return available_; }
   const std::vector<gpu_instance>& gpus() const { return *gpus_; }
+  // What this node has not given to its own bundles on a card.
   quantity card_free(size_t card) const { return quantity::from_units(card_free_[card]); }
   int64_t card_memory_free(size_t card) const { return card_mem_free_[card]; }
-  // Cards with nothing on them.
+  // What a new bundle may take there: the free part less what other programs hold
+  // (never below 0).
+  int64_t card_units_usable(size_t card) const;
+  int64_t card_memory_usable(size_t card) const;
+  // Cards with nothing on them: none of this node's bundles, nothing of others'.
   uint32_t whole_free_cards() const;
+  bool card_whole_free(size_t card) const;
+
+  // What other programs hold on each card (one per card, or none: nothing anywhere).
+  // Refused, changing nothing: a list of another length, amounts outside 0..the card.
+  status set_others(std::vector<card_others> others);
+  const std::vector<card_others>& others() const { return others_; }
+  const card_others* others_on(size_t card) const { return others_.empty() ? nullptr : &others_[card]; }
+  // Whether `a`, not taken yet, fits now beside what other programs hold on its cards
+  // (apply() alone checks only this node's own bookkeeping: bundles held already stay
+  // held whatever appears beside them).
+  bool beside_others(const allocation& a) const;
+  // The same node as if no other program held anything.
+  node_resources without_others() const;
+  // Why `would` (what a request would take here were others gone) does not fit now:
+  // "GPU 0 (GPU-8f3c...) is in use by another program: pid 4711 python3 (user ann),
+  // 20.3 GiB", naming the first of its cards that others hold; "" when none is.
+  std::string others_in_the_way(const allocation& would) const;
 
   // What allocate(request) would take now, without taking it: a checked request that
   // does not fit gives errc::insufficient; a bad request errc::invalid_argument.
@@ -77,8 +117,9 @@ class node_resources {
   status release(const allocation& a);
 
   // What is free now, and setting it from a report (the node is the authority on its
-  // own reservations). A report that does not match this node's cards, or claims
-  // more free than the totals or less than zero, is refused and changes nothing.
+  // own reservations and on what others hold on its cards). A report that does not
+  // match this node's cards, or claims more free than the totals or less than zero, is
+  // refused and changes nothing.
   node_availability availability() const;
   status set_availability(const node_availability& a);
 
@@ -87,9 +128,9 @@ class node_resources {
   // whether or not those cards are free now.
   bool follows_rules(const resource_set& request, const allocation& a) const;
 
-  // Whether the request would fit if the node were empty.
+  // Whether the request would fit if the node were empty (other programs gone too).
   bool could_hold(const resource_set& request) const;
-  // The same node with everything free.
+  // The same node with everything free, nothing of others' on it.
   node_resources emptied() const;
   bool is_empty() const { return available_ == total_; }
 
@@ -103,6 +144,11 @@ class node_resources {
  private:
   // Best-fit card for a share, or -1.
   int find_share_card(quantity share, int64_t memory_wanted) const;
+  bool share_fits(size_t card, int64_t units, int64_t memory) const;
+  // Whether a grant not taken yet fits its card now, others included.
+  bool grant_fits(const gpu_grant& g) const;
+  // others_in_the_way() of what `request` would take were others gone ("" : they are not why).
+  std::string others_reason(const resource_set& request) const;
 
   resource_set total_, available_;
   // Shared: copies of a node (placement tries them out) do not copy the descriptions.
@@ -110,6 +156,7 @@ class node_resources {
       std::make_shared<const std::vector<gpu_instance>>();
   std::vector<int64_t> card_free_;      // free share units per card
   std::vector<int64_t> card_mem_free_;  // free bytes per card
+  std::vector<card_others> others_;     // per card, or empty: nothing of others' anywhere
 };
 
 }  // namespace tune

@@ -279,5 +279,91 @@ TEST(NodeAvailability, RoundTripsAndRefusesImpossibleReports) {
   EXPECT_EQ(fresh.availability(), before);
 }
 
+
+// What other programs hold on a card (another cluster, a notebook): a share goes only
+// where it fits beside them, a whole card never where they hold it; what this node
+// holds already stays held and is given back exactly.
+TEST(NodeResourcesOthers, ASharesFitsBesideWhatOthersHoldAndAWholeCardNever) {
+  auto n = make_node(2);
+  std::vector<card_others> others(2);
+  others[0] = {0, 60 * GiB, true, "pid 4711 python3 (user ann), 60 GiB"};
+  ASSERT_TRUE(n.set_others(others));
+  EXPECT_EQ(n.whole_free_cards(), 1u);
+  EXPECT_FALSE(n.card_whole_free(0));
+  EXPECT_EQ(n.card_memory_usable(0), 20 * GiB);
+  EXPECT_EQ(n.card_units_usable(0), quantity::scale);
+  // A 0.5 share (40 GiB) cannot go beside 60 GiB: card 1.
+  auto half = n.allocate(req({{"gpu", 0.5}}));
+  ASSERT_TRUE(half);
+  EXPECT_EQ(half->gpus[0].card, 1u);
+  // A 0.25 share (20 GiB) fits beside: the fullest card that fits is card 1 (0.5 free).
+  auto quarter = n.plan(req({{"gpu", 0.25}}));
+  ASSERT_TRUE(quarter);
+  EXPECT_EQ(quarter->gpus[0].card, 1u);
+  // A whole card: card 1 is taken in part, card 0 is held by another program.
+  auto whole = n.plan(req({{"gpu", 1}}));
+  ASSERT_FALSE(whole);
+  EXPECT_EQ(whole.error().code(), errc::insufficient);
+  EXPECT_NE(whole.error().message().find("GPU 0 (GPU-0) is in use by another program: pid 4711 python3 (user ann), 60 GiB"),
+            std::string::npos)
+      << whole.error().message();
+  // Gone: the card is whole again; what this node holds is untouched.
+  ASSERT_TRUE(n.set_others({}));
+  EXPECT_TRUE(n.others().empty());
+  EXPECT_TRUE(n.card_whole_free(0));
+  ASSERT_TRUE(n.release(*half));
+  EXPECT_TRUE(n.is_empty());
+}
+
+TEST(NodeResourcesOthers, OtherClustersClaimShareUnits) {
+  auto n = make_node(1);
+  std::vector<card_others> others(1);
+  others[0] = {quantity::scale * 3 / 4, 60 * GiB, true, "libtune cluster embedded-ab12 (pid 99, user bob): 0.75 GPU"};
+  ASSERT_TRUE(n.set_others(others));
+  EXPECT_FALSE(n.plan(req({{"gpu", 0.5}})));
+  auto q = n.plan(req({{"gpu", 0.25}}));
+  ASSERT_TRUE(q);
+  EXPECT_TRUE(n.beside_others(*q));
+  // The head's choice of a half card, made before it heard of them: not beside them.
+  auto without = n.without_others().plan(req({{"gpu", 0.5}}));
+  ASSERT_TRUE(without);
+  EXPECT_FALSE(n.beside_others(*without));
+  // apply() is bookkeeping only: a bundle held already stays held whatever appears.
+  EXPECT_TRUE(n.apply(*without));
+}
+
+TEST(NodeResourcesOthers, BadReportsAreRefusedAndChangeNothing) {
+  auto n = make_node(2);
+  std::vector<card_others> one(1);
+  EXPECT_EQ(n.set_others(one).code(), errc::inconsistent);
+  std::vector<card_others> over(2);
+  over[1].memory = 81 * GiB;
+  EXPECT_EQ(n.set_others(over).code(), errc::inconsistent);
+  over[1] = {quantity::scale + 1, 0, false, ""};
+  EXPECT_EQ(n.set_others(over).code(), errc::inconsistent);
+  over[1] = {-1, 0, false, ""};
+  EXPECT_EQ(n.set_others(over).code(), errc::inconsistent);
+  EXPECT_TRUE(n.others().empty());
+  // Nothing held by anyone is the same as no report.
+  ASSERT_TRUE(n.set_others(std::vector<card_others>(2)));
+  EXPECT_TRUE(n.others().empty());
+}
+
+TEST(NodeResourcesOthers, TravelInTheAvailabilityAndAreGoneWhenEmptied) {
+  auto n = make_node(2);
+  std::vector<card_others> others(2);
+  others[1] = {0, 2 * GiB, false, "pid 7 Xorg (user root), 2 GiB"};
+  ASSERT_TRUE(n.set_others(others));
+  auto report = n.availability();
+  auto fresh = make_node(2);
+  ASSERT_TRUE(fresh.set_availability(report));
+  EXPECT_EQ(fresh.others(), others);
+  EXPECT_EQ(fresh.card_memory_usable(1), 78 * GiB);
+  // Below the threshold (holds_card false): a whole card still goes there.
+  EXPECT_EQ(fresh.whole_free_cards(), 2u);
+  EXPECT_TRUE(fresh.emptied().others().empty());
+  EXPECT_TRUE(fresh.could_hold(req({{"gpu", 2}})));
+}
+
 }  // namespace
 }  // namespace tune

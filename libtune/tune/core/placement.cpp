@@ -90,12 +90,16 @@ struct best_slot_hint {
   bool found = false;
 };
 
-// The cluster as one decision sees it: the view's current state, or (empty mode) the
-// same nodes with everything free; plus copies of the nodes the decision has used.
+// What a decision sees of each node: its state now; the same nodes with everything free
+// (could it ever fit?); or its state now as if other programs held nothing on the cards
+// (is it them it waits for?).
+enum class basis { now, empty, no_others };
+
+// The cluster as one decision sees it (its basis), plus copies of the nodes the decision
+// has used.
 class state {
  public:
-  state(const cluster_view& v, bool empty, const std::vector<char>& allowed)
-      : view_(v), empty_(empty), allowed_(allowed) {}
+  state(const cluster_view& v, basis b, const std::vector<char>& allowed) : view_(v), basis_(b), allowed_(allowed) {}
 
   bool allowed(size_t slot) const { return allowed_.empty() || allowed_[slot]; }
 
@@ -106,10 +110,11 @@ class state {
   std::optional<int64_t> untouched_key(size_t slot, const shape& b, prefer p) const {
     if (!allowed(slot)) return std::nullopt;
     const auto& n = view_.node(slot);
-    if (empty_) {
+    if (basis_ == basis::empty) {
       if (!n.could_hold(*b.r)) return std::nullopt;
       return make_key(p, b, 0, scale, static_cast<int64_t>(n.gpus().size()));
     }
+    if (basis_ == basis::no_others) return node_key(n.without_others(), b, p);
     if (!b.simple) return node_key(n, b, p);
     const auto& s = view_.summaries()[slot];
     if (s.cpu_free < b.cpu || s.memory_free < b.memory) return std::nullopt;
@@ -136,7 +141,7 @@ class state {
   allocation take(size_t slot, const shape& b) {
     auto* n = overlay_of(slot);
     if (!n) {
-      overlay_.emplace_back(slot, empty_ ? view_.node(slot).emptied() : view_.node(slot));
+      overlay_.emplace_back(slot, base(slot));
       n = &overlay_.back().second;
     }
     auto a = n->allocate(*b.r);
@@ -146,16 +151,23 @@ class state {
 
   // The node as this decision sees it, for a plan on an untouched slot.
   node_resources base(size_t slot) const {
-    return empty_ ? view_.node(slot).emptied() : view_.node(slot);
+    switch (basis_) {
+      case basis::empty: return view_.node(slot).emptied();
+      case basis::no_others: return view_.node(slot).without_others();
+      case basis::now: break;
+    }
+    return view_.node(slot);
   }
   // What `b` takes on an untouched slot where it fits, leaving the slot untouched.
   allocation plan_untouched(size_t slot, const shape& b) const {
-    auto a = empty_ ? view_.node(slot).emptied().plan(*b.r) : view_.node(slot).plan(*b.r);
+    auto a = basis_ == basis::now ? view_.node(slot).plan(*b.r) : base(slot).plan(*b.r);
     assert(a.has_value());
     return std::move(a).value();
   }
   const cluster_view& view() const { return view_; }
-  bool empty_mode() const { return empty_; }
+  bool empty_mode() const { return basis_ == basis::empty; }
+  // The view's summaries and card index describe the nodes as this decision sees them.
+  bool summaries_apply() const { return basis_ == basis::now; }
 
   // The best-fit card of the whole cluster for a simple share on untouched nodes, from
   // the view's index of cards by free share: the same choice as scanning every slot
@@ -178,7 +190,7 @@ class state {
   static std::optional<int64_t> node_key(const node_resources& n, const shape& b, prefer p) {
     auto a = n.plan(*b.r);
     if (!a) return std::nullopt;
-    int64_t best = b.share > 0 ? n.card_free(a->gpus.front().card).units() : 0;
+    int64_t best = b.share > 0 ? n.card_units_usable(a->gpus.front().card) : 0;
     return make_key(p, b, n.load(), best, n.whole_free_cards());
   }
 
@@ -194,7 +206,7 @@ class state {
   }
 
   const cluster_view& view_;
-  bool empty_;
+  basis basis_;
   const std::vector<char>& allowed_;  // per slot; empty: every slot
   std::vector<std::pair<size_t, node_resources>> overlay_;
 };
@@ -232,8 +244,7 @@ attempt sequential(state& st, std::vector<shape> shapes, prefer p) {
     best_slot used, fresh;
     for (auto& [s, node] : st.overlay()) used.offer(s, st.key(s, b, p));
     if (!(p == prefer::pack && used.found)) {
-      if (opening == prefer::pack && b.share > 0 && b.simple && st.overlay().empty() &&
-          !st.empty_mode()) {
+      if (opening == prefer::pack && b.share > 0 && b.simple && st.overlay().empty() && st.summaries_apply()) {
         auto hint = st.indexed_share(b);
         fresh.offer(hint.slot, hint.found ? std::optional<int64_t>{hint.key} : std::nullopt);
       } else if (st.overlay().empty()) {
@@ -269,8 +280,9 @@ attempt strict_pack(state& st, std::vector<shape> shapes) {
     const auto& n = st.view().node(s);
     const auto& free = st.empty_mode() ? n.total() : n.available();
     if (!sum.host_fits_in(free) || sum.gpu() > free.gpu()) continue;
-    int64_t whole_free = st.empty_mode() ? static_cast<int64_t>(n.gpus().size())
-                                         : st.view().summaries()[s].whole_free;
+    int64_t whole_free = st.empty_mode()       ? static_cast<int64_t>(n.gpus().size())
+                         : st.summaries_apply() ? st.view().summaries()[s].whole_free
+                                                : static_cast<int64_t>(st.base(s).whole_free_cards());
     if (whole > whole_free) continue;
     int64_t load = st.empty_mode() ? 0 : st.view().summaries()[s].load;
     candidates.emplace_back(scale - load, s);
@@ -514,6 +526,19 @@ std::string why_not_now(strategy s, const std::vector<shape>& shapes, const atte
   }
 }
 
+// "waiting: GPU 0 (GPU-...) is in use by another program: ..." when the group would be
+// placed now were it not for other programs on the cards; "" otherwise.
+std::string others_in_the_way(const cluster_view& view, strategy s, const std::vector<shape>& shapes,
+                              const std::vector<char>& allowed) {
+  if (!view.any_others()) return {};
+  state without{view, basis::no_others, allowed};
+  auto w = run(s, without, shapes);
+  if (!w.ok) return {};
+  for (size_t i = 0; i < shapes.size(); ++i)
+    if (auto why = view.node(w.slot[i]).others_in_the_way(w.alloc[i]); !why.empty()) return "waiting: " + why;
+  return {};
+}
+
 }  // namespace
 
 expected<placement> place_preferring(const cluster_view& view, std::span<const resource_set> bundles, strategy s,
@@ -547,7 +572,7 @@ expected<placement> place(const cluster_view& view, std::span<const resource_set
   }
   placement p;
   if (!view.empty()) {
-    state now{view, false, allowed};
+    state now{view, basis::now, allowed};
     auto a = run(s, now, shapes);
     if (a.ok) {
       p.result = outcome::placed;
@@ -556,11 +581,12 @@ expected<placement> place(const cluster_view& view, std::span<const resource_set
         p.bundles.push_back({view.id(a.slot[i]), std::move(a.alloc[i])});
       return p;
     }
-    state empty{view, true, allowed};
+    state empty{view, basis::empty, allowed};
     auto e = run(s, empty, shapes);
     if (e.ok) {
       p.result = outcome::not_now;
-      p.reason = why_not_now(s, shapes, a);
+      p.reason = others_in_the_way(view, s, shapes, allowed);
+      if (p.reason.empty()) p.reason = why_not_now(s, shapes, a);
       return p;
     }
     p.result = outcome::infeasible;

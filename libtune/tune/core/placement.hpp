@@ -16,7 +16,10 @@
 //
 // The outcome is placed, not_now (the group would fit the cluster if it were empty:
 // retry when resources are freed), or infeasible (it would not fit even then: it
-// can never be placed on these nodes, and the reason says what is missing).
+// can never be placed on these nodes, and the reason says what is missing). Other
+// programs' holdings on the cards (card_others) count as taken now, never as missing:
+// a group they keep out waits, and its reason names the card and the holder
+// ("waiting: GPU 0 (GPU-...) is in use by another program: pid 4711 python3 ...").
 #pragma once
 
 #include <span>

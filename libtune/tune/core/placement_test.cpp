@@ -345,5 +345,57 @@ TEST(PlaceAvoiding, InfeasibleOnTheNodesAllowed) {
   EXPECT_NE(none->reason.find("every node"), std::string::npos);
 }
 
+
+// Other programs on the cards (card_others): a group they keep out waits (never
+// infeasible), and says which card and who.
+TEST(PlaceOthers, AGroupKeptOutByAnotherProgramWaitsNamingTheCardAndTheHolder) {
+  cluster_view v;
+  ASSERT_TRUE(v.add_node("a", make_node("a", 1)));
+  std::vector<card_others> held(1);
+  held[0] = {0, 50 * GiB, true, "pid 4711 python3 (user ann), 50 GiB"};
+  ASSERT_TRUE(v.set_others("a", held));
+  EXPECT_TRUE(v.any_others());
+  EXPECT_TRUE(v.summaries_consistent());
+  auto whole = must_place(v, {req({{"gpu", 1}})}, strategy::pack);
+  EXPECT_EQ(whole.result, outcome::not_now);
+  EXPECT_EQ(whole.reason, "waiting: GPU 0 (a-GPU-0) is in use by another program: pid 4711 python3 (user ann), 50 GiB");
+  auto half = must_place(v, {req({{"gpu", 0.5}})}, strategy::pack);  // 40 GiB beside 50 of 80
+  EXPECT_EQ(half.result, outcome::not_now);
+  EXPECT_NE(half.reason.find("is in use by another program"), std::string::npos) << half.reason;
+  auto quarter = must_place(v, {req({{"gpu", 0.25}})}, strategy::pack);  // 20 GiB fits beside
+  EXPECT_EQ(quarter.result, outcome::placed);
+  // Two cards asked of a node that has one: still infeasible, for that reason.
+  auto two = must_place(v, {req({{"gpu", 2}})}, strategy::pack);
+  EXPECT_EQ(two.result, outcome::infeasible);
+  // The program ends: placed at once.
+  ASSERT_TRUE(v.set_others("a", {}));
+  EXPECT_FALSE(v.any_others());
+  EXPECT_TRUE(v.summaries_consistent());
+  EXPECT_EQ(must_place(v, {req({{"gpu", 1}})}, strategy::pack).result, outcome::placed);
+}
+
+TEST(PlaceOthers, AShareGoesToACardWhereItFitsBesideOthersAndEveryStrategyRespectsThem) {
+  auto v = three_nodes();
+  // Another cluster claims most of a's cards and c's first card.
+  std::vector<card_others> a(2), c(2);
+  a[0] = a[1] = {quantity::scale * 9 / 10, 72 * GiB, true, "libtune cluster x"};
+  c[0] = {0, 79 * GiB, true, "pid 1 big"};
+  ASSERT_TRUE(v.set_others("a", a));
+  ASSERT_TRUE(v.set_others("c", c));
+  ASSERT_TRUE(v.summaries_consistent());
+  for (auto s : {strategy::pack, strategy::spread, strategy::strict_pack, strategy::strict_spread}) {
+    auto p = must_place(v, many(2, req({{"gpu", 0.5}})), s);
+    ASSERT_EQ(p.result, outcome::placed) << to_string(s) << ": " << p.reason;
+    for (auto& b : p.bundles) {
+      auto* n = v.find(b.node);
+      ASSERT_TRUE(n);
+      EXPECT_TRUE(n->beside_others(b.alloc)) << to_string(s) << " put a bundle on " << b.node;
+    }
+  }
+  auto spread = must_place(v, many(3, req({{"gpu", 1}})), strategy::strict_spread);
+  EXPECT_EQ(spread.result, outcome::not_now);  // a has no card free of others
+  EXPECT_NE(spread.reason.find("is in use by another program"), std::string::npos) << spread.reason;
+}
+
 }  // namespace
 }  // namespace tune

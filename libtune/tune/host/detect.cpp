@@ -1,4 +1,5 @@
 #include "tune/host/detect.hpp"
+#include "tune/host/simulated_gpus.hpp"
 
 #include <sched.h>
 #include <unistd.h>
@@ -95,6 +96,13 @@ host_info detect_host() {
   h.hostname = hostname();
   h.cpus = quantity::whole(usable_cpus());
   h.memory = mem_total_bytes();
+  if (auto dir = simulated_gpus_dir(); !dir.empty()) {
+    auto view = simulated_gpus::open(dir);
+    if (view) h.gpu.gpus = (*view)->cards();
+    else h.gpu.error = view.error().message();
+    h.gpu.note = "simulated GPUs from TUNE_SIMULATED_GPUS=" + dir;
+    return h;
+  }
   h.gpu = detect_gpus();
   return h;
 }

@@ -16,6 +16,7 @@ namespace tune {
 struct gpu_probe {
   std::vector<gpu_instance> gpus;  // indices 0.. in PCI bus order
   std::string note;                // why there are none: "built without CUDA", "no CUDA device", ...
+  std::string error;               // a setting that is wrong (TUNE_SIMULATED_GPUS): start nothing on it
 };
 
 struct host_info {
@@ -30,6 +31,9 @@ std::string hostname();
 
 // Asks the CUDA runtime (when built with it). Never fails: problems go into `note`.
 gpu_probe detect_gpus();
+// This machine: its name, CPUs, memory, and GPUs: the simulated view's cards when
+// TUNE_SIMULATED_GPUS is set (tune/host/simulated_gpus.hpp; a view that cannot be read
+// is the probe's `error`), else detect_gpus().
 host_info detect_host();
 
 // `count` logical GPUs for a machine without cards (tests, CPU-only clusters):

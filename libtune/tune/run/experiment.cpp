@@ -641,7 +641,7 @@ const std::vector<std::string> top_keys{
     "num_samples",   "resources_per_trial", "bundles", "strategy",              "scheduler",
     "search",        "stop",         "max_concurrent_trials", "max_failures",  "time_budget_s",
     "experiment_dir", "seed",        "stop_grace_s",   "group_timeout_s",       "auto_rebalance",
-    "min_move_interval_s", "progress",  "standby_copies", "auto_packing", "reuse_workers"};
+    "min_move_interval_s", "progress",  "standby_copies", "auto_packing", "reuse_workers", "in_place"};
 
 // Ray Tune's names for these, and other likely ones.
 const std::map<std::string, std::string> top_aliases{
@@ -887,6 +887,8 @@ expected<experiment_spec> read_experiment(const std::string& text, const std::st
       take(r.flag(v, key), c.standby_copies);
     } else if (key == "reuse_workers") {
       take(r.flag(v, key), c.reuse_workers);
+    } else if (key == "in_place") {
+      take(r.flag(v, key), p.in_place);
     } else if (key == "auto_packing") {
       if (!v.IsMap()) {
         s = r.error(v, key, "give a mapping, e.g. {margin: 0.25, min_share: 0.0625}");

@@ -88,6 +88,12 @@ expected<unix_account> trial_account(const std::string& wanted) {
   return a;
 }
 
+expected<unix_account> own_trial_account(const std::string& wanted) {
+  auto a = own_account();
+  if (wanted.empty() || wanted == a.name) return a;
+  return trial_account(wanted);
+}
+
 status reachable(const unix_account& account, const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;

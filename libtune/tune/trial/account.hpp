@@ -1,7 +1,8 @@
-// The Unix account a trial runs as. A node that runs as root never runs a trial as
-// root: its trials run as its --trial-user (`nobody` when not given), or as the account
-// mapped in the submitting user's settings (docs/users.md). A node that does not run as
-// root runs its trials as itself and cannot switch.
+// The Unix account a trial runs as. A cluster's node that runs as root never runs a trial
+// as root: its trials run as its --trial-user (`nobody` when not given), or as the
+// account mapped in the submitting user's settings (docs/users.md). A node that does not
+// run as root runs its trials as itself and cannot switch. An embedded cluster (a tuning
+// script's own, `tune run` without a cluster) runs them as the user who started it.
 //
 // The worker drops to the account just before exec (process.hpp: run_as); what the node
 // prepares in a trial's folder beforehand (its working copy, a checkpoint it restores)
@@ -38,6 +39,10 @@ unix_account own_account();
 // Who this process's trials run as: `wanted` (empty: `nobody`) when it runs as root;
 // when not, itself, and `wanted` must be empty or its own name.
 expected<unix_account> trial_account(const std::string& wanted);
+// Who an embedded cluster's trials run as: this process's own account (root included:
+// running them is running the script yourself; an embedded cluster listens on no port),
+// unless `wanted` names another, which needs root as trial_account does.
+expected<unix_account> own_trial_account(const std::string& wanted);
 
 // Whether `account` can reach (search every folder on the way to) `path`, from its
 // permission bits. An error names the first folder it cannot pass and what to do.

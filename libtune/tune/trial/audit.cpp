@@ -2,6 +2,8 @@
 
 #include "tune/trial/cgroup.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -14,6 +16,8 @@ std::optional<process_lineage> read_lineage(int pid) {
   int ppid = 0;
   if (pid <= 0 || !read_proc_stat(pid, ppid, l.pgid, &l.name)) return std::nullopt;
   l.cgroup = cgroup_of(pid);
+  struct stat st {};
+  if (::stat(("/proc/" + std::to_string(pid)).c_str(), &st) == 0) l.uid = st.st_uid;
   for (int hops = 0; ppid > 1 && hops < 64; ++hops) {
     l.ancestors.push_back(ppid);
     int pg = 0;
@@ -60,8 +64,11 @@ audit_result gpu_audit::check(const std::vector<gpu_card_sample>& cards) {
         // The node's own helpers (its MPS daemon's server) are not someone else's.
         bool ours = lineage && std::any_of(lineage->ancestors.begin(), lineage->ancestors.end(),
                                            [&](int a) { return self_.count(a) > 0; });
-        if (!ours && cards_.count(card.uuid))
-          r.foreign.push_back({card.uuid, card.index, p.pid, p.memory, lineage ? lineage->name : std::string{}});
+        if (!ours && cards_.count(card.uuid)) {
+          foreign_process f{card.uuid, card.index, p.pid, p.memory};
+          if (lineage) f.name = lineage->name, f.uid = lineage->uid, f.cgroup = lineage->cgroup, f.ancestors = lineage->ancestors;
+          r.foreign.push_back(std::move(f));
+        }
         continue;
       }
       auto& use = r.trials[e->trial.id];

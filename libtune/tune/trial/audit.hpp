@@ -29,6 +29,7 @@ struct process_lineage {
   std::vector<int> ancestors;
   std::string name;    // its command name (comm)
   std::string cgroup;  // its cgroup v2 path ("" : none)
+  int64_t uid = -1;    // who runs it (-1: not known)
 };
 
 // From /proc; nothing when the process is gone (or in another PID namespace).
@@ -54,6 +55,11 @@ struct foreign_process {
   int pid = 0;
   int64_t memory = -1;
   std::string name;  // empty when not visible here
+  // What /proc says of it (nothing when not visible here): who runs it, its cgroup, its
+  // ancestors (another libtune node's trial is known by them: tune/trial/others.hpp).
+  int64_t uid = -1;
+  std::string cgroup;
+  std::vector<int> ancestors;
 };
 
 struct trial_gpu_use {

@@ -355,6 +355,7 @@ expected<std::shared_ptr<containment>> containment::open(const std::string& mode
   c->trials_ = node_dir;
   caps.cgroup = true;
   caps.root = node_dir;
+  caps.trials_path = (c->mount_root_ == "/" ? "" : c->mount_root_) + node_dir.substr(c->mount_.size());
   // Each limit through cgroup v2 where it is enabled, else a cgroup v1 hierarchy.
   auto v1_dir = [&](const std::string& controller, const std::string& probe) -> std::string {
     for (auto& m : all_mounts) {

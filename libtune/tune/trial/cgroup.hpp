@@ -39,6 +39,7 @@ struct containment_caps {
   bool cgroup = false;  // trials in cgroups (else: the keeper is a subreaper)
   std::string how;      // "delegated", "root", "own cgroup", or why there are no cgroups
   std::string root;     // the node's cgroup v2 subtree (a folder), when cgroup
+  std::string trials_path;  // where its trials' cgroups are, as /proc/<pid>/cgroup names them
   bool memory = false, cpu = false, pids = false;  // host limits it enforces
   std::string memory_via, cpu_via, pids_via;       // "cgroup v2" or "cgroup v1", when enforced
   // One line for the node's log and `tune status`: "cgroup v2 (delegated
