@@ -176,6 +176,28 @@ sys.exit(3)
 }
 
 
+// A checkpoint's files are copied by name: one whose name is not UTF-8 is not copied,
+// and the store says why; the trial and the experiment go on.
+TEST_F(TrialOutputTest, ACheckpointHoldingANameThatIsNotUtf8IsNotCopiedSayingWhy) {
+  write("ckpt.py", R"(import os, libtune
+d = libtune.checkpoint_dir(1)
+for name in (b"ok.bin", b"bad\xffname.bin"):
+    open(os.path.join(os.fsencode(d), name), "wb").write(b"state")
+libtune.report_checkpoint(1)
+libtune.report(acc=1.0)
+)");
+  auto r = tune_run({"--metric", "acc", "--experiment-dir", exp, "--progress", "lines", "--", py(), "ckpt.py"}, 60s);
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  auto s = experiment_store::open(exp);
+  ASSERT_TRUE(s);
+  auto events = (*s)->events("trial-00001");
+  ASSERT_TRUE(events);
+  std::string why;
+  for (auto& e : *events)
+    if (e.kind == "checkpoint_copy_failed") why = e.body.value("error", "");
+  EXPECT_TRUE(contains(why, "holds a file whose name is not UTF-8 (bad\xEF\xBF\xBDname.bin)")) << why;
+}
+
 // Random bytes through everything a trial's output and a user's input reach, on a head
 // and a node that are processes of their own: a trial's standard output (with lines the
 // metric patterns match), standard error, report channel (raw bytes, lines over 1 MiB,
