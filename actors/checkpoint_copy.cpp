@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "client.hpp"
+#include "tune/core/json_text.hpp"
 #include "tune/trial/paths.hpp"
 #include "tune/trial/sha256.hpp"
 #include "wire.hpp"
@@ -58,7 +59,7 @@ void complete(const job_ptr& job) {
   nlohmann::json m{{"trial", job->trial}, {"iteration", job->iteration}, {"files", job->manifest},
                    {"bytes", job->bytes},  {"seconds", secs}};
   std::ofstream manifest(job->part + "/MANIFEST.json");
-  manifest << m.dump(1) << "\n";
+  manifest << json_text(m, 1) << "\n";
   manifest.close();
   std::error_code ec;
   if (manifest) {
@@ -69,7 +70,7 @@ void complete(const job_ptr& job) {
   nlohmann::json stat = nlohmann::json::object();
   for (auto& f : job->manifest) stat[f["name"].get<std::string>()] = file_identity(job->dest + "/" + f["name"].get<std::string>());
   m["stat"] = std::move(stat);
-  job->answer.deliver(copy_atom::value, true, m.dump(), job->bytes);
+  job->answer.deliver(copy_atom::value, true, json_text(m), job->bytes);
 }
 
 // The next chunk of the current file (or the next file).

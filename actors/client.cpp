@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "dial.hpp"
+#include "tune/core/json_text.hpp"
 #include "tune/cluster/version.hpp"
 #include "tune/trial/sha256.hpp"
 
@@ -338,12 +339,12 @@ std::optional<trial_event> cluster_client::next_trial_event(ms timeout) {
         },
         [&](wire::trial_result_atom, std::string& id, wire::wire_result& r) {
           counted();
-          unpacked_.push_back({std::move(id), "result", wire::to_json(r).dump(),
+          unpacked_.push_back({std::move(id), "result", json_text(wire::to_json(r)),
                                caf::actor_cast<caf::actor>(self_->current_sender())});
         },
         [&](wire::trial_ended_atom, std::string& id, wire::wire_trial_end& e) {
           counted();
-          unpacked_.push_back({std::move(id), "ended", wire::to_json(e).dump(),
+          unpacked_.push_back({std::move(id), "ended", json_text(wire::to_json(e)),
                                caf::actor_cast<caf::actor>(self_->current_sender())});
         },
         [&](wire::trial_node_atom, std::string&, caf::actor&, std::string&) { counted(); },  // checkpoints are the controller's
@@ -357,7 +358,7 @@ std::optional<trial_event> cluster_client::next_trial_event(ms timeout) {
             nlohmann::json metrics = nlohmann::json::object();
             for (size_t i = 0; i < k; ++i) metrics[r.names[i]] = r.value(row * k + i);
             nlohmann::json body{{"iteration", r.iterations[row]}, {"metrics", std::move(metrics)}, {"gpu_memory", r.gpu_memory}};
-            unpacked_.push_back({id, "result", body.dump(), from});
+            unpacked_.push_back({id, "result", json_text(body), from});
           }
         },
         caf::after(timeout) >> [] {});

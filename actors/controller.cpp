@@ -3,6 +3,8 @@
 // what it records of the trials is in controller_trials.cpp.
 #include "controller.hpp"
 
+#include <atomic>
+
 #include <time.h>
 
 #include <future>
@@ -255,6 +257,9 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
   st.last_progress = st.last_board = st.t0 - std::chrono::hours(1);
   st.table = live_trials({wire::ack_every, st.setup.options.min_move_interval});
   st.copier = spawn_checkpoint_copier(self->system(), {st.setup.token, st.setup.programs, st.setup.request_timeout});
+  // The copier ends with this actor, whatever ends it (an exception too: a copier left
+  // behind would hold up its actor system's shutdown for ever).
+  self->attach_functor([copier = st.copier](const caf::error&) { caf::anon_send_exit(copier, caf::exit_reason::user_shutdown); });
   // A trial whose actor is gone without an end (its node died): it ended in error. Its
   // last messages may still be on their way (they can come by another route than the
   // down message), so it is declared lost only if nothing ended it a while later.
@@ -269,6 +274,17 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
   });
   self->set_exit_handler([self](caf::exit_msg& em) {
     finish(self, status{errc::inconsistent, "the experiment was ended (" + self->system().render(em.reason) + ")"});
+  });
+  // An exception that escapes a handler ends the controller (CAF's rule) with its text
+  // as the reason, which run_experiment returns (rather than waiting for ever).
+  self->set_exception_handler([](caf::scheduled_actor*, std::exception_ptr& e) -> caf::error {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      return caf::make_error(caf::sec::runtime_error, std::string{x.what()});
+    } catch (...) {
+      return caf::make_error(caf::sec::runtime_error, std::string{"an exception that is not a std::exception"});
+    }
   });
   if (st.setup.resumed) load_copies(self);
   if (auto& ap = st.setup.options.auto_packing; ap && !st.setup.options.bundles.empty())
@@ -379,8 +395,17 @@ expected<experiment_summary> run_experiment(cluster_client& client, experiment_e
                                             experiment_store& store, const experiment_run_options& opt,
                                             resume_plan* resumed) {
   if (!client.program_server()) return status{errc::invalid_argument, "run_experiment: serve the program first"};
-  auto done = std::make_shared<std::promise<expected<experiment_summary>>>();
-  auto result = done->get_future();
+  // Answered once: by the controller's end (on_done), or by its exit when it ended
+  // without one (an exception in a handler), with the reason.
+  struct answer {
+    std::promise<expected<experiment_summary>> promise;
+    std::atomic<bool> given{false};
+    void give(expected<experiment_summary> out) {
+      if (!given.exchange(true)) promise.set_value(std::move(out));
+    }
+  };
+  auto done = std::make_shared<answer>();
+  auto result = done->promise.get_future();
   controller_setup setup;
   setup.head = client.head();
   setup.token = client.token();
@@ -389,7 +414,7 @@ expected<experiment_summary> run_experiment(cluster_client& client, experiment_e
   setup.engine = &engine;
   setup.store = &store;
   setup.options = opt;
-  setup.on_done = [done](expected<experiment_summary> out) { done->set_value(std::move(out)); };
+  setup.on_done = [done](expected<experiment_summary> out) { done->give(std::move(out)); };
   if (resumed) {
     setup.resumed = true;
     setup.initial_actions = resumed->actions;
@@ -397,7 +422,12 @@ expected<experiment_summary> run_experiment(cluster_client& client, experiment_e
   }
   setup.head_host = client.head_host();
   setup.head_port = client.head_port();
-  spawn_controller(client.system(), std::move(setup));  // it answers through `done`
+  auto& sys = client.system();
+  auto ctl = spawn_controller(sys, std::move(setup));  // it answers through `done`
+  ctl->attach_functor([done, &sys](const caf::error& reason) {
+    done->give(status{errc::inconsistent, "the experiment's controller ended before the experiment (" + sys.render(reason) +
+                                              "): its store keeps what it recorded; tune resume continues it"});
+  });
   return result.get();
 }
 

@@ -2,12 +2,14 @@
 // dashboard's feed, checkpoints copied and picked to restore from — as the live trials'
 // table (tune/tuner/live_trials.hpp) moves it along.
 #include <charconv>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 
 #include "checkpoint_copy.hpp"
 #include "controller_state.hpp"
+#include "tune/core/json_text.hpp"
 #include "tune/core/trace.hpp"
 #include "tune/core/clock.hpp"
 #include "tune/host/detect.hpp"
@@ -63,6 +65,22 @@ std::string what_it_reported(controller_actor self, const trial_record& r, const
   return out;
 }
 
+// The end of a failed trial's standard error, byte for byte, in the experiment folder
+// (the store's stderr_path): what the end of the experiment points to. The latest
+// failure's; one that cannot be written is an event, the experiment goes on.
+void keep_stderr(controller_actor self, const std::string& id, const std::string& tail) {
+  namespace fs = std::filesystem;
+  if (tail.empty()) return;
+  auto path = fs::path(self->state.setup.store->stderr_path(id));
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(tail.data(), static_cast<std::streamsize>(tail.size()));
+  if (!out)
+    (void)self->state.setup.store->add_event(id, "stderr_not_kept",
+                                              {{"path", path.string()}, {"error", std::strerror(errno)}});
+}
+
 // The store's record of a trial's end: its state and what it used; events for what it
 // left behind and for a restart.
 void store_end(controller_actor self, const std::string& id, const wire::wire_trial_end& end, int failures_before) {
@@ -78,7 +96,10 @@ void store_end(controller_actor self, const std::string& id, const wire::wire_tr
   auto info = used;
   info["exit"] = end.exit;
   info["results"] = end.results;
-  if (t.state == trial_state::error || t.failures > failures_before) info["stderr_tail"] = end.stderr_tail;
+  if (t.state == trial_state::error || t.failures > failures_before) {
+    info["stderr_tail"] = end.stderr_tail;
+    keep_stderr(self, id, end.stderr_tail);
+  }
   if (t.failures > 0) info["failures"] = t.failures;
   if (auto r = st.records.find(id); r != st.records.end() && !r->second.notes.empty()) info["notes"] = r->second.notes;
   if (auto s = st.setup.store->update_trial(id, t.state, t.error, info); !s) return finish(self, s);
@@ -188,7 +209,7 @@ void stage_checkpoint(controller_actor self, const std::string& id) {
   }
   r.staging = true;
   pin(self, id, it, +1);  // kept while the node fetches it
-  auto manifest = nlohmann::json{{"iteration", it}, {"files", files}}.dump();
+  auto manifest = json_text(nlohmann::json{{"iteration", it}, {"files", files}});
   auto& opt = st.setup.options;
   auto program = opt.command.empty() ? opt.program : program_ref{};
   auto group = t->group;
@@ -257,8 +278,8 @@ void pick_copy(controller_actor self, std::string trial, int64_t iteration,
   int64_t at = it->first;
   pin(self, trial, at, +1);  // kept while it is checked and while the start fetches it
   nlohmann::json m{{"iteration", at}, {"files", it->second.manifest.value("files", nlohmann::json::array())}};
-  auto text = m.dump();
-  auto stat = it->second.manifest.value("stat", nlohmann::json::object()).dump();
+  auto text = json_text(m);
+  auto stat = json_text(it->second.manifest.value("stat", nlohmann::json::object()));
   self->request(self->state.copier, caf::infinite, check_atom::value, it->second.dir, text, stat)
       .then(
           [self, trial, at, text, then](check_atom, bool ok, const std::string& why) {
@@ -312,7 +333,7 @@ void send_start(controller_actor self, const live::start_trial& c, std::string r
   auto& opt = st.setup.options;
   auto& a = c.action;
   wire::wire_trial_spec spec{st.on_wire(a.trial), c.group,  0,           opt.program.name, opt.program.sha256,
-                             opt.program.size, opt.args, a.cfg.dump(), restore,          files};
+                             opt.program.size, opt.args, json_text(a.cfg), restore,          files};
   spec.reuse_worker = opt.reuse_workers;
   if (!opt.command.empty()) {  // a program trial: its configuration in its command line
     auto argv = render_command(opt.command, a.cfg, opt.command_args);
@@ -394,7 +415,7 @@ void ingest_results(controller_actor self, const std::string& id, const wire::wi
   for (size_t i = 0; i < k; ++i) {
     if (reported.size() < 64) reported.insert(r.names[i]);
     if (r.names[i] == eo.metric) col = i;
-    keys.push_back(nlohmann::json(r.names[i]).dump() + ":");
+    keys.push_back(json_text(nlohmann::json(r.names[i])) + ":");
   }
   for (size_t row = 0; row < r.rows() && !st.over; ++row) {
     std::string text = "{";
@@ -581,7 +602,7 @@ void board_report(controller_actor self, bool at_once, const std::string& state,
   if (!at_once && now(self) - st.last_board < board_every) return;
   st.last_board = now(self);
   auto r = st.feed->report(st.setup.engine->trials(), state, error, elapsed(self), st.ingested);
-  if (!r.is_null()) self->send(st.setup.head, wire::board_atom::value, st.setup.token, r.dump());
+  if (!r.is_null()) self->send(st.setup.head, wire::board_atom::value, st.setup.token, json_text(r));
 }
 
 // The dashboard's feed of this experiment; a resumed one's curves so far (the results
@@ -613,7 +634,7 @@ void open_feed(controller_actor self) {
     if (m != r.metrics.end() && m->is_number()) st.feed->point(r.trial, r.iteration, m->get<double>());
     latest[r.trial] = &r;
   }
-  for (auto& [trial, r] : latest) st.feed->last_result(trial, r->metrics.dump());
+  for (auto& [trial, r] : latest) st.feed->last_result(trial, json_text(r->metrics));
   std::vector<result_row>{}.swap(st.setup.replayed_results);  // not needed any more
 }
 

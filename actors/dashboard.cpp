@@ -17,6 +17,7 @@
 
 #include "gate.hpp"
 #include "log.hpp"
+#include "tune/core/json_text.hpp"
 #include "tune/cluster/token.hpp"
 #include "wire.hpp"
 
@@ -62,7 +63,7 @@ std::string login_page(const std::string& message) {
 
 void json_error(httplib::Response& res, int code, const std::string& message) {
   res.status = code;
-  res.set_content(nlohmann::json{{"error", message}}.dump(), "application/json");
+  res.set_content(json_text(nlohmann::json{{"error", message}}), "application/json");
 }
 
 }  // namespace
@@ -109,7 +110,7 @@ struct dashboard_server::impl {
     self->request(head, wire::request_timeout, wire::dashboard_atom::value, token, view, a, b)
         .receive([&](wire::dashboard_atom, int c, std::string& text) { code = c, body = std::move(text); },
                  [&](caf::error& err) {
-                   body = nlohmann::json{{"error", "the head did not answer: " + sys->render(err)}}.dump();
+                   body = json_text(nlohmann::json{{"error", "the head did not answer: " + sys->render(err)}});
                  });
     return {code, std::move(body)};
   }
@@ -149,8 +150,8 @@ struct dashboard_server::impl {
       if (api ? !presented.empty() : accepted(presented)) return httplib::Server::HandlerResponse::Unhandled;
       res.status = 401;
       if (req.path.rfind("/api/", 0) == 0)
-        res.set_content(nlohmann::json{{"error", "sign in with the cluster token: an Authorization: Bearer TOKEN header "
-                                                 "or the tune_token cookie (see docs/dashboard.md)"}}.dump(),
+        res.set_content(json_text(nlohmann::json{{"error", "sign in with the cluster token: an Authorization: Bearer TOKEN header "
+                                                 "or the tune_token cookie (see docs/dashboard.md)"}}),
                         "application/json");
       else if (req.path == "/metrics")
         res.set_content("the cluster token is needed: Authorization: Bearer TOKEN (Prometheus: authorization.credentials_file)\n",

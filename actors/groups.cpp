@@ -5,6 +5,7 @@
 #include <set>
 
 #include "log.hpp"
+#include "tune/core/json_text.hpp"
 #include "tune/cluster/groups.hpp"
 #include <caf/detail/scope_guard.hpp>
 
@@ -743,7 +744,7 @@ caf::behavior groups(groups_actor self, groups_options opt) {
         if (n == st.nodes.end()) return;
         self->delegate(n->second, wire::route_atom::value, trial, received);
       },
-      [self](wire::rebalance_atom) { return caf::make_message(wire::rebalance_atom::value, true, rebalance(self).dump()); },
+      [self](wire::rebalance_atom) { return caf::make_message(wire::rebalance_atom::value, true, json_text(rebalance(self))); },
       // Drain a node: nothing new placed there, every owned group on it asked to move.
       [self](wire::drain_atom, const node_id& node, bool on) {
         auto& st = self->state;
@@ -765,7 +766,7 @@ caf::behavior groups(groups_actor self, groups_options opt) {
           log_line("node " + node + " takes new work again");
         }
         flush(self);
-        return caf::make_message(wire::drain_atom::value, true, nlohmann::json{{"moves", moves}, {"stays", stays}}.dump());
+        return caf::make_message(wire::drain_atom::value, true, json_text(nlohmann::json{{"moves", moves}, {"stays", stays}}));
       },
       [self](wire::pg_wait_atom, const std::string& user, const std::string& id, int64_t timeout_ms) {
         auto& st = self->state;
@@ -803,7 +804,7 @@ caf::behavior groups(groups_actor self, groups_options opt) {
         if (!g) return caf::make_message(wire::pg_get_atom::value, false, "no placement group " + id);
         if (auto why = not_theirs(self, user, id, "read"); !why.empty())
           return caf::make_message(wire::pg_get_atom::value, false, why);
-        return caf::make_message(wire::pg_get_atom::value, true, group_json(self, *g, self->clock().now()).dump());
+        return caf::make_message(wire::pg_get_atom::value, true, json_text(group_json(self, *g, self->clock().now())));
       },
       // The users' quotas, priorities and weights, from the head (at its start and after
       // every change): a JSON list of users as tune/cluster/users.hpp's to_json.
@@ -838,7 +839,7 @@ caf::behavior groups(groups_actor self, groups_options opt) {
         nlohmann::json j{{"groups", std::move(groups)},
                          {"orphans", std::move(orphans)},
                          {"placement_latency", st.table.placement_latency().to_json()}};
-        return caf::make_message(wire::pg_list_atom::value, j.dump());
+        return caf::make_message(wire::pg_list_atom::value, json_text(j));
       },
       [self](wire::pg_tick_atom) {
         auto& st = self->state;

@@ -8,6 +8,7 @@
 
 #include "groups.hpp"
 #include "log.hpp"
+#include "tune/core/json_text.hpp"
 #include "tune/cluster/board.hpp"
 #include "tune/cluster/metrics.hpp"
 #include "tune/cluster/registry.hpp"
@@ -153,7 +154,7 @@ std::pair<int, std::string> dashboard_view(head_actor self, const nlohmann::json
                                            const std::string& a, const std::string& b, const principal& p) {
   auto& board = self->state.board;
   auto not_found = [](const std::string& what) {
-    return std::make_pair(404, nlohmann::json{{"error", what}}.dump());
+    return std::make_pair(404, json_text(nlohmann::json{{"error", what}}));
   };
   const std::string viewer = p.kind == role::user ? p.name : "";
   auto gpus = [&] {
@@ -164,26 +165,25 @@ std::pair<int, std::string> dashboard_view(head_actor self, const nlohmann::json
   if (view == "experiment" || view == "trial") {
     auto owner = board.owner(a);
     if (!viewer.empty() && !owner.empty() && owner != viewer)
-      return {403, nlohmann::json{{"error", "experiment " + a + " belongs to " + owner + ": only " + owner +
-                                                " or the cluster's admin can read it"}}
-                       .dump()};
+      return {403, json_text(nlohmann::json{{"error", "experiment " + a + " belongs to " + owner + ": only " + owner +
+                                                          " or the cluster's admin can read it"}})};
   }
-  if (view == "whoami") return {200, nlohmann::json{{"name", p.name}, {"admin", p.kind == role::admin}}.dump()};
+  if (view == "whoami") return {200, json_text(nlohmann::json{{"name", p.name}, {"admin", p.kind == role::admin}})};
   if (view == "metrics") {
-    if (!viewer.empty()) return {403, nlohmann::json{{"error", "/metrics is the cluster admin's (the head's own token)"}}.dump()};
+    if (!viewer.empty()) return {403, json_text(nlohmann::json{{"error", "/metrics is the cluster admin's (the head's own token)"}})};
     return {200, prometheus_text(status, board)};
   }
-  if (view == "nodes") return {200, status["nodes"].dump()};
-  if (view == "gpus") return {200, gpus().dump()};
-  if (view == "groups") return {200, status["placement_groups"].dump()};
-  if (view == "experiments") return {200, board.list_json(viewer).dump()};
+  if (view == "nodes") return {200, json_text(status["nodes"])};
+  if (view == "gpus") return {200, json_text(gpus())};
+  if (view == "groups") return {200, json_text(status["placement_groups"])};
+  if (view == "experiments") return {200, json_text(board.list_json(viewer))};
   if (view == "experiment") {
     auto e = board.experiment_json(a, true);
-    return e.is_null() ? not_found("no experiment " + a + " on this head (see /api/experiments)") : std::make_pair(200, e.dump());
+    return e.is_null() ? not_found("no experiment " + a + " on this head (see /api/experiments)") : std::make_pair(200, json_text(e));
   }
   if (view == "trial") {
     auto t = board.trial_json(a, b);
-    return t.is_null() ? not_found("no trial " + b + " in experiment " + a) : std::make_pair(200, t.dump());
+    return t.is_null() ? not_found("no trial " + b + " in experiment " + a) : std::make_pair(200, json_text(t));
   }
   if (view == "cluster") {
     nlohmann::json j{{"head", status["head"]},
@@ -194,7 +194,7 @@ std::pair<int, std::string> dashboard_view(head_actor self, const nlohmann::json
                      {"placement_groups", status["placement_groups"]},
                      {"experiments", board.list_json(viewer)}};
     if (!viewer.empty()) j["viewer"] = viewer;
-    return {200, j.dump()};
+    return {200, json_text(j)};
   }
   return not_found("no view " + view);
 }
@@ -205,7 +205,7 @@ void tell_groups_users(head_actor self) {
   if (!st.opt.users) return;
   auto list = nlohmann::json::array();
   for (const auto& u : st.opt.users->users()) list.push_back(to_json(u, false));
-  self->send(st.groups, wire::user_atom::value, list.dump());
+  self->send(st.groups, wire::user_atom::value, json_text(list));
 }
 
 // The admin's user management (wire.hpp, user_atom): the answer's JSON, or why not.
@@ -227,7 +227,7 @@ expected<nlohmann::json> manage_users(head_actor self, const std::string& op, co
     if (!limits) return limits.error();
     auto u = op == "add" ? users->add(name, *limits) : users->set(name, *limits);
     if (!u) return u.error();
-    log_line(std::string{op == "add" ? "added" : "changed"} + " user " + name + ": " + to_json(*u, false).dump());
+    log_line(std::string{op == "add" ? "added" : "changed"} + " user " + name + ": " + json_text(to_json(*u, false)));
     return to_json(*u, op == "add");
   }
   if (op == "token") {  // {"name", "new": true}: a new token, the old one ends
@@ -367,7 +367,7 @@ caf::behavior head(head_actor self, head_options opt) {
             [self, rp, p](nlohmann::json j) mutable {
               if (p.kind == role::user) j = status_for_user(std::move(j), p.name);
               j["experiments"] = self->state.board.list_json(p.kind == role::user ? p.name : "");
-              rp.deliver(caf::make_message(wire::status_atom::value, true, j.dump()));
+              rp.deliver(caf::make_message(wire::status_atom::value, true, json_text(j)));
             },
             [rp](const std::string& why) mutable { rp.deliver(caf::make_message(wire::status_atom::value, false, why)); });
         return rp;
@@ -433,7 +433,7 @@ caf::behavior head(head_actor self, head_options opt) {
         if (auto now = self->clock().now(); now - st.told_checkpoints >= std::chrono::seconds(1)) {
           st.told_checkpoints = now;
           nlohmann::json since = st.board.since_checkpoint();
-          self->send(st.groups, since_checkpoint_atom::value, since.dump());
+          self->send(st.groups, since_checkpoint_atom::value, json_text(since));
         }
         auto sender = self->current_sender();
         if (!sender) return;
@@ -446,7 +446,7 @@ caf::behavior head(head_actor self, head_options opt) {
              const std::string& b) -> caf::result<caf::message> {
         auto p = who(self, token);
         if (auto why = refused(p, {role::admin, role::user}, "read the dashboard"); !why.empty())
-          return caf::make_message(wire::dashboard_atom::value, 401, nlohmann::json{{"error", why}}.dump());
+          return caf::make_message(wire::dashboard_atom::value, 401, json_text(nlohmann::json{{"error", why}}));
         auto rp = self->make_response_promise<caf::message>();
         // The board's own views need no status; the rest are joined with it.
         if (view == "experiments" || view == "experiment" || view == "trial" || view == "whoami") {
@@ -462,7 +462,7 @@ caf::behavior head(head_actor self, head_options opt) {
               rp.deliver(caf::make_message(wire::dashboard_atom::value, code, std::move(body)));
             },
             [rp](const std::string& why) mutable {
-              rp.deliver(caf::make_message(wire::dashboard_atom::value, 503, nlohmann::json{{"error", why}}.dump()));
+              rp.deliver(caf::make_message(wire::dashboard_atom::value, 503, json_text(nlohmann::json{{"error", why}})));
             });
         return rp;
       },
@@ -505,7 +505,7 @@ caf::behavior head(head_actor self, head_options opt) {
         auto r = manage_users(self, op, body);
         if (!r) return answer(false, r.error().message());
         tell_groups_users(self);
-        return answer(true, r->dump());
+        return answer(true, json_text(*r));
       },
       [self](wire::sweep_atom) {
         auto& st = self->state;

@@ -7,6 +7,8 @@
 #include <ctime>
 #include <mutex>
 
+#include "tune/core/utf8.hpp"
+
 namespace tune {
 
 namespace {
@@ -34,7 +36,9 @@ void log_line(const std::string& line) {
   std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
   std::lock_guard lock{log_mutex};
   auto* out = log_file ? log_file : stderr;
-  std::fprintf(out, "%s.%03dZ %s\n", stamp, static_cast<int>(ms), line.c_str());
+  // Shown text: what came from a program or a file system (a process's name, an error
+  // naming a file) with ill-formed UTF-8 as U+FFFD.
+  std::fprintf(out, "%s.%03dZ %s\n", stamp, static_cast<int>(ms), shown_utf8(line).c_str());
   std::fflush(out);
 }
 

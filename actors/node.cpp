@@ -17,6 +17,8 @@
 #include "audit.hpp"
 #include "dial.hpp"
 #include "log.hpp"
+#include "tune/core/json_text.hpp"
+#include "tune/core/utf8.hpp"
 #include "tune/core/trace.hpp"
 #include "tune/trial/paths.hpp"
 #include "trial.hpp"
@@ -319,7 +321,7 @@ std::string node_report(node_actor self) {
     trials[id]["owner"] = owner_of(id);
   }
   j["trials"] = trials;
-  return j.dump();
+  return json_text(j);
 }
 
 void send_report(node_actor self, bool now = false) {
@@ -1097,11 +1099,14 @@ caf::message list_checkpoint(node_actor self, const std::string& token, const st
   for (auto it = fs::recursive_directory_iterator(*dir, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec)) {
     if (it->is_symlink(ec)) return no("checkpoint " + path + " holds a symbolic link: " + it->path().string());
-    if (it->is_regular_file(ec))
-      files.push_back({{"name", it->path().lexically_relative(*dir).string()}, {"size", it->file_size(ec)}});
+    auto name = it->path().lexically_relative(*dir).string();
+    if (!valid_utf8(name))  // copies name their files in JSON text: one such name could not be asked for
+      return no("checkpoint " + path + " holds a file whose name is not UTF-8 (" + shown_utf8(name) +
+                "): it cannot be copied; give its files UTF-8 names");
+    if (it->is_regular_file(ec)) files.push_back({{"name", name}, {"size", it->file_size(ec)}});
   }
   if (ec) return no("cannot list " + path + ": " + ec.message());
-  return caf::make_message(wire::ckpt_list_atom::value, true, files.dump());
+  return caf::make_message(wire::ckpt_list_atom::value, true, json_text(files));
 }
 
 // A chunk of one of a checkpoint's files.

@@ -14,9 +14,12 @@
 
 #include "audit.hpp"
 #include "log.hpp"
+#include "tune/core/json_text.hpp"
+#include "tune/core/utf8.hpp"
 #include "tune/core/trace.hpp"
 #include "tune/trial/paths.hpp"
 #include "tune/trial/command.hpp"
+#include "tune/trial/error_headline.hpp"
 #include "tune/trial/mps.hpp"
 #include "tune/trial/output_metrics.hpp"
 #include "tune/trial/process.hpp"
@@ -417,7 +420,7 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
     // What its cgroup uses (host memory, CPU), about once a second.
     if (cg && !cg->path().empty() && std::chrono::steady_clock::now() >= next_sample) {
       next_sample = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-      caf::anon_send(self, host_atom::value, usage_json(cg->usage()).dump());
+      caf::anon_send(self, host_atom::value, json_text(usage_json(cg->usage())));
     }
   }
   // The last words: what is left in its pipes, read in bounded rounds (a helper it left
@@ -439,16 +442,6 @@ void watch(caf::actor self, launch l, std::shared_ptr<control> ctl, std::shared_
   host.worker_reused = reused;
   caf::anon_send(self, ended_atom::value, done->exited, done->code, done->describe(), w.stderr_tail(),
                  static_cast<int64_t>(w.overlong_lines()), std::move(host));
-}
-
-// The last line of what a process wrote to its standard error, shortened: what a failed
-// trial's error ends with (a Python traceback's exception, a trainable's message).
-std::string last_line(const std::string& text) {
-  auto end = text.find_last_not_of(" \t\r\n");
-  if (end == std::string::npos) return "";
-  auto start = text.rfind('\n', end);
-  auto line = text.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
-  return line.size() > 300 ? line.substr(0, 297) + "..." : line;
 }
 
 constexpr size_t kept_messages = 4096;  // a few seconds of a fast trial; small per trial
@@ -501,7 +494,7 @@ void greeted(trial_actor self, uint64_t received) {
 }
 
 void event(trial_actor self, const std::string& kind, const nlohmann::json& body) {
-  to_owner(self, caf::make_message(wire::trial_event_atom::value, self->state.opt.spec.trial_id, kind, body.dump()));
+  to_owner(self, caf::make_message(wire::trial_event_atom::value, self->state.opt.spec.trial_id, kind, json_text(body)));
 }
 
 // A checkpoint the worker reports: a folder of its own trial folder (no absolute path,
@@ -631,8 +624,8 @@ std::string end_error(trial_actor self, bool exited, int code, const std::string
            "). Ask for more memory in its resources, or make it use less";
   if (st.stopped && !exited && code == SIGKILL) return "did not stop within the grace period: killed";
   if (ok) return "";
-  std::string error = "the trial's process ended with " + how + (st.stopped ? " after the stop request" : "");
-  if (auto last = last_line(stderr_tail); !last.empty()) error += ": " + last;
+  std::string error = std::string{process_ended} + how + (st.stopped ? " after the stop request" : "");
+  if (auto cause = error_headline(stderr_tail); !cause.empty()) error += ": " + cause;
   if (host.pids_refused > 0)
     error += " (" + std::to_string(host.pids_refused) + " process starts were refused at its limit of " +
              std::to_string(st.opt.limits.pids) + " processes and threads, pids.max)";
@@ -672,7 +665,7 @@ void ended(trial_actor self, bool exited, int code, const std::string& how, cons
   if (end.left_behind_count > 0)
     log_line("trial " + st.opt.spec.trial_id + ": " + std::to_string(end.left_behind_count) +
              " process(es) it started had left its process group and were still running at its end: killed" +
-             (end.left_behind.empty() ? "" : " (" + nlohmann::json(end.left_behind).dump() + ")"));
+             (end.left_behind.empty() ? "" : " (" + json_text(nlohmann::json(end.left_behind)) + ")"));
   log_line("trial " + st.opt.spec.trial_id + " ended: " + how);
   auto finish = [self](wire::wire_trial_end end) {
     auto& st = self->state;
@@ -759,7 +752,7 @@ void on_started(trial_actor self, int pid, int group, const std::string& error, 
   log_line("trial " + st.opt.spec.trial_id + " started, pid " + std::to_string(pid));
   st.started_ok = true;
   trace_step("worker_running", st.opt.spec.trial_id);
-  st.opt.started.deliver(wire::start_answer(true, info.dump(), caf::actor_cast<caf::actor>(self)));
+  st.opt.started.deliver(wire::start_answer(true, json_text(info), caf::actor_cast<caf::actor>(self)));
   if (st.opt.node)
     to_owner(self, caf::make_message(wire::trial_node_atom::value, st.opt.spec.trial_id, st.opt.node, st.opt.access));
   event(self, "started", info);
@@ -767,14 +760,14 @@ void on_started(trial_actor self, int pid, int group, const std::string& error, 
   nlohmann::json quota = nlohmann::json::object();
   for (size_t i = 0; i < st.opt.cards.size(); ++i)
     if (shared_card(st.opt.cards[i])) quota[st.opt.cards[i].uuid] = st.opt.grants[i].memory;
-  self->send(st.opt.audit, audit_add_atom::value, st.opt.spec.trial_id, pid, group, cgroup, quota.dump(),
+  self->send(st.opt.audit, audit_add_atom::value, st.opt.spec.trial_id, pid, group, cgroup, json_text(quota),
              caf::actor_cast<caf::actor>(self));
 }
 
 void ignore_line(trial_actor self, const std::string& line) {
   auto& st = self->state;
   if (st.ignored_lines++ > 0) return;
-  st.ignored_example = line.size() > 200 ? line.substr(0, 197) + "..." : line;
+  st.ignored_example = line.size() > 200 ? shown_utf8(utf8_prefix(line, 197)) + "..." : shown_utf8(line);
   log_line("trial " + st.opt.spec.trial_id + ": ignored a line on its report channel that is not a report: " +
            st.ignored_example);
 }
@@ -793,7 +786,7 @@ void general_line(trial_actor self, const std::string& line, Flush& flush) {
                                                                                     : st.results;
     flush();
     to_owner(self, caf::make_message(wire::trial_result_atom::value, st.opt.spec.trial_id,
-                                     wire::wire_result{iteration, j["metrics"].dump(), st.gpu_memory,
+                                     wire::wire_result{iteration, json_text(j["metrics"]), st.gpu_memory,
                                                                       st.gpu_memory_peak, st.gpu_util}));
   } else if (type == "checkpoint") {
     flush();
@@ -987,7 +980,7 @@ std::map<std::string, std::string> trial_environment(const trial_options& opt) {
     env["USER"] = env["LOGNAME"] = opt.account.name;
   }
   env["TUNE_TRIAL_CONFIG"] = opt.spec.config_json.empty() ? "{}" : opt.spec.config_json;
-  env["TUNE_TRIAL_GPUS"] = gpus_json(opt).dump();
+  env["TUNE_TRIAL_GPUS"] = json_text(gpus_json(opt));
   env["TUNE_REPORT_FD"] = std::to_string(worker_process::report_fd);
   // The node's Python module first on PYTHONPATH (`import libtune` needs nothing installed).
   if (!opt.python_path.empty())

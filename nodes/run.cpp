@@ -23,6 +23,8 @@
 #include <nlohmann/json.hpp>
 
 #include "services.hpp"
+#include "tune/core/json_text.hpp"
+#include "tune/core/utf8.hpp"
 #include "tune/run/experiment.hpp"
 #include "tune/tune.hpp"
 
@@ -33,7 +35,7 @@ namespace tune::cli {
 namespace {
 
 int fail(const std::string& message, int code = 1) {
-  std::cerr << "tune run: " << message << "\n";
+  std::cerr << "tune run: " << shown_utf8(message) << "\n";  // it may name a file, quote a program's words
   return code;
 }
 
@@ -306,7 +308,7 @@ int cmd_run(const std::vector<std::string>& all_args) {
     nlohmann::json list = nlohmann::json::array();
     for (auto& t : *trials)
       list.push_back({{"id", t.id}, {"config", t.config}, {"state", t.state}, {"error", t.error}, {"info", t.info}});
-    std::ofstream(results->dir() + "/trials.json") << list.dump(1) << "\n";
+    std::ofstream(results->dir() + "/trials.json") << json_text(list, 1) << "\n";
   }
   nlohmann::json out{{"best_trial", *best ? nlohmann::json((*best)->id) : nlohmann::json()},
                      {"best_config", *best ? (*best)->config : nlohmann::json()},
@@ -332,7 +334,7 @@ int cmd_run(const std::vector<std::string>& all_args) {
   if (!*best)
     std::cerr << "tune run: no trial reported " << e.config.metric << " (" << results->errors()
               << " ended in error; their errors are in " << results->dir() << "/results.csv)\n";
-  std::cout << out.dump() << std::endl;
+  std::cout << json_text(out) << std::endl;
   return *best ? 0 : 1;
 }
 

@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 #include <variant>
 
+#include "tune/core/json_text.hpp"
 #include "tune/cluster/address.hpp"
 #include "client.hpp"
 #include "daemon.hpp"
@@ -826,7 +827,7 @@ int cmd_group(const std::vector<std::string>& args) {
     if (!made) finish(fail(command, made.error().message()));
     if (made->state == "infeasible") finish(fail(command, "placement group " + made->id + " can never be placed: " + made->reason));
     if (wait.count() == 0) {
-      if (json_out) std::cout << nlohmann::json{{"id", made->id}, {"state", made->state}, {"reason", made->reason}}.dump() << "\n";
+      if (json_out) std::cout << json_text(nlohmann::json{{"id", made->id}, {"state", made->state}, {"reason", made->reason}}) << "\n";
       else std::cout << made->id << " " << made->state << (made->reason.empty() ? "" : ": " + made->reason) << "\n";
       finish(0);
     }
@@ -849,7 +850,7 @@ int cmd_group(const std::vector<std::string>& args) {
   if (sub == "remove") {
     auto st = client.remove_group(id);
     if (!st) finish(fail(command, st.message()));
-    if (json_out) std::cout << nlohmann::json{{"id", id}, {"state", "removed"}}.dump() << "\n";
+    if (json_out) std::cout << json_text(nlohmann::json{{"id", id}, {"state", "removed"}}) << "\n";
     else std::cout << "removed placement group " << id << "\n";
     finish(0);
   }
@@ -889,7 +890,7 @@ expected<nlohmann::json> user_settings(const po::variables_map& vm) {
   return j;
 }
 
-std::string quota_text(const nlohmann::json& v) { return v.is_null() ? "no limit" : v.dump(); }
+std::string quota_text(const nlohmann::json& v) { return v.is_null() ? "no limit" : json_text(v); }
 
 void print_user(const nlohmann::json& u) {
   std::cout << u["name"].get<std::string>() << ": gpus " << quota_text(u["gpus"]) << ", cpus " << quota_text(u["cpus"])
@@ -948,7 +949,7 @@ int cmd_user(const std::vector<std::string>& args) {
   auto c = connect_head("user", vm);
   if (auto* rc = std::get_if<int>(&c)) return *rc;
   auto& conn = std::get<connected>(c);
-  auto text = conn.client->manage_users(op == "token" ? "token" : op, body.dump());
+  auto text = conn.client->manage_users(op == "token" ? "token" : op, json_text(body));
   if (!text) finish(fail("user", text.error().message()));
   auto j = nlohmann::json::parse(*text);
   if (j.is_object() && j.contains("token")) {  // add, token: the user's token to its file
@@ -957,7 +958,7 @@ int cmd_user(const std::vector<std::string>& args) {
     j.erase("token");
   }
   if (vm.count("json")) {
-    std::cout << j.dump() << "\n";
+    std::cout << json_text(j) << "\n";
     finish(0);
   }
   if (op == "list") {
@@ -1026,7 +1027,7 @@ int cmd_resume(const std::vector<std::string>& args) {
                                "tune_config::resume = true and experiment_dir = " + dir);
   std::string exe = (*command)["exe"], cwd = command->value("cwd", "/");
   std::vector<std::string> argv;
-  for (auto& a : (*command)["argv"]) argv.push_back(a.is_string() ? a.get<std::string>() : a.dump());
+  for (auto& a : (*command)["argv"]) argv.push_back(a.is_string() ? a.get<std::string>() : json_text(a));
   std::string shown;
   for (auto& a : argv) shown += (shown.empty() ? "" : " ") + a;
   if (vm.count("print")) {

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <set>
 #include <thread>
 
@@ -475,6 +476,50 @@ TEST_F(ExperimentTest, ATrialThatCannotStartGivesItsCardsBackAtOnce) {
   auto sum = run(fifo{}, 2, 1, 3, *resource_set::make({{"gpu", 2}}), &bogus);
   EXPECT_EQ(sum.errored, 2);
   all_failed_with("cannot fetch program missing");
+}
+
+// A search algorithm is the user's own code (search.hpp: derive from search_algorithm):
+// one that throws ends the controller, and run_experiment returns that as an error
+// instead of waiting for ever.
+class throwing_search : public search_algorithm {
+ public:
+  throwing_search() : search_algorithm(mode::max) {}
+  bool finished() const override { return false; }
+  std::string name() const override { return "throwing"; }
+
+ protected:
+  expected<std::optional<config>> next_config(const std::string&) override {
+    if (++calls_ > 1) throw std::runtime_error("a bug in the search");
+    return std::optional<config>{config{{"mode", "curve"}, {"x", 0.5}, {"iterations", 2}, {"sleep_ms", 20}}};
+  }
+  int calls_ = 0;
+};
+
+TEST_F(ExperimentTest, AControllerThatDiesOfAnExceptionIsAnErrorNotAHang) {
+  throwing_search search;
+  auto sched = make_scheduler(fifo{}, "acc", mode::max);
+  ASSERT_TRUE(sched);
+  engine_options eo;
+  eo.metric = "acc";
+  eo.max_concurrent = 1;
+  auto engine = experiment_engine::make(search, **sched, eo);
+  ASSERT_TRUE(engine) << engine.error().message();
+  experiment_run_options ro;
+  ro.name = "test";
+  ro.program = program;
+  ro.group_timeout = 5000ms;
+  ro.bundles = {*resource_set::make({{"gpu", 0.5}})};
+  auto answer = std::make_shared<std::promise<expected<experiment_summary>>>();
+  auto done = answer->get_future();
+  std::thread([&, answer] { answer->set_value(run_experiment(*client, **engine, *store, ro)); }).detach();
+  if (done.wait_for(60s) != std::future_status::ready) {
+    ADD_FAILURE() << "run_experiment still waits for a controller that died";
+    std::quick_exit(1);  // the thread cannot be joined: leave now rather than hang the suite
+  }
+  auto sum = done.get();
+  ASSERT_FALSE(sum);
+  EXPECT_NE(sum.error().message().find("a bug in the search"), std::string::npos) << sum.error().message();
+  EXPECT_NE(sum.error().message().find("controller ended"), std::string::npos) << sum.error().message();
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // The public API (tune/tune.hpp) over the actors: the embedded cluster, the
 // connection to a head, the trainables' worker mode and the tuner.
+#include "tune/core/json_text.hpp"
+#include "tune/core/utf8.hpp"
 #include "tune/tune.hpp"
 #include "tune/trial/process.hpp"
 #include "tune/trial/reuse.hpp"
@@ -36,6 +38,8 @@
 #include "tune/host/card_claims.hpp"
 #include "tune/host/detect.hpp"
 #include "tune/host/local_heads.hpp"
+#include "tune/host/nvml.hpp"
+#include "tune/trial/error_headline.hpp"
 #include "tune/trial/output_metrics.hpp"
 #include "tune/trial/workdir.hpp"
 #include "tune/tuner/progress.hpp"
@@ -586,14 +590,29 @@ struct progress_printer {
       if (drawn_lines > 0) out += "\x1b[" + std::to_string(drawn_lines) + "F\x1b[J";
       out += text;
       drawn_lines = static_cast<int>(std::count(text.begin(), text.end(), '\n'));
-      std::cerr << out << std::flush;
+      std::cerr << shown_utf8(out) << std::flush;  // configs and errors hold outside text
     } else if (style == progress_style::lines) {
-      for (auto& line : progress_changes(last, s)) std::cerr << line << "\n";
+      for (auto& line : progress_changes(last, s)) std::cerr << shown_utf8(line) << "\n";
       std::cerr << std::flush;
     }
     last = s;
   }
 };
+
+// The end of an experiment whose trials failed: each kind of error once, with how many
+// trials had it and where the first one's standard error is (error_summary).
+void print_errors(const experiment_store& store) {
+  auto trials = store.trials();
+  if (!trials) return;
+  std::vector<errored_trial> failed;
+  for (auto& t : *trials) {
+    if (t.state != trial_state::error) continue;
+    std::error_code ec;
+    auto where = store.stderr_path(t.id);
+    failed.push_back({t.id, t.error, std::filesystem::exists(where, ec) ? where : ""});
+  }
+  for (auto& line : error_summary(failed)) std::cerr << "tune: " << line << "\n";
+}
 
 std::string joined_command(const std::vector<std::string>& argv) {
   std::string out;
@@ -659,7 +678,7 @@ expected<checked_program> check_program(bool embedded, const program& p, const s
     out.meta["bytes"] = scanned->manifest.bytes();
     if (!scanned->skipped.empty()) {
       std::cerr << "tune: not shipped (not files or folders): ";
-      for (size_t i = 0; i < scanned->skipped.size() && i < 5; ++i) std::cerr << (i ? ", " : "") << scanned->skipped[i];
+      for (size_t i = 0; i < scanned->skipped.size() && i < 5; ++i) std::cerr << (i ? ", " : "") << shown_utf8(scanned->skipped[i]);
       std::cerr << "\n";
     }
     out.workdir = std::move(*scanned);
@@ -860,8 +879,8 @@ expected<result_grid> tuner::fit() {
       auto was = resumed_store->meta(k);
       if (!was) return was.error();
       if (*was != v)
-        return status{errc::inconsistent, "cannot resume " + resume_dir + ": its " + k + " is " + was->dump() +
-                                              ", this program's is " + v.dump() + " (resume it with the program and settings that started it)"};
+        return status{errc::inconsistent, "cannot resume " + resume_dir + ": its " + k + " is " + json_text(*was) +
+                                              ", this program's is " + json_text(v) + " (resume it with the program and settings that started it)"};
     }
     if (auto m = resumed_store->meta("max_concurrent_trials"); m && m->is_number_integer()) concurrent = m->get<int>();
   }
@@ -991,6 +1010,7 @@ expected<result_grid> tuner::fit() {
   // (status, capacity) while the experiment runs.
   auto sum = run_experiment(*st->client, **engine, **store, ro, plan ? &*plan : nullptr);
   if (!sum) return sum.error();
+  if (style != progress_style::none) print_errors(**store);
   auto grid = c.metrics.empty() && c.constraints.empty()
                   ? result_grid::open(dir, c.metric, c.mode)
                   : result_grid::open(dir, c.metrics.empty() ? std::vector<objective>{{c.metric, c.mode}} : c.metrics,

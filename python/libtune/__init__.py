@@ -277,7 +277,9 @@ class _Writing:
 
 
 def _line(obj):
-    return (json.dumps(obj, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+    # A str may hold lone surrogates (a name read with os.fsdecode, "\udcff"): UTF-8
+    # has no bytes for them; each becomes "?" rather than an error in report().
+    return (json.dumps(obj, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8", "replace")
 
 
 def _metric_value(name, value):

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tune/core/json_text.hpp"
 #include "tune/tuner/pareto.hpp"
 
 namespace tune {
@@ -66,7 +67,7 @@ status check_objectives(const nlohmann::json& r) {
       const bool named = x.is_object() && x.contains("name") && x["name"].is_string() && !x["name"].get<std::string>().empty();
       const auto m = x.is_object() && x.contains("mode") && x["mode"].is_string() ? x["mode"].get<std::string>() : "";
       if (!named || (m != "max" && m != "min"))
-        return bad("an objective is not {\"name\": NAME, \"mode\": \"max\" or \"min\"}: " + x.dump());
+        return bad("an objective is not {\"name\": NAME, \"mode\": \"max\" or \"min\"}: " + json_text(x));
     }
   }
   if (r.contains("constraints")) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "tune/core/json_text.hpp"
+
 namespace tune {
 
 std::string_view to_string(node_state s) {
@@ -153,7 +155,7 @@ std::string node_registry::status_json(time_point now) const {
   json out = {{"nodes", nodes},
               {"resources", {{"total", amounts(total)}, {"available", amounts(available)}}},
               {"alive_nodes", alive()}};
-  return out.dump();
+  return json_text(out);
 }
 
 }  // namespace tune

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tune/core/json_text.hpp"
 #include "tune/core/quantity.hpp"
 #include "tune/core/resource_set.hpp"
 
@@ -43,7 +44,7 @@ std::string bar(double allocated) {
 std::string number(const json& j) {
   if (j.is_number_integer()) return std::to_string(j.get<long long>());
   auto q = quantity::from_double(j.get<double>(), "amount");
-  return q ? q->to_string() : j.dump();
+  return q ? q->to_string() : json_text(j);
 }
 
 std::string pad(std::string s, size_t width) {

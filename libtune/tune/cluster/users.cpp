@@ -12,6 +12,7 @@
 
 #include "tune/cluster/token.hpp"
 #include "tune/core/clock.hpp"
+#include "tune/core/json_text.hpp"
 #include "tune/core/sqlite.hpp"
 
 namespace tune {
@@ -172,7 +173,7 @@ status user_store::write(const user_record& u, bool insert) {
   sqlite_statement q{db_, insert ? "INSERT INTO users(name, token, settings, created) VALUES(?1, ?2, ?3, ?4)"
                                  : "UPDATE users SET token = ?2, settings = ?3 WHERE name = ?1"};
   if (!q.ok()) return fail("cannot write user " + u.name);
-  q.text(1, u.name).text(2, u.token).text(3, settings_json(u.limits).dump()).real(4, u.created);
+  q.text(1, u.name).text(2, u.token).text(3, json_text(settings_json(u.limits))).real(4, u.created);
   if (q.step() != SQLITE_DONE) return fail("cannot write user " + u.name);
   return load();
 }

@@ -5,6 +5,8 @@
 #include <cctype>
 #include <nlohmann/json.hpp>
 
+#include "tune/core/json_text.hpp"
+
 namespace tune {
 
 namespace {
@@ -120,7 +122,7 @@ expected<resource_set> resource_set::from_json(std::string_view text) {
     if (value.is_number()) st = r.set(name, value.get<double>());
     else if (value.is_string()) st = r.set(name, value.get<std::string>());
     else
-      st = {errc::invalid_argument, "the amount of " + name + " (" + value.dump() +
+      st = {errc::invalid_argument, "the amount of " + name + " (" + json_text(value) +
                                         ") is not a number; give a number such as 0.5 or 2"};
     if (!st) return st;
   }
@@ -215,7 +217,7 @@ std::string resource_set::to_json() const {
   std::string out = "{";
   auto add = [&](std::string_view name, const std::string& v) {
     if (out.size() > 1) out += ",";
-    out += nlohmann::json(std::string{name}).dump() + ":" + v;
+    out += json_text(nlohmann::json(std::string{name})) + ":" + v;
   };
   if (!cpu_.is_zero()) add("cpu", cpu_.to_string());
   if (!gpu_.is_zero()) add("gpu", gpu_.to_string());

@@ -13,6 +13,7 @@
 #include <regex>
 #include <set>
 
+#include "tune/core/json_text.hpp"
 #include "tune/core/quantity.hpp"
 #include "tune/trial/output_metrics.hpp"
 
@@ -676,7 +677,7 @@ expected<resources> resources_from(const reader& r, const YAML::Node& n, const s
       return out;
     }
   }
-  auto set = resource_set::from_json(j->dump());
+  auto set = resource_set::from_json(json_text(*j));
   if (!set) return r.error(n, path, set.error().message());
   if (!gpu_auto)
     if (auto s = check_request(*set); !s) return r.error(n, path, s.message());

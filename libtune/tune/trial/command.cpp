@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <sstream>
 
+#include "tune/core/json_text.hpp"
+
 namespace tune {
 
 namespace {
@@ -48,7 +50,7 @@ std::string as_argument(const nlohmann::json& v) {
   if (v.is_string()) return v.get<std::string>();
   if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
   if (v.is_null()) return "";
-  return v.dump();
+  return json_text(v);
 }
 
 std::string keys_of(const nlohmann::json& config) {

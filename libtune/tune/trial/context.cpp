@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "tune/core/json_text.hpp"
+
 namespace tune {
 
 namespace {
@@ -37,7 +39,7 @@ expected<trial_context> trial_context::make(std::string trial_id, const std::str
   auto config = nlohmann::json::parse(config_json.empty() ? "{}" : config_json, nullptr, false);
   if (config.is_discarded() || !config.is_object())
     return status{errc::invalid_argument, "the trial's configuration is not a JSON object: " + config_json};
-  c.config_json_ = config.dump();
+  c.config_json_ = json_text(config);
   auto gpus = nlohmann::json::parse(gpus_json.empty() ? "[]" : gpus_json, nullptr, false);
   if (gpus.is_discarded() || !gpus.is_array())
     return status{errc::invalid_argument, "the trial's GPU list is not a JSON list: " + gpus_json};
@@ -98,7 +100,7 @@ std::vector<int> trial_context::device_ids() const {
 expected<double> trial_context::number(const std::string& key) const {
   auto j = parse_config(config_json_);
   if (!j.contains(key)) return status{errc::not_found, "the trial's configuration has no \"" + key + "\""};
-  if (!j[key].is_number()) return status{errc::invalid_argument, "\"" + key + "\" is not a number: " + j[key].dump()};
+  if (!j[key].is_number()) return status{errc::invalid_argument, "\"" + key + "\" is not a number: " + json_text(j[key])};
   return j[key].get<double>();
 }
 
@@ -113,7 +115,7 @@ expected<int64_t> trial_context::integer(const std::string& key) const {
 expected<std::string> trial_context::text(const std::string& key) const {
   auto j = parse_config(config_json_);
   if (!j.contains(key)) return status{errc::not_found, "the trial's configuration has no \"" + key + "\""};
-  if (!j[key].is_string()) return status{errc::invalid_argument, "\"" + key + "\" is not a string: " + j[key].dump()};
+  if (!j[key].is_string()) return status{errc::invalid_argument, "\"" + key + "\" is not a string: " + json_text(j[key])};
   return j[key].get<std::string>();
 }
 
@@ -141,7 +143,7 @@ expected<bool> trial_context::flag_or(const std::string& key, bool fallback) con
   const auto& v = j[key];
   if (v.is_boolean()) return v.get<bool>();
   if (v.is_number() && (v.get<double>() == 0 || v.get<double>() == 1)) return v.get<double>() != 0;
-  return status{errc::invalid_argument, "\"" + key + "\" must be true, false, 1 or 0, not " + v.dump()};
+  return status{errc::invalid_argument, "\"" + key + "\" must be true, false, 1 or 0, not " + json_text(v)};
 }
 
 status trial_context::write_line(const std::string& line) {
@@ -169,7 +171,7 @@ status trial_context::report(const std::map<std::string, double>& metrics) {
     if (!std::isfinite(v)) return status{errc::invalid_argument, "metric \"" + k + "\" is not a finite number"};
     m[k] = v;
   }
-  return write_line(nlohmann::json{{"type", "result"}, {"iteration", ++iteration_}, {"metrics", m}}.dump());
+  return write_line(json_text(nlohmann::json{{"type", "result"}, {"iteration", ++iteration_}, {"metrics", m}}));
 }
 
 expected<std::string> trial_context::checkpoint_dir(int64_t iteration) const {
@@ -187,11 +189,11 @@ status trial_context::report_checkpoint(int64_t iteration) {
   auto rel = "checkpoints/" + std::to_string(iteration);
   if (!trial_dir_.empty() && !std::filesystem::is_directory(trial_dir_ + "/" + rel))
     return status{errc::not_found, "no checkpoint folder " + rel + ": write it with checkpoint_dir() first"};
-  return write_line(nlohmann::json{{"type", "checkpoint"}, {"iteration", iteration}, {"dir", rel}}.dump());
+  return write_line(json_text(nlohmann::json{{"type", "checkpoint"}, {"iteration", iteration}, {"dir", rel}}));
 }
 
 status trial_context::done(const std::string& message) {
-  return write_line(nlohmann::json{{"type", "done"}, {"message", message}}.dump());
+  return write_line(json_text(nlohmann::json{{"type", "done"}, {"message", message}}));
 }
 
 }  // namespace tune

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "tune/core/json_text.hpp"
+
 namespace tune {
 
 namespace {
@@ -124,7 +126,7 @@ std::optional<std::string> output_metrics::report_line(std::string_view line) co
     if (metrics.empty()) continue;
     nlohmann::json report{{"type", "result"}, {"metrics", std::move(metrics)}};
     if (iteration) report["iteration"] = *iteration;
-    return report.dump();
+    return json_text(report);
   }
   return std::nullopt;
 }

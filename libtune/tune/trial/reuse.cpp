@@ -14,6 +14,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tune/core/json_text.hpp"
+
 extern char** environ;
 
 namespace tune::reuse {
@@ -149,11 +151,11 @@ std::string key_of(const process_spec& spec, const std::string& experiment, cons
   k["gid"] = spec.run_as.gid;
   k["groups"] = spec.run_as.groups;
   k["limits"] = {limits.memory, limits.cpus, limits.pids};
-  return k.dump();
+  return json_text(k);
 }
 
 status hand_over(const idle_worker& w, const process_spec& spec) {
-  auto text = nlohmann::json{{"env", spec.env}, {"cwd", spec.cwd}}.dump();
+  auto text = json_text(nlohmann::json{{"env", spec.env}, {"cwd", spec.cwd}});
   // The folder is the worker's account's: what is at the temporary name is never
   // followed (a link the worker put there), the file is made anew or not at all.
   auto tmp = w.dir + "/.next.json.tmp";

@@ -16,6 +16,8 @@
 #include <set>
 #include <sstream>
 
+#include "tune/core/json_text.hpp"
+#include "tune/core/utf8.hpp"
 #include "tune/core/quantity.hpp"
 #include "tune/trial/paths.hpp"
 #include "tune/trial/sha256.hpp"
@@ -135,15 +137,19 @@ uint64_t workdir_manifest::bytes() const {
   return n;
 }
 
+// Names are kept byte for byte (exact_name: {"hex": ...} for one that is not UTF-8): a
+// trial's copy has the very names of the folder.
 std::string workdir_manifest::to_json() const {
-  nlohmann::json j{{"dirs", dirs}, {"files", nlohmann::json::array()}, {"links", nlohmann::json::array()}};
-  for (auto& f : files) j["files"].push_back({{"path", f.path}, {"size", f.size}, {"sha256", f.sha256}, {"x", f.executable}});
-  for (auto& l : links) j["links"].push_back({{"path", l.path}, {"target", l.target}});
-  return j.dump();
+  nlohmann::json j{{"dirs", nlohmann::json::array()}, {"files", nlohmann::json::array()}, {"links", nlohmann::json::array()}};
+  for (auto& d : dirs) j["dirs"].push_back(exact_name(d));
+  for (auto& f : files)
+    j["files"].push_back({{"path", exact_name(f.path)}, {"size", f.size}, {"sha256", f.sha256}, {"x", f.executable}});
+  for (auto& l : links) j["links"].push_back({{"path", exact_name(l.path)}, {"target", exact_name(l.target)}});
+  return json_text(j);
 }
 
 expected<workdir_manifest> workdir_manifest::from_json(const std::string& text) {
-  auto j = nlohmann::json::parse(text, nullptr, false);
+  auto j = parse_json(text);
   auto bad = [](const std::string& why) { return status{errc::invalid_argument, "the working directory's manifest " + why}; };
   if (!j.is_object() || !j.contains("dirs") || !j["dirs"].is_array() || !j.contains("files") || !j["files"].is_array() ||
       !j.contains("links") || !j["links"].is_array())
@@ -151,10 +157,10 @@ expected<workdir_manifest> workdir_manifest::from_json(const std::string& text) 
   workdir_manifest m;
   std::set<std::string> seen;
   auto take = [&](const nlohmann::json& p) -> expected<std::string> {
-    if (!p.is_string() || !clean_relative(p.get<std::string>()))
-      return bad("names a path outside the folder or malformed: " + p.dump());
-    if (!seen.insert(p.get<std::string>()).second) return bad("names " + p.get<std::string>() + " twice");
-    return p.get<std::string>();
+    auto name = exact_name_from(p);
+    if (!name || !clean_relative(*name)) return bad("names a path outside the folder or malformed: " + json_text(p));
+    if (!seen.insert(*name).second) return bad("names " + shown_utf8(*name) + " twice");
+    return *name;
   };
   for (auto& d : j["dirs"]) {
     auto p = take(d);
@@ -164,19 +170,20 @@ expected<workdir_manifest> workdir_manifest::from_json(const std::string& text) 
   for (auto& f : j["files"]) {
     if (!f.is_object() || !f.contains("path") || !f.contains("size") || !f["size"].is_number_unsigned() ||
         !f.contains("sha256") || !f["sha256"].is_string() || !is_sha256_hex(f["sha256"].get<std::string>()))
-      return bad("has a malformed file entry: " + f.dump().substr(0, 200));
+      return bad("has a malformed file entry: " + json_text(f).substr(0, 200));
     auto p = take(f["path"]);
     if (!p) return p.error();
-    m.files.push_back({*p, f["size"].get<uint64_t>(), f["sha256"], f.value("x", false)});
+    m.files.push_back({*p, f["size"].get<uint64_t>(), f["sha256"], f.contains("x") && f["x"].is_boolean() && f["x"].get<bool>()});
   }
   for (auto& l : j["links"]) {
-    if (!l.is_object() || !l.contains("path") || !l.contains("target") || !l["target"].is_string())
-      return bad("has a malformed link entry: " + l.dump().substr(0, 200));
+    auto target = l.is_object() && l.contains("target") ? exact_name_from(l["target"]) : std::nullopt;
+    if (!l.is_object() || !l.contains("path") || !target)
+      return bad("has a malformed link entry: " + json_text(l).substr(0, 200));
     auto p = take(l["path"]);
     if (!p) return p.error();
-    if (!link_stays_inside(*p, l["target"]))
-      return bad("has a link that points outside the folder: " + *p + " -> " + l["target"].get<std::string>());
-    m.links.push_back({*p, l["target"]});
+    if (!link_stays_inside(*p, *target))
+      return bad("has a link that points outside the folder: " + shown_utf8(*p) + " -> " + shown_utf8(*target));
+    m.links.push_back({*p, *target});
   }
   return m;
 }

@@ -181,6 +181,44 @@ TEST_F(Workdir, ATrialsCopyHasEveryFileModeAndLinkAndChangesStayInIt) {
   EXPECT_FALSE(materialize_workdir(s->manifest, blobs.string(), (root / "c").string())) << "a blob is missing";
 }
 
+// File systems hold names that are not UTF-8: the manifest keeps them byte for byte
+// ({"hex": ...}), so a trial's copy has the very names; its JSON text is UTF-8.
+TEST_F(Workdir, NamesThatAreNotUtf8ReachTheTrialsCopyByteForByte) {
+  const std::string file = "bad\xffname.txt", dir = "d\xfe\xed\xa0\x80", nested = dir + "/x\xc0\xaf.py", link = "l\xff";
+  write(file, "exact");
+  write(nested, "n");
+  write("ok.py", "o");
+  fs::create_symlink(file, root / "src" / link);
+  auto s = scan_workdir(src());
+  ASSERT_TRUE(s) << s.error().message();
+  auto text = s->manifest.to_json();
+  EXPECT_EQ(text.find('\xff'), std::string::npos) << "the text is UTF-8";
+  EXPECT_NE(text.find(R"({"hex":"626164ff6e616d652e747874"})"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"("ok.py")"), std::string::npos) << "a UTF-8 name stays a string: " << text;
+  auto back = workdir_manifest::from_json(text);
+  ASSERT_TRUE(back) << back.error().message();
+  EXPECT_EQ(paths(*back), paths(s->manifest));
+  EXPECT_EQ(back->dirs, std::vector<std::string>{dir});
+  ASSERT_EQ(back->links.size(), 1u);
+  EXPECT_EQ(back->links[0].path, link);
+  EXPECT_EQ(back->links[0].target, file);
+  EXPECT_EQ(back->to_json(), text);
+  auto blobs = root / "blobs";
+  fs::create_directories(blobs);
+  for (size_t i = 0; i < s->manifest.files.size(); ++i)
+    fs::copy_file(s->sources[i], blobs / s->manifest.files[i].sha256, fs::copy_options::overwrite_existing);
+  auto copy = (root / "copy").string();
+  ASSERT_TRUE(materialize_workdir(*back, blobs.string(), copy));
+  std::ifstream in(copy + "/" + file);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "exact");
+  EXPECT_TRUE(fs::exists(copy + "/" + nested));
+  EXPECT_EQ(fs::read_symlink(copy + "/" + link), file);
+  // A hex name that leaves the folder, or is no hex, is refused as any other.
+  for (auto bad : {R"({"dirs":[{"hex":"2e2e2f78"}],"files":[],"links":[]})", R"({"dirs":[{"hex":"zz"}],"files":[],"links":[]})",
+                   R"({"dirs":[],"files":[],"links":[{"path":"l","target":{"hex":"2f657463"}}]})"})
+    EXPECT_FALSE(workdir_manifest::from_json(bad)) << bad;
+}
+
 TEST(IgnoreRules, PatternsMatchAsInGitignore) {
   auto r = ignore_rules::parse("*.pyc\nbuild/\n/top.txt\ndocs/*.md\n**/cache/**\n", "t");
   ASSERT_TRUE(r);

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <set>
 
+#include "tune/core/json_text.hpp"
+
 namespace tune {
 
 expected<std::unique_ptr<experiment_engine>> experiment_engine::make(search_algorithm& search,
@@ -151,7 +153,7 @@ expected<std::vector<engine_action>> experiment_engine::step(double now_s) {
 }
 
 namespace {
-std::string number_text(double v) { return nlohmann::json(v).dump(); }
+std::string number_text(double v) { return json_text(nlohmann::json(v)); }
 }  // namespace
 
 // A result's values of the other objectives and constraints, kept as the trial's
@@ -195,7 +197,7 @@ expected<std::vector<engine_action>> experiment_engine::on_result(const std::str
   auto& t = it->second;
   t.iteration = std::max(t.iteration, iteration);
   if (t.state != trial_state::running || asked_.count(id)) return std::vector<engine_action>{};
-  return stop_for_value(id, t, m.dump());
+  return stop_for_value(id, t, json_text(m));
 }
 
 std::vector<engine_action> experiment_engine::stop_for_value(const std::string& id, engine_trial& t,

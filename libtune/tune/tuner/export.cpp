@@ -1,4 +1,6 @@
 #include "tune/tuner/export.hpp"
+#include "tune/core/json_text.hpp"
+#include "tune/core/utf8.hpp"
 #include "tune/tuner/pareto.hpp"
 
 #include <cmath>
@@ -17,10 +19,12 @@ void flatten(const nlohmann::json& j, const std::string& prefix, std::map<std::s
     return;
   }
   // Numbers as JSON writes them: the shortest text that reads back the same double.
-  out[prefix] = j.is_string() ? j.get<std::string>() : j.dump();
+  out[prefix] = j.is_string() ? j.get<std::string>() : json_text(j);
 }
 
-std::string csv_field(const std::string& s) {
+// A field as shown: ill-formed UTF-8 as U+FFFD (a config value, an error, a key).
+std::string csv_field(const std::string& text) {
+  auto s = shown_utf8(text);
   if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
   std::string q = "\"";
   for (char c : s) q += c == '"' ? std::string{"\"\""} : std::string(1, c);

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <map>
 
+#include "tune/core/json_text.hpp"
+
 namespace tune {
 
 namespace {
@@ -24,7 +26,7 @@ std::string number(double v) {
 std::string value_text(const nlohmann::json& v) {
   if (v.is_number_float()) return number(v.get<double>());
   if (v.is_string()) return v.get<std::string>();
-  return v.dump();
+  return json_text(v);
 }
 
 // The configuration's leaves, "a/b" for nested ones, in key order.

@@ -4,6 +4,8 @@
 #include <map>
 #include <set>
 
+#include "tune/core/json_text.hpp"
+
 namespace tune {
 
 namespace {
@@ -62,10 +64,11 @@ expected<resume_plan> replay_experiment(experiment_engine& engine, const experim
         plan.actions.push_back(a);  // decided but never carried out: now
         continue;
       }
-      if (begun.insert(a.trial).second && a.cfg != s->second->config)
+      // As stored: a configuration's bytes that are not UTF-8 are kept as U+FFFD (json_text).
+      if (begun.insert(a.trial).second && a.cfg != s->second->config && json_text(a.cfg) != json_text(s->second->config))
         return status{errc::inconsistent,
                       "cannot resume " + store.dir() + ": this program's search gives " + a.trial + " the configuration " +
-                          a.cfg.dump() + ", the experiment ran it with " + s->second->config.dump() +
+                          json_text(a.cfg) + ", the experiment ran it with " + json_text(s->second->config) +
                           " (were the search space, the seed or the settings changed?)"};
     }
     return status::ok();

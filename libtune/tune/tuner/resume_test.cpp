@@ -21,8 +21,8 @@ struct rig {
   std::unique_ptr<search_algorithm> search;
   std::unique_ptr<trial_scheduler> scheduler;
   std::unique_ptr<experiment_engine> engine;
-  explicit rig(uint64_t seed) {
-    search = std::move(make_random_search({{"x", uniform(0, 1)}}, {.num_samples = 8, .seed = seed})).value();
+  explicit rig(uint64_t seed, search_space space = {{"x", uniform(0, 1)}}) {
+    search = std::move(make_random_search(space, {.num_samples = 8, .seed = seed})).value();
     scheduler = std::move(make_scheduler(asha{.max_t = 8, .grace_period = 2, .reduction_factor = 2}, "acc", mode::max)).value();
     engine_options o;
     o.metric = "acc";
@@ -121,6 +121,19 @@ TEST_F(ResumeTest, AProgramThatSearchesDifferentlyIsRefusedNamingTheTrial) {
   ASSERT_FALSE(plan);
   EXPECT_NE(plan.error().message().find("trial-00001"), std::string::npos) << plan.error().message();
   EXPECT_NE(plan.error().message().find("seed"), std::string::npos) << plan.error().message();
+}
+
+// A configuration's bytes that are not UTF-8 (a choice read from an experiment file) are
+// stored as U+FFFD: the same search still resumes.
+TEST_F(ResumeTest, AConfigurationWithBytesThatAreNotUtf8StillResumes) {
+  search_space space{{"x", uniform(0, 1)}, {"tag", choice({nlohmann::json("a\xff"), nlohmann::json("b\xed\xa0\x80")})}};
+  rig first{7, space};
+  run_until(*first.engine, 10);
+  EXPECT_NE(store->trial("trial-00001")->config["tag"].get<std::string>().find("\xEF\xBF\xBD"), std::string::npos);
+  rig second{7, space};
+  auto plan = replay_experiment(*second.engine, *store);
+  ASSERT_TRUE(plan) << plan.error().message();
+  EXPECT_EQ(plan->replayed_results, 10);
 }
 
 TEST_F(ResumeTest, AnEmptyExperimentHasNothingToResume) {

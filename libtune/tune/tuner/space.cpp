@@ -6,6 +6,8 @@
 #include <exception>
 #include <limits>
 
+#include "tune/core/json_text.hpp"
+
 namespace tune {
 
 namespace detail {
@@ -187,7 +189,7 @@ domain::domain() : domain(make_constant(nullptr)) {}
 domain domain::make_constant(nlohmann::json v) {
   domain_data d;
   d.kind = kind::constant;
-  d.desc = v.dump();
+  d.desc = json_text(v);
   d.constant = std::move(v);
   return make(std::move(d));
 }
@@ -277,7 +279,7 @@ domain grid_search(std::vector<nlohmann::json> values) {
                "the list is empty; give at least one value, e.g. grid_search({1, 2, 3})");
   domain_data d;
   d.kind = domain::kind::grid;
-  d.desc = "grid_search(" + nlohmann::json(values).dump() + ")";
+  d.desc = "grid_search(" + json_text(nlohmann::json(values)) + ")";
   d.grid = std::move(values);
   return make(std::move(d));
 }
@@ -435,7 +437,7 @@ struct walker {
   status space(const search_space& s, const param_path& prefix, const std::string& dotted, config& out,
                const config* given) {
     if (given && !given->is_object())
-      return status{errc::invalid_argument, "parameter " + quote(dotted) + ": " + given->dump() +
+      return status{errc::invalid_argument, "parameter " + quote(dotted) + ": " + json_text(*given) +
                                                 " is not an object; the parameter is a nested search_space"};
     if (given)
       for (auto it = given->begin(); it != given->end(); ++it) {
@@ -496,7 +498,7 @@ struct walker {
       while (i < opts.size() && !check_value(opts[i], *given, dotted, true).is_ok()) ++i;
       if (i == opts.size())
         return status{errc::invalid_argument,
-                      "parameter " + quote(dotted) + ": " + given->dump() + " is none of the options of " + d.describe()};
+                      "parameter " + quote(dotted) + ": " + json_text(*given) + " is none of the options of " + d.describe()};
     } else {
       i = std::min(sampler.sample_index(path, d.choices(), r), opts.size() - 1);
     }
@@ -570,7 +572,7 @@ status check_space(const search_space& s, const config& cfg, const std::string& 
 status check_value(const domain& d, const config& v, const std::string& dotted, bool partial) {
   auto outside = [&](const std::string& why) {
     return status{errc::invalid_argument,
-                  "parameter " + quote(dotted) + ": " + v.dump() + " " + why + " " + d.describe()};
+                  "parameter " + quote(dotted) + ": " + json_text(v) + " " + why + " " + d.describe()};
   };
   switch (d.what()) {
     case domain::kind::constant:
@@ -699,7 +701,7 @@ expected<config> search_space::complete(const config& partial, rng& r, const gri
   if (auto st = validate(); !st) return st;
   if (!partial.is_object())
     return status{errc::invalid_argument,
-                  "a point to evaluate must be a JSON object of parameter names to values, not " + partial.dump()};
+                  "a point to evaluate must be a JSON object of parameter names to values, not " + json_text(partial)};
   param_sampler uniform_sampler;
   config out = config::object();
   walker w{r, point, sampler ? *sampler : uniform_sampler, out_trace, out};

@@ -6,6 +6,8 @@
 #include <filesystem>
 
 #include "tune/core/clock.hpp"
+#include "tune/core/json_text.hpp"
+#include "tune/core/utf8.hpp"
 #include "tune/core/sqlite.hpp"
 
 namespace tune {
@@ -89,7 +91,7 @@ expected<std::unique_ptr<experiment_store>> experiment_store::open(const std::st
   if (version->is_null()) {
     if (auto st = s->set_meta("schema_version", schema_version); !st) return st;
   } else if (!version->is_number_integer() || version->get<int>() != schema_version) {
-    return status{errc::invalid_argument, path + " was written by a libtune with experiment schema " + version->dump() +
+    return status{errc::invalid_argument, path + " was written by a libtune with experiment schema " + json_text(*version) +
                                               "; this one reads schema " + std::to_string(schema_version) +
                                               ": use the same libtune version"};
   }
@@ -105,7 +107,7 @@ std::string experiment_store::checkpoint_dir(const std::string& trial) const { r
 
 status experiment_store::set_meta(const std::string& key, const nlohmann::json& value) {
   sqlite_statement st{db_, "INSERT INTO meta(key, value) VALUES(?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value"};
-  if (!st.ok() || st.text(1, key).text(2, value.dump()).step() != SQLITE_DONE) return fail("cannot store " + key);
+  if (!st.ok() || st.text(1, key).text(2, json_text(value)).step() != SQLITE_DONE) return fail("cannot store " + key);
   return status::ok();
 }
 
@@ -137,7 +139,7 @@ status experiment_store::add_trial(const std::string& id, const nlohmann::json& 
   sqlite_statement st{db_, "INSERT INTO trials(id, config, state, created, updated) VALUES(?1, ?2, ?3, ?4, ?4)"};
   if (!st.ok()) return fail("cannot add trial " + id);
   double t = wall_seconds();
-  int rc = st.text(1, id).text(2, config.dump()).text(3, std::string{to_string(state)}).real(4, t).step();
+  int rc = st.text(1, id).text(2, json_text(config)).text(3, std::string{to_string(state)}).real(4, t).step();
   if (rc == SQLITE_CONSTRAINT) return status{errc::already_exists, "trial " + id + " is already in the experiment"};
   if (rc != SQLITE_DONE) return fail("cannot add trial " + id);
   return status::ok();
@@ -151,7 +153,7 @@ status experiment_store::update_trial(const std::string& id, trial_state state, 
   auto merged = current->info;
   merged.update(info);
   sqlite_statement st{db_, "UPDATE trials SET state = ?2, error = ?3, info = ?4, updated = ?5 WHERE id = ?1"};
-  if (!st.ok() || st.text(1, id).text(2, std::string{to_string(state)}).text(3, error).text(4, merged.dump()).real(5, wall_seconds()).step() != SQLITE_DONE)
+  if (!st.ok() || st.text(1, id).text(2, std::string{to_string(state)}).text(3, shown_utf8(error)).text(4, json_text(merged)).real(5, wall_seconds()).step() != SQLITE_DONE)
     return fail("cannot update trial " + id);
   return status::ok();
 }
@@ -176,7 +178,7 @@ status experiment_store::end_batch() {
 expected<size_t> experiment_store::add_results(const std::vector<result_row>& rows) {
   std::vector<encoded_result> encoded;
   encoded.reserve(rows.size());
-  for (auto& r : rows) encoded.push_back({r.trial, r.iteration, r.time, r.metrics.dump()});
+  for (auto& r : rows) encoded.push_back({r.trial, r.iteration, r.time, json_text(r.metrics)});
   return add_results(encoded);
 }
 
@@ -216,7 +218,7 @@ expected<size_t> experiment_store::add_results(const std::vector<encoded_result>
 
 status experiment_store::add_event(const std::string& trial, const std::string& kind, const nlohmann::json& body) {
   sqlite_statement st{db_, "INSERT INTO events(time, trial, kind, body) VALUES(?1, ?2, ?3, ?4)"};
-  if (!st.ok() || st.real(1, wall_seconds()).text(2, trial).text(3, kind).text(4, body.dump()).step() != SQLITE_DONE)
+  if (!st.ok() || st.real(1, wall_seconds()).text(2, trial).text(3, kind).text(4, json_text(body)).step() != SQLITE_DONE)
     return fail("cannot store an event");
   return status::ok();
 }

@@ -69,6 +69,9 @@ class experiment_store {
   std::string database_path() const { return dir_ + "/experiment.db"; }
   // <dir>/checkpoints/<trial> (not created).
   std::string checkpoint_dir(const std::string& trial) const;
+  // <dir>/trials/<trial>/stderr: the end of a failed trial's standard error, as it
+  // wrote it (not created; the controller writes it when the trial fails).
+  std::string stderr_path(const std::string& trial) const { return dir_ + "/trials/" + trial + "/stderr"; }
 
   // Settings of the experiment (metric, mode, search space, ...), by key.
   status set_meta(const std::string& key, const nlohmann::json& value);
