@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tune/core/json_text.hpp"
+
 #include <tuple>
 
 #include "log.hpp"
@@ -90,7 +92,7 @@ void tell_beside(audit_actor self, const std::vector<foreign_process>& foreign) 
       nlohmann::json note{{"pid", f.pid},   {"name", f.name}, {"memory", f.memory},
                           {"gpu", f.card},  {"uuid", f.uuid}, {"what", what},
                           {"user", f.uid >= 0 ? user_name(static_cast<uint32_t>(f.uid)) : std::string{}}};
-      self->send(t->second, audit_foreign_atom::value, note.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+      self->send(t->second, audit_foreign_atom::value, json_text(note));
     }
   }
 }
@@ -135,7 +137,7 @@ void tick(audit_actor self) {
   auto clock_now = self->clock().now();
   if (clock_now - st.last_sent < std::chrono::seconds(1)) return;
   // (Process names are whatever bytes a program chose: shown, not used, so replaced.)
-  auto text = nlohmann::json{{"cards", report_json(*cards, r, st.opt.cards)}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  auto text = json_text(nlohmann::json{{"cards", report_json(*cards, r, st.opt.cards)}});
   if (text == st.last_report) return;
   st.last_report = text;
   st.last_sent = clock_now;
@@ -177,7 +179,7 @@ void final_check(audit_actor self, const std::string& id) {
     nlohmann::json out{{"freed", cards && still.empty()}, {"killed", end.killed}, {"waited_ms", waited}};
     if (!still.empty()) out["still"] = still;
     if (!cards) out["error"] = cards.error().message();
-    end.rp.deliver(out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    end.rp.deliver(json_text(out));
     st.endings.erase(e);
     return;
   }
@@ -250,7 +252,7 @@ std::string foreign_to_json(const std::vector<foreign_process>& list) {
   for (auto& f : list)
     out.push_back({{"uuid", f.uuid}, {"card", f.card}, {"pid", f.pid}, {"memory", f.memory}, {"name", f.name},
                    {"uid", f.uid}, {"cgroup", f.cgroup}, {"ancestors", f.ancestors}});
-  return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return json_text(out);
 }
 
 std::vector<foreign_process> foreign_from_json(const std::string& text) {

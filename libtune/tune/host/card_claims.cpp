@@ -15,6 +15,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "tune/core/json_text.hpp"
 #include <optional>
 #include <set>
 #include <sstream>
@@ -246,7 +248,7 @@ status card_claims::write(const std::map<std::string, card_claim>& cards, const 
       continue;
     }
     auto tmp = path + ".tmp";
-    auto text = to_json(self_, k->second).dump() + "\n";
+    auto text = json_text(to_json(self_, k->second)) + "\n";
     int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return {errc::invalid_argument, "cannot write " + tmp + ": " + std::strerror(errno)};
     bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());

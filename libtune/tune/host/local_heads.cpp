@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "tune/core/json_text.hpp"
 #include <sstream>
 
 #include "tune/host/card_claims.hpp"
@@ -48,7 +50,7 @@ status announce_head(const local_head& h, const std::string& dir) {
                    {"version", h.version}};
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    out << json_text(j) << "\n";
     if (!out) return {errc::invalid_argument, "cannot write " + tmp};
   }
   ::chmod(tmp.c_str(), 0644);

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "tune/core/json_text.hpp"
 #include <sstream>
 
 #include "tune/core/quantity.hpp"
@@ -123,7 +125,7 @@ status simulated_gpus::hold(const std::string& dir, int pid, const std::map<std:
   auto tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << nlohmann::json(bytes).dump() << "\n";
+    out << json_text(nlohmann::json(bytes)) << "\n";
     if (!out) return {errc::invalid_argument, "cannot write " + tmp};
   }
   fs::rename(tmp, path, ec);
