@@ -1139,6 +1139,12 @@ void start_audit(node_actor self) {
   for (auto& g : st.opt.resources.gpus())
     if (shared_card(g)) cards.insert(g.uuid);
   if (cards.empty()) return;
+  // A first look before the node offers anything: a card another program holds now is
+  // not given away in the moments before the audit's first report.
+  if (auto now = st.opt.gpu_library->sample()) {
+    st.foreign = gpu_audit{cards, {::getpid()}}.check(*now).foreign;
+    look_at_claims(self);
+  }
   st.audit = spawn_gpu_audit(self, {st.opt.gpu_library, cards, st.opt.audit_interval, caf::actor_cast<caf::actor>(self)});
   log_line("GPU audit on: " + std::to_string(cards.size()) + " card(s), every " +
            std::to_string(st.opt.audit_interval.count()) + " ms");
