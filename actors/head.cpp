@@ -317,8 +317,7 @@ caf::behavior head(head_actor self, head_options opt) {
         auto report = wire::from_wire(free);
         // What other programs hold on its cards, when it changed: placement must know.
         bool others_changed = false;
-        if (auto* known = st.registry.view().find(id); report && known) others_changed = known->others() != report->others;
-        auto heard = report ? st.registry.heartbeat(id, *report, self->clock().now())
+        auto heard = report ? st.registry.heartbeat(id, *report, self->clock().now(), &others_changed)
                             : node_registry::heard::bad_report;
         if (heard == node_registry::heard::ok && others_changed)
           self->send(st.groups, wire::others_atom::value, id, free.others);

@@ -36,14 +36,16 @@ status node_registry::join(node_info info, node_resources resources, time_point 
 }
 
 node_registry::heard node_registry::heartbeat(const node_id& id, const node_availability& free,
-                                              time_point now) {
+                                              time_point now, bool* others_changed) {
   auto it = entries_.find(id);
   if (it == entries_.end()) return heard::unknown;
   entry& e = it->second;
   if (e.state != node_state::alive) return heard::not_alive;
   e.last_heard = now;
   ++e.heartbeats;
-  if (view_.find(id)->availability() == free) return heard::ok;  // nothing changed: no re-sync
+  auto* known = view_.find(id);
+  if (others_changed) *others_changed = known->others() != free.others;
+  if (known->availability() == free) return heard::ok;  // nothing changed: no re-sync
   return view_.set_availability(id, free) ? heard::ok : heard::bad_report;
 }
 

@@ -52,8 +52,9 @@ class node_registry {
   status join(node_info info, node_resources resources, time_point now);
 
   enum class heard { ok, unknown, not_alive, bad_report };
-  // A heartbeat with what the node has free now.
-  heard heartbeat(const node_id& id, const node_availability& free, time_point now);
+  // A heartbeat with what the node has free now; `others_changed`, when given, says
+  // whether what other programs hold on its cards changed with it (placement must know).
+  heard heartbeat(const node_id& id, const node_availability& free, time_point now, bool* others_changed = nullptr);
 
   // The connection to an alive node broke, or it said goodbye. False if not alive.
   bool mark_dead(const node_id& id, std::string reason, time_point now);
