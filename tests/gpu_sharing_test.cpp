@@ -114,13 +114,7 @@ class GpuSharingTest : public ::testing::Test {
     return r;
   }
 
-  static nlohmann::json summary(const run_result& r) {
-    auto end = r.out.find_last_not_of('\n');
-    if (end == std::string::npos) return nullptr;
-    auto start = r.out.rfind('\n', end);
-    auto j = nlohmann::json::parse(r.out.substr(start == std::string::npos ? 0 : start + 1), nullptr, false);
-    return j.is_discarded() ? nlohmann::json() : j;
-  }
+  static nlohmann::json summary(const run_result& r) { return last_json_line(r.out); }
 };
 
 // A whole card is never given while another program holds it; a share only where it

@@ -96,6 +96,14 @@ run_result run(const std::vector<std::string>& argv, const std::map<std::string,
   return r;
 }
 
+nlohmann::json last_json_line(const std::string& out) {
+  auto end = out.find_last_not_of('\n');
+  if (end == std::string::npos) return nullptr;
+  auto start = out.rfind('\n', end);
+  auto j = nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1), nullptr, false);
+  return j.is_discarded() ? nlohmann::json() : j;
+}
+
 std::optional<std::chrono::milliseconds> wait_until(const std::function<bool()>& ok, std::chrono::milliseconds timeout,
                                                     std::chrono::milliseconds every) {
   auto start = std::chrono::steady_clock::now();

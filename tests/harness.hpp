@@ -27,6 +27,10 @@ struct run_result {
 run_result run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {},
                std::chrono::milliseconds timeout = std::chrono::seconds(30), const std::string& cwd = "");
 
+// The last line of a program's standard output as JSON (tune run's summary); null when
+// it is not JSON.
+nlohmann::json last_json_line(const std::string& out);
+
 // Polls `ok` every `every` until it is true or `timeout` passes; returns the time it took
 // (or nothing on timeout).
 std::optional<std::chrono::milliseconds> wait_until(const std::function<bool()>& ok, std::chrono::milliseconds timeout,

@@ -58,14 +58,7 @@ class TrialOutputTest : public ::testing::Test {
     return r;
   }
 
-  // The last line of standard output: tune run's JSON (null when it is not JSON).
-  static nlohmann::json summary(const run_result& r) {
-    auto end = r.out.find_last_not_of('\n');
-    if (end == std::string::npos) return nullptr;
-    auto start = r.out.rfind('\n', end);
-    auto j = nlohmann::json::parse(r.out.substr(start == std::string::npos ? 0 : start + 1), nullptr, false);
-    return j.is_discarded() ? nlohmann::json() : j;
-  }
+  static nlohmann::json summary(const run_result& r) { return last_json_line(r.out); }
 
   std::vector<trial_row> trials() {
     auto s = experiment_store::open(exp);
