@@ -261,7 +261,7 @@ int main(int argc, char** argv) {
       gpus = "--gpus ";
       for (int c = 0; c < gpus_per_node; ++c) gpus += (c ? "," : "") + std::to_string(i * gpus_per_node + c);
     }
-    auto s = sh((simulated ? "TUNE_SIMULATED_GPUS=" + view + " TUNE_SHARED_DIR=" + bench::scratch_shared_dir() + " " : std::string{}) +
+    auto s = sh((simulated ? "TUNE_SIMULATED_GPUS=" + view + " " : std::string{}) +
                 bench::tune_binary() + " start --address " + address + " " + gpus);
     if (s.find("node started") == std::string::npos && s.find("joined") == std::string::npos)
       die("cannot start a node: " + s);

@@ -68,6 +68,9 @@ inline void make_scratch(const std::string& bench_name) {
   scratch::dir = tmpl;
   ::chmod(tmpl.c_str(), 0711);  // a root node's trials (nobody) reach their folders below it
   scratch::token_path = scratch::dir + "/token";
+  // The benchmark's heads and nodes share a folder of their own: a head it starts is
+  // never joined by someone's `tune run`, nor their cards' claims mixed with its.
+  ::setenv("TUNE_SHARED_DIR", scratch_shared_dir().c_str(), 1);
   std::atexit(cleanup_scratch);
   if (std::getenv("BENCH_KEEP")) return;
   // The reaper: a shell in a session of its own (a Ctrl-C to the benchmark's process
