@@ -36,14 +36,6 @@ std::string py() { return ::access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/py
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 double now_s() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
-std::vector<nlohmann::json> json_lines(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);)
-    if (auto j = nlohmann::json::parse(line, nullptr, false); !j.is_discarded()) out.push_back(j);
-  return out;
-}
-
 // A process that is not any cluster's (someone's notebook): `sleep`, holding `bytes` on
 // `card` of the simulated view for as long as it lives.
 struct other_program {

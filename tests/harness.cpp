@@ -96,6 +96,30 @@ run_result run(const std::vector<std::string>& argv, const std::map<std::string,
   return r;
 }
 
+std::vector<nlohmann::json> json_lines(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    if (auto j = nlohmann::json::parse(line, nullptr, false); !j.is_discarded()) out.push_back(j);
+  return out;
+}
+
+std::pair<int, std::string> http_get(const std::string& url, const std::string& token_file) {
+  std::ifstream in(token_file);
+  std::string token;
+  std::getline(in, token);
+  auto r = run({"python3", "-c",
+                "import sys, urllib.request, urllib.error\n"
+                "req = urllib.request.Request(sys.argv[1], headers={'Authorization': 'Bearer ' + sys.argv[2]})\n"
+                "try:\n  r = urllib.request.urlopen(req, timeout=10); code, body = r.status, r.read()\n"
+                "except urllib.error.HTTPError as e:\n  code, body = e.code, e.read()\n"
+                "sys.stdout.buffer.write(str(code).encode() + b'\\n' + body)\n",
+                url, token});
+  auto nl = r.out.find('\n');
+  if (r.rc != 0 || nl == std::string::npos) return {-1, r.err};
+  return {std::stoi(r.out.substr(0, nl)), r.out.substr(nl + 1)};
+}
+
 nlohmann::json last_json_line(const std::string& out) {
   auto end = out.find_last_not_of('\n');
   if (end == std::string::npos) return nullptr;

@@ -31,6 +31,13 @@ run_result run(const std::vector<std::string>& argv, const std::map<std::string,
 // it is not JSON.
 nlohmann::json last_json_line(const std::string& out);
 
+// The lines of a file that are JSON (a trial's record of what it saw), in order.
+std::vector<nlohmann::json> json_lines(const std::string& path);
+
+// GET `url` with the token in `token_file` as its bearer (a dashboard's API), through
+// python3's urllib: {HTTP status, body}; {-1, why} when it could not ask.
+std::pair<int, std::string> http_get(const std::string& url, const std::string& token_file);
+
 // Polls `ok` every `every` until it is true or `timeout` passes; returns the time it took
 // (or nothing on timeout).
 std::optional<std::chrono::milliseconds> wait_until(const std::function<bool()>& ok, std::chrono::milliseconds timeout,

@@ -39,15 +39,6 @@ std::string read_all(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
-// The JSON lines of a file.
-std::vector<nlohmann::json> json_lines(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);)
-    if (auto j = nlohmann::json::parse(line, nullptr, false); !j.is_discarded()) out.push_back(j);
-  return out;
-}
-
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 class ProgramTest : public ::testing::Test {

@@ -220,21 +220,7 @@ class FuzzTest : public TrialOutputTest {
   std::string node;
 
   // GET PATH from the dashboard's API with the cluster's token: {HTTP status, body}.
-  std::pair<int, std::string> get(const std::string& path) {
-    std::ifstream in(files.token_file());
-    std::string token;
-    std::getline(in, token);
-    auto r = run({py(), "-c",
-                  "import sys, urllib.request, urllib.error\n"
-                  "req = urllib.request.Request(sys.argv[1], headers={'Authorization': 'Bearer ' + sys.argv[2]})\n"
-                  "try:\n  r = urllib.request.urlopen(req, timeout=10); code, body = r.status, r.read()\n"
-                  "except urllib.error.HTTPError as e:\n  code, body = e.code, e.read()\n"
-                  "sys.stdout.buffer.write(str(code).encode() + b'\\n' + body)\n",
-                  dashboard + path, token});
-    auto nl = r.out.find('\n');
-    if (r.rc != 0 || nl == std::string::npos) return {-1, r.err};
-    return {std::stoi(r.out.substr(0, nl)), r.out.substr(nl + 1)};
-  }
+  std::pair<int, std::string> get(const std::string& path) { return http_get(dashboard + path, files.token_file()); }
 };
 
 // Bytes of every kind: ill-formed UTF-8, NULs, surrogates and overlong forms, control

@@ -89,18 +89,8 @@ class UsersClusterTest : public ::testing::Test {
 
   // GET PATH from the dashboard's API with this token: {HTTP status, body}.
   std::pair<int, nlohmann::json> get(const std::string& token_file, const std::string& path) {
-    std::ifstream in(token_file);
-    std::string token;
-    std::getline(in, token);
-    auto r = run({py(), "-c",
-                  "import sys, urllib.request, urllib.error\n"
-                  "req = urllib.request.Request(sys.argv[1], headers={'Authorization': 'Bearer ' + sys.argv[2]})\n"
-                  "try:\n  r = urllib.request.urlopen(req, timeout=10); print(r.status); print(r.read().decode())\n"
-                  "except urllib.error.HTTPError as e:\n  print(e.code); print(e.read().decode())\n",
-                  dashboard + path, token});
-    auto nl = r.out.find('\n');
-    if (r.rc != 0 || nl == std::string::npos) return {-1, r.err};
-    return {std::stoi(r.out.substr(0, nl)), nlohmann::json::parse(r.out.substr(nl + 1), nullptr, false)};
+    auto [code, body] = http_get(dashboard + path, token_file);
+    return {code, code < 0 ? nlohmann::json(body) : nlohmann::json::parse(body, nullptr, false)};
   }
 };
 
