@@ -68,22 +68,22 @@ bool from_json(const nlohmann::json& j, claimer& c, card_claim& k) {
   return c.pid > 0 && k.units >= 0 && k.memory >= 0;
 }
 
-std::string read_file(const std::string& path) {
-  std::string out;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return out;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return out;
-}
-
 }  // namespace
 
 std::string shared_dir() {
   if (const char* d = std::getenv("TUNE_SHARED_DIR"); d && *d) return d;
   std::error_code ec;
   return fs::is_directory("/dev/shm", ec) ? "/dev/shm/libtune" : "/tmp/libtune-shared";
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::string text;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return nlohmann::json::value_t::discarded;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return parse_json(text);
 }
 
 uint64_t process_start_time(int pid) {
@@ -190,7 +190,7 @@ std::vector<claimer> card_claims::others(const std::vector<std::string>& fresh) 
         if (name == file_name_ || name.size() < 6 || name.compare(name.size() - 5, 5, ".json") != 0) continue;
         claimer c;
         card_claim k;
-        if (!from_json(nlohmann::json::parse(read_file(folder + "/" + name), nullptr, false), c, k)) continue;
+        if (!from_json(read_json_file(folder + "/" + name), c, k)) continue;
         seen.files.emplace_back(std::move(c), k);
         seen.names.push_back(name);
       }

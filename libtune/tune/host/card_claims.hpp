@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "tune/core/status.hpp"
 
 namespace tune {
@@ -111,6 +113,11 @@ class card_claims {
 // What libtune processes on this machine share: $TUNE_SHARED_DIR, else /dev/shm/libtune
 // (/tmp/libtune-shared where there is no /dev/shm).
 std::string shared_dir();
+
+// A small JSON file another process writes (a claim, a head's record, a simulated view's
+// file): its value, or a discarded one (is_discarded()) when it cannot be read or is not
+// JSON.
+nlohmann::json read_json_file(const std::string& path);
 
 // The start time of process `pid` (clock ticks after boot, field 22 of /proc/PID/stat);
 // 0 when it is gone or cannot be read.

@@ -74,10 +74,7 @@ std::vector<local_head> local_heads(const std::string& dir) {
   for (auto it = fs::directory_iterator(heads_dir(dir), ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
     auto name = it->path().filename().string();
     if (name.rfind("head-", 0) != 0 || it->path().extension() != ".json") continue;
-    std::ifstream in(it->path());
-    std::stringstream text;
-    text << in.rdbuf();
-    auto j = nlohmann::json::parse(text.str(), nullptr, false);
+    auto j = read_json_file(it->path().string());
     if (!j.is_object()) continue;
     local_head h;
     h.address = j.value("address", "");

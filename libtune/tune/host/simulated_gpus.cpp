@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tune/core/json_text.hpp"
+#include "tune/host/card_claims.hpp"
 #include <sstream>
 
 #include "tune/core/quantity.hpp"
@@ -31,14 +32,6 @@ expected<int64_t> bytes_of(const nlohmann::json& v, const std::string& what) {
   return status{errc::invalid_argument, what + ": give bytes (a whole number) or a size such as \"16GiB\""};
 }
 
-std::string read_all(const std::string& path, bool& ok) {
-  std::ifstream in(path, std::ios::binary);
-  ok = static_cast<bool>(in);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 }  // namespace
 
 std::string simulated_gpus_dir() {
@@ -48,13 +41,12 @@ std::string simulated_gpus_dir() {
 
 expected<std::shared_ptr<simulated_gpus>> simulated_gpus::open(const std::string& dir) {
   auto file = dir + "/cards.json";
-  bool ok = false;
-  auto text = read_all(file, ok);
   auto bad = [&](const std::string& why) {
     return status{errc::invalid_argument, "the simulated GPUs (TUNE_SIMULATED_GPUS): " + file + ": " + why};
   };
-  if (!ok) return bad("cannot read it: write the cards there, e.g. [{\"uuid\": \"GPU-sim-0\", \"memory\": \"16GiB\"}]");
-  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (::access(file.c_str(), R_OK) != 0)
+    return bad("cannot read it: write the cards there, e.g. [{\"uuid\": \"GPU-sim-0\", \"memory\": \"16GiB\"}]");
+  auto j = read_json_file(file);
   if (!j.is_array()) return bad("not a JSON array of cards");
   std::shared_ptr<simulated_gpus> s{new simulated_gpus};
   s->dir_ = dir;
@@ -100,9 +92,8 @@ expected<std::vector<gpu_card_sample>> simulated_gpus::sample() {
       ec.clear();
       continue;
     }
-    bool ok = false;
-    auto j = nlohmann::json::parse(read_all(it->path().string(), ok), nullptr, false);
-    if (!ok || !j.is_object()) continue;
+    auto j = read_json_file(it->path().string());
+    if (!j.is_object()) continue;
     for (auto& [uuid, v] : j.items()) {
       auto card = by_uuid.find(uuid);
       if (card == by_uuid.end() || !v.is_number_integer() || v.get<int64_t>() < 0) continue;
