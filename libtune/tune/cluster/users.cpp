@@ -158,11 +158,10 @@ status user_store::load() {
   if (!q.ok()) return fail("cannot read the users");
   int rc;
   while ((rc = q.step()) == SQLITE_ROW) {
-    user_record u{q.column_text(0), q.column_text(1), {}, q.column_real(3)};
-    auto settings = nlohmann::json::parse(q.column_text(2), nullptr, false);
-    auto limits = limits_from_json(settings);
-    if (!limits) return bad("the users file " + path_ + ": user " + u.name + ": " + limits.error().message());
-    u.limits = *limits;
+    std::string name = q.column_text(0);
+    auto limits = limits_from_json(nlohmann::json::parse(q.column_text(2), nullptr, false));
+    if (!limits) return bad("the users file " + path_ + ": user " + name + ": " + limits.error().message());
+    user_record u{std::move(name), q.column_text(1), std::move(*limits), q.column_real(3)};
     by_hash_[std::hash<std::string_view>{}(u.token)].push_back(users_.size());
     users_.push_back(std::move(u));
   }
