@@ -167,7 +167,10 @@ struct ControllerTest : ::testing::Test {
   trial_state state(const std::string& id) { return engine->trials().at(id).state; }
   std::vector<std::string> events(const std::string& id) {
     std::vector<std::string> out;
-    for (auto& e : store->events(id).value()) out.push_back(e.kind);
+    // Held here: a range-for over store->events(id).value() would run over a vector inside
+    // a temporary destroyed before the loop (C++20 does not extend its lifetime).
+    auto rows = store->events(id).value();
+    for (auto& e : rows) out.push_back(e.kind);
     return out;
   }
 };
