@@ -42,7 +42,7 @@ class board_feed {
  private:
   struct trial {
     bounded_series curve;
-    std::vector<std::pair<int64_t, double>> unsent;
+    std::vector<std::pair<int64_t, double>> unsent{};
     nlohmann::json where = nlohmann::json::object();
     uint64_t where_version = 0;
     // What the board's row was built from (rows are built again only when it changes).
@@ -56,8 +56,8 @@ class board_feed {
       uint64_t where_version = 0;
       bool operator==(const key&) const = default;
     };
-    std::optional<key> sent;
-    std::string last;
+    std::optional<key> sent{};
+    std::string last{};
     bool last_dirty = false;
   };
   trial& of(const std::string& id);

@@ -26,7 +26,7 @@ struct dashboard_options {
   int port = 8265;               // 0: any free port
   bool any_port_if_taken = false;  // the default port in use: take any free one instead of failing
   // HTTPS with the cluster's certificate (the head's --tls-*), cookies marked Secure; null: HTTP.
-  std::shared_ptr<tls::context> tls;
+  std::shared_ptr<tls::context> tls{};
   // No token here: every request's token goes to the head, which says who it is and
   // what they may see (docs/users.md).
 };

@@ -24,14 +24,14 @@
 namespace tune {
 
 struct head_options {
-  std::string token;  // the admin's
-  std::string address;  // how people reach it, for status ("10.0.0.1:6380")
+  std::string token{};  // the admin's
+  std::string address{};  // how people reach it, for status ("10.0.0.1:6380")
   std::chrono::milliseconds heartbeat_timeout = wire::heartbeat_timeout;
-  groups_options groups;
-  std::string dashboard;  // the dashboard's URL, for status ("http://10.0.0.1:8265/"; empty: none)
-  std::string node_token;  // nodes join with it (or the admin's); empty: none
+  groups_options groups{};
+  std::string dashboard{};  // the dashboard's URL, for status ("http://10.0.0.1:8265/"; empty: none)
+  std::string node_token{};  // nodes join with it (or the admin's); empty: none
   // The users (docs/users.md); null: the admin token is the only one that acts.
-  std::shared_ptr<user_store> users;
+  std::shared_ptr<user_store> users{};
 };
 
 caf::actor spawn_head(caf::actor_system& sys, head_options opt);

@@ -303,8 +303,8 @@ typename Inspector::result_type inspect(Inspector& f, wire_hold& x) {
 // outlives the client that created it; any other is removed when its owner's actor
 // or connection goes away.
 struct wire_group_spec {
-  std::string id, strategy;
-  std::vector<wire_request> bundles;
+  std::string id{}, strategy{};
+  std::vector<wire_request> bundles{};
   bool detached = false;
   // A group made again after a head restart (same id): its bundles may still be held by
   // nodes that have not joined the new head yet; it waits up to this long for them (to
@@ -315,11 +315,11 @@ struct wire_group_spec {
   // first; the answer's state says which. A tuning controller then needs no separate
   // wait for most groups (one round trip to the head fewer per trial). 0: at once.
   int64_t ready_wait_ms = 0;
-  std::vector<std::string> avoid;  // node ids it must not be placed on (a trial moved off them)
-  std::vector<std::string> prefer;  // node ids it goes to when it fits there (its checkpoint is staged there)
+  std::vector<std::string> avoid{};  // node ids it must not be placed on (a trial moved off them)
+  std::vector<std::string> prefer{};  // node ids it goes to when it fits there (its checkpoint is staged there)
   // The experiment it is for (a tuning run's key): its user's share of the cluster is
   // split fairly between their experiments. Empty: none in particular.
-  std::string experiment;
+  std::string experiment{};
 };
 
 template <class Inspector>
@@ -332,32 +332,32 @@ typename Inspector::result_type inspect(Inspector& f, wire_group_spec& x) {
 // with this content hash (fetched from the client's program server when the node does
 // not have it yet) with `args`, the configuration `config_json`.
 struct wire_trial_spec {
-  std::string trial_id, group;
+  std::string trial_id{}, group{};
   uint32_t bundle = 0;
-  std::string program_name, program_sha256;
+  std::string program_name{}, program_sha256{};
   uint64_t program_size = 0;
-  std::vector<std::string> args;
-  std::string config_json;
-  std::string restore_dir;  // a checkpoint folder on the node to start from; empty: none
+  std::vector<std::string> args{};
+  std::string config_json{};
+  std::string restore_dir{};  // a checkpoint folder on the node to start from; empty: none
   // Else (restore_dir not on this node, or empty) a copy the client serves, fetched by
   // SHA-256 from its program server: {"iteration", "files": [{"name", "size", "sha256"}]}.
-  std::string restore_files;
+  std::string restore_files{};
   // A program trial (docs/programs.md), instead of program_* and args: the command line
   // (argv, configuration already in it; its program found on the node), run in a copy
   // of the working directory whose manifest (tune/trial/workdir.hpp) the client serves by
   // SHA-256 (none: in the trial's folder); `env`: NAME=VALUE added to the node's
   // environment; `output_patterns`: metrics read from its standard output (one-group
   // patterns read `metric`).
-  std::vector<std::string> command;
-  std::string workdir_sha256;
+  std::vector<std::string> command{};
+  std::string workdir_sha256{};
   uint64_t workdir_size = 0;
-  std::string workdir_path;  // else: run in this folder itself (the node must be on the client's machine)
-  std::vector<std::string> env;
-  std::vector<std::string> output_patterns;
-  std::string metric;
+  std::string workdir_path{};  // else: run in this folder itself (the node must be on the client's machine)
+  std::vector<std::string> env{};
+  std::vector<std::string> output_patterns{};
+  std::string metric{};
   // The Unix account it runs as, from its user's settings (docs/users.md): set by the
   // head, whatever the client sent; empty: the node's --trial-user.
-  std::string account;
+  std::string account{};
   // A C++ trainable's worker may run the experiment's next trial on the same cards when
   // this one ends well (tune/trial/reuse.hpp), and this trial may run in such a worker.
   bool reuse_worker = false;

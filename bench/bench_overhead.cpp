@@ -187,8 +187,8 @@ int main(int argc, char** argv) {
   int slots = nodes * gpus_per_node;
   double ideal = static_cast<double>(trials) * reports * sleep_ms / 1000.0 / slots;
   struct kind {
-    std::string name;
-    std::vector<double> ratios, walls;
+    std::string name{};
+    std::vector<double> ratios{}, walls{};
     nlohmann::json runs = nlohmann::json::array();
   };
   std::vector<kind> kinds;

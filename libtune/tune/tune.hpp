@@ -80,7 +80,7 @@ std::vector<std::string> trainable_names();
 // placeholders in the command or appended --key value pairs, and reports with
 // libtune.report() or through lines of its output that match `metric_patterns`.
 struct program {
-  std::vector<std::string> command;
+  std::vector<std::string> command{};
   std::string working_dir = ".";                // shipped to the nodes; "" : nothing shipped (the
                                                 // trial runs in its own folder)
   uint64_t working_dir_limit = 100ull << 20;    // bytes; a larger folder is refused, naming its largest files
@@ -88,10 +88,10 @@ struct program {
   // its folder (../data) work as when you run it yourself. One machine only (an embedded
   // cluster, or one whose nodes all run here), and trials at once share the folder.
   bool in_place = false;
-  std::map<std::string, std::string> env;       // added to the trial's environment
-  std::vector<std::string> forward_env;         // names whose values are taken from this process
+  std::map<std::string, std::string> env{};     // added to the trial's environment
+  std::vector<std::string> forward_env{};       // names whose values are taken from this process
   config_args args = config_args::none;         // append: --key value for each configuration value
-  std::vector<std::string> metric_patterns;     // RE2 patterns read from its standard output
+  std::vector<std::string> metric_patterns{};   // RE2 patterns read from its standard output
                                                 // (tune/trial/output_metrics.hpp)
 };
 

@@ -77,9 +77,9 @@ class session {
 
 // `tune tls init DIR`: a CA and a certificate for the cluster signed by it.
 struct init_options {
-  std::string dir;
+  std::string dir{};
   int days = 825;                  // how long the certificates are valid
-  std::vector<std::string> hosts;  // names and addresses the certificate names (SAN)
+  std::vector<std::string> hosts{};  // names and addresses the certificate names (SAN)
   bool force = false;              // replace files that exist
 };
 // Writes DIR/ca.crt, DIR/ca.key, DIR/cluster.crt, DIR/cluster.key (keys 0600); returns

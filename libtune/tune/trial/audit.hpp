@@ -26,21 +26,21 @@ namespace tune {
 // What /proc says about a process: its group, its ancestors (parent first), its cgroup.
 struct process_lineage {
   int pgid = 0;
-  std::vector<int> ancestors;
-  std::string name;    // its command name (comm)
-  std::string cgroup;  // its cgroup v2 path ("" : none)
-  int64_t uid = -1;    // who runs it (-1: not known)
+  std::vector<int> ancestors{};
+  std::string name{};    // its command name (comm)
+  std::string cgroup{};  // its cgroup v2 path ("" : none)
+  int64_t uid = -1;      // who runs it (-1: not known)
 };
 
 // From /proc; nothing when the process is gone (or in another PID namespace).
 std::optional<process_lineage> read_lineage(int pid);
 
 struct audited_trial {
-  std::string id;
+  std::string id{};
   int pid = 0;    // the worker
   int group = 0;  // its process group (the keeper's pid)
-  std::map<std::string, int64_t> quota;  // the cards it was given (UUID) and each card's quota in bytes
-  std::string cgroup;  // its cgroup v2 path, as /proc/<pid>/cgroup names it ("" : none)
+  std::map<std::string, int64_t> quota{};  // the cards it was given (UUID) and each card's quota in bytes
+  std::string cgroup{};  // its cgroup v2 path, as /proc/<pid>/cgroup names it ("" : none)
 };
 
 struct audit_violation {
@@ -50,16 +50,16 @@ struct audit_violation {
 };
 
 struct foreign_process {
-  std::string uuid;
+  std::string uuid{};
   int card = 0;  // NVML's index
   int pid = 0;
   int64_t memory = -1;
-  std::string name;  // empty when not visible here
+  std::string name{};  // empty when not visible here
   // What /proc says of it (nothing when not visible here): who runs it, its cgroup, its
   // ancestors (another libtune node's trial is known by them: tune/trial/others.hpp).
   int64_t uid = -1;
-  std::string cgroup;
-  std::vector<int> ancestors;
+  std::string cgroup{};
+  std::vector<int> ancestors{};
 };
 
 struct trial_gpu_use {
