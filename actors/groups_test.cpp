@@ -128,7 +128,9 @@ struct GroupsActorTest : ::testing::Test {
       auto r = *wire::request_from_wire(h.request);
       auto a = *wire::alloc_from_wire(h.alloc, s->table.resources());
       EXPECT_TRUE(s->table.prepare({h.key, h.bundle}, r, a, {}));
-      if (h.committed) EXPECT_TRUE(s->table.commit({h.key, h.bundle}));
+      if (h.committed) {
+        EXPECT_TRUE(s->table.commit({h.key, h.bundle}));
+      }
     }
     auto a = sys.spawn(scripted_node, head, id, s);
     nodes[id] = {a, s};

@@ -452,7 +452,9 @@ TEST_F(ExperimentTest, DrainMovesEveryTrialOffANodeAndStatusShowsIt) {
   ASSERT_EQ(undone.rc, 0) << undone.out << undone.err;
   auto after = nlohmann::json::parse(files.tune({"status", "--address", address, "--json"}).out, nullptr, false);
   for (auto& n : after["nodes"])
-    if (n["id"] == node_id) EXPECT_EQ(n["draining"], false);
+    if (n["id"] == node_id) {
+      EXPECT_EQ(n["draining"], false);
+    }
   auto unknown = files.tune({"drain", "node-nope", "--address", address});
   EXPECT_NE(unknown.rc, 0);
   EXPECT_NE(unknown.err.find("no node node-nope"), std::string::npos) << unknown.err;

@@ -335,7 +335,9 @@ TEST_F(TuneEmbedded, ReusedWorkersRunTheNextTrialsWithNothingOfTheLastOne) {
       EXPECT_EQ(m["own_dir"], 1.0) << tr.id << " ran in another trial's folder";
       EXPECT_EQ(m["threads"], 1.0);
     }
-    if (h->size() < 6) EXPECT_TRUE(stopped.count(tr.id)) << tr.id << " ended early without a stop of its own";
+    if (h->size() < 6) {
+      EXPECT_TRUE(stopped.count(tr.id)) << tr.id << " ended early without a stop of its own";
+    }
     pids.insert(h->back().metrics["pid"].get<double>());
   }
   std::cerr << "12 trials in " << pids.size() << " workers (" << reused << " reused, " << kept << " kept)\n";
