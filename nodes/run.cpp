@@ -3,8 +3,7 @@
 //
 //   tune run experiment.yaml
 //   tune run experiment.yaml --address HOST:PORT
-//   tune run --metric val_acc --mode max --samples 20 --gpus-per-trial 0.25 \
-//            --space '{"lr": {"loguniform": [1e-4, 0.1]}}' -- python3 train.py --epochs 8
+//   tune run --metric val_acc --mode max --samples 20 --gpus-per-trial 0.25 --space '{"lr": {"loguniform": [1e-4, 0.1]}}' -- python3 train.py --epochs 8
 //
 // Progress goes to standard error; the last line on standard output is one JSON object:
 // best_trial, best_config, best_value, metric, mode, trials, errors, experiment_dir,
