@@ -16,14 +16,6 @@ const char* to_string(live_state s) {
   return "?";
 }
 
-namespace {
-
-bool on_its_way(live_state s) {
-  return s == live_state::placing || s == live_state::waiting || s == live_state::starting;
-}
-
-}  // namespace
-
 const live_trials::trial* live_trials::find(const std::string& id) const {
   auto it = trials_.find(id);
   return it == trials_.end() ? nullptr : &it->second;
