@@ -168,6 +168,9 @@ std::string suggestion(const std::string& key, const std::vector<std::string>& k
   return best.empty() ? "" : " (did you mean " + best + "?)";
 }
 
+// Where a key is, for messages: "key" at the top level (path ""), else "path.key".
+std::string joined(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
+
 // Checks the keys of a mapping; the error names the unknown one, where, and what there is.
 status known_keys(const reader& r, const YAML::Node& map, const std::string& path, const std::vector<std::string>& known,
                   const std::map<std::string, std::string>& aliases = {}) {
@@ -175,16 +178,14 @@ status known_keys(const reader& r, const YAML::Node& map, const std::string& pat
   for (auto it = map.begin(); it != map.end(); ++it) {
     if (!it->first.IsScalar()) return r.error(it->first, path, "keys are names");
     auto key = it->first.Scalar();
-    if (!seen.insert(key).second) return r.error(it->first, path.empty() ? key : path + "." + key, "given twice");
+    if (!seen.insert(key).second) return r.error(it->first, joined(path, key), "given twice");
     if (std::find(known.begin(), known.end(), key) == known.end())
-      return r.error(it->first, path.empty() ? key : path + "." + key,
+      return r.error(it->first, joined(path, key),
                      "unknown key" + suggestion(key, known, aliases) + "; " + (path.empty() ? "an experiment" : path) +
                          " has: " + listed(known));
   }
   return status::ok();
 }
-
-std::string joined(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
 
 // --- search spaces -------------------------------------------------------------------------
 
