@@ -38,7 +38,7 @@ std::string bar(double allocated) {
   int filled = static_cast<int>(allocated * 10 + 1e-9);
   if (filled > 10) filled = 10;
   if (filled == 0 && allocated > 0) filled = 1;  // a sliver still shows
-  return "[" + std::string(static_cast<size_t>(filled), '#') + std::string(static_cast<size_t>(10 - filled), '.') + "]";
+  return '[' + std::string(static_cast<size_t>(filled), '#') + std::string(static_cast<size_t>(10 - filled), '.') + ']';
 }
 
 std::string number(const json& j) {
@@ -164,7 +164,7 @@ expected<std::string> render_status_text(std::string_view text) {
             for (auto& t : f.value("beside", json::array()))
               if (t.is_string()) beside += (beside.empty() ? "" : ", ") + t.get<std::string>();
             out << "      not this cluster's: pid " << f.value("pid", 0) << (name.empty() ? "" : " (" + name + ")")
-                << (user.empty() ? "" : " of " + user) << (mem >= 0 ? " " + format_bytes(mem) : "")
+                << (user.empty() ? "" : " of " + user) << (mem >= 0 ? ' ' + format_bytes(mem) : "")
                 << (beside.empty() ? "" : "; beside trial " + beside + " (left alone)") << "\n";
           }
         }
@@ -195,8 +195,10 @@ expected<std::string> render_status_text(std::string_view text) {
         if (b["node"].is_string()) {
           site += b["node"].get<std::string>();
           std::string cards;
-          for (auto& c : b.value("gpus", json::array()))
-            cards += (cards.empty() ? "" : ",") + std::to_string(c.value("index", 0));
+          for (auto& c : b.value("gpus", json::array())) {
+            if (!cards.empty()) cards += ',';
+            cards += std::to_string(c.value("index", 0));
+          }
           if (!cards.empty()) site += " gpu " + cards;
           if (b.value("state", "") == "preparing") site += " (preparing)";
         } else {

@@ -57,10 +57,10 @@ expected<std::optional<quantity>> quota_from(const nlohmann::json& v, const char
 status check_user_name(std::string_view name) {
   auto ok_char = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-'; };
   if (name.empty() || name.size() > 32 || !(name[0] >= 'a' && name[0] <= 'z') || !std::all_of(name.begin(), name.end(), ok_char))
-    return bad("\"" + std::string{name} +
+    return bad('"' + std::string{name} +
                "\" is not a user name: use 1 to 32 lower-case letters, digits, '_' or '-', starting with a letter");
   if (name == "admin" || name == "node")
-    return bad("\"" + std::string{name} + "\" is reserved (the admin token and the node token go by it); choose another name");
+    return bad('"' + std::string{name} + "\" is reserved (the admin token and the node token go by it); choose another name");
   return status::ok();
 }
 
@@ -69,7 +69,7 @@ status check_account_name(std::string_view name) {
   std::string_view body = !name.empty() && name.back() == '$' ? name.substr(0, name.size() - 1) : name;
   if (body.empty() || name.size() > 32 || !((body[0] >= 'a' && body[0] <= 'z') || body[0] == '_') ||
       !std::all_of(body.begin(), body.end(), ok_char))
-    return bad("\"" + std::string{name} + "\" is not a Unix account name (lower-case letters, digits, '_' and '-', at most 32)");
+    return bad('"' + std::string{name} + "\" is not a Unix account name (lower-case letters, digits, '_' and '-', at most 32)");
   return status::ok();
 }
 

@@ -20,7 +20,7 @@ const char* to_string(errc code) {
 
 namespace {
 
-std::string quoted(std::string_view s) { return "'" + std::string{s} + "'"; }
+std::string quoted(std::string_view s) { return '\'' + std::string{s} + '\''; }
 
 status bad_amount(std::string_view what, std::string_view shown, std::string_view why) {
   return {errc::invalid_argument,

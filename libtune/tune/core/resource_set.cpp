@@ -37,7 +37,7 @@ std::string_view builtin_alias(std::string_view name) {
 }  // namespace
 
 status check_resource_name(std::string_view name) {
-  auto shown = "'" + std::string{name} + "'";
+  auto shown = '\'' + std::string{name} + '\'';
   if (name.empty()) return {errc::invalid_argument, "a resource name is empty; name it, e.g. \"tpu\""};
   if (name.size() > 64)
     return {errc::invalid_argument, "the resource name " + shown + " is longer than 64 characters"};

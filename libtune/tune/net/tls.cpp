@@ -260,7 +260,9 @@ expected<cert_ptr> new_cert(EVP_PKEY* key, const std::string& cn, X509* issuer, 
     for (auto& h : hosts) {
       unsigned char buf[16];
       bool ip = ::inet_pton(AF_INET, h.c_str(), buf) == 1 || ::inet_pton(AF_INET6, h.c_str(), buf) == 1;
-      san += (san.empty() ? "" : ",") + std::string{ip ? "IP:" : "DNS:"} + h;
+      if (!san.empty()) san += ',';
+      san += ip ? "IP:" : "DNS:";
+      san += h;
     }
     if (!san.empty()) ok = ok && add_ext(c.get(), signer, NID_subject_alt_name, san);
   }

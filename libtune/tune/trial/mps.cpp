@@ -31,8 +31,10 @@ std::string find_program(const std::string& name, const std::string& path) {
 
 std::string mps_daemon::memory_limits(const std::vector<int64_t>& quotas) {
   std::string out;
-  for (size_t i = 0; i < quotas.size(); ++i)
-    out += (i ? "," : "") + std::to_string(i) + "=" + std::to_string(quotas[i] >> 20) + "M";
+  for (size_t i = 0; i < quotas.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(i) + "=" + std::to_string(quotas[i] >> 20) + "M";
+  }
   return out;
 }
 

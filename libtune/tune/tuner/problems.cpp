@@ -46,20 +46,20 @@ std::vector<search_problem> search_problems(const std::string& name) {
   all.push_back({"branin", search_space{{"x1", uniform(-5, 10)}, {"x2", uniform(0, 15)}},
                  [](const config& c) { return branin(c["x1"].get<double>(), c["x2"].get<double>()); }, 0.397887});
   search_space h;
-  for (int j = 0; j < 6; ++j) h.add("x" + std::to_string(j), uniform(0, 1));
+  for (int j = 0; j < 6; ++j) h.add('x' + std::to_string(j), uniform(0, 1));
   all.push_back({"hartmann6", h,
                  [](const config& c) {
                    double x[6];
-                   for (int j = 0; j < 6; ++j) x[j] = c["x" + std::to_string(j)].get<double>();
+                   for (int j = 0; j < 6; ++j) x[j] = c['x' + std::to_string(j)].get<double>();
                    return hartmann6(x);
                  },
                  -3.32237});
   search_space r;
-  for (int j = 0; j < 20; ++j) r.add("x" + std::to_string(j), uniform(-2.048, 2.048));
+  for (int j = 0; j < 20; ++j) r.add('x' + std::to_string(j), uniform(-2.048, 2.048));
   all.push_back({"rosenbrock20", r,
                  [](const config& c) {
                    std::vector<double> x(20);
-                   for (int j = 0; j < 20; ++j) x[j] = c["x" + std::to_string(j)].get<double>();
+                   for (int j = 0; j < 20; ++j) x[j] = c['x' + std::to_string(j)].get<double>();
                    return rosenbrock(x);
                  },
                  0.0});
@@ -86,13 +86,13 @@ std::vector<double> dtlz2(const std::vector<double>& x) {
 std::vector<two_objective_problem> two_objective_problems(const std::string& name) {
   auto unit_cube = [](int n) {
     search_space s;
-    for (int j = 0; j < n; ++j) s.add("x" + std::to_string(j), uniform(0, 1));
+    for (int j = 0; j < n; ++j) s.add('x' + std::to_string(j), uniform(0, 1));
     return s;
   };
   auto of = [](int n, std::vector<double> (*f)(const std::vector<double>&)) {
     return [n, f](const config& c) {
       std::vector<double> x(static_cast<std::size_t>(n));
-      for (int j = 0; j < n; ++j) x[static_cast<std::size_t>(j)] = c["x" + std::to_string(j)].get<double>();
+      for (int j = 0; j < n; ++j) x[static_cast<std::size_t>(j)] = c['x' + std::to_string(j)].get<double>();
       return f(x);
     };
   };
