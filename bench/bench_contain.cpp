@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
         auto s = clock_type::now();
         if (c) {
           tune::host_limits limits{c->caps().memory ? int64_t{1} << 30 : 0, 1.0, 1024};
-          auto made = c->make("t" + std::to_string(thread) + "-" + std::to_string(r), limits);
+          auto made = c->make('t' + std::to_string(thread) + "-" + std::to_string(r), limits);
           if (!made) {
             std::cerr << made.error().message() << "\n";
             std::exit(1);

@@ -83,7 +83,7 @@ expected<double> drive(search_algorithm& alg, int evals, int c, const Evaluate& 
     return tell(id, v);
   };
   for (int i = 0; i < evals; ++i) {
-    auto id = "t" + std::to_string(i);
+    auto id = 't' + std::to_string(i);
     auto t0 = std::chrono::steady_clock::now();
     auto cfg = alg.suggest(id);
     suggest_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -55,7 +55,7 @@ node_resources node_of(const json& n, const std::string& id) {
 // "[#####-----]" for a card's allocated share.
 std::string bar(quantity used) {
   int filled = static_cast<int>(used.units() * 10 / quantity::scale);
-  return "[" + std::string(static_cast<size_t>(filled), '#') + std::string(static_cast<size_t>(10 - filled), '.') + "]";
+  return '[' + std::string(static_cast<size_t>(filled), '#') + std::string(static_cast<size_t>(10 - filled), '.') + ']';
 }
 
 struct group {
@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
     for (auto& g : held)
       for (auto& b : g.where.bundles)
         for (auto& card : b.alloc.gpus)
-          holders[{b.node, card.card}].push_back(g.label + (card.share < quantity::whole(1) ? " " + card.share.to_string() : ""));
+          holders[{b.node, card.card}].push_back(g.label + (card.share < quantity::whole(1) ? ' ' + card.share.to_string() : ""));
     std::cout << "\nGPU map (# = a tenth of the card allocated)\n";
     for (size_t s = 0; s < view.size(); ++s) {
       const auto& n = view.node(s);

@@ -179,7 +179,7 @@ TEST_F(PgChaosTest, NothingOverCommittedAndNothingLeaks) {
           if (!n["alive"].get<bool>()) continue;
           for (auto& g : n["gpus"])
             if (g["allocated"].get<double>() != 0 || g["memory_free"] != g["memory_total"])
-              left += " " + n["id"].get<std::string>() + " gpu " + std::to_string(g["index"].get<int>());
+              left += ' ' + n["id"].get<std::string>() + " gpu " + std::to_string(g["index"].get<int>());
         }
         if (s["resources"]["available"] != s["resources"]["total"]) left += " host resources";
         return left.empty();

@@ -52,7 +52,7 @@ class random_cluster {
     static const std::vector<int> gpu_counts{0, 1, 2, 4, 8};
     static const std::vector<int64_t> card_mems{16 * GiB, 40 * GiB, 80 * GiB};
     static const std::vector<double> cpus{4, 8, 16, 64};
-    std::string id = "n" + std::to_string(next_id_++);
+    std::string id = 'n' + std::to_string(next_id_++);
     int gpus = pick_of(gpu_counts);
     int64_t mem = pick_of(card_mems);
     std::vector<gpu_instance> cards;

@@ -417,14 +417,14 @@ TEST_F(GroupsTest, AGroupsNodeKeysNameItsUser) {
 TEST_F(GroupsTest, RandomChaos) {
   std::mt19937 rng{5};
   int next_node = 0, next_group = 0;
-  for (int i = 0; i < 5; ++i) add_node("n" + std::to_string(next_node++), 1 + static_cast<int>(rng() % 4));
+  for (int i = 0; i < 5; ++i) add_node('n' + std::to_string(next_node++), 1 + static_cast<int>(rng() % 4));
   std::vector<std::string> live;
   const std::vector<strategy> strategies{strategy::pack, strategy::spread, strategy::strict_pack, strategy::strict_spread};
   for (int step = 0; step < 4000; ++step) {
     now += std::chrono::milliseconds(rng() % 200);
     switch (rng() % 10) {
       case 0: case 1: {
-        std::string id = "g" + std::to_string(next_group++);
+        std::string id = 'g' + std::to_string(next_group++);
         std::vector<resource_set> b(1 + rng() % 3, rng() % 2 ? req({{"gpu", 1}}) : req({{"gpu", 0.5}, {"cpu", 1}}));
         auto st = table.create({id, strategies[rng() % 4], b}, view, now);
         ASSERT_TRUE(st);
@@ -442,7 +442,7 @@ TEST_F(GroupsTest, RandomChaos) {
         if (rng() % 4 == 0 && nodes.size() > 2) {
           lose_node(std::next(nodes.begin(), static_cast<long>(rng() % nodes.size()))->first);
         } else if (nodes.size() < 6) {
-          add_node("n" + std::to_string(next_node++), 1 + static_cast<int>(rng() % 4));
+          add_node('n' + std::to_string(next_node++), 1 + static_cast<int>(rng() % 4));
         }
         break;
       case 4: append(table.expire(view, now, 2000ms)); break;
@@ -527,11 +527,11 @@ group_spec of(const std::string& user, const std::string& id, double gpu) {
 TEST_F(GroupsTest, AGroupOverItsUsersQuotaWaitsSayingWhyAndOthersGoOn) {
   add_node("n1", 8);
   table.set_users({{"ann", limits(4)}, {"bob", limits(std::nullopt)}});
-  for (int i = 0; i < 7; ++i) ASSERT_TRUE(table.create(of("ann", "a" + std::to_string(i), 0.5), view, now));
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(table.create(of("ann", 'a' + std::to_string(i), 0.5), view, now));
   ASSERT_TRUE(table.create(of("ann", "a-big", 1), view, now));  // 3.5 + 1 > 4: waits
   ASSERT_TRUE(table.create(of("bob", "b1", 1), view, now));
   settle();
-  for (int i = 0; i < 7; ++i) EXPECT_EQ(state("a" + std::to_string(i)), group_state::created);
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(state('a' + std::to_string(i)), group_state::created);
   EXPECT_EQ(state("a-big"), group_state::pending);
   EXPECT_EQ(table.find("a-big")->reason,
             "over ann's quota of 4 gpus: 3.5 in use, it asks 1 (it waits until ann's other groups give some back)");
@@ -564,8 +564,8 @@ TEST_F(GroupsTest, FreedGpusGoToTheUserFurthestBelowTheirWeightedShare) {
   add_node("n1", 6);
   table.set_users({{"ann", limits(std::nullopt, 2)}, {"bob", limits(std::nullopt, 1)}});
   // Bob came first and asked for everything; ann asks for as much after him.
-  for (int i = 0; i < 12; ++i) ASSERT_TRUE(table.create(of("bob", "b" + std::to_string(i), 1), view, now));
-  for (int i = 0; i < 12; ++i) ASSERT_TRUE(table.create(of("ann", "a" + std::to_string(i), 1), view, now));
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(table.create(of("bob", 'b' + std::to_string(i), 1), view, now));
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(table.create(of("ann", 'a' + std::to_string(i), 1), view, now));
   settle();
   // Both were empty: ties go by share then arrival, so the first card is bob's, then
   // each next card goes to whoever is lower by GPUs over weight: ann gets 2 per bob's 1.
@@ -633,11 +633,11 @@ TEST_F(GroupsTest, WhenMemoryIsTheBottleneckTheShareIsTheMemoryHeld) {
   add_node("n1", 8);  // 8 cards, 32 CPUs, 256 GiB
   table.set_users({{"ann", limits(std::nullopt, 1)}, {"bob", limits(std::nullopt, 1)}});
   for (int i = 0; i < 4; ++i)
-    ASSERT_TRUE(table.create({"a" + std::to_string(i), strategy::pack, {req({{"cpu", 1}, {"memory", 64.0 * GiB}})}, {}, "ann"},
+    ASSERT_TRUE(table.create({'a' + std::to_string(i), strategy::pack, {req({{"cpu", 1}, {"memory", 64.0 * GiB}})}, {}, "ann"},
                              view, now));
   for (int i = 0; i < 8; ++i)
     ASSERT_TRUE(table.create(
-        {"b" + std::to_string(i), strategy::pack, {req({{"gpu", 1}, {"cpu", 1}, {"memory", 16.0 * GiB}})}, {}, "bob"}, view,
+        {'b' + std::to_string(i), strategy::pack, {req({{"gpu", 1}, {"cpu", 1}, {"memory", 16.0 * GiB}})}, {}, "bob"}, view,
         now));
   settle();
   auto h = table.holdings();
@@ -673,7 +673,7 @@ TEST_F(GroupsTest, PreemptionNamesTheFewestLowerPriorityGroupsThatMakeRoom) {
   table.set_users({{"low", limits(std::nullopt, 1, 0)}, {"mid", limits(std::nullopt, 1, 5)}, {"high", limits(std::nullopt, 1, 10)}});
   // n1: four low 1-GPU groups; n2: a mid 4-GPU group (STRICT_PACK keeps each on one node).
   for (int i = 0; i < 4; ++i)
-    ASSERT_TRUE(table.create({"l" + std::to_string(i), strategy::strict_pack, {req({{"gpu", 1}})}, {}, "low"}, view, now));
+    ASSERT_TRUE(table.create({'l' + std::to_string(i), strategy::strict_pack, {req({{"gpu", 1}})}, {}, "low"}, view, now));
   settle();
   ASSERT_TRUE(table.create({"m", strategy::strict_pack, {req({{"gpu", 4}})}, {}, "mid"}, view, now));
   settle();
@@ -718,7 +718,7 @@ TEST_F(GroupsTest, PreemptionPicksTheMostRecentlyCheckpointedVictims) {
   add_node("n1", 4);
   table.set_users({{"low", limits(std::nullopt, 1, 0)}, {"high", limits(std::nullopt, 1, 10)}});
   for (int i = 0; i < 4; ++i)
-    ASSERT_TRUE(table.create({"l" + std::to_string(i), strategy::pack, {req({{"gpu", 1}})}, {}, "low"}, view, now));
+    ASSERT_TRUE(table.create({'l' + std::to_string(i), strategy::pack, {req({{"gpu", 1}})}, {}, "low"}, view, now));
   settle();
   ASSERT_TRUE(table.create({"h", strategy::pack, {req({{"gpu", 2}})}, {}, "high"}, view, now));
   settle();

@@ -81,8 +81,8 @@ TEST_F(RegistryTest, LinkDownAndLeave) {
 }
 
 TEST_F(RegistryTest, ForgetsOldDeadNodes) {
-  for (int i = 0; i < 5; ++i) join("n" + std::to_string(i), t0);
-  for (int i = 0; i < 4; ++i) reg.mark_dead("n" + std::to_string(i), "x", t0 + std::chrono::seconds(i));
+  for (int i = 0; i < 5; ++i) join('n' + std::to_string(i), t0);
+  for (int i = 0; i < 4; ++i) reg.mark_dead('n' + std::to_string(i), "x", t0 + std::chrono::seconds(i));
   reg.forget_gone(t0 + 10s, 3600s, 2);  // keep at most 2 gone: the newest
   EXPECT_EQ(reg.find("n0"), nullptr);
   EXPECT_EQ(reg.find("n1"), nullptr);

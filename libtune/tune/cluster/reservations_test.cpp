@@ -113,7 +113,7 @@ TEST_F(ReservationsTest, RandomMessagesKeepTheBooksExact) {
                                          req({{"cpu", 2}})};
   auto now = t0;
   for (int step = 0; step < 20000; ++step) {
-    bundle_key key{"g" + std::to_string(rng() % 12), static_cast<uint32_t>(rng() % 3)};
+    bundle_key key{'g' + std::to_string(rng() % 12), static_cast<uint32_t>(rng() % 3)};
     const auto& r = shapes[(std::hash<std::string>{}(key.group) + key.bundle) % shapes.size()];
     switch (rng() % 6) {
       case 0: case 1: (void)table.prepare(key, r, {}, now); break;

@@ -159,7 +159,7 @@ TEST(ErrorSummary, OneLinePerKindTheMostFrequentFirst) {
 
 TEST(ErrorSummary, ManyKindsEndWithHowManyMore) {
   std::vector<errored_trial> trials;
-  for (int i = 0; i < 14; ++i) trials.push_back({"t" + std::to_string(i), "E" + std::to_string(i), ""});
+  for (int i = 0; i < 14; ++i) trials.push_back({'t' + std::to_string(i), 'E' + std::to_string(i), ""});
   auto lines = error_summary(trials, 10);
   ASSERT_EQ(lines.size(), 11u);
   EXPECT_EQ(lines[0], "1 trial: E0");

@@ -107,13 +107,13 @@ TEST(Gp, PendingSuggestionsSpreadOut) {
   for (bool fantasize : {true, false}) {
     auto alg = ok(make_gp(s, {.n_startup_trials = 10, .fantasize_pending = fantasize, .seed = 3}));
     for (int i = 0; i < 10; ++i) {
-      auto c = alg->suggest("s" + std::to_string(i));
+      auto c = alg->suggest('s' + std::to_string(i));
       ASSERT_TRUE(c && *c);
-      ASSERT_TRUE(alg->on_complete("s" + std::to_string(i), f(**c)));
+      ASSERT_TRUE(alg->on_complete('s' + std::to_string(i), f(**c)));
     }
     std::vector<std::pair<double, double>> pts;
     for (int i = 0; i < 8; ++i) {
-      auto c = alg->suggest("p" + std::to_string(i));
+      auto c = alg->suggest('p' + std::to_string(i));
       ASSERT_TRUE(c && *c);
       pts.emplace_back((**c)["x"].get<double>(), (**c)["y"].get<double>());
     }

@@ -514,12 +514,12 @@ double spread_of_pending(bool liar, std::uint64_t seed) {
     return c && c->has_value() ? (**c)["x"].get<double>() : 0.0;
   };
   for (int i = 0; i < 20; ++i) {
-    auto id = "t" + std::to_string(i);
+    auto id = 't' + std::to_string(i);
     double x = next(id);
     EXPECT_TRUE(alg->on_complete(id, (x - 0.3) * (x - 0.3)));
   }
   std::vector<double> xs;
-  for (int i = 0; i < 8; ++i) xs.push_back(next("p" + std::to_string(i)));
+  for (int i = 0; i < 8; ++i) xs.push_back(next('p' + std::to_string(i)));
   double sum = 0;
   int n = 0;
   for (size_t i = 0; i < xs.size(); ++i)
