@@ -7,12 +7,15 @@
 #include "tune/trial/reuse.hpp"
 
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -573,6 +576,20 @@ std::string utc_stamp() {
   return buf;
 }
 
+// The default experiment folder, made here: BASE, or BASE-2, BASE-3, ... when programs
+// started in the same second took it (mkdir is the arbiter between processes).
+expected<std::string> fresh_experiment_dir(const std::string& base) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(base).parent_path(), ec);
+  if (ec) return status{errc::invalid_argument, "cannot make " + std::filesystem::path(base).parent_path().string() + ": " + ec.message()};
+  for (int n = 1; n < 1000; ++n) {
+    std::string dir = n == 1 ? base : base + "-" + std::to_string(n);
+    if (::mkdir(dir.c_str(), 0755) == 0) return dir;
+    if (errno != EEXIST) return status{errc::invalid_argument, "cannot make the experiment directory " + dir + ": " + std::strerror(errno)};
+  }
+  return status{errc::already_exists, base + " and its next 998 names are taken: give tune_config::experiment_dir"};
+}
+
 // The progress display: the table redrawn in place on a terminal, else the changes
 // as plain lines. On stderr, so that a program's own output stays clean.
 struct progress_printer {
@@ -913,9 +930,12 @@ expected<result_grid> tuner::fit() {
   auto engine = experiment_engine::make(*search, **scheduler, eo);
   if (!engine) return engine.error();
   // The experiment directory and its settings.
-  std::string dir = !resume_dir.empty()        ? resume_dir
-                    : c.experiment_dir.empty() ? "tune_results/" + c.name + "-" + utc_stamp()
-                                               : c.experiment_dir;
+  std::string dir = !resume_dir.empty() ? resume_dir : c.experiment_dir;
+  if (dir.empty()) {
+    auto fresh = fresh_experiment_dir("tune_results/" + c.name + "-" + utc_stamp());
+    if (!fresh) return fresh.error();
+    dir = *fresh;
+  }
   std::optional<resume_plan> plan;
   if (resumed_store) {
     auto p = replay_experiment(**engine, *resumed_store);

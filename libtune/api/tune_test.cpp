@@ -417,6 +417,38 @@ TEST_F(TuneEmbedded, AFailingTrialKeepsItsErrorAndTheOthersRunOn) {
       << second.error().message();
 }
 
+TEST_F(TuneEmbedded, ProgramsStartedInTheSameSecondGetFoldersOfTheirOwn) {
+  // The default folder is tune_results/<name>-<UTC second>: another program (or run)
+  // started in that second already took it. Taken here for the next seconds too.
+  auto c = tune::cluster::start(options(2));
+  ASSERT_TRUE(c) << c.error().message();
+  auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(files.dir());
+  std::set<std::string> taken;
+  for (int s = 0; s < 10; ++s) {
+    std::time_t t = std::time(nullptr) + s;
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+    std::string dir = std::string{"tune_results/same-"} + buf;
+    std::filesystem::create_directories(dir);
+    taken.insert(dir);
+  }
+  auto cfg = config(1);
+  cfg.experiment_dir.clear();
+  cfg.name = "same";
+  auto r = tune::tuner{*c, "curve", tune::search_space{{"x", 0.5}, {"fail_at", 0}}, cfg}.fit();
+  std::filesystem::current_path(cwd);
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->errors(), 0);
+  EXPECT_EQ(taken.count(r->dir()), 0u) << r->dir();
+  EXPECT_EQ(r->dir().substr(r->dir().size() - 2), "-2") << r->dir();
+  std::filesystem::path made = r->dir();
+  if (made.is_relative()) made = files.dir() / made;
+  EXPECT_TRUE(std::filesystem::exists(made / "experiment.db")) << made;
+}
+
 TEST_F(TuneEmbedded, BadExperimentsAreRefusedBeforeAnythingRuns) {
   auto c = tune::cluster::start(options(2));
   ASSERT_TRUE(c) << c.error().message();
