@@ -32,6 +32,7 @@ if [ "${LIBTUNE_DEPS:-all}" != build ]; then
     chromium chromium-driver python3-selenium  # the dashboard's tests in a real browser
     slurmctld slurmd slurm-client         # the Slurm batch script's test (deploy/slurm)
     tshark                                # captures a TLS cluster's traffic: no token, no config in clear
+    dpkg-dev debootstrap                  # the Debian packages: dpkg-shlibdeps, a clean Debian 12 to install them in
   )
 fi
 

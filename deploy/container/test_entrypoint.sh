@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Tests what the node image runs, without a container engine (none runs on the
-# development machines): `cmake --install` into a folder laid out as the image's
-# /opt/libtune, then the image's entry point with that on the PATH, as `docker run`
+# development machines): `cmake --install` into a prefix (the image's packages hold the
+# same files below /usr), then the image's entry point with its bin/ on the PATH, as `docker run`
 # would start it: it refuses clearly without LIBTUNE_HEAD or a token, joins a head with
 # the token file it is given, and stops cleanly on SIGTERM (`docker stop`).
 #
@@ -16,12 +16,12 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
 
-cmake --install "$build" --prefix "$work/opt/libtune" > "$work/install.log"
+cmake --install "$build" --prefix "$work/usr" > "$work/install.log"
 for p in tune tune-train-worker tune-example-fashion-mnist; do
-  [ -x "$work/opt/libtune/bin/$p" ] || { say "FAILED: cmake --install left out bin/$p"; cat "$work/install.log"; exit 1; }
+  [ -x "$work/usr/bin/$p" ] || { say "FAILED: cmake --install left out bin/$p"; cat "$work/install.log"; exit 1; }
 done
 say "ok: cmake --install puts tune, tune-train-worker and tune-example-fashion-mnist in bin/"
-export PATH=$work/opt/libtune/bin:$PATH
+export PATH=$work/usr/bin:$PATH
 entry=$here/entrypoint.sh
 
 # Bad settings: a clear message and exit code 2.

@@ -331,9 +331,25 @@ status cannot_join(const local_head& h, const cluster_options& opt, const status
                                 "." + todo + " Or run on an embedded cluster of your own with --local."};
 }
 
+// A trial's worker is this program started with --tune-worker NAME (or --tune-spawner):
+// tune::init, or run_if_trial_worker, runs the trainable before main goes on. A main that
+// did not call either first gets here in every trial, and would start a cluster there.
+status not_a_worker() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> argv;
+  for (std::string arg; argv.size() < 3 && std::getline(in, arg, '\0');) argv.push_back(arg);
+  if (argv.size() < 2 || (argv[1] != "--tune-worker" && argv[1] != "--tune-spawner")) return {};
+  return status{errc::invalid_argument,
+                "this program was started as a trial's worker (" + argv[1] + (argv.size() > 2 ? " " + argv[2] : "") +
+                    ") but its main went on to start a cluster: call tune::init(argc, argv) first thing in main (or "
+                    "tune::run_if_trial_worker(argc, argv) before cluster::start), so that a trial runs its trainable "
+                    "(docs/api.md, \"How trials run\")"};
+}
+
 }  // namespace
 
 expected<cluster> cluster::start(cluster_options opt) {
+  if (auto worker = not_a_worker(); !worker) return worker;
   auto here = cluster_here(opt);
   if (!here) return here.error();
   std::string found;
