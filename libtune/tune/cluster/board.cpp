@@ -30,7 +30,7 @@ nlohmann::json bounded_series::to_json() const {
 
 namespace {
 
-status bad(const std::string& what) {
+status bad_report(const std::string& what) {
   return {errc::invalid_argument, "experiment report: " + what};
 }
 
@@ -62,19 +62,19 @@ status check_objectives(const nlohmann::json& r) {
   if (r.contains("objectives")) {
     const auto& o = r["objectives"];
     if (!o.is_array() || o.empty() || o.size() > 16)
-      return bad("\"objectives\" must be a list of 1 to 16 {name, mode} objects");
+      return bad_report("\"objectives\" must be a list of 1 to 16 {name, mode} objects");
     for (const auto& x : o) {
       const bool named = x.is_object() && x.contains("name") && x["name"].is_string() && !x["name"].get<std::string>().empty();
       const auto m = x.is_object() && x.contains("mode") && x["mode"].is_string() ? x["mode"].get<std::string>() : "";
       if (!named || (m != "max" && m != "min"))
-        return bad("an objective is not {\"name\": NAME, \"mode\": \"max\" or \"min\"}: " + json_text(x));
+        return bad_report("an objective is not {\"name\": NAME, \"mode\": \"max\" or \"min\"}: " + json_text(x));
     }
   }
   if (r.contains("constraints")) {
     const auto& c = r["constraints"];
     if (!c.is_array() || c.size() > 16 ||
         !std::all_of(c.begin(), c.end(), [](const nlohmann::json& x) { return x.is_string() && !x.get<std::string>().empty(); }))
-      return bad("\"constraints\" must be a list of at most 16 metric names");
+      return bad_report("\"constraints\" must be a list of at most 16 metric names");
   }
   return status::ok();
 }
@@ -109,22 +109,22 @@ constraint_state constraints_of(const nlohmann::json& trial_info, std::size_t ob
 }  // namespace
 
 status experiment_board::apply(const nlohmann::json& r, double now) {
-  if (!r.is_object()) return bad("not a JSON object");
+  if (!r.is_object()) return bad_report("not a JSON object");
   if (!r.contains("id") || !r["id"].is_string() || r["id"].get<std::string>().empty())
-    return bad("no experiment id");
+    return bad_report("no experiment id");
   std::string id = r["id"];
-  if (id.size() > 200) return bad("the experiment id is longer than 200 characters");
+  if (id.size() > 200) return bad_report("the experiment id is longer than 200 characters");
   bool full = r.value("full", false);
   for (auto key : {"trials", "points", "last"})
     if (r.contains(key) && !(key == std::string{"trials"} ? r[key].is_array() : r[key].is_object()))
-      return bad(std::string{"\""} + key + "\" has the wrong type");
+      return bad_report(std::string{"\""} + key + "\" has the wrong type");
   auto found = experiments_.find(id);
   if (found == experiments_.end() && !full)
-    return bad("experiment " + id + " is not on the board; its first report must be full");
+    return bad_report("experiment " + id + " is not on the board; its first report must be full");
   // Checked before anything changes: every trial entry.
   if (r.contains("trials"))
     for (auto& t : r["trials"])
-      if (!t.is_object() || !t.contains("id") || !t["id"].is_string()) return bad("a trial without an id");
+      if (!t.is_object() || !t.contains("id") || !t["id"].is_string()) return bad_report("a trial without an id");
   if (auto ok = check_objectives(r); !ok) return ok;
 
   experiment fresh;

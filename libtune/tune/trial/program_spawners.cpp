@@ -5,7 +5,7 @@
 namespace tune {
 
 namespace {
-constexpr int max_starts = 3;  // a spawner that keeps dying (or refusing) is not started again
+constexpr int max_spawner_starts = 3;  // a spawner that keeps dying (or refusing) is not started again
 }  // namespace
 
 program_spawners::program_spawners(std::map<std::string, std::string> env, size_t max_warm)
@@ -35,7 +35,7 @@ std::shared_ptr<spawner> program_spawners::for_spec(const process_spec& spec) {
   recent_.push_front(key);
   auto& s = warm_[key];
   if (s && !s->gone()) return s;
-  if (starts_[key]++ >= max_starts) return nullptr;
+  if (starts_[key]++ >= max_spawner_starts) return nullptr;
   auto started = spawner::start_program({spec.argv[0], "--tune-spawner"}, env);
   s = started ? *started : nullptr;
   while (warm_.size() > max_warm_ && !recent_.empty()) {  // the least recently used ends

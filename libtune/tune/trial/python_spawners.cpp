@@ -9,7 +9,7 @@
 namespace tune {
 
 namespace {
-constexpr int max_starts = 3;  // a warm interpreter that keeps dying is not started again
+constexpr int max_interpreter_starts = 3;  // a warm interpreter that keeps dying is not started again
 }  // namespace
 
 python_spawners::python_spawners(std::string module_dir, std::map<std::string, std::string> env)
@@ -44,7 +44,7 @@ std::shared_ptr<spawner> python_spawners::for_program(const std::string& program
   std::lock_guard<std::mutex> lock(mu_);
   auto& s = warm_[key];
   if (s && !s->gone()) return s;
-  if (starts_[key]++ >= max_starts) return nullptr;
+  if (starts_[key]++ >= max_interpreter_starts) return nullptr;
   // The padding is room for its forks to show their own command lines (python_spawner.py).
   auto started = spawner::start_program({program, module_dir_ + "/_libtune_spawner.py", std::string(4096, ' ')}, env_);
   s = started ? *started : nullptr;

@@ -14,6 +14,7 @@
 // Linear algebra is Eigen's (Cholesky factorizations and solves), not our own.
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <limits>
 #include <map>
 
@@ -30,7 +31,6 @@ using detail::axis;
 using Eigen::MatrixXd;
 using Eigen::VectorXd;
 
-constexpr double kPi = 3.14159265358979323846;
 const double kSqrt5 = std::sqrt(5.0);
 
 // ---- the space as a unit cube ------------------------------------------------------
@@ -171,7 +171,7 @@ double negative_log_posterior(const MatrixXd& X, const VectorXd& y, const Vector
   const MatrixXd L = llt.matrixL();
   double log_det = 0;
   for (Eigen::Index i = 0; i < n; ++i) log_det += std::log(L(i, i));
-  const double nll = 0.5 * y.dot(alpha) + log_det + 0.5 * static_cast<double>(n) * std::log(2 * kPi);
+  const double nll = 0.5 * y.dot(alpha) + log_det + 0.5 * static_cast<double>(n) * std::log(2 * std::numbers::pi);
   // d(nll)/d(theta_j) = 0.5 tr((K^-1 - alpha alpha^T) dK/dtheta_j)
   const MatrixXd W = llt.solve(MatrixXd::Identity(n, n)) - alpha * alpha.transpose();
   const VectorXd inv_ls = (-theta.head(d)).array().exp();
@@ -266,12 +266,12 @@ void predict(const gp_fit& f, const VectorXd& x, double& mean, double& var) {
 // cancellation far below the incumbent (h(z) = phi(z) (1 - t R(t)) with t = -z and R
 // Mills' ratio).
 double log_h(double z) {
-  const double log_phi = -0.5 * z * z - 0.5 * std::log(2 * kPi);
+  const double log_phi = -0.5 * z * z - 0.5 * std::log(2 * std::numbers::pi);
   if (z > -1) return std::log(std::exp(log_phi) + z * 0.5 * std::erfc(-z / std::sqrt(2.0)));
   const double t = -z;
   double rest;
   if (t < 30) {
-    const double mills = std::sqrt(kPi / 2) * std::exp(0.5 * t * t) * std::erfc(t / std::sqrt(2.0));
+    const double mills = std::sqrt(std::numbers::pi / 2) * std::exp(0.5 * t * t) * std::erfc(t / std::sqrt(2.0));
     rest = 1 - t * mills;
   } else {
     const double t2 = t * t;

@@ -1,15 +1,15 @@
 #include "tune/tuner/problems.hpp"
 
 #include <cmath>
+#include <numbers>
 
 namespace tune {
 
 namespace {
-constexpr double kPi = 3.14159265358979323846;
 }
 
 double branin(double x1, double x2) {
-  const double a = 1, b = 5.1 / (4 * kPi * kPi), c = 5 / kPi, r = 6, s = 10, t = 1 / (8 * kPi);
+  const double a = 1, b = 5.1 / (4 * std::numbers::pi * std::numbers::pi), c = 5 / std::numbers::pi, r = 6, s = 10, t = 1 / (8 * std::numbers::pi);
   const double u = x2 - b * x1 * x1 + c * x1 - r;
   return a * u * u + s * (1 - t) * std::cos(x1) + s;
 }
@@ -80,7 +80,7 @@ std::vector<double> zdt1(const std::vector<double>& x) {
 std::vector<double> dtlz2(const std::vector<double>& x) {
   double g = 0;
   for (std::size_t i = 1; i < x.size(); ++i) g += (x[i] - 0.5) * (x[i] - 0.5);
-  return {(1 + g) * std::cos(x[0] * kPi / 2), (1 + g) * std::sin(x[0] * kPi / 2)};
+  return {(1 + g) * std::cos(x[0] * std::numbers::pi / 2), (1 + g) * std::sin(x[0] * std::numbers::pi / 2)};
 }
 
 std::vector<two_objective_problem> two_objective_problems(const std::string& name) {
@@ -98,7 +98,7 @@ std::vector<two_objective_problem> two_objective_problems(const std::string& nam
   };
   std::vector<two_objective_problem> all;
   all.push_back({"zdt1", unit_cube(30), of(30, zdt1), {1.1, 11}, 12.1 - 1.0 / 3});
-  all.push_back({"dtlz2", unit_cube(11), of(11, dtlz2), {3, 3}, 9 - kPi / 4});
+  all.push_back({"dtlz2", unit_cube(11), of(11, dtlz2), {3, 3}, 9 - std::numbers::pi / 4});
   if (name.empty()) return all;
   std::vector<two_objective_problem> out;
   for (auto& p : all)

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -29,7 +30,6 @@ namespace {
 
 using detail::axis;
 
-constexpr double kPi = 3.14159265358979323846;
 
 double log_normal_cdf_diff(double a, double b) {  // log(Phi(b) - Phi(a)), a < b
   const double d = 0.5 * (std::erfc(-b / std::sqrt(2.0)) - std::erfc(-a / std::sqrt(2.0)));
@@ -134,7 +134,7 @@ struct numeric_kernels {
     for (std::size_t k = 0; k < present.size(); ++k) of_component[present[k]] = k;
     for (std::size_t k = 0; k < mu.size(); ++k)
       lognorm.push_back(ax.degenerate() ? 0.0
-                                        : -std::log(sigma[k] * std::sqrt(2 * kPi)) -
+                                        : -std::log(sigma[k] * std::sqrt(2 * std::numbers::pi)) -
                                               log_normal_cdf_diff((ax.low - mu[k]) / sigma[k],
                                                                   (ax.high - mu[k]) / sigma[k]));
     auto w = recency_weights(present.size());
