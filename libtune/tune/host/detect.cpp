@@ -63,7 +63,11 @@ gpu_probe detect_gpus() {
   return out;
 }
 #else
-gpu_probe detect_gpus() { return {{}, "libtune was built without CUDA"}; }
+gpu_probe detect_gpus() {
+  gpu_probe out;
+  out.note = "libtune was built without CUDA";
+  return out;
+}
 #endif
 
 namespace {
