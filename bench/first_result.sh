@@ -64,8 +64,12 @@ if [ $rc != 0 ]; then
   keep=1; exit 1
 fi
 read -r start end < "$root/root/times"
-result=$(grep '^{' "$root/root/out.log" | tail -1)
-warnings=$(grep -c 'warning:' "$root/root/out.log" "$root/root/err.log" | awk -F: '{s += $2} END {print s}')
+result=$(grep '^{' "$root/root/out.log" | tail -1) || true
+if [ -z "$result" ]; then
+  say "the command ended without the demo's JSON line:"; tail -30 "$root/root/err.log" >&2; tail -5 "$root/root/out.log" >&2
+  keep=1; exit 1
+fi
+warnings=$(cat "$root/root/out.log" "$root/root/err.log" | { grep -c 'warning:' || true; })
 python3 - "$sha" "$cmd" "$start" "$end" "$result" "$warnings" <<'PY'
 import json, sys
 sha, cmd, start, end, result, warnings = sys.argv[1:]
