@@ -28,6 +28,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "tune/core/node_resources.hpp"
@@ -88,6 +89,16 @@ caf::actor spawn_node(caf::actor_system& sys, node_options opt);
 // (TUNE_TRAIN_POOLED_GRADS, TUNE_TRAIN_DIRECT_CONV: a node started with one runs its
 // trials' CNNs that way) and a simulated view of the cards (TUNE_SIMULATED_GPUS: its trials
 // play GPU programs on it); nothing else (CUDA_VISIBLE_DEVICES above all) reaches them.
+// When this process runs on libtune.so from a folder the loader does not search by
+// itself (an install in a prefix such as /opt/libtune), that folder is added at the end
+// of LD_LIBRARY_PATH: a trial's program runs from the node's copy (programs/<sha256>),
+// where a run path relative to the program ($ORIGIN/../lib) no longer leads to it.
 std::map<std::string, std::string> inherited_trial_env();
+
+// LD_LIBRARY_PATH `current` (null: unset) with the folder of `library` (the file this
+// process loaded libtune from) at its end; unchanged when `library` is not a libtune.so
+// (libtune linked into the program), its folder is already there, or the loader
+// searches it anyway (/lib, /usr/lib, /usr/local/lib and their 64 and multiarch folders).
+std::optional<std::string> trial_library_path(const char* current, const std::string& library);
 
 }  // namespace tune

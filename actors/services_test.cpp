@@ -4,8 +4,39 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <filesystem>
+#include <fstream>
+
 namespace tune {
 namespace {
+
+// An installed libtune outside the loader's own folders: the trials' programs (run from
+// the node's copy, where $ORIGIN/../lib leads nowhere) find it through LD_LIBRARY_PATH.
+TEST(Services, TrialsFindTheLibtuneTheNodeRunsOn) {
+  auto dir = ::testing::TempDir() + "trial-libpath";
+  std::filesystem::create_directories(dir + "/lib");
+  std::ofstream{dir + "/lib/libtune.so.0.1.0"} << "";
+  std::filesystem::remove(dir + "/lib/libtune.so.0.1");
+  std::filesystem::create_symlink("libtune.so.0.1.0", dir + "/lib/libtune.so.0.1");
+  auto lib = std::filesystem::weakly_canonical(dir + "/lib").string();
+  EXPECT_EQ(trial_library_path(nullptr, dir + "/lib/libtune.so.0.1"), lib);
+  EXPECT_EQ(trial_library_path("", dir + "/lib/libtune.so.0.1"), lib);
+  EXPECT_EQ(trial_library_path("/opt/cuda/lib64", dir + "/lib/libtune.so.0.1"), "/opt/cuda/lib64:" + lib)
+      << "at the end: what the user set comes first";
+  EXPECT_EQ(trial_library_path(("/a:" + lib + ":/b").c_str(), dir + "/lib/libtune.so.0.1"), std::nullopt)
+      << "already there";
+  EXPECT_EQ(trial_library_path((lib + "/x").c_str(), dir + "/lib/libtune.so.0.1"), lib + "/x:" + lib)
+      << "a longer folder is not the same folder";
+  EXPECT_EQ(trial_library_path(nullptr, "/usr/lib/x86_64-linux-gnu/libtune.so.0.1"), std::nullopt)
+      << "the loader searches it anyway (the Debian package)";
+  EXPECT_EQ(trial_library_path(nullptr, "/work/build/tests/some_test"), std::nullopt)
+      << "libtune linked into the program: nothing to find";
+  // This test links libtune's layers statically: the process's own environment is unchanged.
+  const char* mine = std::getenv("LD_LIBRARY_PATH");
+  auto env = inherited_trial_env();
+  EXPECT_EQ(env.count("LD_LIBRARY_PATH") ? env["LD_LIBRARY_PATH"] : std::string{"(unset)"},
+            mine ? std::string{mine} : std::string{"(unset)"});
+}
 
 TEST(Services, TheBoundsAreTheSameForEveryCaller) {
   EXPECT_TRUE(check_gpu_audit_ms(0, "--gpu-audit-ms"));

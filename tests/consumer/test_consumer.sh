@@ -105,6 +105,17 @@ if [ "$mode" = installed ]; then
   "${hide[@]}" "$prefix/bin/tune" --version > "$work/version.txt" 2>&1 || { cat "$work/version.txt"; fail "installed tune --version"; }
   say "ok: installed $(cat "$work/version.txt")"
   check_run "$work/b/my_tuner" "find_package"
+  # The installed demo: its trials run the node's copy of it (programs/<sha256>), where
+  # its run path $ORIGIN/../lib leads nowhere; they must find the prefix's libtune.so.
+  if [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "${TUNE_FASHION_MNIST_DIR:-}" ]; then
+    (cd "$work" && "${hide[@]}" timeout 180 "$prefix/bin/tune-example-fashion-mnist" --samples 2 --epochs 1 \
+       --progress none > "$work/demo.json" 2> "$work/demo.err") || { cat "$work/demo.err"; fail "the installed demo failed"; }
+    python3 -c 'import json, sys; r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); assert r["trials"] == 2 and r["errors"] == 0, r' \
+      "$work/demo.json" || { cat "$work/demo.json" "$work/demo.err"; fail "the installed demo's trials failed"; }
+    say "ok: the installed tune-example-fashion-mnist: 2 trials, no errors"
+  else
+    say "no Fashion-MNIST here (dataset-fashion-mnist): the installed demo is not run"
+  fi
   check_run "$work/my_tuner_pc" "pkg-config"
 
   # Bad input. A version the install does not have: CMake's own message.
