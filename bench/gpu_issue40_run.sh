@@ -43,7 +43,7 @@ step "installed tune-example-fashion-mnist" $?
 tail -3 "$out/demo.log"; tail -1 "$out/demo.json"
 
 # ---- 3. a user's project, built here against the prefix
-w=$(mktemp -d); cp -r "$repo/tests/consumer" "$w/src"; rm -f "$w/src/test_consumer.sh"
+w=$(mktemp -d); chmod 755 "$w"; cp -r "$repo/tests/consumer" "$w/src"; rm -f "$w/src/test_consumer.sh"
 cmake -S "$w/src" -B "$w/b" -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=$prefix;$nlohmann" > "$out/consumer-configure.log" 2>&1
 step "find_package(libtune) configures" $?
 start=$(date +%s.%N)
