@@ -56,8 +56,8 @@ if(LIBTUNE_TOOLS)
   install(TARGETS tune tune-train-worker RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tools)
   # The trials' Python module (nodes also hand it to their trials themselves): here for
   # `import libtune` outside a trial.
-  install(FILES ${PROJECT_SOURCE_DIR}/python/libtune/__init__.py
-          DESTINATION ${LIBTUNE_INSTALL_PYTHONDIR}/libtune COMPONENT tools)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/libtune DESTINATION ${LIBTUNE_INSTALL_PYTHONDIR}
+          COMPONENT tools FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
   # The systemd units start P/bin/tune: written at install time, when P is known.
   install(CODE "
     foreach(unit libtune-head.service libtune-node.service)

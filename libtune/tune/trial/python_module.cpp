@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 namespace tune {
 
@@ -32,9 +33,17 @@ expected<std::string> install_python_module(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   auto pkg = fs::path(dir) / "libtune";
-  fs::create_directories(pkg, ec);
-  if (ec) return status{errc::invalid_argument, "cannot create " + pkg.string() + ": " + ec.message()};
-  if (auto s = write_atomically(pkg / "__init__.py", python_module_source()); !s) return s;
+  std::set<fs::path> ours;
+  for (const auto& file : python_module_files()) {
+    auto path = pkg / file.path;
+    fs::create_directories(path.parent_path(), ec);
+    if (ec) return status{errc::invalid_argument, "cannot create " + path.parent_path().string() + ": " + ec.message()};
+    if (auto s = write_atomically(path, file.text); !s) return s;
+    ours.insert(path);
+  }
+  // What an older version wrote and this one has not: an import must not find it.
+  for (auto it = fs::recursive_directory_iterator(pkg, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+    if (it->is_regular_file() && it->path().extension() == ".py" && !ours.count(it->path())) fs::remove(it->path(), ec);
   if (auto s = write_atomically(fs::path(dir) / "_libtune_spawner.py", python_spawner_source()); !s) return s;
   return fs::path(dir).string();
 }
