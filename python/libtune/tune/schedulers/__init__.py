@@ -1,0 +1,218 @@
+"""Ray Tune's trial schedulers (``ray.tune.schedulers``) under their Ray names, on
+libtune's own (docs/tuner.md). Each turns into the ``scheduler`` of libtune's experiment
+(``to_json()``). libtune's schedulers count training iterations (each ``tune.report``
+is one): a time-based ``time_attr`` is refused, naming what to write instead; where
+Ray's default is time-based (MedianStoppingRule, PopulationBasedTraining) and the
+script leaves it, the iteration-based default of libtune is taken and said once.
+An argument libtune cannot honour is an error naming it, never ignored."""
+
+import math
+import numbers
+import warnings
+
+from ..search.sample import space_to_json
+
+__all__ = ["TrialScheduler", "FIFOScheduler", "AsyncHyperBandScheduler", "ASHAScheduler", "HyperBandScheduler",
+           "MedianStoppingRule", "PopulationBasedTraining"]
+
+_ITERATION = "training_iteration"
+_said = set()
+
+
+def _say_once(key, text):
+    if key not in _said:
+        _said.add(key)
+        warnings.warn(text, stacklevel=3)
+
+
+def _check_mode(name, metric, mode):
+    if metric is not None and not isinstance(metric, str):
+        raise ValueError(f"{name}: metric must be a metric's name, not {metric!r}")
+    if mode not in (None, "min", "max"):
+        raise ValueError(f"{name}: mode must be 'min' or 'max', not {mode!r}")
+
+
+def _time_attr(name, time_attr, default_is_time):
+    if time_attr is None:
+        return
+    if time_attr != _ITERATION:
+        raise ValueError(
+            f"{name}: time_attr={time_attr!r} is not supported: libtune's schedulers count training iterations "
+            f"(each tune.report is one). Use time_attr='training_iteration' with the periods in reports"
+            + (", or leave time_attr out" if default_is_time else ""))
+
+
+def _whole(name, key, value, least):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
+            or value != int(value) or value < least:
+        raise ValueError(f"{name}: {key} must be a whole number of at least {least} (training iterations), "
+                         f"not {value!r}")
+    return int(value)
+
+
+def _fraction(name, key, value, low, high):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not low <= value <= high:
+        raise ValueError(f"{name}: {key} must be a number from {low} to {high}, not {value!r}")
+    return float(value)
+
+
+def _unsupported(name, key, value, default, instead):
+    if value != default:
+        raise ValueError(f"{name}: {key}={value!r} is not supported: {instead}")
+
+
+class TrialScheduler:
+    """The base of the schedulers: ``metric`` and ``mode`` (or TuneConfig's), and the
+    scheduler's entry in libtune's experiment (``to_json()``)."""
+
+    _name = "TrialScheduler"
+
+    def __init__(self, metric=None, mode=None):
+        _check_mode(self._name, metric, mode)
+        self.metric, self.mode = metric, mode
+
+    def to_json(self):
+        raise NotImplementedError
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.to_json()})"
+
+
+class FIFOScheduler(TrialScheduler):
+    """Every trial runs to its end (libtune's default)."""
+
+    _name = "FIFOScheduler"
+
+    def __init__(self):
+        super().__init__()
+
+    def to_json(self):
+        return "fifo"
+
+
+class AsyncHyperBandScheduler(TrialScheduler):
+    """ASHA: libtune's ``asha`` (docs/tuner.md)."""
+
+    _name = "AsyncHyperBandScheduler"
+
+    def __init__(self, time_attr=_ITERATION, metric=None, mode=None, max_t=100, grace_period=1,
+                 reduction_factor=4, brackets=1, stop_last_trials=True):
+        super().__init__(metric, mode)
+        _time_attr(self._name, time_attr, False)
+        self.max_t = _whole(self._name, "max_t", max_t, 1)
+        self.grace_period = _whole(self._name, "grace_period", grace_period, 1)
+        if self.grace_period > self.max_t:
+            raise ValueError(f"{self._name}: grace_period ({grace_period}) must not be above max_t ({max_t})")
+        if isinstance(reduction_factor, bool) or not isinstance(reduction_factor, numbers.Real) \
+                or not reduction_factor > 1:
+            raise ValueError(f"{self._name}: reduction_factor must be a number above 1, not {reduction_factor!r}")
+        self.reduction_factor = reduction_factor
+        self.brackets = _whole(self._name, "brackets", brackets, 1)
+        _unsupported(self._name, "stop_last_trials", stop_last_trials, True,
+                     "libtune stops every trial at max_t; raise max_t to let the best ones go on")
+
+    def to_json(self):
+        return {"type": "asha", "max_t": self.max_t, "grace_period": self.grace_period,
+                "reduction_factor": self.reduction_factor, "brackets": self.brackets}
+
+
+ASHAScheduler = AsyncHyperBandScheduler
+
+
+class HyperBandScheduler(TrialScheduler):
+    """Synchronous HyperBand: libtune's ``hyperband`` (docs/tuner.md)."""
+
+    _name = "HyperBandScheduler"
+
+    def __init__(self, time_attr=_ITERATION, metric=None, mode=None, max_t=81, reduction_factor=3,
+                 stop_last_trials=True):
+        super().__init__(metric, mode)
+        _time_attr(self._name, time_attr, False)
+        self.max_t = _whole(self._name, "max_t", max_t, 1)
+        if isinstance(reduction_factor, bool) or not isinstance(reduction_factor, numbers.Real) \
+                or not reduction_factor > 1:
+            raise ValueError(f"{self._name}: reduction_factor must be a number above 1, not {reduction_factor!r}")
+        self.reduction_factor = reduction_factor
+        _unsupported(self._name, "stop_last_trials", stop_last_trials, True,
+                     "libtune stops every trial at max_t; raise max_t to let the best ones go on")
+
+    def to_json(self):
+        return {"type": "hyperband", "max_t": self.max_t, "reduction_factor": self.reduction_factor}
+
+
+class MedianStoppingRule(TrialScheduler):
+    """libtune's ``median_stopping`` (docs/tuner.md). Ray's default period is 60 s of
+    ``time_total_s``; libtune counts iterations: left out, grace_period is 1 iteration."""
+
+    _name = "MedianStoppingRule"
+
+    def __init__(self, time_attr=None, metric=None, mode=None, grace_period=None, min_samples_required=3,
+                 min_time_slice=0, hard_stop=True):
+        super().__init__(metric, mode)
+        _time_attr(self._name, time_attr, True)
+        if grace_period is None:
+            if time_attr is None:
+                _say_once("median", "MedianStoppingRule: libtune counts training iterations, not seconds: "
+                                    "grace_period is 1 iteration (Ray's default is 60 s of time_total_s); "
+                                    "pass time_attr='training_iteration', grace_period=N to choose")
+            grace_period = 1
+        self.grace_period = _whole(self._name, "grace_period", grace_period, 0)
+        self.min_samples_required = _whole(self._name, "min_samples_required", min_samples_required, 1)
+        _unsupported(self._name, "min_time_slice", min_time_slice, 0, "libtune decides at every result")
+        _unsupported(self._name, "hard_stop", hard_stop, True,
+                     "libtune stops a trial below the median (Ray's hard_stop=True); it does not pause it")
+
+    def to_json(self):
+        return {"type": "median_stopping", "grace_period": self.grace_period,
+                "min_samples_required": self.min_samples_required}
+
+
+class PopulationBasedTraining(TrialScheduler):
+    """libtune's ``pbt`` (asynchronous, as Ray's with synch=False; docs/tuner.md). Ray's
+    default period is 60 s of ``time_total_s``; libtune counts iterations: left out,
+    perturbation_interval is 10 iterations."""
+
+    _name = "PopulationBasedTraining"
+
+    def __init__(self, time_attr=None, metric=None, mode=None, perturbation_interval=None, burn_in_period=0,
+                 hyperparam_mutations=None, quantile_fraction=0.25, resample_probability=0.25,
+                 perturbation_factors=(1.2, 0.8), custom_explore_fn=None, log_config=True, require_attrs=True,
+                 synch=False):
+        super().__init__(metric, mode)
+        _time_attr(self._name, time_attr, True)
+        if perturbation_interval is None:
+            if time_attr is None:
+                _say_once("pbt", "PopulationBasedTraining: libtune counts training iterations, not seconds: "
+                                 "perturbation_interval is 10 iterations (Ray's default is 60 s of time_total_s); "
+                                 "pass time_attr='training_iteration', perturbation_interval=N to choose")
+            perturbation_interval = 10
+        self.perturbation_interval = _whole(self._name, "perturbation_interval", perturbation_interval, 1)
+        self.burn_in_period = _whole(self._name, "burn_in_period", burn_in_period, 0)
+        if not hyperparam_mutations:
+            raise ValueError(f"{self._name}: hyperparam_mutations is required: which parameters PBT may change, "
+                             f"e.g. {{'lr': tune.loguniform(1e-4, 0.1), 'batch_size': [16, 32, 64]}}")
+        if not isinstance(hyperparam_mutations, dict):
+            raise ValueError(f"{self._name}: hyperparam_mutations must be a dict, not {hyperparam_mutations!r}")
+        self.hyperparam_mutations = space_to_json(hyperparam_mutations, "hyperparam_mutations")
+        self.quantile_fraction = _fraction(self._name, "quantile_fraction", quantile_fraction, 0, 0.5)
+        self.resample_probability = _fraction(self._name, "resample_probability", resample_probability, 0, 1)
+        factors = list(perturbation_factors) if isinstance(perturbation_factors, (list, tuple)) else None
+        if not factors or len(factors) != 2 or any(isinstance(f, bool) or not isinstance(f, numbers.Real)
+                                                   or not f > 0 for f in factors):
+            raise ValueError(f"{self._name}: perturbation_factors must be two numbers above 0, "
+                             f"e.g. (1.2, 0.8), not {perturbation_factors!r}")
+        self.perturbation_factors = [float(f) for f in factors]
+        _unsupported(self._name, "custom_explore_fn", custom_explore_fn, None,
+                     "libtune's PBT perturbs and resamples hyperparam_mutations itself; express the choices there")
+        _unsupported(self._name, "synch", synch, False, "libtune's PBT is asynchronous (Ray's synch=False)")
+        _unsupported(self._name, "log_config", log_config, True,
+                     "libtune always keeps each trial's configuration (trials.json, the store)")
+        _unsupported(self._name, "require_attrs", require_attrs, True,
+                     "libtune requires the metric in every result that PBT compares")
+
+    def to_json(self):
+        return {"type": "pbt", "perturbation_interval": self.perturbation_interval,
+                "burn_in_period": self.burn_in_period, "quantile_fraction": self.quantile_fraction,
+                "resample_probability": self.resample_probability,
+                "perturbation_factors": self.perturbation_factors,
+                "hyperparam_mutations": self.hyperparam_mutations}
