@@ -183,6 +183,14 @@ def device_ids():
     return [g.local for g in gpus()]
 
 
+def get_gpu_ids():
+    """Ray's ``ray.get_gpu_ids()``: the trial's cards as CUDA numbers them inside the trial
+    (``device_ids()``, 0..k-1). Ray returns the machine's numbers, which are not valid
+    device numbers inside a trial that sees only its own cards; the machine's index and
+    the UUID of each card are in ``gpus()``."""
+    return device_ids()
+
+
 def restore_dir():
     """The checkpoint folder this trial starts from (``TUNE_RESTORE_DIR``), or None when
     it starts afresh or runs outside a trial."""

@@ -1,0 +1,121 @@
+"""Inside a trial, Ray Tune's calls (``ray.tune.report``, ``get_checkpoint``,
+``get_context``, ``Checkpoint``) on libtune's trial module: a result is
+``libtune.report``, a checkpoint's files go to the trial's checkpoint folder and are
+reported there, a trial that the scheduler stops does not return from ``report``."""
+
+import contextlib
+import os
+import shutil
+import tempfile
+
+import libtune as _trial
+
+__all__ = ["Checkpoint", "report", "get_checkpoint", "get_context", "TuneContext"]
+
+
+class Checkpoint:
+    """A checkpoint: a folder of files (Ray's ``Checkpoint``, local folders only)."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+
+    @classmethod
+    def from_directory(cls, path):
+        path = os.fspath(path)
+        if not os.path.isdir(path):
+            raise FileNotFoundError(f"Checkpoint.from_directory({path!r}): no such folder; write the "
+                                    f"checkpoint's files into a folder first")
+        return cls(os.path.abspath(path))
+
+    def to_directory(self, path=None):
+        """Copies the checkpoint's files into ``path`` (a new temporary folder when None);
+        returns the folder."""
+        if path is None:
+            path = tempfile.mkdtemp(prefix="checkpoint-")
+        path = os.fspath(path)
+        shutil.copytree(self.path, path, dirs_exist_ok=True)
+        return path
+
+    @contextlib.contextmanager
+    def as_directory(self):
+        """The checkpoint's folder itself (it is local): read it, do not change it."""
+        yield self.path
+
+    def __repr__(self):
+        return f"Checkpoint(path={self.path!r})"
+
+    def __eq__(self, other):
+        return isinstance(other, Checkpoint) and os.path.abspath(self.path) == os.path.abspath(other.path)
+
+    def __hash__(self):
+        return hash(os.path.abspath(self.path))
+
+
+def _outside(call):
+    return RuntimeError(
+        f"tune.{call}() was called outside a trial: libtune runs the function as a trial when the tuning "
+        f"starts it (Tuner(trainable).fit() or tune.run(trainable)); call the function through them. "
+        f"(libtune.report, the trial module's own call, prints its result instead when not in a trial.)")
+
+
+def report(metrics, *, checkpoint=None):
+    """Reports one result (``metrics``: a dict of name -> number), with a checkpoint
+    whose files are kept as this result's (``checkpoint``: a Checkpoint). When the
+    scheduler has stopped the trial, this call does not return: the trial ends
+    (SystemExit), as in Ray."""
+    if not _trial.in_trial():
+        raise _outside("report")
+    if not isinstance(metrics, dict):
+        raise TypeError(f"tune.report(metrics): metrics must be a dict of name -> number, not "
+                        f"{type(metrics).__name__}; e.g. tune.report({{'loss': 0.3}})")
+    if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
+        raise TypeError(f"tune.report(checkpoint=...): give a tune.Checkpoint (Checkpoint.from_directory(path)), "
+                        f"not {type(checkpoint).__name__}")
+    iteration = (_trial._last_iteration if _trial._last_iteration is not None
+                 else (_trial.restore_iteration() or 0)) + 1
+    if checkpoint is not None:
+        target = _trial.checkpoint_dir(iteration)
+        if os.path.realpath(checkpoint.path) != os.path.realpath(target):
+            shutil.copytree(checkpoint.path, target, dirs_exist_ok=True)
+    go_on = _trial.report(metrics, iteration=iteration)
+    if checkpoint is not None:
+        _trial.report_checkpoint(iteration)
+    if not go_on:
+        raise SystemExit(143)  # stopped: as Ray, the call does not return
+
+
+def get_checkpoint():
+    """The checkpoint this trial starts from (a restart, a resumed experiment, PBT's
+    donor), or None."""
+    folder = _trial.restore_dir()
+    return Checkpoint(folder) if folder else None
+
+
+class TuneContext:
+    """What a trial knows of itself (Ray's ``tune.get_context()``)."""
+
+    def get_trial_id(self):
+        return os.environ.get("TUNE_TRIAL_ID", "")
+
+    def get_trial_name(self):
+        return os.environ.get("TUNE_TRIAL_ID", "")
+
+    def get_trial_dir(self):
+        return _trial.trial_dir()
+
+    def get_experiment_name(self):
+        return os.environ.get("LIBTUNE_EXPERIMENT_NAME", "")
+
+    def get_node_id(self):
+        return _trial.node_id()
+
+    def get_trial_resources(self):
+        """The cards this trial holds: ``{"gpu": shares together, "gpus": [Gpu, ...]}``."""
+        cards = _trial.gpus()
+        return {"gpu": sum(g.share for g in cards), "gpus": cards}
+
+
+def get_context():
+    if not _trial.in_trial():
+        raise _outside("get_context")
+    return TuneContext()
