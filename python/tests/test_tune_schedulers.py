@@ -47,8 +47,12 @@ class Schedulers(unittest.TestCase):
             S.MedianStoppingRule()
             self.assertEqual(S.PopulationBasedTraining(hyperparam_mutations={"lr": [0.1, 0.01]})
                              .to_json()["perturbation_interval"], 10)
+            S.MedianStoppingRule(grace_period=60)
+            S.MedianStoppingRule(grace_period=60)
+            S.MedianStoppingRule(time_attr="training_iteration", grace_period=60)
         texts = [str(w.message) for w in seen]
-        self.assertEqual(len(texts), 2, texts)  # once each
+        self.assertEqual(len(texts), 3, texts)  # once each
+        self.assertIn("grace_period=60 is taken as training iterations", texts[2])
         self.assertIn("grace_period is 1 iteration (Ray's default is 60 s of time_total_s)", texts[0])
         self.assertIn("perturbation_interval is 10 iterations", texts[1])
 

@@ -42,6 +42,22 @@ def _time_attr(name, time_attr, default_is_time):
             + (", or leave time_attr out" if default_is_time else ""))
 
 
+def _period(name, key, value, time_attr, default):
+    """A period of a scheduler whose Ray default time_attr is time_total_s (seconds): in
+    libtune it counts training iterations. Left out, libtune's default; given without
+    time_attr, taken as iterations. Either is said once."""
+    if time_attr is None:
+        if value is None:
+            _say_once(f"{name}.{key}", f"{name}: libtune counts training iterations, not seconds: {key} is "
+                                       f"{default} iteration{'' if default == 1 else 's'} (Ray's default is 60 s of "
+                                       f"time_total_s); pass time_attr='training_iteration', {key}=N to choose")
+        else:
+            _say_once(f"{name}.{key}=", f"{name}: {key}={value!r} is taken as training iterations (libtune's "
+                                        f"schedulers count iterations; Ray's default time_attr counts seconds); "
+                                        f"pass time_attr='training_iteration' to say so")
+    return default if value is None else value
+
+
 def _whole(name, key, value, least):
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
             or value != int(value) or value < least:
@@ -150,12 +166,7 @@ class MedianStoppingRule(TrialScheduler):
                  min_time_slice=0, hard_stop=True):
         super().__init__(metric, mode)
         _time_attr(self._name, time_attr, True)
-        if grace_period is None:
-            if time_attr is None:
-                _say_once("median", "MedianStoppingRule: libtune counts training iterations, not seconds: "
-                                    "grace_period is 1 iteration (Ray's default is 60 s of time_total_s); "
-                                    "pass time_attr='training_iteration', grace_period=N to choose")
-            grace_period = 1
+        grace_period = _period(self._name, "grace_period", grace_period, time_attr, 1)
         self.grace_period = _whole(self._name, "grace_period", grace_period, 0)
         self.min_samples_required = _whole(self._name, "min_samples_required", min_samples_required, 1)
         _unsupported(self._name, "min_time_slice", min_time_slice, 0, "libtune decides at every result")
@@ -180,12 +191,9 @@ class PopulationBasedTraining(TrialScheduler):
                  synch=False):
         super().__init__(metric, mode)
         _time_attr(self._name, time_attr, True)
-        if perturbation_interval is None:
-            if time_attr is None:
-                _say_once("pbt", "PopulationBasedTraining: libtune counts training iterations, not seconds: "
-                                 "perturbation_interval is 10 iterations (Ray's default is 60 s of time_total_s); "
-                                 "pass time_attr='training_iteration', perturbation_interval=N to choose")
-            perturbation_interval = 10
+        perturbation_interval = _period(self._name, "perturbation_interval", perturbation_interval, time_attr, 10)
+        if burn_in_period:
+            burn_in_period = _period(self._name, "burn_in_period", burn_in_period, time_attr, 0)
         self.perturbation_interval = _whole(self._name, "perturbation_interval", perturbation_interval, 1)
         self.burn_in_period = _whole(self._name, "burn_in_period", burn_in_period, 0)
         if not hyperparam_mutations:
