@@ -325,6 +325,13 @@ def _check_iteration(iteration, least):
     return iteration
 
 
+def _next_iteration():
+    """The iteration the next automatic result gets: the last result's plus one, or the
+    restored checkpoint's plus one, or 1."""
+    last = _last_iteration
+    return (last if last is not None else (restore_iteration() or 0)) + 1
+
+
 def report(metrics=None, *, iteration=None, **kw):
     """Reports one result: ``metrics`` (a dict of name -> number) merged with keyword
     metrics, as ``{"type": "result", "iteration": N, "metrics": {...}}``.
@@ -365,9 +372,7 @@ def report(metrics=None, *, iteration=None, **kw):
 
     with _Writing():
         if iteration is None:
-            if _last_iteration is None:
-                _last_iteration = restore_iteration() or 0
-            iteration = _last_iteration + 1
+            iteration = _next_iteration()
         data = _line({"type": "result", "iteration": iteration, "metrics": values})
         if in_trial():
             _write_all(data)

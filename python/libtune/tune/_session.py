@@ -71,8 +71,7 @@ def report(metrics, *, checkpoint=None):
     if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
         raise TypeError(f"tune.report(checkpoint=...): give a tune.Checkpoint (Checkpoint.from_directory(path)), "
                         f"not {type(checkpoint).__name__}")
-    iteration = (_trial._last_iteration if _trial._last_iteration is not None
-                 else (_trial.restore_iteration() or 0)) + 1
+    iteration = _trial._next_iteration()
     if checkpoint is not None:
         target = _trial.checkpoint_dir(iteration)
         if os.path.realpath(checkpoint.path) != os.path.realpath(target):

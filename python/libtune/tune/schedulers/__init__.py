@@ -66,6 +66,12 @@ def _whole(name, key, value, least):
     return int(value)
 
 
+def _above_one(name, key, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 1:
+        raise ValueError(f"{name}: {key} must be a number above 1, not {value!r}")
+    return value
+
+
 def _fraction(name, key, value, low, high):
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not low <= value <= high:
         raise ValueError(f"{name}: {key} must be a number from {low} to {high}, not {value!r}")
@@ -119,10 +125,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
         self.grace_period = _whole(self._name, "grace_period", grace_period, 1)
         if self.grace_period > self.max_t:
             raise ValueError(f"{self._name}: grace_period ({grace_period}) must not be above max_t ({max_t})")
-        if isinstance(reduction_factor, bool) or not isinstance(reduction_factor, numbers.Real) \
-                or not reduction_factor > 1:
-            raise ValueError(f"{self._name}: reduction_factor must be a number above 1, not {reduction_factor!r}")
-        self.reduction_factor = reduction_factor
+        self.reduction_factor = _above_one(self._name, "reduction_factor", reduction_factor)
         self.brackets = _whole(self._name, "brackets", brackets, 1)
         _unsupported(self._name, "stop_last_trials", stop_last_trials, True,
                      "libtune stops every trial at max_t; raise max_t to let the best ones go on")
@@ -145,10 +148,7 @@ class HyperBandScheduler(TrialScheduler):
         super().__init__(metric, mode)
         _time_attr(self._name, time_attr, False)
         self.max_t = _whole(self._name, "max_t", max_t, 1)
-        if isinstance(reduction_factor, bool) or not isinstance(reduction_factor, numbers.Real) \
-                or not reduction_factor > 1:
-            raise ValueError(f"{self._name}: reduction_factor must be a number above 1, not {reduction_factor!r}")
-        self.reduction_factor = reduction_factor
+        self.reduction_factor = _above_one(self._name, "reduction_factor", reduction_factor)
         _unsupported(self._name, "stop_last_trials", stop_last_trials, True,
                      "libtune stops every trial at max_t; raise max_t to let the best ones go on")
 

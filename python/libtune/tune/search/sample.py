@@ -220,23 +220,23 @@ def qlograndint(lower, upper, q, base=10):
     return _make(Integer, "qlograndint", lower, upper, _q("qlograndint", q, whole=True))
 
 
+def _values(name, values):
+    """A non-empty list of values for ``name`` (choice, grid_search), or a ValueError."""
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+        raise ValueError(f"{name} needs a list of values, not {values!r}")
+    values = list(values)
+    if not values:
+        raise ValueError(f"{name} needs at least one value, not an empty list")
+    return values
+
+
 def choice(categories):
-    if isinstance(categories, (str, bytes, dict)) or not hasattr(categories, "__iter__"):
-        raise ValueError(f"choice needs a list of values, not {categories!r}")
-    categories = list(categories)
-    if not categories:
-        raise ValueError("choice needs at least one value, not an empty list")
-    return Categorical(categories)
+    return Categorical(_values("choice", categories))
 
 
 def grid_search(values):
     """Every value, each times num_samples: Ray's ``{"grid_search": values}``."""
-    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
-        raise ValueError(f"grid_search needs a list of values, not {values!r}")
-    values = list(values)
-    if not values:
-        raise ValueError("grid_search needs at least one value, not an empty list")
-    return {"grid_search": values}
+    return {"grid_search": _values("grid_search", values)}
 
 
 def sample_from(func):
@@ -277,8 +277,10 @@ def space_to_json(space, where="param_space"):
                 raise ValueError(f"{where}: the key {key!r} is not a string (a configuration's keys are texts)")
             inner = f"{where}.{key}" if where else key
             if key == "grid_search" and len(space) == 1:
-                if isinstance(value, (str, bytes, dict)) or not isinstance(value, (list, tuple)) or not value:
-                    raise ValueError(f"{where}: grid_search needs a non-empty list of values, not {value!r}")
+                try:
+                    value = _values("grid_search", value)
+                except ValueError:
+                    raise ValueError(f"{where}: grid_search needs a non-empty list of values, not {value!r}") from None
                 return {"grid_search": [space_to_json(v, f"{inner}[{i}]") for i, v in enumerate(value)]}
             out[key] = space_to_json(value, inner)
         # A dict that libtune's space would read as a domain ({"choice": [...]}, a weighted
