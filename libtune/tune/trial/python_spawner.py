@@ -145,8 +145,13 @@ def _print_exception(script, exc):
         sys.excepthook(type(exc), exc, exc.__traceback__)
         return
     tb = exc.__traceback__
-    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != script:
-        tb = tb.tb_next
+    if script:
+        while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != script:
+            tb = tb.tb_next
+    else:  # -m: from the module's frames on (past this file's and runpy's)
+        while tb is not None and (tb.tb_frame.f_globals.get("__name__") == "runpy" or
+                                  tb.tb_frame.f_code.co_filename == __file__):
+            tb = tb.tb_next
     traceback.print_exception(type(exc), exc, tb)
 
 

@@ -176,6 +176,16 @@ TEST_F(WarmPython, ModulesRunWithDashM) {
   std::vector<std::string> r;
   ASSERT_TRUE(p->wait(10s, r)->ok()) << p->stderr_tail();
   EXPECT_EQ(r, std::vector<std::string>{"__main__ a b"});
+  // Its exception keeps the module's frames (the trial's error and its traceback).
+  std::ofstream(dir / "pkg/boom.py") << "def f():\n    raise ValueError('lr 3 diverged')\nf()\n";
+  auto boom = start({python, "-m", "pkg.boom"});
+  ASSERT_EQ(boom->wait(10s, r)->describe(), "exit code 1");
+  auto& err = boom->stderr_tail();
+  EXPECT_NE(err.find("Traceback (most recent call last):"), std::string::npos) << err;
+  EXPECT_NE(err.find("in f\n"), std::string::npos) << err;
+  EXPECT_NE(err.find("ValueError: lr 3 diverged"), std::string::npos) << err;
+  EXPECT_EQ(err.find("_libtune_spawner"), std::string::npos) << err;
+  EXPECT_EQ(err.find("runpy"), std::string::npos) << err;
 }
 
 TEST_F(WarmPython, WhatAWarmInterpreterCannotStandInForIsExecd) {
