@@ -191,6 +191,34 @@ def get_gpu_ids():
     return device_ids()
 
 
+def init(address=None, **kwargs):
+    """Ray's ``ray.init``: which cluster the driver API's fit() runs on (the one on this
+    machine or an embedded one by default; ``address="HOST:PORT"``, ``num_cpus=``,
+    ``num_gpus=``). See libtune._cluster."""
+    from . import _cluster
+    return _cluster.init(address, **kwargs)
+
+
+def shutdown():
+    """Ray's ``ray.shutdown``: forgets init()'s choice."""
+    from . import _cluster
+    _cluster.shutdown()
+
+
+def is_initialized():
+    from . import _cluster
+    return _cluster.is_initialized()
+
+
+def __getattr__(name):
+    # ``import libtune as ray; ray.tune.Tuner``: the driver API's modules on first use
+    # (never imported by a trial that does not use them).
+    if name in ("tune", "train"):
+        import importlib
+        return importlib.import_module("." + name, __name__)
+    raise AttributeError("module 'libtune' has no attribute %r" % name)
+
+
 def restore_dir():
     """The checkpoint folder this trial starts from (``TUNE_RESTORE_DIR``), or None when
     it starts afresh or runs outside a trial."""

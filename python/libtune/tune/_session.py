@@ -4,13 +4,60 @@
 reported there, a trial that the scheduler stops does not return from ``report``."""
 
 import contextlib
+import numbers
 import os
 import shutil
+import sys
 import tempfile
 
 import libtune as _trial
 
 __all__ = ["Checkpoint", "report", "get_checkpoint", "get_context", "TuneContext"]
+
+
+class Stopped(SystemExit):
+    """Raised by report() when the trial was stopped (a scheduler, a stop criterion):
+    as in Ray the call does not return. A trial run by Tuner.fit() ends well on it."""
+
+    def __init__(self):
+        super().__init__(143)
+
+
+_warned = set()
+add_training_iteration = False  # set by the trial runner when the experiment tunes no metric of the script's
+max_iterations = None  # the experiment's stop criterion, set by the trial runner: the trial ends at it itself
+
+
+def _flatten(value, prefix, out):
+    for key, inner in value.items():
+        name = f"{prefix}{key}"
+        if isinstance(inner, dict):
+            _flatten(inner, name + "/", out)
+        else:
+            out[name] = inner
+
+
+def ray_metrics(result):
+    """A Ray result dict as libtune's metrics: nested dicts flattened with "/" (Ray's
+    names in its CSV and TensorBoard output), booleans as 0 and 1, ``done`` left to the
+    caller. A value that is not a number (a text, a list, None) cannot be stored by
+    libtune: it is left out, and said once per name on standard error."""
+    flat = {}
+    _flatten(result, "", flat)
+    out = {}
+    for name, value in flat.items():
+        if name == "done":
+            continue
+        if isinstance(value, bool):
+            out[name] = int(value)
+        elif isinstance(value, numbers.Number) or (hasattr(type(value), "__float__") and
+                                                   not isinstance(value, (str, bytes))):
+            out[name] = value
+        elif name not in _warned:
+            _warned.add(name)
+            sys.stderr.write(f"libtune: tune.report: {name!r} is {type(value).__name__} ({value!r:.60}); libtune "
+                             f"stores numbers only, so it is left out of the results (said once)\n")
+    return out
 
 
 class Checkpoint:
@@ -71,7 +118,11 @@ def report(metrics, *, checkpoint=None):
     if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
         raise TypeError(f"tune.report(checkpoint=...): give a tune.Checkpoint (Checkpoint.from_directory(path)), "
                         f"not {type(checkpoint).__name__}")
+    done = bool(metrics.get("done", False))
     iteration = _trial._next_iteration()
+    metrics = ray_metrics(metrics)
+    if add_training_iteration or not metrics:
+        metrics["training_iteration"] = iteration
     if checkpoint is not None:
         target = _trial.checkpoint_dir(iteration)
         if os.path.realpath(checkpoint.path) != os.path.realpath(target):
@@ -79,8 +130,8 @@ def report(metrics, *, checkpoint=None):
     go_on = _trial.report(metrics, iteration=iteration)
     if checkpoint is not None:
         _trial.report_checkpoint(iteration)
-    if not go_on:
-        raise SystemExit(143)  # stopped: as Ray, the call does not return
+    if not go_on or done or (max_iterations is not None and iteration >= max_iterations):
+        raise Stopped()  # stopped (or done: True): as in Ray, the call does not return
 
 
 def get_checkpoint():
@@ -97,7 +148,7 @@ class TuneContext:
         return os.environ.get("TUNE_TRIAL_ID", "")
 
     def get_trial_name(self):
-        return os.environ.get("TUNE_TRIAL_ID", "")
+        return os.environ.get("LIBTUNE_TRIAL_NAME") or os.environ.get("TUNE_TRIAL_ID", "")
 
     def get_trial_dir(self):
         return _trial.trial_dir()

@@ -1,0 +1,107 @@
+"""Runs libtune's engine (``tune run FILE``) for the driver API: on the cluster that
+``libtune.init`` named (or the one running on this machine, else an embedded one), with
+its progress on standard error, and its last standard-output line (one JSON object)
+read back. Ctrl-C stops every trial (the engine gets it too) and leaves a resumable
+experiment."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+
+from .._engine_path import tune_binary
+
+
+class TuneError(RuntimeError):
+    """libtune's engine refused the experiment or could not run it (the message is its
+    own, naming what to change)."""
+
+
+def _cluster_flags():
+    from .. import _cluster
+    return _cluster.flags()
+
+
+_LOCATION = re.compile(r"^tune run: [^:\n]*experiment\.json:\d+:\d+: ")
+
+
+def _headline(tail):
+    lines = [line for line in tail.decode("utf-8", "replace").splitlines() if line.startswith("tune run: ")]
+    if not lines:
+        return tail.decode("utf-8", "replace").strip()[-2000:] or "no output"
+    return _LOCATION.sub("", lines[-1]).removeprefix("tune run: ")
+
+
+def run(file, resume_dir=None, quiet=False):
+    """Runs ``tune run FILE`` and returns its JSON summary; raises TuneError when the
+    engine refused the experiment, KeyboardInterrupt after Ctrl-C (once every trial
+    has stopped)."""
+    argv = [tune_binary(), "run", file] + _cluster_flags()
+    env = dict(os.environ)
+    env.pop("TUNE_RESUME_DIR", None)
+    if resume_dir:
+        env["TUNE_RESUME_DIR"] = resume_dir
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    tail = bytearray()
+    out = bytearray()
+
+    def forward():
+        err = sys.stderr
+        while True:
+            chunk = os.read(proc.stderr.fileno(), 65536)
+            if not chunk:
+                return
+            tail.extend(chunk)
+            del tail[:-16384]
+            if quiet:
+                continue
+            try:
+                err.buffer.write(chunk) if hasattr(err, "buffer") else err.write(chunk.decode("utf-8", "replace"))
+                err.flush()
+            except (OSError, ValueError):
+                pass
+
+    def collect():
+        while True:
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                return
+            out.extend(chunk)
+
+    readers = [threading.Thread(target=forward, daemon=True), threading.Thread(target=collect, daemon=True)]
+    for t in readers:
+        t.start()
+    interrupted = False
+    while True:
+        try:
+            code = proc.wait()
+            break
+        except KeyboardInterrupt:
+            # From a terminal the engine got SIGINT too; from kill(1) it did not.
+            interrupted = True
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+    for t in readers:
+        t.join()
+    proc.stdout.close()
+    proc.stderr.close()
+    if interrupted or code in (130, -signal.SIGINT):
+        where = resume_dir or os.path.dirname(os.path.dirname(os.path.abspath(file)))
+        raise KeyboardInterrupt(f"the experiment was interrupted; every trial stopped. Continue it with "
+                                f"Tuner.restore({where!r}, trainable).fit() (or `tune resume {where}`)")
+    summary = None
+    for line in reversed(bytes(out).decode("utf-8", "replace").splitlines()):
+        if line.startswith("{"):
+            try:
+                summary = json.loads(line)
+                break
+            except ValueError:
+                continue
+    if summary is None:
+        from .. import _cluster
+        where = _cluster.describe()
+        raise TuneError((f"{where}: " if where else "") + _headline(bytes(tail)))
+    return summary

@@ -1,0 +1,136 @@
+"""A trial of a Python trainable: ``python -m libtune.tune._function_trial trainable.pkl
+[--sys-path DIR ...]``, the command Tuner.fit() gives libtune's engine. It unpickles the
+trainable (written by the driver with cloudpickle, shipped with the experiment's
+folder), and runs it on the trial's config: a function is called (a dict it returns is
+its last result), a Trainable class is stepped, checkpointed and restored. An
+exception ends the trial in error with its traceback on standard error, whose last
+line is the trial's error headline."""
+
+import os
+import pickle
+import sys
+
+
+def _args(argv):
+    if len(argv) < 1:
+        raise SystemExit("usage: python -m libtune.tune._function_trial TRAINABLE.pkl [--sys-path DIR ...]")
+    path, paths, rest = argv[0], [], argv[1:]
+    while rest:
+        if rest[0] != "--sys-path" or len(rest) < 2:
+            raise SystemExit(f"libtune.tune._function_trial: unexpected argument {rest[0]!r}")
+        paths.append(rest[1])
+        rest = rest[2:]
+    return path, paths
+
+
+def _load(path, paths):
+    # The driver's folders, where they exist on this node, after the trial's own: a
+    # module of the driver pickled by reference is found as when the driver ran it.
+    for folder in paths:
+        if os.path.isdir(folder) and folder not in sys.path:
+            sys.path.append(folder)
+    with open(path, "rb") as f:
+        return pickle.load(f)
+
+
+def _run_function(fn, config, params):
+    from . import _session
+    out = fn(config, **params)
+    if hasattr(out, "__next__"):  # a generator: each value is a result
+        for result in out:
+            if result is not None:
+                _session.report(result)
+        return
+    if isinstance(out, dict):
+        _session.report(out)
+    elif out is not None:
+        raise TypeError(f"the trainable returned {type(out).__name__}: a trainable function returns nothing or its "
+                        f"last result (a dict)")
+
+
+_DICT_CHECKPOINT = "_trainable_state.pkl"
+
+
+def _save(trainable, iteration):
+    import libtune
+    folder = libtune.checkpoint_dir(iteration)
+    state = trainable.save_checkpoint(folder)
+    if isinstance(state, dict):
+        with open(os.path.join(folder, _DICT_CHECKPOINT), "wb") as f:
+            pickle.dump(state, f)
+    elif state is not None and not (isinstance(state, (str, os.PathLike)) and
+                                    os.path.realpath(state) == os.path.realpath(folder)):
+        raise TypeError(f"{type(trainable).__name__}.save_checkpoint() returned {type(state).__name__}: write the "
+                        f"files into checkpoint_dir and return None, or return a dict")
+    return folder
+
+
+def _run_class(cls, config, params, options):
+    import libtune
+    from . import _session
+    libtune.should_stop()  # stop-aware: a stop ends the step in progress, then the loop
+    trainable = cls(config, **params)
+    start = libtune.restore_dir()
+    if start:
+        state_file = os.path.join(start, _DICT_CHECKPOINT)
+        if os.path.exists(state_file):
+            with open(state_file, "rb") as f:
+                trainable.load_checkpoint(pickle.load(f))
+        else:
+            trainable.load_checkpoint(start)
+        trainable._iteration = libtune.restore_iteration() or 0
+    every = options.get("checkpoint_frequency", 0)
+    at_end = options.get("checkpoint_at_end", False)
+    try:
+        while True:
+            result = trainable.step()
+            if not isinstance(result, dict):
+                raise TypeError(f"{cls.__name__}.step() returned {type(result).__name__}: return the step's "
+                                f"result as a dict of metrics")
+            trainable._iteration += 1
+            iteration = trainable._iteration
+            done = bool(result.get("done", False))
+            save = (every and iteration % every == 0) or (done and at_end)
+            if save:
+                _save(trainable, iteration)
+            metrics = _session.ray_metrics(result)
+            if _session.add_training_iteration or not metrics:
+                metrics["training_iteration"] = iteration
+            go_on = libtune.report(metrics, iteration=iteration)
+            if save:
+                libtune.report_checkpoint(iteration)
+            limit = _session.max_iterations
+            if done or not go_on or (limit is not None and iteration >= limit):
+                if at_end and not save:
+                    _save(trainable, iteration)
+                    libtune.report_checkpoint(iteration)
+                break
+    finally:
+        trainable.cleanup()
+
+
+def main(argv):
+    path, paths = _args(argv)
+    import libtune
+    from . import _session
+    payload = _load(path, paths)
+    config = libtune.config()
+    trainable, params = payload["trainable"], payload.get("parameters", {})
+    _session.add_training_iteration = payload.get("add_training_iteration", False)
+    _session.max_iterations = payload.get("max_iterations")
+    creator = payload.get("trial_name_creator")
+    if creator is not None:
+        from .tuner import _Trial
+        os.environ["LIBTUNE_TRIAL_NAME"] = str(creator(_Trial(libtune.trial_id(), config, payload.get("name", ""),
+                                                              payload.get("experiment_name", ""))))
+    try:
+        if isinstance(trainable, type):
+            _run_class(trainable, config, params, payload)
+        else:
+            _run_function(trainable, config, params)
+    except _session.Stopped:
+        pass  # the scheduler or a stop criterion ended it: a trial that ended well
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

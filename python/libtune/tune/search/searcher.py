@@ -1,0 +1,239 @@
+"""Ray Tune's search algorithms under their names, on libtune's own (docs/tuner.md):
+random (``BasicVariantGenerator``), grid, TPE, GP and BOHB, each turning into the
+``search`` of libtune's experiment (``to_json()``). Ray's ``OptunaSearch`` and
+``HyperOptSearch`` are libtune's TPE (said once), ``BayesOptSearch`` its GP, ``TuneBOHB``
+its BOHB. Arguments libtune cannot honour are errors naming them."""
+
+import numbers
+import warnings
+
+from .sample import space_to_json
+
+__all__ = ["Searcher", "BasicVariantGenerator", "ConcurrencyLimiter", "RandomSearch", "GridSearch", "TPESearch",
+           "GPSearch", "BOHBSearch", "OptunaSearch", "HyperOptSearch", "BayesOptSearch", "TuneBOHB"]
+
+_said = set()
+
+
+def _say_once(key, text):
+    if key not in _said:
+        _said.add(key)
+        warnings.warn(text, stacklevel=4)
+
+
+def _points(name, points):
+    if points is None:
+        return None
+    if not isinstance(points, (list, tuple)) or not all(isinstance(p, dict) for p in points):
+        raise ValueError(f"{name}: points_to_evaluate must be a list of configs (dicts), not {points!r}")
+    return [space_to_json(p, f"{name}.points_to_evaluate[{i}]") for i, p in enumerate(points)]
+
+
+def _no_space(name, space):
+    if space is not None:
+        raise ValueError(f"{name}: a search space of its own (space=...) is not supported: give the space as "
+                         f"Tuner(param_space=...) with tune's domains, which every libtune search reads")
+
+
+def _whole(name, key, value, least):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        raise ValueError(f"{name}: {key} must be a whole number of at least {least}, not {value!r}")
+    return int(value)
+
+
+def _real(name, key, value, low=None, high=None):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or (low is not None and value <= low) \
+            or (high is not None and value >= high):
+        raise ValueError(f"{name}: {key}={value!r} is out of range")
+    return float(value)
+
+
+class Searcher:
+    """The base of the search algorithms: ``metric``, ``mode`` (or TuneConfig's), the
+    seed, and the entry in libtune's experiment (``to_json()``)."""
+
+    _name = "Searcher"
+    _type = None
+
+    def __init__(self, metric=None, mode=None, points_to_evaluate=None, seed=None, **options):
+        if mode not in (None, "min", "max"):
+            raise ValueError(f"{self._name}: mode must be 'min' or 'max', not {mode!r}")
+        if metric is not None and not isinstance(metric, str):
+            raise ValueError(f"{self._name}: metric must be a metric's name, not {metric!r}")
+        self.metric, self.mode = metric, mode
+        self.seed = _whole(self._name, "seed", seed, 0)
+        self._options = {k: v for k, v in options.items() if v is not None}
+        points = _points(self._name, points_to_evaluate)
+        if points:
+            self._options["points_to_evaluate"] = points
+        self.max_concurrent = None
+
+    def to_json(self):
+        return {"type": self._type, **self._options} if self._options else self._type
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.to_json()!r})"
+
+
+class RandomSearch(Searcher):
+    """Random search (libtune's default): num_samples draws of the space, grid_search
+    values each in turn."""
+    _name, _type = "RandomSearch", "random"
+
+    def __init__(self, points_to_evaluate=None, random_state=None, metric=None, mode=None):
+        super().__init__(metric, mode, points_to_evaluate, random_state)
+
+
+class BasicVariantGenerator(RandomSearch):
+    """Ray's default search: random draws and grid_search (libtune's random search)."""
+    _name = "BasicVariantGenerator"
+
+    def __init__(self, points_to_evaluate=None, max_concurrent=0, constant_grid_search=False, random_state=None):
+        super().__init__(points_to_evaluate, random_state)
+        if constant_grid_search:
+            raise ValueError("BasicVariantGenerator(constant_grid_search=True) is not supported: libtune draws the "
+                             "random parameters anew for each grid point")
+        self.max_concurrent = _whole(self._name, "max_concurrent", max_concurrent, 0) or None
+
+
+class GridSearch(Searcher):
+    """Every point of the grid (grid_search values, choice's categories)."""
+    _name, _type = "GridSearch", "grid"
+
+    def __init__(self, metric=None, mode=None):
+        super().__init__(metric, mode)
+
+
+class TPESearch(Searcher):
+    """libtune's TPE (Optuna's and Hyperopt's algorithm; docs/tuner.md has its options)."""
+    _name, _type = "TPESearch", "tpe"
+
+    def __init__(self, metric=None, mode=None, points_to_evaluate=None, seed=None, n_startup_trials=None,
+                 n_ei_candidates=None, gamma=None, max_below=None, prior_weight=None, multivariate=None,
+                 constant_liar=None):
+        n = self._name
+        super().__init__(metric, mode, points_to_evaluate, seed,
+                         n_startup_trials=_whole(n, "n_startup_trials", n_startup_trials, 1),
+                         n_ei_candidates=_whole(n, "n_ei_candidates", n_ei_candidates, 1),
+                         gamma=_real(n, "gamma", gamma, 0, 1), max_below=_whole(n, "max_below", max_below, 1),
+                         prior_weight=_real(n, "prior_weight", prior_weight, 0),
+                         multivariate=multivariate, constant_liar=constant_liar)
+
+
+class GPSearch(Searcher):
+    """libtune's Gaussian-process search (BayesOpt's kind; docs/tuner.md)."""
+    _name, _type = "GPSearch", "gp"
+
+    def __init__(self, metric=None, mode=None, points_to_evaluate=None, seed=None, n_startup_trials=None,
+                 n_candidates=None, n_local=None, fantasize_pending=None, max_fit_trials=None):
+        n = self._name
+        super().__init__(metric, mode, points_to_evaluate, seed,
+                         n_startup_trials=_whole(n, "n_startup_trials", n_startup_trials, 1),
+                         n_candidates=_whole(n, "n_candidates", n_candidates, 1),
+                         n_local=_whole(n, "n_local", n_local, 0), fantasize_pending=fantasize_pending,
+                         max_fit_trials=_whole(n, "max_fit_trials", max_fit_trials, 4))
+
+
+class BOHBSearch(Searcher):
+    """libtune's BOHB (with HyperBandScheduler, as Ray's TuneBOHB with HyperBandForBOHB)."""
+    _name, _type = "BOHBSearch", "bohb"
+
+    def __init__(self, metric=None, mode=None, points_to_evaluate=None, seed=None, random_fraction=None,
+                 min_points_in_model=None, gamma=None, n_ei_candidates=None):
+        n = self._name
+        super().__init__(metric, mode, points_to_evaluate, seed,
+                         random_fraction=_real(n, "random_fraction", random_fraction, -1e-12, 1 + 1e-12),
+                         min_points_in_model=_whole(n, "min_points_in_model", min_points_in_model, 0),
+                         gamma=_real(n, "gamma", gamma, 0, 1),
+                         n_ei_candidates=_whole(n, "n_ei_candidates", n_ei_candidates, 1))
+
+
+class OptunaSearch(TPESearch):
+    """Ray's OptunaSearch: libtune's TPE, which matches or beats Optuna's TPESampler
+    (bench/results). Said once."""
+    _name = "OptunaSearch"
+
+    def __init__(self, space=None, metric=None, mode=None, points_to_evaluate=None, sampler=None, seed=None,
+                 evaluated_rewards=None):
+        _no_space(self._name, space)
+        if sampler is not None and type(sampler).__name__ != "TPESampler":
+            raise ValueError(f"OptunaSearch(sampler={type(sampler).__name__}) is not supported: libtune runs its own "
+                             f"TPE (or GPSearch for a Gaussian process); leave sampler out")
+        if evaluated_rewards is not None:
+            raise ValueError("OptunaSearch(evaluated_rewards=...) is not supported: give points_to_evaluate only; "
+                             "libtune evaluates them as trials")
+        _say_once("optuna", "OptunaSearch: libtune runs its own TPE (Optuna's algorithm), not Optuna; Optuna is not "
+                            "needed")
+        super().__init__(metric, mode, points_to_evaluate, seed)
+
+
+class HyperOptSearch(TPESearch):
+    """Ray's HyperOptSearch: libtune's TPE. Said once."""
+    _name = "HyperOptSearch"
+
+    def __init__(self, space=None, metric=None, mode=None, points_to_evaluate=None, n_initial_points=20,
+                 random_state_seed=None, gamma=0.25):
+        _no_space(self._name, space)
+        _say_once("hyperopt", "HyperOptSearch: libtune runs its own TPE (Hyperopt's algorithm), not Hyperopt; "
+                              "Hyperopt is not needed")
+        super().__init__(metric, mode, points_to_evaluate, random_state_seed,
+                         n_startup_trials=n_initial_points, gamma=gamma)
+
+
+class BayesOptSearch(GPSearch):
+    """Ray's BayesOptSearch: libtune's Gaussian-process search. Said once."""
+    _name = "BayesOptSearch"
+
+    def __init__(self, space=None, metric=None, mode=None, points_to_evaluate=None, utility_kwargs=None,
+                 random_state=42, random_search_steps=10, verbose=0, patience=5, skip_duplicate=True):
+        _no_space(self._name, space)
+        if utility_kwargs is not None:
+            raise ValueError("BayesOptSearch(utility_kwargs=...) is not supported: libtune's GP uses expected "
+                             "improvement; leave it out")
+        _say_once("bayesopt", "BayesOptSearch: libtune runs its own Gaussian-process search, not bayes_opt")
+        super().__init__(metric, mode, points_to_evaluate, random_state, n_startup_trials=random_search_steps)
+
+
+class TuneBOHB(BOHBSearch):
+    """Ray's TuneBOHB: libtune's BOHB (with HyperBandScheduler). Said once."""
+    _name = "TuneBOHB"
+
+    def __init__(self, space=None, bohb_config=None, metric=None, mode=None, points_to_evaluate=None, seed=None,
+                 max_concurrent=0):
+        _no_space(self._name, space)
+        config = dict(bohb_config or {})
+        known = {"random_fraction", "min_points_in_model", "gamma", "num_samples"}
+        unknown = set(config) - known
+        if unknown:
+            raise ValueError(f"TuneBOHB(bohb_config): {', '.join(sorted(unknown))} not supported; it may have "
+                             f"random_fraction, min_points_in_model, gamma, num_samples")
+        _say_once("bohb", "TuneBOHB: libtune runs its own BOHB, not hpbandster")
+        super().__init__(metric, mode, points_to_evaluate, seed, random_fraction=config.get("random_fraction"),
+                         min_points_in_model=config.get("min_points_in_model"), gamma=config.get("gamma"),
+                         n_ei_candidates=config.get("num_samples"))
+        self.max_concurrent = _whole(self._name, "max_concurrent", max_concurrent, 0) or None
+
+
+class ConcurrencyLimiter(Searcher):
+    """At most ``max_concurrent`` trials at once for the wrapped search (it becomes
+    TuneConfig's max_concurrent_trials, the smaller of the two)."""
+    _name = "ConcurrencyLimiter"
+
+    def __init__(self, searcher, max_concurrent, batch=False):
+        if not isinstance(searcher, Searcher):
+            raise TypeError(f"ConcurrencyLimiter: wrap one of libtune.tune.search's algorithms, not "
+                            f"{type(searcher).__name__}")
+        if batch:
+            raise ValueError("ConcurrencyLimiter(batch=True) is not supported: libtune starts trials as places free")
+        self.searcher = searcher
+        self.metric, self.mode, self.seed = searcher.metric, searcher.mode, searcher.seed
+        self.max_concurrent = _whole(self._name, "max_concurrent", max_concurrent, 1)
+        if searcher.max_concurrent:
+            self.max_concurrent = min(self.max_concurrent, searcher.max_concurrent)
+
+    def to_json(self):
+        return self.searcher.to_json()

@@ -1,0 +1,385 @@
+"""Ray Tune's ``Tuner`` on libtune's engine. ``fit()`` writes the experiment into its
+folder (``tuner/experiment.json``, the file ``tune run`` reads, and
+``tuner/trainable.pkl``, the trainable pickled with cloudpickle), runs libtune's ``tune
+run`` on it (the same engine, placement, isolation, audit, schedulers, store, progress
+and dashboard as every libtune experiment) and reads the results from the store. Each
+trial runs ``python -m libtune.tune._function_trial`` with the driver's interpreter."""
+
+import json
+import os
+import sys
+import time
+
+from . import _engine
+from .config import CheckpointConfig, RunConfig, TuneConfig
+from .result_grid import ResultGrid
+from .schedulers import PopulationBasedTraining, TrialScheduler
+from .search.sample import space_to_json
+from .search.searcher import Searcher
+from .trainable import PlacementGroupFactory, Trainable, _check_trainable, is_user_path, script_dirs, unwrap
+
+__all__ = ["Tuner"]
+
+_TUNER_FOLDER = "tuner"
+_FORWARDED_ENV = ("PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONPATH")
+
+
+class _Trial:
+    """What trial_name_creator gets (Ray's Trial, the parts libtune has)."""
+
+    def __init__(self, trial_id, config, trainable_name, experiment_name):
+        self.trial_id, self.config = trial_id, config
+        self.trainable_name, self.experiment_name = trainable_name, experiment_name
+
+    def __str__(self):
+        return self.trial_id
+
+
+def _same(where, what, a, b):
+    if a is not None and b is not None and a != b:
+        raise ValueError(f"{where}: {what} is {a!r} in TuneConfig but {b!r} in the scheduler or search algorithm: "
+                         f"set it in one place (TuneConfig)")
+    return a if a is not None else b
+
+
+def _stop_to_json(stop, metric, mode):
+    out = {}
+    for key, value in (stop or {}).items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"RunConfig(stop={{{key!r}: {value!r}}}): give a number")
+        if key == "training_iteration":
+            out["max_iterations"] = int(value)
+        elif key == "time_total_s":
+            out["max_time_s"] = float(value)
+        elif key == metric and mode == "max":
+            out["metric_threshold"] = float(value)
+        elif key == metric:
+            raise ValueError(f"RunConfig(stop={{{key!r}: {value}}}): Ray stops a trial when {key} >= {value}, even with "
+                             f"mode='min', which would stop a trial whose {key} is still high; libtune does not copy "
+                             f"that. To stop when {key} falls to {value}, run `tune run` with stop: "
+                             f"{{metric_threshold: {value}}}, or stop on training_iteration")
+        else:
+            raise ValueError(f"RunConfig(stop={{{key!r}: ...}}): libtune stops trials on training_iteration, "
+                             f"time_total_s and the tuned metric ({metric!r}), not on {key!r}")
+    return out
+
+
+def _find_unpicklable(obj, name, pickler, depth=0):
+    """The name of the first part of obj that cannot be pickled (its closure, the
+    globals it uses, its defaults, a class's attributes), or name itself."""
+    parts = []
+    fn = getattr(obj, "__func__", obj)
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        for var, cell in zip(code.co_freevars, fn.__closure__ or ()):
+            try:
+                parts.append((f"{name}'s closure variable {var!r}", cell.cell_contents))
+            except ValueError:
+                pass
+        g = getattr(fn, "__globals__", {})
+        for n in code.co_names:
+            if n in g:
+                parts.append((f"the global {n!r} that {name} uses", g[n]))
+        for i, d in enumerate(fn.__defaults__ or ()):
+            parts.append((f"{name}'s default argument {i}", d))
+    elif isinstance(obj, type):
+        for n, v in vars(obj).items():
+            if not n.startswith("__"):
+                parts.append((f"{name}.{n}", v))
+    elif isinstance(obj, dict):
+        parts = [(f"{name}[{k!r}]", v) for k, v in obj.items()]
+    for label, part in parts:
+        try:
+            pickler(part)
+        except Exception:
+            return _find_unpicklable(part, label, pickler, depth + 1) if depth < 2 else label
+    return name
+
+
+def _by_value_modules():
+    """The driver's own modules (not the interpreter's, not an installed package's):
+    pickled by value, so a trial needs no copy of them (it may run on another machine)."""
+    out = []
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if path and name != "__main__" and "." not in name and is_user_path(path):
+            out.append(name)  # a package's submodules go with it
+    return out
+
+
+def _pickle(payload, where):
+    try:
+        import cloudpickle
+    except ImportError:
+        raise ImportError(f"{where}: libtune sends the trainable to its trials with cloudpickle, which is not "
+                          f"installed: pip install cloudpickle (the wheel installs it)") from None
+    registered = []
+    for name in _by_value_modules():
+        try:
+            cloudpickle.register_pickle_by_value(sys.modules[name])
+            registered.append(name)
+        except (ValueError, AttributeError):
+            pass
+    try:
+        try:
+            return cloudpickle.dumps(payload)
+        except Exception as e:
+            named = _find_unpicklable(payload["trainable"], payload["name"], cloudpickle.dumps)
+            for key, value in payload["parameters"].items():
+                try:
+                    cloudpickle.dumps(value)
+                except Exception:
+                    named = f"with_parameters' {key!r}"
+                    break
+            raise TypeError(f"{where}: {named} cannot be pickled ({type(e).__name__}: {e}), so it cannot be sent "
+                            f"to the trials: create it inside the trainable (from its config), or pass what it "
+                            f"is made from") from e
+    finally:
+        for name in registered:
+            try:
+                cloudpickle.unregister_pickle_by_value(sys.modules[name])
+            except (ValueError, KeyError):
+                pass
+
+
+def _default_name(trainable):
+    inner, _, _ = unwrap(trainable)
+    base = getattr(inner, "__name__", type(inner).__name__)
+    return f"{base}_{time.strftime('%Y-%m-%d_%H-%M-%S', time.gmtime())}"
+
+
+def _storage(run_config):
+    base = run_config.storage_path or os.path.join("~", "libtune_results")
+    return os.path.abspath(os.path.expanduser(os.fspath(base)))
+
+
+class Tuner:
+    """Ray's ``tune.Tuner``: ``Tuner(trainable, param_space=, tune_config=,
+    run_config=).fit()`` returns a ResultGrid."""
+
+    def __init__(self, trainable=None, *, param_space=None, tune_config=None, run_config=None, _tuner_kwargs=None,
+                 _tuner_internal=None, _entrypoint=None):
+        if _tuner_kwargs or _tuner_internal or _entrypoint:
+            raise TypeError("Tuner: _tuner_kwargs, _tuner_internal and _entrypoint are Ray's internals; leave them out")
+        if trainable is None:
+            raise TypeError("Tuner: give the trainable: a function of its config, or a Trainable class")
+        _check_trainable(unwrap(trainable)[0], "Tuner")
+        if param_space is not None and not isinstance(param_space, dict):
+            raise TypeError(f"Tuner(param_space=...): give a dict of parameter names to values and tune's domains, "
+                            f"e.g. {{'lr': tune.loguniform(1e-4, 1e-1)}}, not {type(param_space).__name__}")
+        if tune_config is not None and not isinstance(tune_config, TuneConfig):
+            raise TypeError(f"Tuner(tune_config=...): give a tune.TuneConfig, not {type(tune_config).__name__}")
+        if run_config is not None and not isinstance(run_config, RunConfig):
+            raise TypeError(f"Tuner(run_config=...): give a tune.RunConfig (or train.RunConfig), not "
+                            f"{type(run_config).__name__}")
+        self._trainable = trainable
+        self._space = param_space or {}
+        self._tune_config = tune_config or TuneConfig()
+        self._run_config = run_config or RunConfig()
+        self._path = None
+        self._results = None
+        self._resume = False
+        self._restored = None
+
+    # -- the experiment ----------------------------------------------------------------
+
+    def _plan(self):
+        """(the experiment file's dict, the pickled payload's dict, metric, mode)."""
+        if self._restored is not None:
+            return _restored_plan(self)
+        tc, rc = self._tune_config, self._run_config
+        inner, resources, parameters = unwrap(self._trainable)
+        name = getattr(inner, "__name__", type(inner).__name__)
+        where = f"Tuner({name})"
+        scheduler, search = tc.scheduler, tc.search_alg
+        if scheduler is not None and not isinstance(scheduler, TrialScheduler):
+            raise TypeError(f"TuneConfig(scheduler=...): give one of libtune.tune.schedulers' (ASHAScheduler, ...), "
+                            f"not {type(scheduler).__name__}")
+        if search is not None and not isinstance(search, Searcher):
+            raise TypeError(f"TuneConfig(search_alg=...): give one of libtune.tune.search's (OptunaSearch, "
+                            f"TPESearch, ...), not {type(search).__name__}")
+        metric, mode = tc.metric, tc.mode
+        for other in (scheduler, search):
+            if other is not None:
+                metric = _same("TuneConfig", "metric", metric, other.metric)
+                mode = _same("TuneConfig", "mode", mode, other.mode)
+        space = space_to_json(self._space)
+        experiment = {
+            "name": rc.name or self._name,
+            "command": [sys.executable, "-m", "libtune.tune._function_trial", "trainable.pkl"],
+            "working_dir": ".",
+            "experiment_dir": None,  # set by fit(): the experiment folder, which holds this file
+            "num_samples": tc.num_samples,
+            "space": space,
+            "progress": "none" if rc.verbose == 0 else ("table" if sys.stderr.isatty() else "lines"),
+            "env": {k: None for k in _FORWARDED_ENV if k in os.environ},
+        }
+        from .. import _cluster
+        experiment["env"].update(_cluster.env_vars())
+        experiment["env"]["LIBTUNE_EXPERIMENT_NAME"] = experiment["name"]
+        for folder in script_dirs():
+            experiment["command"] += ["--sys-path", folder]
+        no_metric = metric is None
+        if no_metric:  # Ray runs without one; libtune's engine always tunes one
+            experiment["metric"], experiment["mode"] = "training_iteration", "max"
+        else:
+            experiment["metric"], experiment["mode"] = metric, mode or "max"
+        if isinstance(resources, PlacementGroupFactory):
+            experiment["bundles"] = resources.bundles
+            experiment["strategy"] = resources.strategy.lower()
+        elif resources is not None:
+            experiment["resources_per_trial"] = resources
+        if scheduler is not None:
+            experiment["scheduler"] = scheduler.to_json()
+        limit = tc.max_concurrent_trials or 0
+        if search is not None:
+            experiment["search"] = search.to_json()
+            if search.seed is not None:
+                experiment["seed"] = search.seed
+            if search.max_concurrent:
+                limit = min(limit, search.max_concurrent) if limit else search.max_concurrent
+        if limit:
+            experiment["max_concurrent_trials"] = limit
+        if tc.time_budget_s is not None:
+            experiment["time_budget_s"] = tc.time_budget_s
+        stop = _stop_to_json(rc.stop, metric, mode or "max")
+        if stop:
+            experiment["stop"] = stop
+        if rc.failure_config.max_failures:
+            experiment["max_failures"] = rc.failure_config.max_failures
+        is_class = isinstance(inner, type) and issubclass(inner, Trainable)
+        reuse = tc.reuse_actors if tc.reuse_actors is not None else not is_class
+        if reuse:
+            experiment["reuse_workers"] = True
+        cc = rc.checkpoint_config or CheckpointConfig()
+        if not is_class and (cc.checkpoint_frequency or cc.checkpoint_at_end):
+            raise ValueError(f"{where}: CheckpointConfig(checkpoint_frequency, checkpoint_at_end) are for Trainable "
+                             f"classes; a function checkpoints itself with tune.report(metrics, checkpoint=...)")
+        every = cc.checkpoint_frequency
+        if is_class and not every and isinstance(scheduler, PopulationBasedTraining):
+            every = scheduler.to_json().get("perturbation_interval", 1)  # PBT's exploit needs a checkpoint
+        payload = {"trainable": inner, "parameters": parameters, "name": name,
+                   "checkpoint_frequency": every, "checkpoint_at_end": bool(cc.checkpoint_at_end),
+                   "add_training_iteration": no_metric, "trial_name_creator": tc.trial_name_creator,
+                   "max_iterations": stop.get("max_iterations"),
+                   "experiment_name": experiment["name"]}
+        return experiment, payload, metric, mode
+
+    @property
+    def _name(self):
+        if not hasattr(self, "_default"):
+            self._default = _default_name(self._trainable)
+        return self._default
+
+    def _write(self, path, experiment, payload):
+        experiment["experiment_dir"] = path
+        folder = os.path.join(path, _TUNER_FOLDER)
+        os.makedirs(folder, exist_ok=True)
+        data = _pickle(payload, f"Tuner({payload['name']})")
+        for file, body in (("trainable.pkl", data),
+                           ("experiment.json", (json.dumps(experiment, indent=1) + "\n").encode()),
+                           ("tuner.json", (json.dumps({"metric": experiment["metric"] if not
+                                                       payload["add_training_iteration"] else None,
+                                                       "mode": experiment["mode"],
+                                                       "checkpoint_frequency": payload["checkpoint_frequency"],
+                                                       "checkpoint_at_end": payload["checkpoint_at_end"],
+                                                       "add_training_iteration": payload["add_training_iteration"],
+                                                       "max_iterations": payload["max_iterations"]})
+                                           + "\n").encode())):
+            temp = os.path.join(folder, f".{file}.tmp")
+            with open(temp, "wb") as f:
+                f.write(body)
+            os.replace(temp, os.path.join(folder, file))
+        return os.path.join(folder, "experiment.json")
+
+    def fit(self):
+        """Runs the experiment to its end and returns its ResultGrid. A bad argument is
+        an error before any trial starts; trials that fail do not fail fit() (see
+        ResultGrid.errors). Ctrl-C stops every trial and raises KeyboardInterrupt,
+        leaving an experiment that Tuner.restore(path, trainable) continues."""
+        experiment, payload, metric, mode = self._plan()
+        if self._resume:
+            path = self._path
+        else:
+            path = os.path.join(_storage(self._run_config), experiment["name"])
+            if os.path.exists(os.path.join(path, "experiment.db")):
+                raise FileExistsError(f"{path} already holds an experiment: continue it with "
+                                      f"Tuner.restore({path!r}, trainable), or give another RunConfig(name=...)")
+        file = self._write(path, experiment, payload)
+        self._path = path
+        _engine.run(file, resume_dir=path if self._resume else None, quiet=experiment["progress"] == "none")
+        self._results = ResultGrid(path, metric, mode or ("max" if metric else None), _settings_known=True)
+        creator = payload["trial_name_creator"]
+        if creator is not None:
+            for r in self._results:
+                r.trial_name = str(creator(_Trial(r.trial_id, r.config, payload["name"], experiment["name"])))
+        return self._results
+
+    def get_results(self):
+        """The ResultGrid of the last fit(), or of the restored experiment."""
+        if self._results is None:
+            if self._path and os.path.exists(os.path.join(self._path, "experiment.db")):
+                settings = _settings(self._path)
+                self._results = ResultGrid(self._path, settings.get("metric"), settings.get("mode"),
+                                           _settings_known=True)
+            else:
+                raise RuntimeError("Tuner.get_results(): no results yet: call fit() first")
+        return self._results
+
+    @classmethod
+    def can_restore(cls, path):
+        """True when ``path`` holds an experiment that Tuner.fit() wrote."""
+        path = os.path.expanduser(os.fspath(path))
+        return os.path.exists(os.path.join(path, "experiment.db")) and \
+            os.path.exists(os.path.join(path, _TUNER_FOLDER, "experiment.json"))
+
+    @classmethod
+    def restore(cls, path, trainable, resume_unfinished=True, resume_errored=False, restart_errored=False,
+                param_space=None, storage_filesystem=None, _resume_config=None):
+        """The experiment in ``path`` (interrupted, or its driver died), to continue with
+        fit(): its finished trials and results are kept, the trials that were running
+        start again from their latest checkpoints. Give the trainable again (the same
+        code; its pickle is written anew)."""
+        path = os.path.abspath(os.path.expanduser(os.fspath(path)))
+        if not cls.can_restore(path):
+            raise FileNotFoundError(f"Tuner.restore({path!r}): no experiment of Tuner.fit() there (it needs "
+                                    f"experiment.db and {_TUNER_FOLDER}/experiment.json): give the folder that "
+                                    f"ResultGrid.experiment_path named")
+        if not resume_unfinished or resume_errored or restart_errored:
+            raise ValueError("Tuner.restore: libtune continues the unfinished trials and keeps the errored ones as they "
+                             "ended (resume_unfinished=True, resume_errored=False, restart_errored=False); other "
+                             "choices are not supported")
+        if storage_filesystem is not None or _resume_config is not None:
+            raise ValueError("Tuner.restore: storage_filesystem is not supported (a local folder only)")
+        with open(os.path.join(path, _TUNER_FOLDER, "experiment.json")) as f:
+            experiment = json.load(f)
+        if param_space is not None and space_to_json(param_space) != experiment["space"]:
+            raise ValueError("Tuner.restore(param_space=...): a restored experiment keeps its search space; leave "
+                             "param_space out (or give the same one)")
+        settings = _settings(path)
+        tuner = cls(trainable)
+        tuner._path, tuner._resume = path, True
+        tuner._restored = (experiment, settings)
+        return tuner
+
+
+def _settings(path):
+    try:
+        with open(os.path.join(path, _TUNER_FOLDER, "tuner.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _restored_plan(self):
+    experiment, settings = self._restored
+    inner, _, parameters = unwrap(self._trainable)
+    name = getattr(inner, "__name__", type(inner).__name__)
+    payload = {"trainable": inner, "parameters": parameters, "name": name,
+               "checkpoint_frequency": settings.get("checkpoint_frequency", 0),
+               "checkpoint_at_end": settings.get("checkpoint_at_end", False),
+               "add_training_iteration": settings.get("add_training_iteration", False),
+               "trial_name_creator": None, "experiment_name": experiment["name"],
+               "max_iterations": settings.get("max_iterations")}
+    return experiment, payload, settings.get("metric"), settings.get("mode")
+
