@@ -62,7 +62,6 @@ class Schedulers(unittest.TestCase):
             (lambda: S.ASHAScheduler(time_attr="time_total_s"),
              r"AsyncHyperBandScheduler: time_attr='time_total_s' is not supported.*training_iteration"),
             (lambda: S.MedianStoppingRule(time_attr="time_total_s"), r"or leave time_attr out"),
-            (lambda: S.ASHAScheduler(stop_last_trials=False), r"stop_last_trials=False is not supported"),
             (lambda: S.ASHAScheduler(max_t=4, grace_period=5), r"grace_period \(5\) must not be above max_t \(4\)"),
             (lambda: S.ASHAScheduler(max_t=0), r"max_t must be a whole number of at least 1"),
             (lambda: S.ASHAScheduler(max_t=2.5), r"max_t must be a whole number"),
@@ -86,6 +85,12 @@ class Schedulers(unittest.TestCase):
                     warnings.simplefilter("ignore")
                     with self.assertRaisesRegex(ValueError, message):
                         call()
+        # stop_last_trials=False (Ray's examples pass it with stop at max_t) is said, not refused.
+        for make in (S.ASHAScheduler, S.HyperBandScheduler, S.HyperBandForBOHB):
+            with warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always")
+                make(stop_last_trials=False)
+            self.assertTrue(any("libtune stops every trial at max_t" in str(w.message) for w in said), make)
 
 
 @unittest.skipUnless(os.environ.get("LIBTUNE_TUNE"), "LIBTUNE_TUNE (the tune CLI) is not set")

@@ -27,10 +27,12 @@ class InsideATrial(TrialTestCase):
                               tune.get_context().get_trial_dir(), libtune.get_gpu_ids()]))
         """, prelude=PRELUDE)
         lines = self.lines(report)
+        # The checkpoint goes before its result, which may end the trial (a stop criterion's
+        # SIGTERM would otherwise come between the two lines).
         self.assertEqual([(l["type"], l.get("iteration")) for l in lines],
-                         [("result", 1), ("result", 2), ("checkpoint", 2)])
-        self.assertEqual(lines[1]["metrics"], {"loss": 0.25})
-        self.assertEqual(lines[2]["dir"], "checkpoints/2")
+                         [("result", 1), ("checkpoint", 2), ("result", 2)])
+        self.assertEqual(lines[2]["metrics"], {"loss": 0.25})
+        self.assertEqual(lines[1]["dir"], "checkpoints/2")
         with open(os.path.join(self.trial_dir, "checkpoints", "2", "model.txt")) as f:
             self.assertEqual(f.read(), "weights")
         self.assertEqual(out.strip(), '[true, "trial-00003", "%s", []]' % self.trial_dir)

@@ -140,6 +140,35 @@ class Fit(unittest.TestCase):
                 self.assertEqual(f.read(), "3")
         self.assertEqual([m["acc"] for _, m in result.best_checkpoints], [4, 6])  # the two newest kept
 
+    def test_a_checkpoint_reported_with_the_result_that_ends_the_trial_is_kept(self):
+        def one_step(config):
+            tune.report({"loss": config["x"]}, checkpoint=tune.Checkpoint.from_dict({"x": config["x"]}))
+
+        grid = tune.Tuner(one_step, param_space={"x": tune.grid_search([1, 2, 3, 4, 5, 6])},
+                          tune_config=tune.TuneConfig(metric="loss", mode="min", reuse_actors=False),
+                          run_config=self.run_config(stop={"training_iteration": 1})).fit()
+        self.assertEqual(sorted(r.checkpoint.to_dict()["x"] for r in grid if r.checkpoint), [1, 2, 3, 4, 5, 6])
+
+    def test_fail_fast_stops_the_others(self):
+        def fails_or_waits(config):
+            import time
+            if config["x"] == 0:
+                raise RuntimeError("first")
+            for i in range(100):
+                time.sleep(0.1)
+                tune.report({"loss": i})
+
+        with self.assertRaises(tune.TuneError) as e:
+            tune.Tuner(fails_or_waits, param_space={"x": tune.grid_search([0, 1])},
+                       tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                       run_config=self.run_config(failure_config=tune.FailureConfig(fail_fast="raise"))).fit()
+        self.assertIn("RuntimeError: first", str(e.exception))
+        grid = tune.Tuner(fails_or_waits, param_space={"x": tune.grid_search([0, 1])},
+                          tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                          run_config=self.run_config(failure_config=tune.FailureConfig(fail_fast=True))).fit()
+        self.assertEqual(grid.num_errors, 1)
+        self.assertLess(max(len(r._history) for r in grid), 100)  # the other did not run to its end
+
     def test_a_trainable_class_with_parameters(self):
         grid = tune.Tuner(tune.with_parameters(Counter, offset=1), param_space={"start": tune.grid_search([0, 2])},
                           tune_config=tune.TuneConfig(metric="value", mode="max"),
@@ -194,10 +223,13 @@ class Fit(unittest.TestCase):
         self.assertEqual(grid.get_best_result("loss", "min").metrics["training_iteration"], 4)
 
     def test_an_existing_experiment_is_not_overwritten(self):
-        tune.Tuner(quadratic, param_space={"x": 0.5}, run_config=self.run_config(name="same")).fit()
-        with self.assertRaises(FileExistsError) as e:
-            tune.Tuner(quadratic, param_space={"x": 0.5}, run_config=self.run_config(name="same")).fit()
-        self.assertIn("Tuner.restore", str(e.exception))
+        first = tune.Tuner(quadratic, param_space={"x": 0.5}, run_config=self.run_config(name="same")).fit()
+        said = io.StringIO()
+        with contextlib.redirect_stderr(said):
+            second = tune.Tuner(quadratic, param_space={"x": 0.7}, run_config=self.run_config(name="same")).fit()
+        self.assertEqual(second.experiment_path, first.experiment_path + "-2")
+        self.assertIn("Tuner.restore", said.getvalue())
+        self.assertEqual(tune.Tuner.restore(first.experiment_path, quadratic).get_results()[0].config, {"x": 0.5})
 
 
 def stored_checkpoints(database):
@@ -309,8 +341,8 @@ class BadInput(unittest.TestCase):
             (lambda: tune.TuneConfig(trial_dirname_creator=str), "trial_dirname_creator"),
             (lambda: tune.RunConfig(callbacks=[object()]), "callbacks"),
             (lambda: tune.RunConfig(sync_config=object()), "sync_config"),
-            (lambda: tune.CheckpointConfig(num_to_keep=5), "two newest"),
-            (lambda: tune.FailureConfig(fail_fast=True), "fail_fast"),
+            (lambda: tune.CheckpointConfig(num_to_keep=0), "num_to_keep must be a whole number of at least 1"),
+            (lambda: tune.FailureConfig(fail_fast="sometimes"), "fail_fast"),
             (lambda: tune.TuneConfig(num_samples=-1), "num_samples=-1"),
             (lambda: tune.run(quadratic, keep_checkpoints_num=3), "keep_checkpoints_num"),
             (lambda: libtune.init(object_store_memory=10 ** 9), "object_store_memory"),

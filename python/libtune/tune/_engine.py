@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -35,10 +36,25 @@ def _headline(tail):
     return _LOCATION.sub("", lines[-1]).removeprefix("tune run: ")
 
 
-def run(file, resume_dir=None, quiet=False):
-    """Runs ``tune run FILE`` and returns its JSON summary; raises TuneError when the
-    engine refused the experiment, KeyboardInterrupt after Ctrl-C (once every trial
-    has stopped)."""
+def _first_error(database):
+    """(trial, error) of a trial in error in the experiment's store, or None."""
+    if not os.path.exists(database):
+        return None
+    try:
+        db = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=1)
+        try:
+            return db.execute("SELECT id, error FROM trials WHERE state = 'error' ORDER BY updated LIMIT 1").fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return None
+
+
+def run(file, resume_dir=None, quiet=False, fail_fast=False, experiment_dir=None):
+    """Runs ``tune run FILE`` and returns its JSON summary (None when fail_fast ended
+    it); raises TuneError when the engine refused the experiment (or, with
+    fail_fast="raise", when a trial failed), KeyboardInterrupt after Ctrl-C (once
+    every trial has stopped)."""
     argv = [tune_binary(), "run", file] + _cluster_flags()
     env = dict(os.environ)
     env.pop("TUNE_RESUME_DIR", None)
@@ -71,7 +87,22 @@ def run(file, resume_dir=None, quiet=False):
                 return
             out.extend(chunk)
 
+    failed = []
+    over = threading.Event()
+
+    def watch():  # fail_fast: the first trial in error stops the experiment (as Ctrl-C does)
+        database = os.path.join(experiment_dir, "experiment.db")
+        while not over.wait(0.25):
+            found = _first_error(database)
+            if found:
+                failed.append(found)
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGINT)
+                return
+
     readers = [threading.Thread(target=forward, daemon=True), threading.Thread(target=collect, daemon=True)]
+    if fail_fast and experiment_dir:
+        readers.append(threading.Thread(target=watch, daemon=True))
     for t in readers:
         t.start()
     interrupted = False
@@ -84,10 +115,16 @@ def run(file, resume_dir=None, quiet=False):
             interrupted = True
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
+    over.set()
     for t in readers:
         t.join()
     proc.stdout.close()
     proc.stderr.close()
+    if failed and not interrupted:
+        trial, error = failed[0]
+        if fail_fast == "raise":
+            raise TuneError(f"{trial} failed, and fail_fast stopped the experiment: {error}")
+        return None
     if interrupted or code in (130, -signal.SIGINT):
         where = resume_dir or os.path.dirname(os.path.dirname(os.path.abspath(file)))
         raise KeyboardInterrupt(f"the experiment was interrupted; every trial stopped. Continue it with "

@@ -93,12 +93,11 @@ def _run_class(cls, config, params, options):
             save = (every and iteration % every == 0) or (done and at_end)
             if save:
                 _save(trainable, iteration)
+                libtune.report_checkpoint(iteration)  # before its result, which may end the trial
             metrics = _session.ray_metrics(result)
             if _session.add_training_iteration or not metrics:
                 metrics["training_iteration"] = iteration
             go_on = libtune.report(metrics, iteration=iteration)
-            if save:
-                libtune.report_checkpoint(iteration)
             limit = _session.max_iterations
             if done or not go_on or (limit is not None and iteration >= limit):
                 if at_end and not save:

@@ -74,6 +74,30 @@ class Checkpoint:
                                     f"checkpoint's files into a folder first")
         return cls(os.path.abspath(path))
 
+    _DICT_FILE = "_dict_checkpoint.pkl"
+
+    @classmethod
+    def from_dict(cls, data):
+        """A checkpoint holding a dict (Ray 2.0-2.6's ``Checkpoint.from_dict``), pickled
+        into a new folder."""
+        import pickle
+        if not isinstance(data, dict):
+            raise TypeError(f"Checkpoint.from_dict: give a dict, not {type(data).__name__}")
+        folder = tempfile.mkdtemp(prefix="checkpoint-")
+        with open(os.path.join(folder, cls._DICT_FILE), "wb") as f:
+            pickle.dump(data, f)
+        return cls(folder)
+
+    def to_dict(self):
+        """The dict of a checkpoint made with from_dict."""
+        import pickle
+        path = os.path.join(self.path, self._DICT_FILE)
+        if not os.path.exists(path):
+            raise ValueError(f"Checkpoint.to_dict: {self.path} was not made with Checkpoint.from_dict; read its files "
+                             f"with as_directory()")
+        with open(path, "rb") as f:
+            return pickle.load(f)
+
     def to_directory(self, path=None):
         """Copies the checkpoint's files into ``path`` (a new temporary folder when None);
         returns the folder."""
@@ -127,9 +151,11 @@ def report(metrics, *, checkpoint=None):
         target = _trial.checkpoint_dir(iteration)
         if os.path.realpath(checkpoint.path) != os.path.realpath(target):
             shutil.copytree(checkpoint.path, target, dirs_exist_ok=True)
-    go_on = _trial.report(metrics, iteration=iteration)
     if checkpoint is not None:
+        # Before the result: the result may end the trial (a stop criterion, the
+        # scheduler), whose SIGTERM would otherwise come between the two lines.
         _trial.report_checkpoint(iteration)
+    go_on = _trial.report(metrics, iteration=iteration)
     if not go_on or done or (max_iterations is not None and iteration >= max_iterations):
         raise Stopped()  # stopped (or done: True): as in Ray, the call does not return
 

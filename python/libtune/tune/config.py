@@ -4,8 +4,18 @@ libtune's experiment or is refused, naming what to use instead; none is ignored.
 
 import datetime
 import numbers
+import warnings
 
 __all__ = ["TuneConfig", "RunConfig", "CheckpointConfig", "FailureConfig"]
+
+
+_said = set()
+
+
+def _say_once(key, text):
+    if key not in _said:
+        _said.add(key)
+        warnings.warn(text, stacklevel=4)
 
 
 def _refuse(where, name, value, default, instead):
@@ -73,16 +83,19 @@ class CheckpointConfig:
                  checkpoint_frequency=0, checkpoint_at_end=None, _checkpoint_keep_all_ranks="DEPRECATED",
                  _checkpoint_upload_from_workers="DEPRECATED"):
         where = "CheckpointConfig"
-        if num_to_keep is not None and num_to_keep != 2:
-            raise ValueError(f"{where}(num_to_keep={num_to_keep!r}) is not supported: libtune keeps each trial's two "
-                             f"newest checkpoints (the newest, and the one before as a fallback should the newest be "
-                             f"found corrupt); leave num_to_keep out")
+        if num_to_keep is not None:
+            _count(where, "num_to_keep", num_to_keep, 1)
+        if (num_to_keep not in (None, 2)) or checkpoint_score_attribute is not None:
+            # Which checkpoints stay on disk, not what is tuned: said, not refused.
+            _say_once("CheckpointConfig", f"{where}(num_to_keep={num_to_keep!r}, checkpoint_score_attribute="
+                                          f"{checkpoint_score_attribute!r}): libtune keeps each trial's two newest "
+                                          f"checkpoints (the newest, and the one before as a fallback should it be "
+                                          f"found corrupt), whatever these say; Result.best_checkpoints lists them "
+                                          f"with their metrics")
+        if checkpoint_score_order not in ("max", "min"):
+            raise ValueError(f"{where}: checkpoint_score_order must be 'max' or 'min', not {checkpoint_score_order!r}")
         self.num_to_keep = num_to_keep
-        _refuse(where, "checkpoint_score_attribute", checkpoint_score_attribute, None,
-                "libtune keeps the newest checkpoints, not the best-scoring ones; Result.best_checkpoints lists "
-                "each kept checkpoint with its metrics")
-        _refuse(where, "checkpoint_score_order", checkpoint_score_order, "max",
-                "it goes with checkpoint_score_attribute, which libtune does not have")
+        self.checkpoint_score_attribute = checkpoint_score_attribute
         self.checkpoint_frequency = _count(where, "checkpoint_frequency", checkpoint_frequency, 0, allow_none=False)
         if checkpoint_at_end is not None and not isinstance(checkpoint_at_end, bool):
             raise ValueError(f"{where}: checkpoint_at_end must be True or False, not {checkpoint_at_end!r}")
@@ -98,10 +111,9 @@ class FailureConfig:
         if max_failures == -1:
             max_failures = 1_000_000
         self.max_failures = _count(where, "max_failures", max_failures, 0, allow_none=False)
-        _refuse(where, "fail_fast", fail_fast, False,
-                "libtune runs every trial to its end and reports the failed ones (ResultGrid.errors); "
-                "give time_budget_s to bound the experiment")
-        self.fail_fast = fail_fast
+        if fail_fast not in (False, True, "raise"):
+            raise ValueError(f"{where}: fail_fast must be False, True or 'raise', not {fail_fast!r}")
+        self.fail_fast = fail_fast  # the first failed trial stops the others; "raise": fit() raises its error
 
 
 class RunConfig:
@@ -140,7 +152,9 @@ class RunConfig:
                             f"{type(checkpoint_config).__name__}")
         self.failure_config = failure_config or FailureConfig()
         self.checkpoint_config = checkpoint_config or CheckpointConfig()
-        if verbose is not None and (isinstance(verbose, bool) or verbose not in (0, 1, 2, 3)):
+        if isinstance(verbose, bool):
+            verbose = int(verbose)  # Ray's examples pass verbose=False
+        if verbose is not None and verbose not in (0, 1, 2, 3):
             raise ValueError(f"{where}: verbose must be 0, 1, 2 or 3, not {verbose!r}")
         self.verbose = verbose
         if stop is not None and not isinstance(stop, dict):

@@ -45,6 +45,8 @@ def _same(where, what, a, b):
 def _stop_to_json(stop, metric, mode):
     out = {}
     for key, value in (stop or {}).items():
+        if key == "done" and value is True:
+            continue  # a result with done: True ends its trial anyway
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"RunConfig(stop={{{key!r}: {value!r}}}): give a number")
         if key == "training_iteration":
@@ -151,6 +153,25 @@ def _default_name(trainable):
 def _storage(run_config):
     base = run_config.storage_path or os.path.join("~", "libtune_results")
     return os.path.abspath(os.path.expanduser(os.fspath(base)))
+
+
+def _new_folder(path):
+    """``path``, or when it already holds an experiment (a script run again with the
+    same RunConfig name) ``path-2``, ``path-3``, ...: nothing of the old one is touched,
+    and where the new one goes is said."""
+    candidate, n = path, 1
+    while True:
+        try:
+            os.makedirs(candidate, exist_ok=True)
+            os.mkdir(os.path.join(candidate, _TUNER_FOLDER))  # taken atomically: two drivers never share one
+            break
+        except FileExistsError:
+            n += 1
+            candidate = f"{path}-{n}"
+    if candidate != path:
+        sys.stderr.write(f"libtune: {path} already holds an experiment (Tuner.restore({path!r}, trainable) continues "
+                         f"it); this one goes to {candidate}\n")
+    return candidate
 
 
 class Tuner:
@@ -301,13 +322,11 @@ class Tuner:
         if self._resume:
             path = self._path
         else:
-            path = os.path.join(_storage(self._run_config), experiment["name"])
-            if os.path.exists(os.path.join(path, "experiment.db")):
-                raise FileExistsError(f"{path} already holds an experiment: continue it with "
-                                      f"Tuner.restore({path!r}, trainable), or give another RunConfig(name=...)")
+            path = _new_folder(os.path.join(_storage(self._run_config), experiment["name"]))
         file = self._write(path, experiment, payload)
         self._path = path
-        _engine.run(file, resume_dir=path if self._resume else None, quiet=experiment["progress"] == "none")
+        _engine.run(file, resume_dir=path if self._resume else None, quiet=experiment["progress"] == "none",
+                    fail_fast=self._run_config.failure_config.fail_fast, experiment_dir=path)
         self._results = ResultGrid(path, metric, mode or ("max" if metric else None), _settings_known=True)
         creator = payload["trial_name_creator"]
         if creator is not None:

@@ -12,7 +12,7 @@ import warnings
 
 from ..search.sample import space_to_json
 
-__all__ = ["TrialScheduler", "FIFOScheduler", "AsyncHyperBandScheduler", "ASHAScheduler", "HyperBandScheduler",
+__all__ = ["TrialScheduler", "FIFOScheduler", "AsyncHyperBandScheduler", "ASHAScheduler", "HyperBandScheduler", "HyperBandForBOHB",
            "MedianStoppingRule", "PopulationBasedTraining"]
 
 _ITERATION = "training_iteration"
@@ -127,8 +127,9 @@ class AsyncHyperBandScheduler(TrialScheduler):
             raise ValueError(f"{self._name}: grace_period ({grace_period}) must not be above max_t ({max_t})")
         self.reduction_factor = _above_one(self._name, "reduction_factor", reduction_factor)
         self.brackets = _whole(self._name, "brackets", brackets, 1)
-        _unsupported(self._name, "stop_last_trials", stop_last_trials, True,
-                     "libtune stops every trial at max_t; raise max_t to let the best ones go on")
+        if not stop_last_trials:
+            _say_once(f"{self._name}.stop_last_trials", f"{self._name}(stop_last_trials=False): libtune stops every "
+                                                        f"trial at max_t; raise max_t to let the best ones go on")
 
     def to_json(self):
         return {"type": "asha", "max_t": self.max_t, "grace_period": self.grace_period,
@@ -149,11 +150,19 @@ class HyperBandScheduler(TrialScheduler):
         _time_attr(self._name, time_attr, False)
         self.max_t = _whole(self._name, "max_t", max_t, 1)
         self.reduction_factor = _above_one(self._name, "reduction_factor", reduction_factor)
-        _unsupported(self._name, "stop_last_trials", stop_last_trials, True,
-                     "libtune stops every trial at max_t; raise max_t to let the best ones go on")
+        if not stop_last_trials:
+            _say_once(f"{self._name}.stop_last_trials", f"{self._name}(stop_last_trials=False): libtune stops every "
+                                                        f"trial at max_t; raise max_t to let the best ones go on")
 
     def to_json(self):
         return {"type": "hyperband", "max_t": self.max_t, "reduction_factor": self.reduction_factor}
+
+
+class HyperBandForBOHB(HyperBandScheduler):
+    """Ray's HyperBand for BOHB (with TuneBOHB): libtune's ``hyperband``, which its BOHB
+    search works with."""
+
+    _name = "HyperBandForBOHB"
 
 
 class MedianStoppingRule(TrialScheduler):

@@ -301,5 +301,9 @@ def space_to_json(space, where="param_space"):
         if not math.isfinite(space):
             raise ValueError(f"{where}: {space!r} cannot be a constant of the space (JSON has no NaN or infinity)")
         return float(space)
+    if callable(space):
+        raise ValueError(f"{where}: a function ({getattr(space, '__name__', space)!r}) cannot go in the search space: "
+                         f"libtune's search and schedulers run in its engine, not in Python. Give one of tune's "
+                         f"domains (e.g. tune.uniform(0.0001, 0.02) for random.uniform(0.0001, 0.02)) or a list")
     raise ValueError(f"{where}: {type(space).__name__} {space!r} cannot go in the search space (numbers, texts, "
                      f"lists, dicts and tune's domains can): pass large objects with tune.with_parameters")

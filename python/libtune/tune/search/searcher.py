@@ -192,8 +192,8 @@ class BayesOptSearch(GPSearch):
                  random_state=42, random_search_steps=10, verbose=0, patience=5, skip_duplicate=True):
         _no_space(self._name, space)
         if utility_kwargs is not None:
-            raise ValueError("BayesOptSearch(utility_kwargs=...) is not supported: libtune's GP uses expected "
-                             "improvement; leave it out")
+            _say_once("bayesopt.utility", f"BayesOptSearch(utility_kwargs={utility_kwargs!r}): libtune's GP uses "
+                                          f"expected improvement, whatever the utility given; leave it out")
         _say_once("bayesopt", "BayesOptSearch: libtune runs its own Gaussian-process search, not bayes_opt")
         super().__init__(metric, mode, points_to_evaluate, random_state, n_startup_trials=random_search_steps)
 
