@@ -84,10 +84,8 @@ installed=$("$work/venv/bin/python" -m pip list --disable-pip-version-check 2>/d
 say "ok: pip install into a fresh venv of $(/usr/bin/python3 --version): $installed"
 
 # Everything below: the source and build trees hidden, a clean environment.
-hide=()
-if [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null; then
-  hide=(unshare -m sh -c 'mount -t tmpfs none "$1" && mount -t tmpfs none "$2" && shift 2 && exec "$@"'
-        sh "$build" "$source_dir")
+. "$source_dir/tests/hide_trees.sh"
+if hide_trees "$build" "$source_dir"; then
   say "running with $build and $source_dir hidden"
 else
   say "not root: running with the source and build trees in place (not on PATH or PYTHONPATH)"

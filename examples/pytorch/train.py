@@ -102,6 +102,22 @@ class MLP(nn.Module):
         return self.net(x)
 
 
+def one_epoch(model, opt, x, y, batch):
+    """One pass over (x, y) in shuffled minibatches of `batch`: the mean loss (a tensor,
+    read once at the end) and the number of minibatches."""
+    order = torch.randperm(x.shape[0], device=x.device)
+    total, seen = 0.0, 0
+    for i in range(0, x.shape[0] - batch + 1, batch):
+        idx = order[i:i + batch]
+        loss = F.cross_entropy(model(x[idx]), y[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        total += loss.detach()
+        seen += 1
+    return total / max(seen, 1), seen
+
+
 @torch.no_grad()
 def accuracy(model, x, y, batch=4096):
     model.eval()
@@ -156,17 +172,8 @@ def main():
     batch = int(cfg["batch_size"])
     for epoch in range(start + 1, epochs + 1):
         t_epoch = time.time()
-        order = torch.randperm(xtr.shape[0], device=device)
-        total, seen = 0.0, 0
-        for i in range(0, xtr.shape[0] - batch + 1, batch):
-            idx = order[i:i + batch]
-            loss = F.cross_entropy(model(xtr[idx]), ytr[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total += loss.detach()
-            seen += 1
-        train_loss = (total / max(seen, 1)).item()
+        mean_loss, seen = one_epoch(model, opt, xtr, ytr, batch)
+        train_loss = mean_loss.item()
         seconds = time.time() - t_epoch
         metrics = {"val_acc": accuracy(model, xval, yval), "train_loss": train_loss,
                    "samples_per_s": seen * batch / seconds, "epoch": epoch}

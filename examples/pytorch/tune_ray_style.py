@@ -21,9 +21,8 @@ from libtune import train, tune
 from libtune.tune.schedulers import ASHAScheduler
 
 import torch
-import torch.nn.functional as F
 
-from train import CNN, accuracy, load  # noqa: E402 (beside this script)
+from train import CNN, accuracy, load, one_epoch  # noqa: E402 (beside this script)
 
 DATA = os.environ.get("TUNE_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist")
 
@@ -45,13 +44,7 @@ def train_fashion(config):
         start = state["epoch"]
     batch = config["batch_size"]
     for epoch in range(start + 1, config["epochs"] + 1):
-        order = torch.randperm(x.shape[0], device=device)
-        for i in range(0, x.shape[0] - batch + 1, batch):
-            idx = order[i:i + batch]
-            loss = F.cross_entropy(model(x[idx]), y[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+        loss, _ = one_epoch(model, opt, x, y, batch)
         with tempfile.TemporaryDirectory() as d:
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "epoch": epoch}, os.path.join(d, "model.pt"))
             train.report({"val_acc": accuracy(model, xv, yv), "loss": loss.item(),

@@ -42,7 +42,7 @@ print(f"{sys.argv[2]}: 6 trials, best loss {r['best_loss']:.3f} (libtune {r['lib
 EOF
 }
 
-hide=()
+. "$source_dir/tests/hide_trees.sh"  # hide=() and hide_trees
 if [ "$mode" = installed ]; then
   build=$(cd "${2:?usage: test_consumer.sh installed BUILD_DIR}" && pwd)
   prefix=$work/prefix
@@ -95,9 +95,7 @@ if [ "$mode" = installed ]; then
 
   # Run with the build and source trees out of sight: a tmpfs over each (a mount
   # namespace of this command only).
-  if [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null; then
-    hide=(unshare -m sh -c 'mount -t tmpfs none "$1" && mount -t tmpfs none "$2" && shift 2 && exec "$@"'
-          sh "$build" "$source_dir")
+  if hide_trees "$build" "$source_dir"; then
     say "running with $build and $source_dir hidden"
   else
     say "not root: running with the build tree in place"
