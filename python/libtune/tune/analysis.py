@@ -84,17 +84,17 @@ class ExperimentAnalysis:
 
 
 _RUN_UNSUPPORTED = {
-    "search_alg": None, "local_dir": "storage_path", "keep_checkpoints_num": "libtune keeps the two newest",
+    "local_dir": "storage_path", "keep_checkpoints_num": "libtune keeps the two newest",
     "checkpoint_score_attr": "libtune keeps the newest checkpoints", "sync_config": None, "progress_reporter": None,
-    "log_to_file": None, "trial_name_creator": None, "trial_dirname_creator": None, "raise_on_failed_trial": None,
-    "callbacks": None, "resume": "Tuner.restore(path, trainable)", "reuse_actors": None, "server_port": None,
+    "log_to_file": None, "trial_dirname_creator": None,
+    "callbacks": None, "resume": "Tuner.restore(path, trainable)", "server_port": None,
     "export_formats": None, "restore": "Tuner.restore(path, trainable)",
 }
 
 
 def run(run_or_experiment, name=None, metric=None, mode=None, stop=None, time_budget_s=None, config=None,
         resources_per_trial=None, num_samples=1, storage_path=None, search_alg=None, scheduler=None,
-        checkpoint_config=None, verbose=None, max_failures=0, max_concurrent_trials=None, reuse_actors=None,
+        checkpoint_config=None, verbose=None, max_failures=0, max_concurrent_trials=None, reuse_actors=False,
         trial_name_creator=None, raise_on_failed_trial=True, fail_fast=False, **kwargs):
     """Ray's ``tune.run``: runs the experiment and returns an ExperimentAnalysis. With
     raise_on_failed_trial (the default, as Ray) a failed trial raises a TuneError after

@@ -37,7 +37,7 @@ class TuneConfig:
     trial_name_creator."""
 
     def __init__(self, mode=None, metric=None, search_alg=None, scheduler=None, num_samples=1,
-                 max_concurrent_trials=None, time_budget_s=None, reuse_actors=None, trial_name_creator=None,
+                 max_concurrent_trials=None, time_budget_s=None, reuse_actors=False, trial_name_creator=None,
                  trial_dirname_creator=None, chdir_to_trial_dir="DEPRECATED"):
         where = "TuneConfig"
         if mode not in (None, "min", "max"):
@@ -59,7 +59,7 @@ class TuneConfig:
             raise ValueError(f"{where}: time_budget_s must be a number of seconds > 0 (or a timedelta), not "
                              f"{time_budget_s!r}")
         self.time_budget_s = time_budget_s
-        if reuse_actors is not None and not isinstance(reuse_actors, bool):
+        if not isinstance(reuse_actors, bool):
             raise ValueError(f"{where}: reuse_actors must be True or False, not {reuse_actors!r}")
         self.reuse_actors = reuse_actors
         if trial_name_creator is not None and not callable(trial_name_creator):

@@ -269,8 +269,7 @@ class Tuner:
         if rc.failure_config.max_failures:
             experiment["max_failures"] = rc.failure_config.max_failures
         is_class = isinstance(inner, type) and issubclass(inner, Trainable)
-        reuse = tc.reuse_actors if tc.reuse_actors is not None else not is_class
-        if reuse:
+        if tc.reuse_actors:  # as Ray 2.60, off by default
             experiment["reuse_workers"] = True
         cc = rc.checkpoint_config or CheckpointConfig()
         if not is_class and (cc.checkpoint_frequency or cc.checkpoint_at_end):
