@@ -51,6 +51,9 @@ def init(address=None, *, num_cpus=None, num_gpus=None, include_dashboard=None, 
         if value is not None:
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or value < 0:
                 raise ValueError(f"libtune.init({key}={value!r}): give a number >= 0")
+            if key != "num_cpus" and value != int(value):
+                raise ValueError(f"libtune.init({key}={value!r}): give a whole number (a share of a card is a trial's "
+                                 f"request: with_resources(fn, {{'gpu': 0.25}}))")
             local = True
     if include_dashboard and dashboard_port is None:
         dashboard_port = 8265

@@ -354,6 +354,7 @@ class BadInput(unittest.TestCase):
             (lambda: tune.run(quadratic, keep_checkpoints_num=3), "keep_checkpoints_num"),
             (lambda: libtune.init(object_store_memory=10 ** 9), "object_store_memory"),
             (lambda: libtune.init(address="ray://head:10001"), "without a scheme"),
+            (lambda: libtune.init(num_gpus=0.5), "num_gpus=0.5): give a whole number"),
             (lambda: OptunaSearch(space={"x": 1}), "param_space"),
         ]
         for make, named in cases:
