@@ -240,6 +240,9 @@ class Tuner:
         experiment["env"]["LIBTUNE_EXPERIMENT_NAME"] = experiment["name"]
         for folder in script_dirs():
             experiment["command"] += ["--sys-path", folder]
+        if metric is not None and mode is None:
+            raise ValueError(f"TuneConfig(metric={metric!r}): give mode='min' or mode='max' too (whether a higher "
+                             f"{metric} is better)")
         no_metric = metric is None
         if no_metric:  # Ray runs without one; libtune's engine always tunes one
             experiment["metric"], experiment["mode"] = "training_iteration", "max"
@@ -291,11 +294,10 @@ class Tuner:
             self._default = _default_name(self._trainable)
         return self._default
 
-    def _write(self, path, experiment, payload):
+    def _write(self, path, experiment, payload, data):
         experiment["experiment_dir"] = path
         folder = os.path.join(path, _TUNER_FOLDER)
         os.makedirs(folder, exist_ok=True)
-        data = _pickle(payload, f"Tuner({payload['name']})")
         for file, body in (("trainable.pkl", data),
                            ("experiment.json", (json.dumps(experiment, indent=1) + "\n").encode()),
                            ("tuner.json", (json.dumps({"metric": experiment["metric"] if not
@@ -318,11 +320,12 @@ class Tuner:
         ResultGrid.errors). Ctrl-C stops every trial and raises KeyboardInterrupt,
         leaving an experiment that Tuner.restore(path, trainable) continues."""
         experiment, payload, metric, mode = self._plan()
+        data = _pickle(payload, f"Tuner({payload['name']})")  # before any folder is made
         if self._resume:
             path = self._path
         else:
             path = _new_folder(os.path.join(_storage(self._run_config), experiment["name"]))
-        file = self._write(path, experiment, payload)
+        file = self._write(path, experiment, payload, data)
         self._path = path
         _engine.run(file, resume_dir=path if self._resume else None, quiet=experiment["progress"] == "none",
                     fail_fast=self._run_config.failure_config.fail_fast, experiment_dir=path)
