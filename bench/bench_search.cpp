@@ -30,7 +30,7 @@
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
-#include "tune/tuner/pareto.hpp"
+#include "tune/core/pareto.hpp"
 #include "tune/tuner/problems.hpp"
 #include "tune/tuner/search.hpp"
 

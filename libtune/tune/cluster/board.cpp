@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "tune/core/json_text.hpp"
-#include "tune/tuner/pareto.hpp"
+#include "tune/core/pareto.hpp"
 
 namespace tune {
 

@@ -1,7 +1,7 @@
 #include "tune/tuner/export.hpp"
 #include "tune/core/json_text.hpp"
 #include "tune/core/utf8.hpp"
-#include "tune/tuner/pareto.hpp"
+#include "tune/core/pareto.hpp"
 
 #include <cmath>
 #include <cstdio>

@@ -4,7 +4,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tune/tuner/pareto.hpp"
+#include "tune/core/pareto.hpp"
 #include "tune/tuner/scheduler_impl.hpp"
 
 namespace tune {

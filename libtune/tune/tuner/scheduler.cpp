@@ -1,7 +1,7 @@
 // The trial scheduler protocol (id checks, pause/resume queues), FIFO, ASHA and the
 // factory. Median stopping, HyperBand and PBT live in their own files.
 #include "tune/tuner/scheduler.hpp"
-#include "tune/tuner/pareto.hpp"
+#include "tune/core/pareto.hpp"
 
 #include <algorithm>
 #include <cmath>

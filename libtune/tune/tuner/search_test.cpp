@@ -1,6 +1,6 @@
 #include "tune/tuner/search.hpp"
 #include "tune/tuner/search_testing.hpp"
-#include "tune/tuner/pareto.hpp"
+#include "tune/core/pareto.hpp"
 #include "tune/tuner/problems.hpp"
 
 #include <gtest/gtest.h>

@@ -14,7 +14,7 @@
 //  - independent: each parameter is drawn from l's marginal at its path (the trials
 //    that had it, plus the prior) and scored by the marginals' ratio on its own.
 #include "tune/tuner/axis.hpp"
-#include "tune/tuner/pareto.hpp"
+#include "tune/core/pareto.hpp"
 #include "tune/tuner/search.hpp"
 
 #include <algorithm>

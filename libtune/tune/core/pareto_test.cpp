@@ -1,5 +1,5 @@
 // Dominance, fronts and hypervolumes, against values worked out by hand.
-#include "tune/tuner/pareto.hpp"
+#include "tune/core/pareto.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "tune/tuner/pareto.hpp"
+#include "tune/core/pareto.hpp"
 
 #include <algorithm>
 #include <cmath>
