@@ -5,7 +5,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tune/train/rng.hpp"
+#include "tune/core/splitmix.hpp"
 #include "tune/tuner/scheduler_impl.hpp"
 
 namespace tune::detail {
@@ -134,7 +134,7 @@ class pbt_scheduler final : public trial_scheduler {
     int64_t order = 0;
   };
   pbt o_;
-  train::rng rng_;
+  splitmix_rng rng_;
   std::unordered_map<std::string, state> trials_;
   std::vector<std::string> order_;
 };

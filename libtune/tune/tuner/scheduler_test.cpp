@@ -7,7 +7,7 @@
 #include <map>
 #include <set>
 
-#include "tune/train/rng.hpp"
+#include "tune/core/splitmix.hpp"
 
 namespace tune {
 namespace {
@@ -413,7 +413,7 @@ TEST(Pbt, ExploitAndExploreWithAFixedSeed) {
   const auto& e = *r->exploit;
   // The draws, in order, from splitmix64(42): donor index among the top 2 (t6, t7),
   // then per mutation a uniform for "resample?", then the resample or perturbation draw.
-  train::rng g(42);
+  splitmix_rng g(42);
   const std::string donor = g.below(2) == 0 ? "t6" : "t7";
   EXPECT_EQ(e.trial, "t2");
   EXPECT_EQ(e.donor, donor);
@@ -476,7 +476,7 @@ struct curve {
 };
 
 std::vector<curve> objective(uint64_t seed, int n) {
-  train::rng g(seed);
+  splitmix_rng g(seed);
   std::vector<curve> out;
   for (int i = 0; i < n; ++i) {
     const double v_inf = 0.5 + 0.45 * g.uniform();
@@ -496,7 +496,7 @@ struct outcome {
 // iteration and reports; pauses, resumes and stops as the scheduler says.
 outcome simulate(trial_scheduler& s, const std::vector<curve>& cs, int64_t max_t, int workers, uint64_t noise_seed,
                  double noise = 0.005) {
-  train::rng g(noise_seed);
+  splitmix_rng g(noise_seed);
   outcome out;
   std::map<std::string, int64_t> iter;  // trial -> iterations done
   std::vector<std::string> running;
