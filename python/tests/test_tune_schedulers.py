@@ -15,6 +15,7 @@ import warnings
 
 from libtune import tune
 from libtune.tune import schedulers as S
+from libtune.tune import _checks
 
 
 class Schedulers(unittest.TestCase):
@@ -42,7 +43,7 @@ class Schedulers(unittest.TestCase):
     def test_time_based_defaults_become_iterations_and_say_so(self):
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
-            S._said.clear()
+            _checks._said.clear()  # the said-once warnings, shared by the driver API
             self.assertEqual(S.MedianStoppingRule().to_json()["grace_period"], 1)
             S.MedianStoppingRule()
             self.assertEqual(S.PopulationBasedTraining(hyperparam_mutations={"lr": [0.1, 0.01]})

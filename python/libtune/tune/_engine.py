@@ -14,16 +14,12 @@ import sys
 import threading
 
 from .._engine_path import tune_binary
+from .result_grid import open_store
 
 
 class TuneError(RuntimeError):
     """libtune's engine refused the experiment or could not run it (the message is its
     own, naming what to change)."""
-
-
-def _cluster_flags():
-    from .. import _cluster
-    return _cluster.flags()
 
 
 _LOCATION = re.compile(r"^tune run: [^:\n]*experiment\.json:\d+:\d+: ")
@@ -36,30 +32,33 @@ def _headline(tail):
     return _LOCATION.sub("", lines[-1]).removeprefix("tune run: ")
 
 
-def _first_error(database):
-    """(trial, error) of a trial in error in the experiment's store, or None."""
-    if not os.path.exists(database):
+def _first_error(experiment_dir):
+    """(trial, error) of a trial in error in the experiment's store, or None (also while
+    there is no store yet)."""
+    try:
+        db = open_store(experiment_dir, timeout=1)
+    except FileNotFoundError:
         return None
     try:
-        db = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=1)
-        try:
-            return db.execute("SELECT id, error FROM trials WHERE state = 'error' ORDER BY updated LIMIT 1").fetchone()
-        finally:
-            db.close()
+        return db.execute("SELECT id, error FROM trials WHERE state = 'error' ORDER BY updated LIMIT 1").fetchone()
     except sqlite3.Error:
         return None
+    finally:
+        db.close()
 
 
-def run(file, resume_dir=None, quiet=False, fail_fast=False, experiment_dir=None):
-    """Runs ``tune run FILE`` and returns its JSON summary (None when fail_fast ended
-    it); raises TuneError when the engine refused the experiment (or, with
-    fail_fast="raise", when a trial failed), KeyboardInterrupt after Ctrl-C (once
-    every trial has stopped)."""
-    argv = [tune_binary(), "run", file] + _cluster_flags()
+def run(file, resume=False, quiet=False, fail_fast=False):
+    """Runs ``tune run FILE`` (the experiment folder's tuner/experiment.json) and returns
+    its JSON summary (None when fail_fast ended it); raises TuneError when the engine
+    refused the experiment (or, with fail_fast="raise", when a trial failed),
+    KeyboardInterrupt after Ctrl-C (once every trial has stopped)."""
+    from .. import _cluster
+    experiment_dir = os.path.dirname(os.path.dirname(os.path.abspath(file)))
+    argv = [tune_binary(), "run", file] + _cluster.flags()
     env = dict(os.environ)
     env.pop("TUNE_RESUME_DIR", None)
-    if resume_dir:
-        env["TUNE_RESUME_DIR"] = resume_dir
+    if resume:
+        env["TUNE_RESUME_DIR"] = experiment_dir
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     tail = bytearray()
     out = bytearray()
@@ -91,9 +90,8 @@ def run(file, resume_dir=None, quiet=False, fail_fast=False, experiment_dir=None
     over = threading.Event()
 
     def watch():  # fail_fast: the first trial in error stops the experiment (as Ctrl-C does)
-        database = os.path.join(experiment_dir, "experiment.db")
         while not over.wait(0.25):
-            found = _first_error(database)
+            found = _first_error(experiment_dir)
             if found:
                 failed.append(found)
                 if proc.poll() is None:
@@ -101,7 +99,7 @@ def run(file, resume_dir=None, quiet=False, fail_fast=False, experiment_dir=None
                 return
 
     readers = [threading.Thread(target=forward, daemon=True), threading.Thread(target=collect, daemon=True)]
-    if fail_fast and experiment_dir:
+    if fail_fast:
         readers.append(threading.Thread(target=watch, daemon=True))
     for t in readers:
         t.start()
@@ -126,9 +124,9 @@ def run(file, resume_dir=None, quiet=False, fail_fast=False, experiment_dir=None
             raise TuneError(f"{trial} failed, and fail_fast stopped the experiment: {error}")
         return None
     if interrupted or code in (130, -signal.SIGINT):
-        where = resume_dir or os.path.dirname(os.path.dirname(os.path.abspath(file)))
         raise KeyboardInterrupt(f"the experiment was interrupted; every trial stopped. Continue it with "
-                                f"Tuner.restore({where!r}, trainable).fit() (or `tune resume {where}`)")
+                                f"Tuner.restore({experiment_dir!r}, trainable).fit() (or `tune resume "
+                                f"{experiment_dir}`)")
     summary = None
     for line in reversed(bytes(out).decode("utf-8", "replace").splitlines()):
         if line.startswith("{"):

@@ -119,8 +119,8 @@ def main(argv):
     _session.max_iterations = payload.get("max_iterations")
     creator = payload.get("trial_name_creator")
     if creator is not None:
-        from .tuner import _Trial
-        os.environ["LIBTUNE_TRIAL_NAME"] = str(creator(_Trial(libtune.trial_id(), config, payload.get("name", ""),
+        from .trainable import TrialInfo
+        os.environ["LIBTUNE_TRIAL_NAME"] = str(creator(TrialInfo(libtune.trial_id(), config, payload.get("name", ""),
                                                               payload.get("experiment_name", ""))))
     try:
         if isinstance(trainable, type):

@@ -28,11 +28,13 @@ add_training_iteration = False  # set by the trial runner when the experiment tu
 max_iterations = None  # the experiment's stop criterion, set by the trial runner: the trial ends at it itself
 
 
-def _flatten(value, prefix, out):
+def flatten(value, prefix, out):
+    """The nested dict ``value`` into ``out`` as {"prefix" + "a/b": ...} (Ray's names for
+    nested results and configs in its CSV and data frames)."""
     for key, inner in value.items():
         name = f"{prefix}{key}"
         if isinstance(inner, dict):
-            _flatten(inner, name + "/", out)
+            flatten(inner, name + "/", out)
         else:
             out[name] = inner
 
@@ -43,7 +45,7 @@ def ray_metrics(result):
     caller. A value that is not a number (a text, a list, None) cannot be stored by
     libtune: it is left out, and said once per name on standard error."""
     flat = {}
-    _flatten(result, "", flat)
+    flatten(result, "", flat)
     out = {}
     for name, value in flat.items():
         if name == "done":

@@ -4,31 +4,15 @@ libtune's experiment or is refused, naming what to use instead; none is ignored.
 
 import datetime
 import numbers
-import warnings
+
+from ._checks import say_once, whole
 
 __all__ = ["TuneConfig", "RunConfig", "CheckpointConfig", "FailureConfig"]
-
-
-_said = set()
-
-
-def _say_once(key, text):
-    if key not in _said:
-        _said.add(key)
-        warnings.warn(text, stacklevel=4)
 
 
 def _refuse(where, name, value, default, instead):
     if value is not default and value != default:
         raise ValueError(f"{where}({name}={value!r}) is not supported: {instead}")
-
-
-def _count(where, name, value, least, allow_none=True):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
-        raise ValueError(f"{where}: {name} must be a whole number of at least {least}, not {value!r}")
-    return int(value)
 
 
 class TuneConfig:
@@ -50,8 +34,8 @@ class TuneConfig:
         if num_samples == -1:
             raise ValueError(f"{where}: num_samples=-1 (sample until time_budget_s) is not supported: give a number of "
                              f"trials, with time_budget_s to stop earlier")
-        self.num_samples = _count(where, "num_samples", num_samples, 1, allow_none=False)
-        self.max_concurrent_trials = _count(where, "max_concurrent_trials", max_concurrent_trials, 0)
+        self.num_samples = whole(where, "num_samples", num_samples, 1)
+        self.max_concurrent_trials = whole(where, "max_concurrent_trials", max_concurrent_trials, 0, allow_none=True)
         if isinstance(time_budget_s, datetime.timedelta):
             time_budget_s = time_budget_s.total_seconds()
         if time_budget_s is not None and (isinstance(time_budget_s, bool) or
@@ -84,10 +68,10 @@ class CheckpointConfig:
                  _checkpoint_upload_from_workers="DEPRECATED"):
         where = "CheckpointConfig"
         if num_to_keep is not None:
-            _count(where, "num_to_keep", num_to_keep, 1)
+            whole(where, "num_to_keep", num_to_keep, 1, allow_none=True)
         if (num_to_keep not in (None, 2)) or checkpoint_score_attribute is not None:
             # Which checkpoints stay on disk, not what is tuned: said, not refused.
-            _say_once("CheckpointConfig", f"{where}(num_to_keep={num_to_keep!r}, checkpoint_score_attribute="
+            say_once("CheckpointConfig", f"{where}(num_to_keep={num_to_keep!r}, checkpoint_score_attribute="
                                           f"{checkpoint_score_attribute!r}): libtune keeps each trial's two newest "
                                           f"checkpoints (the newest, and the one before as a fallback should it be "
                                           f"found corrupt), whatever these say; Result.best_checkpoints lists them "
@@ -96,7 +80,7 @@ class CheckpointConfig:
             raise ValueError(f"{where}: checkpoint_score_order must be 'max' or 'min', not {checkpoint_score_order!r}")
         self.num_to_keep = num_to_keep
         self.checkpoint_score_attribute = checkpoint_score_attribute
-        self.checkpoint_frequency = _count(where, "checkpoint_frequency", checkpoint_frequency, 0, allow_none=False)
+        self.checkpoint_frequency = whole(where, "checkpoint_frequency", checkpoint_frequency, 0)
         if checkpoint_at_end is not None and not isinstance(checkpoint_at_end, bool):
             raise ValueError(f"{where}: checkpoint_at_end must be True or False, not {checkpoint_at_end!r}")
         self.checkpoint_at_end = checkpoint_at_end
@@ -110,7 +94,7 @@ class FailureConfig:
         where = "FailureConfig"
         if max_failures == -1:
             max_failures = 1_000_000
-        self.max_failures = _count(where, "max_failures", max_failures, 0, allow_none=False)
+        self.max_failures = whole(where, "max_failures", max_failures, 0)
         if fail_fast not in (False, True, "raise"):
             raise ValueError(f"{where}: fail_fast must be False, True or 'raise', not {fail_fast!r}")
         self.fail_fast = fail_fast  # the first failed trial stops the others; "raise": fit() raises its error

@@ -8,7 +8,7 @@ import math
 import os
 import sqlite3
 
-from ._session import Checkpoint
+from ._session import Checkpoint, flatten
 
 __all__ = ["ResultGrid", "Result", "TrialError"]
 
@@ -35,14 +35,6 @@ def _pandas(what):
     return pandas
 
 
-def _flat(value, prefix, out):
-    for key, inner in value.items():
-        if isinstance(inner, dict):
-            _flat(inner, f"{prefix}{key}/", out)
-        else:
-            out[f"{prefix}{key}"] = inner
-
-
 def _number(value):
     if isinstance(value, str):  # the store keeps NaN and the infinities as texts
         try:
@@ -66,39 +58,38 @@ class Result:
         self.state = row["state"]
         self.info = row["info"]
         self._history = history
+        self.trial_name = self.trial_id  # TuneConfig(trial_name_creator=...)'s name when it has one
         self.path = os.path.join(grid.experiment_path, "trials", self.trial_id)
         self.error = None
         if row["state"] == "error":
             self.error = TrialError(self.trial_id, row["error"] or "failed", _read(os.path.join(self.path, "stderr")))
 
-    def _fields(self, r, previous_time):
-        start = self.info.get("created", self._history[0]["time"] if self._history else 0)
+    def _fields(self, i):
+        """Result ``i`` of the history with Ray's fields."""
+        r = self._history[i]
+        i %= len(self._history)
+        previous = self._history[i - 1]["time"] if i else self.info["created"]
         m = dict(r["metrics"])
         m.update({"training_iteration": r["iteration"], "trial_id": self.trial_id, "timestamp": int(r["time"]),
-                  "time_total_s": r["time"] - start, "time_this_iter_s": r["time"] - previous_time,
-                  "done": self.state in ("terminated", "error") and r is self._history[-1],
+                  "time_total_s": r["time"] - self.info["created"], "time_this_iter_s": r["time"] - previous,
+                  "done": self.state in ("terminated", "error") and i == len(self._history) - 1,
                   "pid": self.info.get("pid"), "node": self.info.get("node"), "config": self.config})
         return m
 
+    def _row(self, i):
+        """Result ``i`` as a data frame's row: the config flattened into config/... columns."""
+        row = self._fields(i)
+        flatten(row.pop("config"), "config/", row)
+        return row
+
     @property
     def metrics(self):
-        if not self._history:
-            return {}
-        previous = self._history[-2]["time"] if len(self._history) > 1 else self.info.get("created",
-                                                                                        self._history[0]["time"])
-        return self._fields(self._history[-1], previous)
+        return self._fields(-1) if self._history else {}
 
     @property
     def metrics_dataframe(self):
         pandas = _pandas("Result.metrics_dataframe")
-        rows, previous = [], self.info.get("created", self._history[0]["time"] if self._history else 0)
-        for r in self._history:
-            row = self._fields(r, previous)
-            previous = r["time"]
-            config = row.pop("config")
-            _flat(config, "config/", row)
-            rows.append(row)
-        return pandas.DataFrame(rows)
+        return pandas.DataFrame([self._row(i) for i in range(len(self._history))])
 
     def _checkpoints(self):
         folder = os.path.join(self._grid.experiment_path, "checkpoints", self.trial_id)
@@ -139,12 +130,18 @@ def _read(path, limit=64 * 1024):
         return ""
 
 
-def _load(experiment_path):
+def open_store(experiment_path, timeout=5.0):
+    """The experiment's store (experiment.db), opened read-only: the engine may be
+    writing it. FileNotFoundError when there is none."""
     database = os.path.join(experiment_path, "experiment.db")
     if not os.path.exists(database):
         raise FileNotFoundError(f"{experiment_path} holds no experiment (no experiment.db): give the folder "
                                 f"Tuner.fit() wrote (ResultGrid.experiment_path)")
-    db = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
+    return sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=timeout)
+
+
+def _load(experiment_path):
+    db = open_store(experiment_path)
     try:
         meta = {k: json.loads(v) for k, v in db.execute("SELECT key, value FROM meta")}
         trials = []
@@ -261,11 +258,7 @@ class ResultGrid:
                 scored = [h for h in r._history if _finite(h["metrics"].get(filter_metric))]
                 if scored:
                     pick = (max if filter_mode == "max" else min)(scored, key=lambda h: h["metrics"][filter_metric])
-            index = r._history.index(pick)
-            previous = r._history[index - 1]["time"] if index else r.info.get("created", pick["time"])
-            row = r._fields(pick, previous)
-            config = row.pop("config")
-            _flat(config, "config/", row)
+            row = r._row(r._history.index(pick))
             row["logdir"] = r.path
             rows.append(row)
         return pandas.DataFrame(rows)

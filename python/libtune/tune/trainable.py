@@ -73,8 +73,20 @@ class Trainable:
         return {"gpu": sum(g.share for g in cards), "gpus": cards}
 
 
-def _name(trainable):
-    inner = getattr(trainable, "_libtune_trainable", trainable)
+class TrialInfo:
+    """What trial_name_creator gets (Ray's Trial, the parts libtune has)."""
+
+    def __init__(self, trial_id, config, trainable_name, experiment_name):
+        self.trial_id, self.config = trial_id, config
+        self.trainable_name, self.experiment_name = trainable_name, experiment_name
+
+    def __str__(self):
+        return self.trial_id
+
+
+def trainable_name(trainable):
+    """The name of the function or class (through with_resources / with_parameters)."""
+    inner = unwrap(trainable)[0]
     return getattr(inner, "__name__", None) or type(inner).__name__
 
 
@@ -90,9 +102,6 @@ def _check_trainable(trainable, where):
     if not callable(trainable):
         raise TypeError(f"{where}: the trainable must be a function of its config or a Trainable class, not "
                         f"{type(trainable).__name__}")
-
-
-_RESOURCE_NAMES = {"cpu": "cpu", "gpu": "gpu", "memory": "memory", "gpu_memory": "gpu_memory"}
 
 
 def _amount(where, key, value):
@@ -168,16 +177,12 @@ class PlacementGroupFactory:
                                                                                               other.strategy)
 
 
-def _resources_of(trainable):
-    return getattr(trainable, "_libtune_resources", None)
-
-
 def with_resources(trainable, resources):
     """The trainable with the resources each of its trials holds: a dict
     ({"cpu": 1, "gpu": 0.25}) or a PlacementGroupFactory. (Ray's callable of the config
     is not supported: libtune places every trial of an experiment with the same request;
     give ``{"gpu": "auto"}`` for a measured share.)"""
-    where = f"with_resources({_name(trainable)})"
+    where = f"with_resources({trainable_name(trainable)})"
     _check_trainable(trainable, where)
     if callable(resources) and not isinstance(resources, (dict, PlacementGroupFactory)):
         raise TypeError(f"{where}: resources as a function of the config is not supported: libtune gives every trial of "
@@ -187,7 +192,8 @@ def with_resources(trainable, resources):
         request = resources
     else:
         request = resources_to_json(resources, where)
-    return _wrap(trainable, resources=request)
+    inner, _, params = unwrap(trainable)
+    return _Trainable(inner, request, params)
 
 
 def with_parameters(trainable, **kwargs):
@@ -195,22 +201,12 @@ def with_parameters(trainable, **kwargs):
     a function is called as ``trainable(config, **kwargs)``, a Trainable's ``setup`` as
     ``setup(config, **kwargs)``. The objects are pickled once into the experiment folder
     and shipped with it to every node, not put in each trial's config."""
-    where = f"with_parameters({_name(trainable)})"
+    where = f"with_parameters({trainable_name(trainable)})"
     _check_trainable(trainable, where)
     if not kwargs:
         raise TypeError(f"{where}: give the objects as keywords, e.g. with_parameters(train, data=data)")
-    params = dict(getattr(trainable, "_libtune_parameters", {}))
-    params.update(kwargs)
-    return _wrap(trainable, parameters=params)
-
-
-def _wrap(trainable, resources=None, parameters=None):
-    inner = getattr(trainable, "_libtune_trainable", trainable)
-    if resources is None:
-        resources = _resources_of(trainable)
-    if parameters is None:
-        parameters = getattr(trainable, "_libtune_parameters", {})
-    return _Trainable(inner, resources, parameters)
+    inner, resources, params = unwrap(trainable)
+    return _Trainable(inner, resources, {**params, **kwargs})
 
 
 class _Trainable:
@@ -220,7 +216,7 @@ class _Trainable:
         self._libtune_trainable = inner
         self._libtune_resources = resources
         self._libtune_parameters = parameters
-        self.__name__ = _name(inner)
+        self.__name__ = trainable_name(inner)
 
     def __call__(self, config, **kwargs):
         return self._libtune_trainable(config, **{**self._libtune_parameters, **kwargs})

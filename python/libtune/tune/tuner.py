@@ -16,23 +16,16 @@ from .result_grid import ResultGrid
 from .schedulers import PopulationBasedTraining, TrialScheduler
 from .search.sample import space_to_json
 from .search.searcher import Searcher
-from .trainable import PlacementGroupFactory, Trainable, _check_trainable, is_user_path, script_dirs, unwrap
+from .trainable import (PlacementGroupFactory, Trainable, TrialInfo, _check_trainable, is_user_path, script_dirs, trainable_name,
+                        unwrap)
 
 __all__ = ["Tuner"]
 
 _TUNER_FOLDER = "tuner"
+# What the trial runner needs besides the trainable, kept in tuner/tuner.json too, so
+# that Tuner.restore gives a new pickle of the trainable the same options.
+_RUNNER_OPTIONS = ("checkpoint_frequency", "checkpoint_at_end", "add_training_iteration", "max_iterations")
 _FORWARDED_ENV = ("PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONPATH")
-
-
-class _Trial:
-    """What trial_name_creator gets (Ray's Trial, the parts libtune has)."""
-
-    def __init__(self, trial_id, config, trainable_name, experiment_name):
-        self.trial_id, self.config = trial_id, config
-        self.trainable_name, self.experiment_name = trainable_name, experiment_name
-
-    def __str__(self):
-        return self.trial_id
 
 
 def _same(where, what, a, b):
@@ -145,9 +138,7 @@ def _pickle(payload, where):
 
 
 def _default_name(trainable):
-    inner, _, _ = unwrap(trainable)
-    base = getattr(inner, "__name__", type(inner).__name__)
-    return f"{base}_{time.strftime('%Y-%m-%d_%H-%M-%S', time.gmtime())}"
+    return f"{trainable_name(trainable)}_{time.strftime('%Y-%m-%d_%H-%M-%S', time.gmtime())}"
 
 
 def _storage(run_config):
@@ -210,7 +201,7 @@ class Tuner:
             return _restored_plan(self)
         tc, rc = self._tune_config, self._run_config
         inner, resources, parameters = unwrap(self._trainable)
-        name = getattr(inner, "__name__", type(inner).__name__)
+        name = trainable_name(inner)
         where = f"Tuner({name})"
         scheduler, search = tc.scheduler, tc.search_alg
         if scheduler is not None and not isinstance(scheduler, TrialScheduler):
@@ -247,7 +238,7 @@ class Tuner:
         if no_metric:  # Ray runs without one; libtune's engine always tunes one
             experiment["metric"], experiment["mode"] = "training_iteration", "max"
         else:
-            experiment["metric"], experiment["mode"] = metric, mode or "max"
+            experiment["metric"], experiment["mode"] = metric, mode
         if isinstance(resources, PlacementGroupFactory):
             experiment["bundles"] = resources.bundles
             experiment["strategy"] = resources.strategy.lower()
@@ -266,7 +257,7 @@ class Tuner:
             experiment["max_concurrent_trials"] = limit
         if tc.time_budget_s is not None:
             experiment["time_budget_s"] = tc.time_budget_s
-        stop = _stop_to_json(rc.stop, metric, mode or "max")
+        stop = _stop_to_json(rc.stop, metric, mode)
         if stop:
             experiment["stop"] = stop
         if rc.failure_config.max_failures:
@@ -294,20 +285,14 @@ class Tuner:
             self._default = _default_name(self._trainable)
         return self._default
 
-    def _write(self, path, experiment, payload, data):
+    def _write(self, path, experiment, payload, data, metric, mode):
         experiment["experiment_dir"] = path
         folder = os.path.join(path, _TUNER_FOLDER)
         os.makedirs(folder, exist_ok=True)
+        settings = {"metric": metric, "mode": mode, **{k: payload[k] for k in _RUNNER_OPTIONS}}
         for file, body in (("trainable.pkl", data),
                            ("experiment.json", (json.dumps(experiment, indent=1) + "\n").encode()),
-                           ("tuner.json", (json.dumps({"metric": experiment["metric"] if not
-                                                       payload["add_training_iteration"] else None,
-                                                       "mode": experiment["mode"],
-                                                       "checkpoint_frequency": payload["checkpoint_frequency"],
-                                                       "checkpoint_at_end": payload["checkpoint_at_end"],
-                                                       "add_training_iteration": payload["add_training_iteration"],
-                                                       "max_iterations": payload["max_iterations"]})
-                                           + "\n").encode())):
+                           ("tuner.json", (json.dumps(settings) + "\n").encode())):
             temp = os.path.join(folder, f".{file}.tmp")
             with open(temp, "wb") as f:
                 f.write(body)
@@ -325,15 +310,15 @@ class Tuner:
             path = self._path
         else:
             path = _new_folder(os.path.join(_storage(self._run_config), experiment["name"]))
-        file = self._write(path, experiment, payload, data)
+        file = self._write(path, experiment, payload, data, metric, mode)
         self._path = path
-        _engine.run(file, resume_dir=path if self._resume else None, quiet=experiment["progress"] == "none",
-                    fail_fast=self._run_config.failure_config.fail_fast, experiment_dir=path)
-        self._results = ResultGrid(path, metric, mode or ("max" if metric else None), _settings_known=True)
+        _engine.run(file, resume=self._resume, quiet=experiment["progress"] == "none",
+                    fail_fast=self._run_config.failure_config.fail_fast)
+        self._results = ResultGrid(path, metric, mode, _settings_known=True)
         creator = payload["trial_name_creator"]
         if creator is not None:
             for r in self._results:
-                r.trial_name = str(creator(_Trial(r.trial_id, r.config, payload["name"], experiment["name"])))
+                r.trial_name = str(creator(TrialInfo(r.trial_id, r.config, payload["name"], experiment["name"])))
         return self._results
 
     def get_results(self):
@@ -395,12 +380,8 @@ def _settings(path):
 def _restored_plan(self):
     experiment, settings = self._restored
     inner, _, parameters = unwrap(self._trainable)
-    name = getattr(inner, "__name__", type(inner).__name__)
-    payload = {"trainable": inner, "parameters": parameters, "name": name,
-               "checkpoint_frequency": settings.get("checkpoint_frequency", 0),
-               "checkpoint_at_end": settings.get("checkpoint_at_end", False),
-               "add_training_iteration": settings.get("add_training_iteration", False),
-               "trial_name_creator": None, "experiment_name": experiment["name"],
-               "max_iterations": settings.get("max_iterations")}
+    name = trainable_name(inner)
+    payload = {"trainable": inner, "parameters": parameters, "name": name, "trial_name_creator": None,
+               "experiment_name": experiment["name"], **{k: settings.get(k) for k in _RUNNER_OPTIONS}}
     return experiment, payload, settings.get("metric"), settings.get("mode")
 

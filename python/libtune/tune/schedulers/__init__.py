@@ -6,25 +6,15 @@ Ray's default is time-based (MedianStoppingRule, PopulationBasedTraining) and th
 script leaves it, the iteration-based default of libtune is taken and said once.
 An argument libtune cannot honour is an error naming it, never ignored."""
 
-import math
 import numbers
-import warnings
 
+from .._checks import say_once, whole
 from ..search.sample import space_to_json
 
-__all__ = ["TrialScheduler", "FIFOScheduler", "AsyncHyperBandScheduler", "ASHAScheduler", "HyperBandScheduler", "HyperBandForBOHB",
-           "MedianStoppingRule", "PopulationBasedTraining"]
+__all__ = ["TrialScheduler", "FIFOScheduler", "AsyncHyperBandScheduler", "ASHAScheduler", "HyperBandScheduler",
+           "HyperBandForBOHB", "MedianStoppingRule", "PopulationBasedTraining"]
 
 _ITERATION = "training_iteration"
-_said = set()
-
-
-def _say_once(key, text):
-    if key not in _said:
-        _said.add(key)
-        warnings.warn(text, stacklevel=3)
-
-
 def _check_mode(name, metric, mode):
     if metric is not None and not isinstance(metric, str):
         raise ValueError(f"{name}: metric must be a metric's name, not {metric!r}")
@@ -48,22 +38,14 @@ def _period(name, key, value, time_attr, default):
     time_attr, taken as iterations. Either is said once."""
     if time_attr is None:
         if value is None:
-            _say_once(f"{name}.{key}", f"{name}: libtune counts training iterations, not seconds: {key} is "
+            say_once(f"{name}.{key}", f"{name}: libtune counts training iterations, not seconds: {key} is "
                                        f"{default} iteration{'' if default == 1 else 's'} (Ray's default is 60 s of "
                                        f"time_total_s); pass time_attr='training_iteration', {key}=N to choose")
         else:
-            _say_once(f"{name}.{key}=", f"{name}: {key}={value!r} is taken as training iterations (libtune's "
+            say_once(f"{name}.{key}=", f"{name}: {key}={value!r} is taken as training iterations (libtune's "
                                         f"schedulers count iterations; Ray's default time_attr counts seconds); "
                                         f"pass time_attr='training_iteration' to say so")
     return default if value is None else value
-
-
-def _whole(name, key, value, least):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
-            or value != int(value) or value < least:
-        raise ValueError(f"{name}: {key} must be a whole number of at least {least} (training iterations), "
-                         f"not {value!r}")
-    return int(value)
 
 
 def _above_one(name, key, value):
@@ -121,14 +103,14 @@ class AsyncHyperBandScheduler(TrialScheduler):
                  reduction_factor=4, brackets=1, stop_last_trials=True):
         super().__init__(metric, mode)
         _time_attr(self._name, time_attr, False)
-        self.max_t = _whole(self._name, "max_t", max_t, 1)
-        self.grace_period = _whole(self._name, "grace_period", grace_period, 1)
+        self.max_t = whole(self._name, "max_t", max_t, 1, " (training iterations)")
+        self.grace_period = whole(self._name, "grace_period", grace_period, 1, " (training iterations)")
         if self.grace_period > self.max_t:
             raise ValueError(f"{self._name}: grace_period ({grace_period}) must not be above max_t ({max_t})")
         self.reduction_factor = _above_one(self._name, "reduction_factor", reduction_factor)
-        self.brackets = _whole(self._name, "brackets", brackets, 1)
+        self.brackets = whole(self._name, "brackets", brackets, 1)
         if not stop_last_trials:
-            _say_once(f"{self._name}.stop_last_trials", f"{self._name}(stop_last_trials=False): libtune stops every "
+            say_once(f"{self._name}.stop_last_trials", f"{self._name}(stop_last_trials=False): libtune stops every "
                                                         f"trial at max_t; raise max_t to let the best ones go on")
 
     def to_json(self):
@@ -148,10 +130,10 @@ class HyperBandScheduler(TrialScheduler):
                  stop_last_trials=True):
         super().__init__(metric, mode)
         _time_attr(self._name, time_attr, False)
-        self.max_t = _whole(self._name, "max_t", max_t, 1)
+        self.max_t = whole(self._name, "max_t", max_t, 1, " (training iterations)")
         self.reduction_factor = _above_one(self._name, "reduction_factor", reduction_factor)
         if not stop_last_trials:
-            _say_once(f"{self._name}.stop_last_trials", f"{self._name}(stop_last_trials=False): libtune stops every "
+            say_once(f"{self._name}.stop_last_trials", f"{self._name}(stop_last_trials=False): libtune stops every "
                                                         f"trial at max_t; raise max_t to let the best ones go on")
 
     def to_json(self):
@@ -176,8 +158,8 @@ class MedianStoppingRule(TrialScheduler):
         super().__init__(metric, mode)
         _time_attr(self._name, time_attr, True)
         grace_period = _period(self._name, "grace_period", grace_period, time_attr, 1)
-        self.grace_period = _whole(self._name, "grace_period", grace_period, 0)
-        self.min_samples_required = _whole(self._name, "min_samples_required", min_samples_required, 1)
+        self.grace_period = whole(self._name, "grace_period", grace_period, 0, " (training iterations)")
+        self.min_samples_required = whole(self._name, "min_samples_required", min_samples_required, 1)
         _unsupported(self._name, "min_time_slice", min_time_slice, 0, "libtune decides at every result")
         _unsupported(self._name, "hard_stop", hard_stop, True,
                      "libtune stops a trial below the median (Ray's hard_stop=True); it does not pause it")
@@ -203,8 +185,9 @@ class PopulationBasedTraining(TrialScheduler):
         perturbation_interval = _period(self._name, "perturbation_interval", perturbation_interval, time_attr, 10)
         if burn_in_period:
             burn_in_period = _period(self._name, "burn_in_period", burn_in_period, time_attr, 0)
-        self.perturbation_interval = _whole(self._name, "perturbation_interval", perturbation_interval, 1)
-        self.burn_in_period = _whole(self._name, "burn_in_period", burn_in_period, 0)
+        self.perturbation_interval = whole(self._name, "perturbation_interval", perturbation_interval, 1,
+                                           " (training iterations)")
+        self.burn_in_period = whole(self._name, "burn_in_period", burn_in_period, 0, " (training iterations)")
         if not hyperparam_mutations:
             raise ValueError(f"{self._name}: hyperparam_mutations is required: which parameters PBT may change, "
                              f"e.g. {{'lr': tune.loguniform(1e-4, 0.1), 'batch_size': [16, 32, 64]}}")

@@ -5,21 +5,12 @@ random (``BasicVariantGenerator``), grid, TPE, GP and BOHB, each turning into th
 its BOHB. Arguments libtune cannot honour are errors naming them."""
 
 import numbers
-import warnings
 
+from .._checks import say_once, whole
 from .sample import space_to_json
 
 __all__ = ["Searcher", "BasicVariantGenerator", "ConcurrencyLimiter", "RandomSearch", "GridSearch", "TPESearch",
            "GPSearch", "BOHBSearch", "OptunaSearch", "HyperOptSearch", "BayesOptSearch", "TuneBOHB"]
-
-_said = set()
-
-
-def _say_once(key, text):
-    if key not in _said:
-        _said.add(key)
-        warnings.warn(text, stacklevel=4)
-
 
 def _points(name, points):
     if points is None:
@@ -33,14 +24,6 @@ def _no_space(name, space):
     if space is not None:
         raise ValueError(f"{name}: a search space of its own (space=...) is not supported: give the space as "
                          f"Tuner(param_space=...) with tune's domains, which every libtune search reads")
-
-
-def _whole(name, key, value, least):
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
-        raise ValueError(f"{name}: {key} must be a whole number of at least {least}, not {value!r}")
-    return int(value)
 
 
 def _real(name, key, value, low=None, high=None):
@@ -65,7 +48,7 @@ class Searcher:
         if metric is not None and not isinstance(metric, str):
             raise ValueError(f"{self._name}: metric must be a metric's name, not {metric!r}")
         self.metric, self.mode = metric, mode
-        self.seed = _whole(self._name, "seed", seed, 0)
+        self.seed = whole(self._name, "seed", seed, 0, allow_none=True)
         self._options = {k: v for k, v in options.items() if v is not None}
         points = _points(self._name, points_to_evaluate)
         if points:
@@ -97,7 +80,7 @@ class BasicVariantGenerator(RandomSearch):
         if constant_grid_search:
             raise ValueError("BasicVariantGenerator(constant_grid_search=True) is not supported: libtune draws the "
                              "random parameters anew for each grid point")
-        self.max_concurrent = _whole(self._name, "max_concurrent", max_concurrent, 0) or None
+        self.max_concurrent = whole(self._name, "max_concurrent", max_concurrent, 0, allow_none=True) or None
 
 
 class GridSearch(Searcher):
@@ -117,9 +100,10 @@ class TPESearch(Searcher):
                  constant_liar=None):
         n = self._name
         super().__init__(metric, mode, points_to_evaluate, seed,
-                         n_startup_trials=_whole(n, "n_startup_trials", n_startup_trials, 1),
-                         n_ei_candidates=_whole(n, "n_ei_candidates", n_ei_candidates, 1),
-                         gamma=_real(n, "gamma", gamma, 0, 1), max_below=_whole(n, "max_below", max_below, 1),
+                         n_startup_trials=whole(n, "n_startup_trials", n_startup_trials, 1, allow_none=True),
+                         n_ei_candidates=whole(n, "n_ei_candidates", n_ei_candidates, 1, allow_none=True),
+                         gamma=_real(n, "gamma", gamma, 0, 1),
+                         max_below=whole(n, "max_below", max_below, 1, allow_none=True),
                          prior_weight=_real(n, "prior_weight", prior_weight, 0),
                          multivariate=multivariate, constant_liar=constant_liar)
 
@@ -132,10 +116,10 @@ class GPSearch(Searcher):
                  n_candidates=None, n_local=None, fantasize_pending=None, max_fit_trials=None):
         n = self._name
         super().__init__(metric, mode, points_to_evaluate, seed,
-                         n_startup_trials=_whole(n, "n_startup_trials", n_startup_trials, 1),
-                         n_candidates=_whole(n, "n_candidates", n_candidates, 1),
-                         n_local=_whole(n, "n_local", n_local, 0), fantasize_pending=fantasize_pending,
-                         max_fit_trials=_whole(n, "max_fit_trials", max_fit_trials, 4))
+                         n_startup_trials=whole(n, "n_startup_trials", n_startup_trials, 1, allow_none=True),
+                         n_candidates=whole(n, "n_candidates", n_candidates, 1, allow_none=True),
+                         n_local=whole(n, "n_local", n_local, 0, allow_none=True), fantasize_pending=fantasize_pending,
+                         max_fit_trials=whole(n, "max_fit_trials", max_fit_trials, 4, allow_none=True))
 
 
 class BOHBSearch(Searcher):
@@ -147,9 +131,9 @@ class BOHBSearch(Searcher):
         n = self._name
         super().__init__(metric, mode, points_to_evaluate, seed,
                          random_fraction=_real(n, "random_fraction", random_fraction, -1e-12, 1 + 1e-12),
-                         min_points_in_model=_whole(n, "min_points_in_model", min_points_in_model, 0),
+                         min_points_in_model=whole(n, "min_points_in_model", min_points_in_model, 0, allow_none=True),
                          gamma=_real(n, "gamma", gamma, 0, 1),
-                         n_ei_candidates=_whole(n, "n_ei_candidates", n_ei_candidates, 1))
+                         n_ei_candidates=whole(n, "n_ei_candidates", n_ei_candidates, 1, allow_none=True))
 
 
 class OptunaSearch(TPESearch):
@@ -166,7 +150,7 @@ class OptunaSearch(TPESearch):
         if evaluated_rewards is not None:
             raise ValueError("OptunaSearch(evaluated_rewards=...) is not supported: give points_to_evaluate only; "
                              "libtune evaluates them as trials")
-        _say_once("optuna", "OptunaSearch: libtune runs its own TPE (Optuna's algorithm), not Optuna; Optuna is not "
+        say_once("optuna", "OptunaSearch: libtune runs its own TPE (Optuna's algorithm), not Optuna; Optuna is not "
                             "needed")
         super().__init__(metric, mode, points_to_evaluate, seed)
 
@@ -178,7 +162,7 @@ class HyperOptSearch(TPESearch):
     def __init__(self, space=None, metric=None, mode=None, points_to_evaluate=None, n_initial_points=20,
                  random_state_seed=None, gamma=0.25):
         _no_space(self._name, space)
-        _say_once("hyperopt", "HyperOptSearch: libtune runs its own TPE (Hyperopt's algorithm), not Hyperopt; "
+        say_once("hyperopt", "HyperOptSearch: libtune runs its own TPE (Hyperopt's algorithm), not Hyperopt; "
                               "Hyperopt is not needed")
         super().__init__(metric, mode, points_to_evaluate, random_state_seed,
                          n_startup_trials=n_initial_points, gamma=gamma)
@@ -192,9 +176,9 @@ class BayesOptSearch(GPSearch):
                  random_state=42, random_search_steps=10, verbose=0, patience=5, skip_duplicate=True):
         _no_space(self._name, space)
         if utility_kwargs is not None:
-            _say_once("bayesopt.utility", f"BayesOptSearch(utility_kwargs={utility_kwargs!r}): libtune's GP uses "
+            say_once("bayesopt.utility", f"BayesOptSearch(utility_kwargs={utility_kwargs!r}): libtune's GP uses "
                                           f"expected improvement, whatever the utility given; leave it out")
-        _say_once("bayesopt", "BayesOptSearch: libtune runs its own Gaussian-process search, not bayes_opt")
+        say_once("bayesopt", "BayesOptSearch: libtune runs its own Gaussian-process search, not bayes_opt")
         super().__init__(metric, mode, points_to_evaluate, random_state, n_startup_trials=random_search_steps)
 
 
@@ -211,11 +195,11 @@ class TuneBOHB(BOHBSearch):
         if unknown:
             raise ValueError(f"TuneBOHB(bohb_config): {', '.join(sorted(unknown))} not supported; it may have "
                              f"random_fraction, min_points_in_model, gamma, num_samples")
-        _say_once("bohb", "TuneBOHB: libtune runs its own BOHB, not hpbandster")
+        say_once("bohb", "TuneBOHB: libtune runs its own BOHB, not hpbandster")
         super().__init__(metric, mode, points_to_evaluate, seed, random_fraction=config.get("random_fraction"),
                          min_points_in_model=config.get("min_points_in_model"), gamma=config.get("gamma"),
                          n_ei_candidates=config.get("num_samples"))
-        self.max_concurrent = _whole(self._name, "max_concurrent", max_concurrent, 0) or None
+        self.max_concurrent = whole(self._name, "max_concurrent", max_concurrent, 0, allow_none=True) or None
 
 
 class ConcurrencyLimiter(Searcher):
@@ -231,7 +215,7 @@ class ConcurrencyLimiter(Searcher):
             raise ValueError("ConcurrencyLimiter(batch=True) is not supported: libtune starts trials as places free")
         self.searcher = searcher
         self.metric, self.mode, self.seed = searcher.metric, searcher.mode, searcher.seed
-        self.max_concurrent = _whole(self._name, "max_concurrent", max_concurrent, 1)
+        self.max_concurrent = whole(self._name, "max_concurrent", max_concurrent, 1, allow_none=True)
         if searcher.max_concurrent:
             self.max_concurrent = min(self.max_concurrent, searcher.max_concurrent)
 
