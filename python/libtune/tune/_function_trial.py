@@ -10,6 +10,11 @@ import os
 import pickle
 import sys
 
+import libtune
+
+from . import _session
+from ._session import Checkpoint
+
 
 def _args(argv):
     if len(argv) < 1:
@@ -34,7 +39,6 @@ def _load(path, paths):
 
 
 def _run_function(fn, config, params):
-    from . import _session
     out = fn(config, **params)
     if hasattr(out, "__next__"):  # a generator: each value is a result
         for result in out:
@@ -48,15 +52,11 @@ def _run_function(fn, config, params):
                         f"last result (a dict)")
 
 
-_DICT_CHECKPOINT = "_trainable_state.pkl"
-
-
 def _save(trainable, iteration):
-    import libtune
     folder = libtune.checkpoint_dir(iteration)
     state = trainable.save_checkpoint(folder)
-    if isinstance(state, dict):
-        with open(os.path.join(folder, _DICT_CHECKPOINT), "wb") as f:
+    if isinstance(state, dict):  # kept as Checkpoint.from_dict keeps one
+        with open(os.path.join(folder, Checkpoint.DICT_FILE), "wb") as f:
             pickle.dump(state, f)
     elif state is not None and not (isinstance(state, (str, os.PathLike)) and
                                     os.path.realpath(state) == os.path.realpath(folder)):
@@ -66,16 +66,12 @@ def _save(trainable, iteration):
 
 
 def _run_class(cls, config, params, options):
-    import libtune
-    from . import _session
     libtune.should_stop()  # stop-aware: a stop ends the step in progress, then the loop
     trainable = cls(config, **params)
     start = libtune.restore_dir()
     if start:
-        state_file = os.path.join(start, _DICT_CHECKPOINT)
-        if os.path.exists(state_file):
-            with open(state_file, "rb") as f:
-                trainable.load_checkpoint(pickle.load(f))
+        if os.path.exists(os.path.join(start, Checkpoint.DICT_FILE)):
+            trainable.load_checkpoint(Checkpoint(start).to_dict())
         else:
             trainable.load_checkpoint(start)
         trainable._iteration = libtune.restore_iteration() or 0
@@ -110,8 +106,6 @@ def _run_class(cls, config, params, options):
 
 def main(argv):
     path, paths = _args(argv)
-    import libtune
-    from . import _session
     payload = _load(path, paths)
     config = libtune.config()
     trainable, params = payload["trainable"], payload.get("parameters", {})

@@ -4,7 +4,6 @@
 reported there, a trial that the scheduler stops does not return from ``report``."""
 
 import contextlib
-import numbers
 import os
 import shutil
 import sys
@@ -51,11 +50,13 @@ def ray_metrics(result):
         if name == "done":
             continue
         if isinstance(value, bool):
-            out[name] = int(value)
-        elif isinstance(value, numbers.Number) or (hasattr(type(value), "__float__") and
-                                                   not isinstance(value, (str, bytes))):
+            value = int(value)
+        try:
+            _trial._metric_value(name, value)  # what libtune.report takes (numpy and torch scalars too)
             out[name] = value
-        elif name not in _warned:
+        except TypeError:
+            if name in _warned:
+                continue
             _warned.add(name)
             sys.stderr.write(f"libtune: tune.report: {name!r} is {type(value).__name__} ({value!r:.60}); libtune "
                              f"stores numbers only, so it is left out of the results (said once)\n")
@@ -76,7 +77,7 @@ class Checkpoint:
                                     f"checkpoint's files into a folder first")
         return cls(os.path.abspath(path))
 
-    _DICT_FILE = "_dict_checkpoint.pkl"
+    DICT_FILE = "_dict_checkpoint.pkl"
 
     @classmethod
     def from_dict(cls, data):
@@ -86,14 +87,14 @@ class Checkpoint:
         if not isinstance(data, dict):
             raise TypeError(f"Checkpoint.from_dict: give a dict, not {type(data).__name__}")
         folder = tempfile.mkdtemp(prefix="checkpoint-")
-        with open(os.path.join(folder, cls._DICT_FILE), "wb") as f:
+        with open(os.path.join(folder, cls.DICT_FILE), "wb") as f:
             pickle.dump(data, f)
         return cls(folder)
 
     def to_dict(self):
         """The dict of a checkpoint made with from_dict."""
         import pickle
-        path = os.path.join(self.path, self._DICT_FILE)
+        path = os.path.join(self.path, self.DICT_FILE)
         if not os.path.exists(path):
             raise ValueError(f"Checkpoint.to_dict: {self.path} was not made with Checkpoint.from_dict; read its files "
                              f"with as_directory()")
