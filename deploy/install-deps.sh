@@ -23,6 +23,7 @@ packages=(
   libeigen3-dev libnlopt-dev libnlopt-cxx-dev  # the GP search: linear algebra, optimizers
   python3                                 # the trials' Python module and its tests
   python3-cloudpickle                     # the Python driver API (libtune.tune) sends trainables with it
+  python3-venv                            # python/build-wheel.sh's build tools, the wheel's test venv
 )
 # To test as well (left out with LIBTUNE_DEPS=build, e.g. in the container image).
 if [ "${LIBTUNE_DEPS:-all}" != build ]; then
@@ -34,7 +35,6 @@ if [ "${LIBTUNE_DEPS:-all}" != build ]; then
     slurmctld slurmd slurm-client         # the Slurm batch script's test (deploy/slurm)
     tshark                                # captures a TLS cluster's traffic: no token, no config in clear
     dpkg-dev debootstrap                  # the Debian packages: dpkg-shlibdeps, a clean Debian 12 to install them in
-    python3-venv                          # the wheel's test: a fresh virtual environment to install it in
   )
 fi
 
