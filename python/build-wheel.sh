@@ -38,9 +38,14 @@ start=$SECONDS
 # 1. The tools.
 command -v "$python" > /dev/null || fail "no $python: install Python 3 (apt install python3 python3-venv), or set LIBTUNE_WHEEL_PYTHON"
 stamp=$tools/.libtune-wheel-tools
-if [ ! -x "$tools/bin/python" ]; then
+# A venv that failed half-way (made before python3-venv was installed: no pip in it) is
+# made again, not reused.
+if [ ! -x "$tools/bin/python" ] || ! "$tools/bin/python" -m pip --version > /dev/null 2>&1; then
+  if [ -e "$tools" ] && [ ! -f "$tools/pyvenv.cfg" ]; then
+    fail "$tools exists and is not a virtual environment: remove it, or set LIBTUNE_WHEEL_TOOLS to another folder"
+  fi
   say "making the build tools' environment $tools"
-  venv_err=$("$python" -m venv "$tools" 2>&1) ||
+  venv_err=$("$python" -m venv --clear "$tools" 2>&1) ||
     { echo "$venv_err" >&2; fail "$python -m venv $tools failed (on Debian: apt install python3-venv)"; }
 fi
 if [ "$(cat "$stamp" 2>/dev/null)" != "${requirements[*]}" ]; then
