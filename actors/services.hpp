@@ -16,7 +16,7 @@
 
 #include "dashboard.hpp"
 #include "head.hpp"
-#include "node.hpp"
+#include "node/node.hpp"
 #include "tune/core/status.hpp"
 #include "tune/trial/cgroup.hpp"
 #include "tune/trial/process.hpp"

@@ -34,7 +34,7 @@
 #include "head.hpp"
 #include "inproc.hpp"
 #include "procs.hpp"
-#include "node.hpp"
+#include "node/node.hpp"
 #include "tune/cluster/token.hpp"
 #include "tune/cluster/users.hpp"
 #include "tune/net/tls.hpp"

@@ -22,7 +22,7 @@
 #include <thread>
 
 #include "head.hpp"
-#include "node.hpp"
+#include "node/node.hpp"
 #include "inproc.hpp"
 #include "procs.hpp"
 #include "tune/cluster/token.hpp"

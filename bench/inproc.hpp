@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "node.hpp"
+#include "node/node.hpp"
 #include "procs.hpp"
 #include "tune/host/detect.hpp"
 

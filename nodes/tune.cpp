@@ -41,7 +41,7 @@
 #include "gate.hpp"
 #include "head.hpp"
 #include "log.hpp"
-#include "node.hpp"
+#include "node/node.hpp"
 #include "run.hpp"
 #include "services.hpp"
 #include "tune/cluster/status_text.hpp"

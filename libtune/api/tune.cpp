@@ -35,7 +35,7 @@
 #include "dial.hpp"
 #include "head.hpp"
 #include "log.hpp"
-#include "node.hpp"
+#include "node/node.hpp"
 #include "services.hpp"
 #include "tune/cluster/token.hpp"
 #include "tune/host/card_claims.hpp"
