@@ -12,7 +12,7 @@
 #include "dial.hpp"
 #include "log.hpp"
 #include "node_state.hpp"
-#include "trial.hpp"
+#include "trial/trial.hpp"
 #include "tune/cluster/version.hpp"
 #include "tune/core/json_text.hpp"
 

@@ -13,7 +13,7 @@
 
 #include "log.hpp"
 #include "node_state.hpp"
-#include "trial.hpp"
+#include "trial/trial.hpp"
 #include "tune/cluster/groups.hpp"
 #include "tune/cluster/token.hpp"
 #include "tune/core/trace.hpp"

@@ -750,8 +750,8 @@ void split_lines(const char* data, size_t n, std::string& partial, bool& skippin
 }  // namespace
 
 bool worker_process::poll(std::chrono::milliseconds timeout, std::vector<std::string>& reports,
-                          std::vector<std::string>* output_lines) {
-  pollfd fds[3];
+                          std::vector<std::string>* output_lines, int wake_fd) {
+  pollfd fds[5];
   int* owners[3];
   nfds_t n = 0;
   for (int* fd : {&out_, &err_, &rep_})
@@ -760,10 +760,15 @@ bool worker_process::poll(std::chrono::milliseconds timeout, std::vector<std::st
       owners[n++] = fd;
     }
   if (n == 0) return false;
+  nfds_t pipes = n;
+  if (wake_fd >= 0) {  // woken by the caller's descriptor, and by the keeper's news of the end
+    fds[n++] = {wake_fd, POLLIN, 0};
+    if (news_ >= 0 && !exit_) fds[n++] = {news_, POLLIN, 0};
+  }
   int ready = ::poll(fds, n, static_cast<int>(timeout.count()));
   if (ready <= 0) return true;
   char buf[65536];
-  for (nfds_t i = 0; i < n; ++i) {
+  for (nfds_t i = 0; i < pipes; ++i) {
     if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
     int& fd = *owners[i];
     for (size_t taken = 0; taken < max_read_per_poll;) {
@@ -849,10 +854,10 @@ std::optional<exit_info> worker_process::wait(std::chrono::milliseconds timeout,
   }
 }
 
-void worker_process::wait_for_end(std::chrono::milliseconds timeout) {
+void worker_process::wait_for_end(std::chrono::milliseconds timeout, int wake_fd) {
   if (exit_ || news_ < 0) return;
-  pollfd p{news_, POLLIN, 0};
-  ::poll(&p, 1, static_cast<int>(timeout.count()));
+  pollfd p[2] = {{news_, POLLIN, 0}, {wake_fd, POLLIN, 0}};
+  ::poll(p, wake_fd >= 0 ? 2 : 1, static_cast<int>(timeout.count()));
 }
 
 void worker_process::signal_group(int sig) {

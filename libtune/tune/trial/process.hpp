@@ -126,15 +126,17 @@ class worker_process {
   // writes as fast as it is read (a report flood) cannot make one call read without end
   // (the caller's flow control decides when it reads again).
   // False once every pipe is closed (the process and its children are gone or closed
-  // them).
+  // them). With `wake_fd`, the wait also ends when it is readable or the keeper's news
+  // of the end comes (the caller blocks here for everything it waits for).
   static constexpr size_t max_read_per_poll = 256 * 1024;
   bool poll(std::chrono::milliseconds timeout, std::vector<std::string>& reports,
-            std::vector<std::string>* output_lines = nullptr);
+            std::vector<std::string>* output_lines = nullptr, int wake_fd = -1);
   // Reaps the process if it has ended.
   std::optional<exit_info> try_wait();
-  // Waits up to `timeout` for the keeper's news (the worker's end): what to do instead
-  // of sleeping once poll() says every pipe is closed, so an end is seen at once.
-  void wait_for_end(std::chrono::milliseconds timeout);
+  // Waits up to `timeout` for the keeper's news (the worker's end), or for `wake_fd` to
+  // be readable: what to do instead of sleeping once poll() says every pipe is closed,
+  // so an end is seen at once.
+  void wait_for_end(std::chrono::milliseconds timeout, int wake_fd = -1);
   // Waits until it ends (reading its pipes meanwhile); nothing after `timeout`.
   std::optional<exit_info> wait(std::chrono::milliseconds timeout, std::vector<std::string>& reports);
 

@@ -1,8 +1,9 @@
 // The trial actor: lives on the node, owns one trial's worker process.
 //
-// It starts the worker (tune/trial/process.hpp) on a thread of its own with exactly
-// the bundle's cards visible (CUDA_DEVICE_ORDER=PCI_BUS_ID, CUDA_VISIBLE_DEVICES = their
-// UUIDs), relays what the worker reports to the trial's owner as events, and stops
+// It starts the worker (tune/trial/process.hpp) with exactly the bundle's cards visible
+// (CUDA_DEVICE_ORDER=PCI_BUS_ID, CUDA_VISIBLE_DEVICES = their UUIDs) on a thread of its
+// own (watcher.hpp: it blocks on the worker's pipes, its keeper's news and the actor's
+// control channel, and never polls with sleeps), relays what the worker reports to the trial's owner as events, and stops
 // (SIGTERM, then SIGKILL after the grace period), kills, pauses and resumes it when
 // the owner asks. The worker's exit ends the actor; killing the actor kills the worker.
 //

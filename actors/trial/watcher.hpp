@@ -1,0 +1,70 @@
+// The trial actor's other half: the thread that owns the worker process. It starts it
+// (or has an idle worker of the experiment's take the trial), reads what it reports and
+// writes, carries out what the actor asks, and tells the actor of its end (or, its trial
+// done and its worker reusable, keeps the worker for the next trial).
+//
+// It never polls with sleeps: it blocks until something happens — the worker writes,
+// its keeper says it ended, the actor asks something (control_channel: an eventfd the
+// thread waits on beside the worker's pipes), or a deadline it set comes (the SIGKILL
+// after a stop's grace, the next look at its cgroup's usage).
+//
+// To the actor (the atoms below), in order: started (pid > 0, or 0 and why not), lines
+// (all one read gave), host (its cgroup's usage, about once a second), ended (the last).
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "launch.hpp"
+
+namespace tune {
+
+using started_atom = caf::atom_constant<caf::atom("tstarted")>;
+using line_atom = caf::atom_constant<caf::atom("tline")>;
+using ended_atom = caf::atom_constant<caf::atom("tended")>;
+using host_atom = caf::atom_constant<caf::atom("thost")>;
+
+// What the actor asks of the watching thread, in order, from any thread; the thread
+// waits on fd() and takes them.
+class control_channel {
+ public:
+  enum class kind {
+    stop,     // SIGTERM now, SIGKILL after `value` ms
+    kill,     // SIGKILL (for good: its end is near)
+    pause,    // SIGSTOP, its cgroup frozen
+    resume,
+    hold,     // flow control: stop reading the worker (value 1) or read on (0)
+    handled,  // the actor handled `value` lines it was sent
+  };
+  struct command {
+    kind what;
+    int64_t value = 0;
+  };
+
+  // A channel, or why none could be made (no eventfd: out of descriptors).
+  static expected<std::shared_ptr<control_channel>> make();
+  explicit control_channel(int fd) : fd_(fd) {}
+  ~control_channel();
+  control_channel(const control_channel&) = delete;
+  control_channel& operator=(const control_channel&) = delete;
+
+  void post(kind what, int64_t value = 0);
+  // What was posted since the last call, in order; fd() is quiet again afterwards.
+  std::vector<command> take();
+  int fd() const { return fd_; }  // readable while something waits to be taken
+
+ private:
+  std::mutex mu_;
+  std::deque<command> queue_;
+  int fd_ = -1;
+};
+
+// The thread's body (started by the actor; `self` is the actor).
+void watch(caf::actor self, launch l, std::shared_ptr<control_channel> ctl, std::shared_ptr<spawner> via);
+
+}  // namespace tune
