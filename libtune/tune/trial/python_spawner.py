@@ -87,20 +87,33 @@ def decode_request(body):
         at += n
         return s.decode("utf-8", "surrogateescape")
 
+    def number(low, high):  # ASCII digits, after a '-' when low < 0; within [low, high]
+        text = take()
+        digits = text[1:] if low < 0 and text.startswith("-") else text
+        if not (digits.isascii() and digits.isdigit()) or not low <= int(text) <= high:
+            raise ValueError("a malformed request")
+        return int(text)
+
+    def count():  # of fields that follow: at most one per 4 bytes left
+        n = number(0, len(body))
+        if n > (len(body) - at) // 4:
+            raise ValueError("a malformed request")
+        return n
+
     try:
-        argv = [take() for _ in range(int(take()))]
+        argv = [take() for _ in range(count())]
         env = {}
-        for _ in range(int(take())):
+        for _ in range(count()):
             k = take()
             env[k] = take()
         cwd = take()
         into = take()
-        join = [take() for _ in range(int(take()))]
+        join = [take() for _ in range(count())]
         kill = take()
         subreaper = take() == "1"
-        uid = int(take())
-        gid = int(take())
-        groups = [int(take()) for _ in range(int(take()))]
+        uid = number(-2**63, 2**63 - 1)
+        gid = number(-2**63, 2**63 - 1)
+        groups = [number(0, 2**32 - 1) for _ in range(count())]
     except struct.error:
         raise ValueError("a malformed request") from None
     if at != len(body) or not argv:

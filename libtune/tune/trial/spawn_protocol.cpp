@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
+#include <charconv>
 #include <cstring>
 #include <limits>
 
@@ -71,14 +71,22 @@ class field_reader {
     at_ += n;
     return s;
   }
-  // A count of fields that follow (as strtoul reads it; at most the body's size).
+  // A count of fields that follow: at most one per 4 bytes left.
   size_t count() {
-    size_t n = std::strtoul(text().c_str(), nullptr, 10);
-    if (n > in_.size()) fail();
-    return ok_ ? n : 0;
+    uint64_t n = value<uint64_t>();
+    if (n > (in_.size() - at_) / 4) fail();
+    return ok_ ? static_cast<size_t>(n) : 0;
   }
-  // A number, as strtoll reads it.
-  int64_t value() { return std::strtoll(text().c_str(), nullptr, 10); }
+  // A number: ASCII digits, after a '-' for a signed T; within T.
+  template <class T>
+  T value() {
+    std::string s = text();
+    T v{};
+    const char* end = s.data() + s.size();
+    auto [stop, ec] = std::from_chars(s.data(), end, v);
+    if (s.empty() || ec != std::errc{} || stop != end) fail();
+    return ok_ ? v : T{};
+  }
 
  private:
   std::string fail() {
@@ -129,10 +137,10 @@ std::optional<process_spec> decode_request(std::string_view body) {
   for (auto& j : spec.contain.join) j = in.text();
   spec.contain.kill = in.text();
   spec.contain.subreaper = in.text() == "1";
-  spec.run_as.uid = in.value();
-  spec.run_as.gid = in.value();
+  spec.run_as.uid = in.value<int64_t>();
+  spec.run_as.gid = in.value<int64_t>();
   spec.run_as.groups.resize(in.count());
-  for (auto& g : spec.run_as.groups) g = static_cast<uint32_t>(std::strtoul(in.text().c_str(), nullptr, 10));
+  for (auto& g : spec.run_as.groups) g = in.value<uint32_t>();
   if (!in.at_end() || spec.argv.empty()) return std::nullopt;
   return spec;
 }

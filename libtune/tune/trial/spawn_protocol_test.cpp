@@ -141,6 +141,22 @@ std::vector<std::pair<std::string, std::string>> malformed() {
       {"a count promising more fields than follow", with(0, "2")},
       {"a group count promising more than follow", with(10, "1")},
       {"the fields stopping after the uid", body({"1", "/bin/true", "0", "", "", "0", "", "0", "-1"})},
+      // Numbers are ASCII digits (a uid or gid may start with '-') within their type: not
+      // what strtoul or Python's int() would also take.
+      {"a count that is not a number", with(2, "x")},
+      {"a count with bytes after its digits", with(2, "0x")},
+      {"a negative count", with(2, "-1")},
+      {"a count with a sign", with(2, "+0")},
+      {"a count with a space", with(2, " 0")},
+      {"a count with an underscore", with(2, "0_0")},
+      {"an empty count", with(2, "")},
+      {"a uid that is not a number", with(8, "abc")},
+      {"an empty uid", with(8, "")},
+      {"a uid past 64 bits", with(8, "9223372036854775808")},
+      {"a gid in exponent form", with(9, "1e3")},
+      {"a negative group", body({"1", "/bin/true", "0", "", "", "0", "", "0", "-1", "-1", "1", "-1"})},
+      {"a group past 32 bits", body({"1", "/bin/true", "0", "", "", "0", "", "0", "-1", "-1", "1", "4294967296"})},
+      {"a group in other digits", body({"1", "/bin/true", "0", "", "", "0", "", "0", "-1", "-1", "1", "\xd9\xa1"})},
   };
 }
 
