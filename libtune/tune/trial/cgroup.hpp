@@ -16,7 +16,7 @@
 //
 // Without cgroups (no root and no delegation, no cgroup2, a kernel without cgroup.kill,
 // inside some containers) the keeper is a child subreaper instead: orphans come back to
-// it, and at the end it kills every descendant it has (tune/trial/process.cpp). Host
+// it, and at the end it kills every descendant it has (tune/trial/keeper.cpp). Host
 // limits cannot be enforced then; the node says so (caps().describe()) and refuses a
 // trial that asks for one, instead of pretending.
 //

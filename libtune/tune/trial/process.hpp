@@ -22,6 +22,11 @@
 // and a TLB shootdown on every page it writes; forking the idle spawner costs neither.
 // The spawner ends when the node's end of its channel closes (the node ended, however),
 // and its keepers then kill their groups: nothing outlives the node either way.
+//
+// The processes, their channels and every frame between them: PROTOCOL.md beside this
+// file. The node's side is process.cpp and spawner.cpp (spawner's methods), the spawner's
+// loop spawner.cpp, the keeper keeper.cpp, the worker's start worker.cpp, the frames
+// spawn_protocol.cpp.
 #pragma once
 
 #include <chrono>
@@ -38,6 +43,8 @@
 #include "tune/trial/cgroup.hpp"
 
 namespace tune {
+
+struct channels;  // the five pipes' ends (spawn_protocol.hpp)
 
 struct process_spec {
   std::vector<std::string> argv;           // argv[0]: the program (a path)
@@ -94,9 +101,9 @@ class spawner {
   // Forks a child that gets its end of a new channel and runs `child` (which must not
   // return, or it ends with 127).
   static expected<std::shared_ptr<spawner>> start_with(const std::function<void(int)>& child);
-  // The keeper's pid and the read ends of its pipes (worker_process::start's five), or
-  // an error; false in `usable` when the spawner itself is gone.
-  expected<int> spawn(const process_spec& spec, int fds[5], bool& usable);
+  // The keeper's pid and the read ends of its pipes, or an error; false in `usable` when
+  // the spawner itself is gone.
+  expected<int> spawn(const process_spec& spec, channels& read_ends, bool& usable);
 
   std::mutex mu_;  // one request and its answer at a time
   int sock_ = -1;
@@ -166,10 +173,18 @@ class worker_process {
 
  private:
   worker_process() = default;
+  // Starts a keeper through `via` when given and alive, else as a child of this process
+  // (`own`); its pid, with the read ends of its pipes in `ends`.
+  static expected<int> start_keeper(const process_spec& spec, spawner* via, channels& ends, bool& own);
   void signal_group(int sig);
+  // poll's parts: reads one ready pipe (at most max_read_per_poll; closed at its end),
+  // and takes what a read of `fd` brought into its tail and lines.
+  void read_pipe(int& fd, std::vector<std::string>& reports, std::vector<std::string>* output_lines);
+  void take(const int& fd, const char* data, size_t n, std::vector<std::string>& reports,
+            std::vector<std::string>* output_lines);
 
   int pid_ = -1;     // the worker
-  int keeper_ = -1;  // its parent, the group's leader (process.cpp says why)
+  int keeper_ = -1;  // its parent, the group's leader (keeper.hpp says why)
   bool own_keeper_ = true;  // a child of this process (reaped here); else the spawner's
   bool subreaper_ = false;  // the keeper is a subreaper (spec.contain.subreaper)
   int out_ = -1, err_ = -1, rep_ = -1, news_ = -1;  // read ends, -1 once closed

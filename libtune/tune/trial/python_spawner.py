@@ -2,7 +2,7 @@
 
 A node starts one of these per Python interpreter its trials use, with the module folder
 of libtune on PYTHONPATH and its end of a socket on fd 3, and asks it to start workers
-exactly as it asks its C++ spawner (tune/trial/process.cpp: the same frames, the same
+exactly as it asks its C++ spawner (tune/trial/PROTOCOL.md: the same frames, the same
 answers, the same keeper and the same five pipes). A worker whose command is this
 interpreter running a script (`python3 train.py ...` or `python3 -m pkg ...`) is a fork
 of this process that sets up the trial's descriptors, signals, environment, folder,
@@ -56,6 +56,71 @@ _OWN_USER_SITE = os.path.join(os.environ.get("HOME", ""), ".local", "lib",
                               "python%d.%d" % sys.version_info[:2], "site-packages") in _BASE_PATH
 
 
+# --- The protocol's frames (PROTOCOL.md; tune/trial/spawn_protocol.hpp is the C++ side) --
+# Every number in the machine's own byte order. Importing this file defines these and
+# does nothing else; main() runs only when it is the script.
+
+_WORD = struct.Struct("=i")      # a word: the fail and news pipes' frames
+_LENGTH = struct.Struct("=I")    # a length: before a request's body and each of its fields
+_ANSWER = struct.Struct("=ii")   # an answer: the keeper's pid, an errno
+CHANNELS = ("out", "err", "report", "fail", "news")  # the five pipes, in the answer's order
+
+
+def encode_word(v):
+    return _WORD.pack(v)
+
+
+def encode_answer(keeper, error):
+    return _ANSWER.pack(keeper, error)
+
+
+def decode_request(body):
+    """A request's body: (argv, env, cwd, (into, join, kill, subreaper), (uid, gid,
+    groups)). ValueError when it is malformed (PROTOCOL.md says what that is)."""
+    at = 0
+
+    def take():
+        nonlocal at
+        (n,) = _LENGTH.unpack_from(body, at)
+        at += _LENGTH.size
+        s = body[at:at + n]
+        at += n
+        return s.decode("utf-8", "surrogateescape")
+
+    def number(low, high):  # ASCII digits, after a '-' when low < 0; within [low, high]
+        text = take()
+        digits = text[1:] if low < 0 and text.startswith("-") else text
+        if not (digits.isascii() and digits.isdigit()) or not low <= int(text) <= high:
+            raise ValueError("a malformed request")
+        return int(text)
+
+    def count():  # of fields that follow: at most one per 4 bytes left
+        n = number(0, len(body))
+        if n > (len(body) - at) // 4:
+            raise ValueError("a malformed request")
+        return n
+
+    try:
+        argv = [take() for _ in range(count())]
+        env = {}
+        for _ in range(count()):
+            k = take()
+            env[k] = take()
+        cwd = take()
+        into = take()
+        join = [take() for _ in range(count())]
+        kill = take()
+        subreaper = take() == "1"
+        uid = number(-2**63, 2**63 - 1)
+        gid = number(-2**63, 2**63 - 1)
+        groups = [number(0, 2**32 - 1) for _ in range(count())]
+    except struct.error:
+        raise ValueError("a malformed request") from None
+    if at != len(body) or not argv:
+        raise ValueError("a malformed request")
+    return argv, env, cwd, (into, join, kill, subreaper), (uid, gid, groups)
+
+
 def _read_full(sock, n):
     data = b""
     while len(data) < n:
@@ -66,33 +131,24 @@ def _read_full(sock, n):
     return data
 
 
-def _decode(body):
-    at = 0
+def read_request(sock):
+    """The next request's body; None when the channel ended (the node is gone)."""
+    head = _read_full(sock, _LENGTH.size)
+    if head is None:
+        return None
+    return _read_full(sock, _LENGTH.unpack(head)[0])
 
-    def take():
-        nonlocal at
-        (n,) = struct.unpack_from("=I", body, at)
-        at += 4
-        s = body[at:at + n]
-        at += n
-        return s.decode("utf-8", "surrogateescape")
 
-    argv = [take() for _ in range(int(take()))]
-    env = {}
-    for _ in range(int(take())):
-        k = take()
-        env[k] = take()
-    cwd = take()
-    into = take()
-    join = [take() for _ in range(int(take()))]
-    kill = take()
-    subreaper = take() == "1"
-    uid = int(take())
-    gid = int(take())
-    groups = [int(take()) for _ in range(int(take()))]
-    if at != len(body) or not argv:
-        raise ValueError("a malformed request")
-    return argv, env, cwd, (into, join, kill, subreaper), (uid, gid, groups)
+def send_answer(sock, keeper, error, fds):
+    """An answer, with the five read ends `fds` (in CHANNELS' order) when it started."""
+    data = encode_answer(keeper, error)
+    if fds:
+        sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("=%di" % len(fds), *fds))])
+    else:
+        sock.sendall(data)
+
+
+# --- The spawner, its keepers and their workers ------------------------------------
 
 
 def _warm(argv, env):
@@ -133,7 +189,7 @@ def _same_user_site(home):
 
 def _fail(fd, code):
     try:
-        os.write(fd, struct.pack("=i", code))
+        os.write(fd, encode_word(code))
     finally:
         os._exit(127)
 
@@ -462,7 +518,7 @@ def _worker(argv, env, cwd, out_w, err_w, rep_w, fail_w, keeper, run_as):
 
 
 def _kill_descendants():
-    """As a child subreaper after the worker ended (process.cpp's kill_descendants): kills
+    """As a child subreaper after the worker ended (keeper.cpp's kill_descendants): kills
     every process still below the keeper until none is left; how many had left its group."""
     me = os.getpid()
     path = "/proc/self/task/%d/children" % me
@@ -500,7 +556,7 @@ def _kill_descendants():
 
 def _keeper(argv, env, cwd, fds, node, contain, run_as):
     """The first child, leader of the trial's process group, parent of the worker
-    (tune/trial/process.cpp's run_keeper, in Python)."""
+    (tune/trial/keeper.cpp's run_keeper, in Python)."""
     out_w, err_w, rep_w, fail_w, news_w = fds
     into, join, kill, subreaper, born_inside = contain
     os.setpgid(0, 0)
@@ -541,14 +597,14 @@ def _keeper(argv, env, cwd, fds, node, contain, run_as):
         _worker(argv, env, cwd, out_w, err_w, rep_w, fail_w, me, run_as)
     for fd in (out_w, err_w, rep_w, fail_w):
         os.close(fd)
-    os.write(news_w, struct.pack("=i", worker))
+    os.write(news_w, encode_word(worker))
     while True:  # a subreaper reaps the orphans that come to it meanwhile
         pid, status = os.waitpid(-1 if subreaper else worker, 0)
         if pid == worker:
             break
-    os.write(news_w, struct.pack("=i", status))
+    os.write(news_w, encode_word(status))
     if subreaper:
-        os.write(news_w, struct.pack("=i", _kill_descendants()))
+        os.write(news_w, encode_word(_kill_descendants()))
     os.close(news_w)
     os.killpg(me, signal.SIGKILL)  # the worker's children, then the keeper itself
     os._exit(0)
@@ -642,27 +698,20 @@ def main():
                 break
         if not ready:
             continue
-        head = _read_full(sock, 4)
-        if head is None:
-            break  # the node is gone: its keepers kill their groups
-        body = _read_full(sock, struct.unpack("=I", head)[0])
+        body = read_request(sock)
         if body is None:
-            break
-        answer, fds = [0, 0], []
+            break  # the node is gone: its keepers kill their groups
+        keeper, error, fds = 0, 0, []
         try:
-            argv, env, cwd, contain, run_as = _decode(body)
-            answer[0], fds = _start(sock, argv, env, cwd, contain, run_as)
+            argv, env, cwd, contain, run_as = decode_request(body)
+            keeper, fds = _start(sock, argv, env, cwd, contain, run_as)
         except (ValueError, struct.error, UnicodeDecodeError):
-            answer[1] = errno.EINVAL
+            error = errno.EINVAL
         except OSError as e:
-            answer[1] = e.errno or errno.EAGAIN
-        data = struct.pack("=ii", *answer)
-        if fds:
-            sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("=%di" % len(fds), *fds))])
-            for fd in fds:
-                os.close(fd)
-        else:
-            sock.sendall(data)
+            error = e.errno or errno.EAGAIN
+        send_answer(sock, keeper, error, fds)
+        for fd in fds:
+            os.close(fd)
     os._exit(0)
 
 
