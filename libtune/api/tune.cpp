@@ -139,6 +139,7 @@ std::vector<std::string> trainable_names() {
 struct cluster::impl {
   std::shared_ptr<spawner> workers;  // the embedded node's (ends after the actor system)
   std::shared_ptr<containment> contain;  // its trials' cgroups (ends after the actor system)
+  std::unique_ptr<mps_daemon> mps;  // its trials' CUDA MPS, with cluster_options::mps (ends after the actor system)
   std::unique_ptr<wire::config> cfg;
   std::unique_ptr<caf::actor_system> sys;
   std::unique_ptr<cluster_client> client;
@@ -182,23 +183,84 @@ std::string random_hex(int bytes) {
   return out;
 }
 
-expected<node_resources> embedded_resources(const cluster_options& opt, const host_info& host, const std::string& id) {
-  resource_set r;
-  quantity cpus = host.cpus;
-  if (opt.num_cpus) {
-    auto n = quantity::from_double(*opt.num_cpus, "num_cpus");
-    if (!n) return n.error();
-    if (!(*n > quantity{})) return status{errc::invalid_argument, "num_cpus must be more than 0"};
-    cpus = *n;
+// The embedded cluster's work folder and log file (cluster.log): the head's and node's
+// log lines (trials started, ended, ...) go there, not over the program's output.
+status open_work_dir(cluster::impl& st, const cluster_options& opt) {
+  st.work_dir = opt.work_dir;
+  if (st.work_dir.empty()) {
+    auto base = std::filesystem::temp_directory_path() / ("libtune-embedded-" + std::to_string(::getpid()) + "-" + random_hex(3));
+    st.work_dir = base.string();
+    st.own_work_dir = !opt.keep_work_dir;
   }
-  r.set_cpu(cpus).set_memory(host.memory);
-  auto gpus = host.gpu.gpus;
-  if (opt.num_gpus) {
-    auto chosen = first_gpus(gpus, *opt.num_gpus, id, "num_gpus");
-    if (!chosen) return chosen.error();
-    gpus = std::move(chosen).value();
-  }
-  return node_resources::make(r, gpus);
+  std::error_code ec;
+  std::filesystem::create_directories(st.work_dir, ec);
+  if (ec) return status{errc::invalid_argument, "cannot create the work folder " + st.work_dir + ": " + ec.message()};
+  if (auto s = set_log_file(st.work_dir + "/cluster.log"); !s) return s;
+  st.owns_log = true;
+  return status::ok();
+}
+
+// The head, with its dashboard on 127.0.0.1 when asked (actors/services.hpp). On this
+// machine only: the embedded cluster's token is made up here, for this run.
+status start_embedded_head(cluster::impl& st, const cluster_options& opt, const std::string& token) {
+  head_options hopt{token, "embedded", wire::heartbeat_timeout, {}};
+  std::optional<dashboard_options> dopt;
+  if (opt.dashboard_port) dopt = dashboard_options{"127.0.0.1", *opt.dashboard_port, false};
+  auto service = start_head_service(*st.sys, hopt, dopt, "127.0.0.1");
+  if (!service) return service.error();
+  st.head = service->head;
+  st.dashboard = std::move(service->dashboard);
+  if (st.dashboard) st.dashboard_url = service->dashboard_url + "?token=" + token;
+  return status::ok();
+}
+
+// The node, joined to the head in this process without a connection.
+struct embedded_node {
+  const host_info& host;
+  const node_resources& resources;
+  std::string id, token;
+};
+
+expected<node_options> embedded_node_options(const cluster_options& opt, const cluster::impl& st, const node_host& parts,
+                                             const embedded_node& n) {
+  node_options no;
+  no.head_host = "embedded";
+  no.token = n.token;
+  no.node_id = n.id;
+  no.hostname = n.host.hostname;
+  no.address = "127.0.0.1";
+  no.resources = n.resources;
+  no.work_dir = st.work_dir;
+  fill_node_options(no, parts, opt.gpu_audit_ms, opt.trial_max_pids);
+  if (opt.foreign_threshold < 0 || opt.foreign_margin < 0)
+    return status{errc::invalid_argument, "foreign_threshold and foreign_margin are sizes: give 0 or more bytes"};
+  no.others = {opt.foreign_threshold, opt.foreign_margin};
+  if (auto s = check_trial_folder(no); !s) return status{s.code(), "the embedded cluster: " + s.message()};
+  no.head_actor = st.head;
+  return no;
+}
+
+// MPS when asked, the node, and the wait for its join (actors/services.hpp).
+status join_embedded_node(cluster::impl& st, const cluster_options& opt, node_options no) {
+  auto started = start_node_service(*st.sys, std::move(no), {.mps = opt.mps, .names = api_option_names()});
+  if (started.at == node_start::step::no_answer)
+    return status{errc::insufficient,
+                  "the embedded node did not join its head in " + std::to_string(node_join_timeout.count()) + " s"};
+  if (started.at == node_start::step::refused)
+    return status{started.why.code(), "the embedded node: " + started.why.message()};
+  if (!started) return started.why;
+  st.node = started.node;
+  st.mps = std::move(started.mps);
+  return status::ok();
+}
+
+std::string node_summary(const node_resources& res) {
+  auto& gpus = res.gpus();
+  bool real = std::any_of(gpus.begin(), gpus.end(), [](auto& g) { return !g.logical; });
+  return std::string{"1 node: "} + res.total().cpu().to_string() + " CPUs, " +
+         (gpus.empty() ? std::string{"no GPU"}
+                       : std::to_string(gpus.size()) +
+                             (real ? " GPUs" : gpus.front().simulated ? " simulated GPUs" : " logical GPUs"));
 }
 
 expected<std::shared_ptr<cluster::impl>> start_embedded(const cluster_options& opt) {
@@ -206,23 +268,12 @@ expected<std::shared_ptr<cluster::impl>> start_embedded(const cluster_options& o
   auto host = detect_host();
   if (!host.gpu.error.empty()) return status{errc::invalid_argument, host.gpu.error};
   std::string id = "embedded-" + random_hex(4);
-  auto res = embedded_resources(opt, host, id);
+  node_resource_request request{opt.num_cpus, opt.num_gpus};
+  auto res = node_resources_for(request, host, id, api_option_names());  // actors/services.hpp
   if (!res) return res.error();
   if (auto s = check_gpu_audit_ms(opt.gpu_audit_ms, "gpu_audit_ms"); !s) return s;
   if (auto s = check_trial_max_pids(opt.trial_max_pids, "trial_max_pids"); !s) return s;
-  st->work_dir = opt.work_dir;
-  if (st->work_dir.empty()) {
-    auto base = std::filesystem::temp_directory_path() / ("libtune-embedded-" + std::to_string(::getpid()) + "-" + random_hex(3));
-    st->work_dir = base.string();
-    st->own_work_dir = !opt.keep_work_dir;
-  }
-  std::error_code ec;
-  std::filesystem::create_directories(st->work_dir, ec);
-  if (ec) return status{errc::invalid_argument, "cannot create the work folder " + st->work_dir + ": " + ec.message()};
-  // The head's and node's log lines (trials started, ended, ...) go to a file, not
-  // over the program's output.
-  if (auto s = set_log_file(st->work_dir + "/cluster.log"); !s) return s;
-  st->owns_log = true;
+  if (auto s = open_work_dir(*st, opt); !s) return s;
   // The spawner and the trials' containment, before the actor system's threads
   // (actors/services.hpp).
   auto host_parts = open_node_host({id, opt.containment, {}, opt.trial_user, true});
@@ -232,44 +283,12 @@ expected<std::shared_ptr<cluster::impl>> start_embedded(const cluster_options& o
   st->cfg = std::make_unique<wire::config>(false);
   st->sys = std::make_unique<caf::actor_system>(*st->cfg);
   auto token = random_hex(16);
-  head_options hopt{token, "embedded", wire::heartbeat_timeout, {}};
-  std::optional<dashboard_options> dopt;
-  // On this machine only: the embedded cluster's token is made up here, for this run.
-  if (opt.dashboard_port) dopt = dashboard_options{"127.0.0.1", *opt.dashboard_port, false};
-  auto service = start_head_service(*st->sys, hopt, dopt, "127.0.0.1");  // actors/services.hpp
-  if (!service) return service.error();
-  st->head = service->head;
-  st->dashboard = std::move(service->dashboard);
-  if (st->dashboard) st->dashboard_url = service->dashboard_url + "?token=" + token;
-  auto joined = std::make_shared<std::promise<status>>();
-  auto joined_future = joined->get_future();
-  node_options no;
-  no.head_host = "embedded";
-  no.token = token;
-  no.node_id = id;
-  no.hostname = host.hostname;
-  no.address = "127.0.0.1";
-  no.resources = *res;
-  no.work_dir = st->work_dir;
-  fill_node_options(no, *host_parts, opt.gpu_audit_ms, opt.trial_max_pids);
-  if (opt.foreign_threshold < 0 || opt.foreign_margin < 0)
-    return status{errc::invalid_argument, "foreign_threshold and foreign_margin are sizes: give 0 or more bytes"};
-  no.others = {opt.foreign_threshold, opt.foreign_margin};
-  if (auto s = check_trial_folder(no); !s) return status{s.code(), "the embedded cluster: " + s.message()};
-  no.head_actor = st->head;
-  no.on_first_join = [joined](const status& s) { joined->set_value(s); };
-  bool real = false;
-  for (auto& g : res->gpus()) real = real || !g.logical;
-  st->node = spawn_node(*st->sys, no);
-  if (joined_future.wait_for(std::chrono::seconds(15)) != std::future_status::ready)
-    return status{errc::insufficient, "the embedded node did not join its head in 15 s"};
-  if (auto s = joined_future.get(); !s) return status{s.code(), "the embedded node: " + s.message()};
+  if (auto s = start_embedded_head(*st, opt, token); !s) return s;
+  auto no = embedded_node_options(opt, *st, *host_parts, {host, *res, id, token});
+  if (!no) return no.error();
+  if (auto s = join_embedded_node(*st, opt, std::move(no).value()); !s) return s;
   st->client = std::make_unique<cluster_client>(*st->sys, st->head, token);
-  auto gpus = res->gpus();
-  st->node_summary = std::string{"1 node: "} + res->total().cpu().to_string() + " CPUs, " +
-                     (gpus.empty() ? std::string{"no GPU"}
-                                   : std::to_string(gpus.size()) +
-                                         (real ? " GPUs" : gpus.front().simulated ? " simulated GPUs" : " logical GPUs"));
+  st->node_summary = node_summary(*res);
   return st;
 }
 

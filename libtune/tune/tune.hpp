@@ -129,6 +129,9 @@ struct cluster_options {
   // cluster nodes differ). Another account needs this process to be root.
   std::string trial_user;
   std::optional<int> dashboard_port;  // serve the web dashboard on 127.0.0.1 (0: any free port)
+  // Trials sharing a card run under CUDA MPS, a daemon of this cluster's own, as on a
+  // node started with `tune start --mps` (docs/trials.md); real cards only. Off by default.
+  bool mps = false;
 };
 
 struct cluster_capacity {

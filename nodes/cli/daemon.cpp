@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -16,6 +17,8 @@
 #include <fstream>
 #include <iostream>
 #include <thread>
+
+#include "log.hpp"
 
 namespace tune::cli {
 
@@ -80,6 +83,61 @@ void readiness::tell(bool ok, const std::string& message) {
   ::close(fd_);
 }
 
+sigset_t service_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) sigaddset(&set, s);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+void exit_watchdog(std::chrono::seconds limit) {
+  std::thread([limit] {
+    std::this_thread::sleep_for(limit);
+    log_line("shutdown took longer than " + std::to_string(limit.count()) + " s; exiting now");
+    std::_Exit(1);
+  }).detach();
+}
+
+namespace {
+
+// The daemon's side of run_service: a session of its own, output to the log.
+[[noreturn]] void run_daemon(int ready_fd, const std::string& log_file, const std::function<int(readiness&)>& service) {
+  ::setsid();
+  int null = ::open("/dev/null", O_RDONLY);
+  int log = ::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+  if (null >= 0) ::dup2(null, 0);
+  if (log >= 0) {
+    ::dup2(log, 1);
+    ::dup2(log, 2);
+  }
+  readiness r{ready_fd};
+  int rc = service(r);
+  if (!r.told()) r.failed("tune: the service ended before it was ready (see " + log_file + ")");
+  std::_Exit(rc);
+}
+
+// What the daemon said on `fd` within `wait_s` ("+message" or "-message"; "": nothing).
+std::string daemon_words(int fd, int wait_s) {
+  std::string got;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    int n = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    char buf[4096];
+    ssize_t k = ::read(fd, buf, sizeof buf);
+    if (k <= 0) break;
+    got.append(buf, static_cast<size_t>(k));
+  }
+  return got;
+}
+
+}  // namespace
+
 int run_service(bool block, const std::string& log_file, int wait_s,
                 const std::function<int(readiness&)>& service) {
   if (block) {
@@ -100,34 +158,10 @@ int run_service(bool block, const std::string& log_file, int wait_s,
   }
   if (pid == 0) {  // the daemon
     ::close(fds[0]);
-    ::setsid();
-    int null = ::open("/dev/null", O_RDONLY);
-    int log = ::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-    if (null >= 0) ::dup2(null, 0);
-    if (log >= 0) {
-      ::dup2(log, 1);
-      ::dup2(log, 2);
-    }
-    readiness r{fds[1]};
-    int rc = service(r);
-    if (!r.told()) r.failed("tune: the service ended before it was ready (see " + log_file + ")");
-    std::_Exit(rc);
+    run_daemon(fds[1], log_file, service);
   }
   ::close(fds[1]);
-  std::string got;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) break;
-    pollfd p{fds[0], POLLIN, 0};
-    int n = ::poll(&p, 1, static_cast<int>(left.count()));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    char buf[4096];
-    ssize_t k = ::read(fds[0], buf, sizeof buf);
-    if (k <= 0) break;
-    got.append(buf, static_cast<size_t>(k));
-  }
+  std::string got = daemon_words(fds[0], wait_s);
   ::close(fds[0]);
   if (!got.empty() && got[0] == '+') {
     std::cout << got.substr(1) << "\n";

@@ -1,8 +1,11 @@
 // Running `tune start` as a daemon: the runtime directory with pid and log files,
 // forking with a readiness pipe (the parent prints the child's first words: started,
-// or why not), and stopping what was started.
+// or why not), the signals a service waits for, and stopping what was started.
 #pragma once
 
+#include <signal.h>
+
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -40,6 +43,13 @@ class readiness {
 // it here and returns its exit code.
 int run_service(bool block, const std::string& log_file, int wait_s,
                 const std::function<int(readiness&)>& service);
+
+// Blocks the signals a service waits for (SIGTERM, SIGINT, SIGHUP, SIGUSR1) in this
+// thread and every thread it starts after; sigwait on the set returned.
+sigset_t service_signals();
+
+// After a stop signal: the process ends within `limit` even if something hangs.
+void exit_watchdog(std::chrono::seconds limit);
 
 struct stopped {
   std::string name;  // "head-6380", "node-1a2b3c4d"
