@@ -534,24 +534,6 @@ expected<cluster> init(int& argc, char** argv) {
 
 // --- results -----------------------------------------------------------------------
 
-resources::resources(std::initializer_list<std::pair<std::string_view, amount>> values) {
-  resource_set r;
-  for (auto& [name, a] : values) {
-    if (name == "gpu" && a.text == "auto") {
-      gpu_auto = true;
-      continue;
-    }
-    auto st = a.text.empty() ? r.set(name, a.value) : r.set(name, a.text);
-    if (!st) {
-      error = st.message();
-      if (!a.text.empty() && name == "gpu")
-        error = "gpu is \"" + a.text + "\": give a number (0.25, 1, 2) or \"auto\" (auto-packing)";
-      return;
-    }
-  }
-  set = std::move(r);
-}
-
 expected<result_grid> result_grid::open(const std::string& dir, std::string metric, tune::mode mode) {
   auto s = experiment_store::open(dir);
   if (!s) return s.error();
@@ -651,6 +633,12 @@ struct progress_printer {
   }
 };
 
+// The progress display's style: automatic is the table on a terminal, else lines.
+progress_style progress_shown(progress_style style) {
+  if (style != progress_style::automatic) return style;
+  return ::isatty(2) ? progress_style::table : progress_style::lines;
+}
+
 // The end of an experiment whose trials failed: each kind of error once, with how many
 // trials had it and where the first one's standard error is (error_summary).
 void print_errors(const experiment_store& store) {
@@ -681,20 +669,20 @@ struct checked_program {
   nlohmann::json meta;                     // what the store records of it
 };
 
-expected<checked_program> check_program(bool embedded, const program& p, const search_space& space, const tune_config& c,
-                                        const std::string& dir) {
-  namespace fs = std::filesystem;
-  checked_program out;
+// The command, its placeholders against a configuration of the space, and the
+// environment (forwarded values taken from this process), into out.env; `env` gets
+// every name and value.
+status check_command_and_env(const program& p, const search_space& space, const tune_config& c, checked_program& out,
+                             std::map<std::string, std::string>& env) {
   if (p.command.empty() || p.command[0].empty())
     return status{errc::invalid_argument, "the program's command is empty: give its argv, e.g. {\"python3\", \"train.py\"}"};
-  // Its placeholders against a configuration of the space.
   if (auto names = command_placeholders(p.command); !names) return status{errc::invalid_argument, "the command: " + names.error().message()};
   rng r{c.seed};
   if (auto sample = space.sample(r); sample) {
     if (auto argv = render_command(p.command, *sample, p.args); !argv)
       return status{errc::invalid_argument, argv.error().message() + " (placeholders name the search space's parameters)"};
   }
-  std::map<std::string, std::string> env = p.env;
+  env = p.env;
   for (auto& name : p.forward_env) {
     const char* v = std::getenv(name.c_str());
     if (!v)
@@ -708,7 +696,14 @@ expected<checked_program> check_program(bool embedded, const program& p, const s
   }
   if (!p.metric_patterns.empty())
     if (auto m = output_metrics::make(p.metric_patterns, c.metric); !m) return m.error();
-  std::string root;
+  return status::ok();
+}
+
+// Where the trials run: the working directory itself (in_place), a scanned copy of it
+// to ship (never the experiment folder `dir` inside it), or nothing. The folder's root
+// ("" : none).
+expected<std::string> check_working_dir(const program& p, const std::string& dir, checked_program& out) {
+  namespace fs = std::filesystem;
   std::error_code ec;
   if (p.in_place) {
     if (p.working_dir.empty())
@@ -717,36 +712,54 @@ expected<checked_program> check_program(bool embedded, const program& p, const s
     if (ec || !fs::is_directory(canonical))
       return status{errc::invalid_argument, "the working directory " + p.working_dir + " is not a folder" +
                                                 (ec ? " (" + ec.message() + ")" : std::string{})};
-    root = out.in_place = canonical.string();
-    out.meta["working_dir"] = root;
+    out.in_place = canonical.string();
+    out.meta["working_dir"] = out.in_place;
     out.meta["in_place"] = true;
-  } else if (!p.working_dir.empty()) {
-    auto abs_dir = fs::absolute(dir, ec).lexically_normal().string();
-    auto scanned = scan_workdir(p.working_dir, {.max_bytes = p.working_dir_limit, .max_files = 20000, .exclude = {abs_dir}});
-    if (!scanned) return scanned.error();
-    root = scanned->root;
-    out.meta["working_dir"] = root;
-    out.meta["files"] = scanned->manifest.files.size();
-    out.meta["bytes"] = scanned->manifest.bytes();
-    if (!scanned->skipped.empty()) {
-      std::cerr << "tune: not shipped (not files or folders): ";
-      for (size_t i = 0; i < scanned->skipped.size() && i < 5; ++i) std::cerr << (i ? ", " : "") << shown_utf8(scanned->skipped[i]);
-      std::cerr << "\n";
-    }
-    out.workdir = std::move(*scanned);
+    return out.in_place;
   }
-  // Its program: a relative path must be in the working directory; on an embedded
-  // cluster (this machine is the node) any other must be found here too.
-  const auto& prog = p.command[0];
+  if (p.working_dir.empty()) return std::string{};
+  auto abs_dir = fs::absolute(dir, ec).lexically_normal().string();
+  auto scanned = scan_workdir(p.working_dir, {.max_bytes = p.working_dir_limit, .max_files = 20000, .exclude = {abs_dir}});
+  if (!scanned) return scanned.error();
+  out.meta["working_dir"] = scanned->root;
+  out.meta["files"] = scanned->manifest.files.size();
+  out.meta["bytes"] = scanned->manifest.bytes();
+  if (!scanned->skipped.empty()) {
+    std::cerr << "tune: not shipped (not files or folders): ";
+    for (size_t i = 0; i < scanned->skipped.size() && i < 5; ++i) std::cerr << (i ? ", " : "") << shown_utf8(scanned->skipped[i]);
+    std::cerr << "\n";
+  }
+  auto root = scanned->root;
+  out.workdir = std::move(*scanned);
+  return root;
+}
+
+// The command's program: a relative path must be in the working directory `root`; on an
+// embedded cluster (this machine is the node) any other must be found here too.
+status check_program_file(bool embedded, const std::string& prog, const std::string& root,
+                          std::map<std::string, std::string>& env) {
+  namespace fs = std::filesystem;
   bool relative_path = prog.find('/') != std::string::npos && !fs::path(prog).is_absolute();
   if (relative_path && root.empty())
     return status{errc::invalid_argument, "the command's program " + prog + " is a relative path, but no working directory "
                                           "is shipped: give the working directory it is in, or an absolute path"};
   if (relative_path || embedded) {
+    std::error_code ec;
     auto path = env.count("PATH") ? env["PATH"] : inherited_trial_env()["PATH"];
     if (auto found = resolve_program(prog, root.empty() ? fs::current_path(ec).string() : root, path); !found)
       return found.error();
   }
+  return status::ok();
+}
+
+expected<checked_program> check_program(bool embedded, const program& p, const search_space& space, const tune_config& c,
+                                        const std::string& dir) {
+  checked_program out;
+  std::map<std::string, std::string> env;
+  if (auto s = check_command_and_env(p, space, c, out, env); !s) return s;
+  auto root = check_working_dir(p, dir, out);
+  if (!root) return root.error();
+  if (auto s = check_program_file(embedded, p.command[0], *root, env); !s) return s;
   out.meta["command"] = p.command;
   out.meta["args"] = p.args == config_args::append ? "append" : "none";
   nlohmann::json names = nlohmann::json::array();
@@ -802,38 +815,251 @@ expected<program_ref> serve_workdir(cluster::impl& st, checked_program& p, const
   return *served;
 }
 
-}  // namespace
+// What fit() makes, step by step, for run_experiment.
+struct fit_run {
+  experiment_plan plan;
+  std::unique_ptr<search_algorithm> search;
+  std::unique_ptr<trial_scheduler> scheduler;
+  std::string resume_dir;                     // "" : a new experiment
+  std::unique_ptr<experiment_store> resumed;  // its store, when resuming
+  int concurrent = 0;                         // trials at once
+  int asked_concurrent = 0;                   // the user's cap (0: none), kept when auto-packing sizes the share
+  int64_t card_memory = 0;                    // the cluster's smallest card (auto-packing)
+  std::unique_ptr<experiment_engine> engine;
+  std::string dir;                            // the experiment folder
+  std::optional<resume_plan> replay;          // resuming: what the store held
+  std::optional<checked_program> checked;     // a program trial, checked before anything is written
+  std::unique_ptr<experiment_store> store;
+  std::string self_path;                      // this program's file (the trainable's worker)
+};
 
-status resolve_objectives(tune_config& c) {
-  std::set<std::string> seen;
-  for (const auto& o : c.metrics) {
-    if (o.name.empty()) return status{errc::invalid_argument, "metrics: an objective has no name"};
-    if (!seen.insert(o.name).second)
-      return status{errc::invalid_argument, "metrics: \"" + o.name + "\" is given twice"};
-  }
-  for (const auto& n : c.constraints) {
-    if (n.empty()) return status{errc::invalid_argument, "constraints: a constraint has no name"};
-    if (!seen.insert(n).second)
-      return status{errc::invalid_argument, "constraints: \"" + n + "\" is given twice, or is also an objective"};
-  }
-  if (!c.metrics.empty()) {
-    if (!c.metric.empty() && c.metric != c.metrics.front().name)
-      return status{errc::invalid_argument, "metric is \"" + c.metric + "\" but metrics starts with \"" +
-                                                c.metrics.front().name + "\": give metrics alone (its first is the metric)"};
-    c.metric = c.metrics.front().name;
-    c.mode = c.metrics.front().direction;
-  }
-  const bool several = c.metrics.size() > 1;
-  if (auto* t = std::get_if<tpe_search>(&c.search); t && several) {
-    t->directions.clear();
-    for (const auto& o : c.metrics) t->directions.push_back(o.direction);
-  }
-  const char* refuses = std::holds_alternative<gp_search>(c.search) ? "gp" : std::holds_alternative<bohb_search>(c.search) ? "bohb" : nullptr;
-  if (refuses && (several || !c.constraints.empty()))
-    return status{errc::invalid_argument, std::string(refuses) + " models one objective without constraints; use tpe for " +
-                                              (several ? "several objectives" : "constraints")};
+status make_search_and_scheduler(fit_run& r, const search_space& space) {
+  auto search = make_search(r.plan, space);
+  if (!search) return search.error();
+  r.search = std::move(search).value();
+  auto scheduler = make_scheduler(scheduler_of(r.plan), r.plan.config.metric, r.plan.config.mode);
+  if (!scheduler) return scheduler.error();
+  r.scheduler = std::move(scheduler).value();
   return status::ok();
 }
+
+// Resuming (resume, or $TUNE_RESUME_DIR): the experiment's own settings must be this
+// program's; its cap on trials at once is kept.
+status open_resumed(fit_run& r, const std::string& trainable) {
+  const auto& c = r.plan.config;
+  r.resume_dir = c.resume ? c.experiment_dir : "";
+  if (const char* env = std::getenv("TUNE_RESUME_DIR"); env && *env) {
+    r.resume_dir = env;
+    ::unsetenv("TUNE_RESUME_DIR");  // the program's first experiment is the one resumed
+  }
+  if (c.resume && r.resume_dir.empty()) return status{errc::invalid_argument, "resume: say which experiment (experiment_dir)"};
+  r.concurrent = c.max_concurrent_trials;
+  if (r.resume_dir.empty()) return status::ok();
+  if (!std::filesystem::exists(r.resume_dir + "/experiment.db"))
+    return status{errc::not_found, "no experiment to resume in " + r.resume_dir + " (it has no experiment.db)"};
+  auto opened = experiment_store::open(r.resume_dir);
+  if (!opened) return opened.error();
+  r.resumed = std::move(opened).value();
+  nlohmann::json now{{"trainable", trainable}, {"metric", c.metric}, {"mode", c.mode == mode::max ? "max" : "min"},
+                     {"num_samples", c.num_samples}, {"search", r.search->name()}, {"scheduler", r.scheduler->name()},
+                     {"seed", c.seed}};
+  for (auto& [k, v] : now.items()) {
+    auto was = r.resumed->meta(k);
+    if (!was) return was.error();
+    if (*was != v)
+      return status{errc::inconsistent, "cannot resume " + r.resume_dir + ": its " + k + " is " + json_text(*was) +
+                                            ", this program's is " + json_text(v) + " (resume it with the program and settings that started it)"};
+  }
+  if (auto m = r.resumed->meta("max_concurrent_trials"); m && m->is_number_integer()) r.concurrent = m->get<int>();
+  return status::ok();
+}
+
+// What the cluster holds now, when the plan leaves it to the cluster: how many trials
+// fit at once (no cap given), the smallest card's memory (auto-packing).
+status size_on_cluster(fit_run& r, const cluster& c) {
+  r.asked_concurrent = r.concurrent;
+  if (r.concurrent != 0 && !r.plan.gpu_auto) return status::ok();
+  auto text = c.status_json();
+  if (!text) return text.error();
+  auto status_now = nlohmann::json::parse(*text);
+  if (r.concurrent == 0) r.concurrent = std::max(1, trials_that_fit(status_now, r.plan.bundles));
+  r.card_memory = smallest_card_memory(status_now);
+  if (r.plan.gpu_auto && r.card_memory <= 0)
+    return status{errc::insufficient, "resources_per_trial: gpu \"auto\" measures trials on GPUs, and no node of the "
+                                      "cluster has one now (start a node with GPUs, or ask for cpu only)"};
+  return status::ok();
+}
+
+// The engine over the search and scheduler. Auto-packing: as many at once as hold the
+// probe share until the share is decided; the controller then sets the cap to what the
+// cluster holds at that share.
+status make_engine(fit_run& r) {
+  const auto& c = r.plan.config;
+  engine_options eo;
+  eo.metric = c.metric;
+  eo.direction = c.mode;
+  for (std::size_t i = 1; i < c.metrics.size(); ++i) {
+    eo.other_objectives.push_back(c.metrics[i].name);
+    eo.other_directions.push_back(c.metrics[i].direction);
+  }
+  eo.constraints = c.constraints;
+  eo.max_concurrent = r.concurrent;
+  eo.max_failures = c.max_failures;
+  eo.stop = c.stop;
+  eo.time_budget_s = c.time_budget_s;
+  auto engine = experiment_engine::make(*r.search, *r.scheduler, eo);
+  if (!engine) return engine.error();
+  r.engine = std::move(engine).value();
+  return status::ok();
+}
+
+// The experiment folder (the resumed one, the config's, or a fresh one), and a resumed
+// experiment's store replayed into the engine.
+status choose_dir_and_replay(fit_run& r) {
+  const auto& c = r.plan.config;
+  r.dir = !r.resume_dir.empty() ? r.resume_dir : c.experiment_dir;
+  if (r.dir.empty()) {
+    auto fresh = fresh_experiment_dir("tune_results/" + c.name + "-" + utc_stamp());
+    if (!fresh) return fresh.error();
+    r.dir = *fresh;
+  }
+  if (!r.resumed) return status::ok();
+  auto p = replay_experiment(*r.engine, *r.resumed);
+  if (!p) return p.error();
+  r.replay = std::move(*p);
+  (void)r.resumed->add_event("", "resumed", {{"replayed_results", r.replay->replayed_results},
+                                             {"finished_trials", r.replay->finished_trials},
+                                             {"interrupted_trials", r.replay->interrupted_trials}});
+  std::cerr << "resuming " << r.dir << ": " << r.replay->finished_trials << " trial(s) done, " << r.replay->interrupted_trials
+            << " start again from their checkpoints, " << r.replay->replayed_results << " result(s) kept\n";
+  return status::ok();
+}
+
+// A program trial, checked before anything is written (a bad one leaves no experiment
+// folder behind).
+status check_trials_program(fit_run& r, const cluster& c, const program& p, const search_space& space) {
+  auto checked = check_program(c.embedded(), p, space, r.plan.config, r.dir);
+  if (!checked) return checked.error();
+  r.checked = std::move(*checked);
+  if (!r.checked->in_place.empty() && !c.embedded())
+    if (auto s = all_nodes_here(c); !s) return s;
+  return status::ok();
+}
+
+// The store (the resumed one, or a new one that must be empty), and this program's file.
+status open_store_and_self(fit_run& r) {
+  auto store = r.resumed ? expected<std::unique_ptr<experiment_store>>{std::move(r.resumed)} : experiment_store::open(r.dir);
+  if (!store) return store.error();
+  r.store = std::move(store).value();
+  if (auto t = r.store->trials(); !r.replay && (!t || !t->empty()))
+    return status{errc::already_exists, "the experiment directory " + r.dir +
+                                            " already holds an experiment; give a new one, or resume it (tune_config::resume, "
+                                            "tune resume " + r.dir + ")"};
+  std::error_code ec;
+  auto self_path = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return status{errc::not_found, "cannot find this program's file (/proc/self/exe): " + ec.message()};
+  r.self_path = self_path.string();
+  return status::ok();
+}
+
+// How to run this program again (`tune resume`): its file, argv and folder.
+nlohmann::json this_command(const std::string& self_path) {
+  nlohmann::json command{{"argv", nlohmann::json::array()}, {"exe", self_path}};
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  for (std::string arg; std::getline(in, arg, '\0');) command["argv"].push_back(arg);
+  std::error_code ec;
+  command["cwd"] = std::filesystem::current_path(ec).string();
+  return command;
+}
+
+// A new experiment's settings in its store (a resumed one has them).
+status record_settings(fit_run& r, const cluster& cl, const std::string& trainable) {
+  if (r.replay) return status::ok();
+  const auto& c = r.plan.config;
+  nlohmann::json resources_json = nlohmann::json::array();
+  for (auto& b : r.plan.bundles) resources_json.push_back(nlohmann::json::parse(b.to_json()));
+  for (auto& [k, v] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"name", c.name}, {"metric", c.metric}, {"mode", c.mode == mode::max ? "max" : "min"},
+           {"num_samples", c.num_samples}, {"max_concurrent_trials", r.plan.gpu_auto ? r.asked_concurrent : r.concurrent},
+           {"bundles", resources_json},
+           {"search", r.search->name()}, {"scheduler", r.scheduler->name()}, {"seed", c.seed},
+           {"trainable", trainable}, {"cluster", cl.description()}, {"command", this_command(r.self_path)},
+           {"dir", std::filesystem::absolute(r.dir).string()}})
+    if (auto s = r.store->set_meta(k, v); !s) return s;
+  if (!r.plan.gpu_auto) return status::ok();
+  return r.store->set_meta("auto_packing", {{"margin", c.auto_packing.margin},
+                                            {"probe_share", c.auto_packing.probe_share},
+                                            {"probe_trials", c.auto_packing.probe_trials},
+                                            {"probe_results", c.auto_packing.probe_results},
+                                            {"min_share", c.auto_packing.min_share}});
+}
+
+// What the trials run: the program (its working directory served, recorded in the
+// store) or this program's trainable (this program served to the nodes).
+status what_trials_run(fit_run& r, cluster::impl& st, const std::optional<program>& prog, const std::string& trainable,
+                       experiment_run_options& ro) {
+  if (!r.checked) {
+    ro.args = {"--tune-worker", trainable};
+    std::lock_guard lock{st.client_mutex};  // the client's own calls, one at a time
+    auto served = st.client->serve_program(r.self_path);
+    if (!served) return status{served.error().code(), "serving this program to the nodes: " + served.error().message()};
+    ro.program = *served;
+    return status::ok();
+  }
+  auto manifest = serve_workdir(st, *r.checked, r.store->dir());
+  if (!manifest) return manifest.error();
+  if (auto s = r.store->set_meta("program", r.checked->meta); !s) return s;
+  ro.command = prog->command;
+  ro.command_args = prog->args;
+  ro.workdir = *manifest;
+  ro.workdir_path = r.checked->in_place;
+  ro.env = r.checked->env;
+  ro.output_patterns = prog->metric_patterns;
+  return status::ok();
+}
+
+// The controller's options from the plan: bundles, timeouts, moves, auto-packing, progress.
+experiment_run_options run_options(const fit_run& r) {
+  const auto& c = r.plan.config;
+  experiment_run_options ro;
+  ro.name = c.name;
+  ro.bundles = r.plan.bundles;
+  ro.strat = c.strategy;
+  ro.group_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.group_timeout_s * 1000));
+  ro.stop_grace = std::chrono::milliseconds(static_cast<int64_t>(c.stop_grace_s * 1000));
+  ro.auto_rebalance = c.auto_rebalance;
+  ro.standby_copies = c.standby_copies;
+  ro.reuse_workers = c.reuse_workers;  // a program that does not speak the protocol just exits
+  if (r.plan.gpu_auto) {
+    ro.auto_packing = c.auto_packing;
+    ro.card_memory = r.card_memory;
+    ro.max_concurrent = r.asked_concurrent;
+  }
+  ro.min_move_interval = std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, c.min_move_interval_s) * 1000));
+  auto style = progress_shown(c.progress);
+  if (style != progress_style::none) ro.on_progress = progress_printer{style, {}, 0};
+  return ro;
+}
+
+// Runs the experiment (the controller talks to the head itself: the client stays free
+// for other calls, status and capacity, meanwhile) and opens its results.
+expected<result_grid> run_and_open_results(fit_run& r, cluster::impl& st, const experiment_run_options& ro) {
+  const auto& c = r.plan.config;
+  auto sum = run_experiment(*st.client, *r.engine, *r.store, ro, r.replay ? &*r.replay : nullptr);
+  if (!sum) return sum.error();
+  if (progress_shown(c.progress) != progress_style::none) print_errors(*r.store);
+  auto grid = c.metrics.empty() && c.constraints.empty()
+                  ? result_grid::open(r.dir, c.metric, c.mode)
+                  : result_grid::open(r.dir, c.metrics.empty() ? std::vector<objective>{{c.metric, c.mode}} : c.metrics,
+                                      c.constraints);
+  if (!grid) return grid.error();
+  grid->wall_s = sum->wall_s;
+  grid->ingested = sum->ingested;
+  grid->controller_cpu_s = sum->controller_cpu_s;
+  return grid;
+}
+
+}  // namespace
 
 tuner::tuner(cluster c, std::string trainable, search_space space, tune_config cfg)
     : cluster_(std::move(c)), trainable_(std::move(trainable)), space_(std::move(space)), cfg_(std::move(cfg)) {}
@@ -848,233 +1074,22 @@ expected<result_grid> tuner::fit() {
   if (!program_ && !registry().fns.count(trainable_))
     return status{errc::not_found, "no trainable '" + trainable_ + "' in this program (it has: " +
                                        joined(trainable_names()) + "); register it with TUNE_TRAINABLE"};
-  auto& c = cfg_;
-  if (auto ob = resolve_objectives(c); !ob) return ob;
-  if (c.num_samples < 1) return status{errc::invalid_argument, "num_samples must be at least 1"};
-  if (c.max_concurrent_trials < 0) return status{errc::invalid_argument, "max_concurrent_trials must be 0 (as many as fit) or more"};
-  if (c.max_failures < 0) return status{errc::invalid_argument, "max_failures must be 0 (no restarts) or more"};
-  if (!(c.group_timeout_s > 0) || !(c.stop_grace_s >= 0))
-    return status{errc::invalid_argument, "group_timeout_s must be positive and stop_grace_s not negative"};
-  std::vector<resource_set> bundles;
-  auto take = [&](const resources& r, const std::string& what) -> status {
-    if (!r.error.empty()) return status{errc::invalid_argument, what + ": " + r.error};
-    if (r.gpu_auto) {
-      if (!c.bundles.empty())
-        return status{errc::invalid_argument, what + ": gpu \"auto\" is for resources_per_trial (one bundle), not bundles"};
-      if (r.set && r.set->gpu_memory() > 0)
-        return status{errc::invalid_argument, what + ": gpu \"auto\" sizes each trial's GPU memory itself; drop gpu_memory, "
-                                                     "or give a share instead of auto"};
-      if (auto ok = check(c.auto_packing); !ok) return ok;
-      auto b = r.set.value_or(resource_set{});
-      auto probe = quantity::from_double(c.auto_packing.probe_share, "auto_packing.probe_share");
-      if (!probe) return probe.error();
-      b.set_gpu(*probe);
-      bundles.push_back(b);
-      return status::ok();
-    }
-    if (!r.set || r.set->empty()) return status{errc::invalid_argument, what + " is empty: ask for at least one CPU or GPU"};
-    bundles.push_back(*r.set);
-    return status::ok();
-  };
-  const bool gpu_auto = c.bundles.empty() && c.resources_per_trial.gpu_auto;
-  if (c.bundles.empty()) {
-    if (auto s = take(c.resources_per_trial, "resources_per_trial"); !s) return s;
-  } else {
-    for (size_t i = 0; i < c.bundles.size(); ++i)
-      if (auto s = take(c.bundles[i], "bundle " + std::to_string(i)); !s) return s;
-  }
-  // The search algorithm and the scheduler.
-  auto made = std::visit(
-      [&](const auto& spec) -> expected<std::unique_ptr<search_algorithm>> {
-        using T = std::decay_t<decltype(spec)>;
-        if constexpr (std::is_same_v<T, random_search_alg>)
-          return make_random_search(
-              space_, {.num_samples = c.num_samples, .seed = c.seed, .points_to_evaluate = spec.points_to_evaluate});
-        else if constexpr (std::is_same_v<T, grid_search_alg>)
-          return make_grid_search(space_, {.num_samples = c.num_samples});
-        else {  // TPE, the GP and BOHB: the experiment's mode, samples and seed
-          auto o = spec;
-          o.metric_mode = c.mode;
-          o.num_samples = c.num_samples;
-          o.seed = c.seed;
-          if constexpr (std::is_same_v<T, gp_search>) return make_gp(space_, std::move(o));
-          else if constexpr (std::is_same_v<T, bohb_search>) return make_bohb(space_, std::move(o));
-          else return make_tpe(space_, std::move(o));
-        }
-      },
-      c.search);
-  if (!made) return made.error();
-  std::unique_ptr<search_algorithm> search = std::move(made).value();
-  auto sched_spec = c.scheduler;
-  if (auto* p = std::get_if<pbt>(&sched_spec); p && p->seed == 0) p->seed = c.seed;
-  auto scheduler = make_scheduler(sched_spec, c.metric, c.mode);
-  if (!scheduler) return scheduler.error();
-  // Resuming: the experiment's own settings must be this program's.
-  std::string resume_dir = c.resume ? c.experiment_dir : "";
-  if (const char* env = std::getenv("TUNE_RESUME_DIR"); env && *env) {
-    resume_dir = env;
-    ::unsetenv("TUNE_RESUME_DIR");  // the program's first experiment is the one resumed
-  }
-  if (c.resume && resume_dir.empty()) return status{errc::invalid_argument, "resume: say which experiment (experiment_dir)"};
-  std::unique_ptr<experiment_store> resumed_store;
-  int concurrent = c.max_concurrent_trials;
-  if (!resume_dir.empty()) {
-    if (!std::filesystem::exists(resume_dir + "/experiment.db"))
-      return status{errc::not_found, "no experiment to resume in " + resume_dir + " (it has no experiment.db)"};
-    auto opened = experiment_store::open(resume_dir);
-    if (!opened) return opened.error();
-    resumed_store = std::move(opened).value();
-    nlohmann::json now{{"trainable", trainable_}, {"metric", c.metric}, {"mode", c.mode == mode::max ? "max" : "min"},
-                       {"num_samples", c.num_samples}, {"search", search->name()}, {"scheduler", (*scheduler)->name()},
-                       {"seed", c.seed}};
-    for (auto& [k, v] : now.items()) {
-      auto was = resumed_store->meta(k);
-      if (!was) return was.error();
-      if (*was != v)
-        return status{errc::inconsistent, "cannot resume " + resume_dir + ": its " + k + " is " + json_text(*was) +
-                                              ", this program's is " + json_text(v) + " (resume it with the program and settings that started it)"};
-    }
-    if (auto m = resumed_store->meta("max_concurrent_trials"); m && m->is_number_integer()) concurrent = m->get<int>();
-  }
-  const int asked_concurrent = concurrent;  // the user's cap (0: none), kept when auto-packing sizes the share
-  int64_t card_memory = 0;
-  if (concurrent == 0 || gpu_auto) {
-    auto text = cluster_.status_json();
-    if (!text) return text.error();
-    auto status_now = nlohmann::json::parse(*text);
-    if (concurrent == 0) concurrent = std::max(1, trials_that_fit(status_now, bundles));
-    card_memory = smallest_card_memory(status_now);
-    if (gpu_auto && card_memory <= 0)
-      return status{errc::insufficient, "resources_per_trial: gpu \"auto\" measures trials on GPUs, and no node of the "
-                                        "cluster has one now (start a node with GPUs, or ask for cpu only)"};
-  }
-  // Auto-packing: as many as hold the probe share until the share is decided; the
-  // controller then sets the cap to what the cluster holds at that share.
-  engine_options eo;
-  eo.metric = c.metric;
-  eo.direction = c.mode;
-  for (std::size_t i = 1; i < c.metrics.size(); ++i) {
-    eo.other_objectives.push_back(c.metrics[i].name);
-    eo.other_directions.push_back(c.metrics[i].direction);
-  }
-  eo.constraints = c.constraints;
-  eo.max_concurrent = concurrent;
-  eo.max_failures = c.max_failures;
-  eo.stop = c.stop;
-  eo.time_budget_s = c.time_budget_s;
-  auto engine = experiment_engine::make(*search, **scheduler, eo);
-  if (!engine) return engine.error();
-  // The experiment directory and its settings.
-  std::string dir = !resume_dir.empty() ? resume_dir : c.experiment_dir;
-  if (dir.empty()) {
-    auto fresh = fresh_experiment_dir("tune_results/" + c.name + "-" + utc_stamp());
-    if (!fresh) return fresh.error();
-    dir = *fresh;
-  }
-  std::optional<resume_plan> plan;
-  if (resumed_store) {
-    auto p = replay_experiment(**engine, *resumed_store);
-    if (!p) return p.error();
-    plan = std::move(*p);
-    (void)resumed_store->add_event("", "resumed", {{"replayed_results", plan->replayed_results},
-                                                   {"finished_trials", plan->finished_trials},
-                                                   {"interrupted_trials", plan->interrupted_trials}});
-    std::cerr << "resuming " << dir << ": " << plan->finished_trials << " trial(s) done, " << plan->interrupted_trials
-              << " start again from their checkpoints, " << plan->replayed_results << " result(s) kept\n";
-  }
-  std::optional<checked_program> checked;  // a program trial: checked before anything is written
-  if (program_) {
-    auto p = check_program(cluster_.embedded(), *program_, space_, c, dir);
-    if (!p) return p.error();
-    checked = std::move(*p);
-    if (!checked->in_place.empty() && !cluster_.embedded())
-      if (auto s = all_nodes_here(cluster_); !s) return s;
-  }
-  auto store = resumed_store ? expected<std::unique_ptr<experiment_store>>{std::move(resumed_store)} : experiment_store::open(dir);
-  if (!store) return store.error();
-  if (auto t = (*store)->trials(); !plan && (!t || !t->empty()))
-    return status{errc::already_exists, "the experiment directory " + dir +
-                                            " already holds an experiment; give a new one, or resume it (tune_config::resume, "
-                                            "tune resume " + dir + ")"};
-  // This program is the trainable: nodes start it in worker mode.
-  std::error_code ec;
-  auto self_path = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return status{errc::not_found, "cannot find this program's file (/proc/self/exe): " + ec.message()};
-  if (!plan) {  // a new experiment: its settings, and how to run this program again (`tune resume`)
-    nlohmann::json resources_json = nlohmann::json::array();
-    for (auto& b : bundles) resources_json.push_back(nlohmann::json::parse(b.to_json()));
-    nlohmann::json command{{"argv", nlohmann::json::array()}, {"exe", self_path.string()}};
-    std::ifstream in("/proc/self/cmdline", std::ios::binary);
-    for (std::string arg; std::getline(in, arg, '\0');) command["argv"].push_back(arg);
-    command["cwd"] = std::filesystem::current_path(ec).string();
-    for (auto& [k, v] : std::vector<std::pair<std::string, nlohmann::json>>{
-             {"name", c.name}, {"metric", c.metric}, {"mode", c.mode == mode::max ? "max" : "min"},
-             {"num_samples", c.num_samples}, {"max_concurrent_trials", gpu_auto ? asked_concurrent : concurrent},
-             {"bundles", resources_json},
-             {"search", search->name()}, {"scheduler", (*scheduler)->name()}, {"seed", c.seed},
-             {"trainable", trainable_}, {"cluster", cluster_.description()}, {"command", command},
-             {"dir", std::filesystem::absolute(dir).string()}})
-      if (auto s = (*store)->set_meta(k, v); !s) return s;
-    if (gpu_auto)
-      if (auto s = (*store)->set_meta("auto_packing", {{"margin", c.auto_packing.margin},
-                                                       {"probe_share", c.auto_packing.probe_share},
-                                                       {"probe_trials", c.auto_packing.probe_trials},
-                                                       {"probe_results", c.auto_packing.probe_results},
-                                                       {"min_share", c.auto_packing.min_share}});
-          !s)
-        return s;
-  }
-  experiment_run_options ro;
-  ro.name = c.name;
-  if (checked) {
-    auto manifest = serve_workdir(*st, *checked, (*store)->dir());
-    if (!manifest) return manifest.error();
-    if (auto s = (*store)->set_meta("program", checked->meta); !s) return s;
-    ro.command = program_->command;
-    ro.command_args = program_->args;
-    ro.workdir = *manifest;
-    ro.workdir_path = checked->in_place;
-    ro.env = checked->env;
-    ro.output_patterns = program_->metric_patterns;
-  } else {
-    ro.args = {"--tune-worker", trainable_};
-  }
-  ro.bundles = bundles;
-  ro.strat = c.strategy;
-  ro.group_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.group_timeout_s * 1000));
-  ro.stop_grace = std::chrono::milliseconds(static_cast<int64_t>(c.stop_grace_s * 1000));
-  ro.auto_rebalance = c.auto_rebalance;
-  ro.standby_copies = c.standby_copies;
-  ro.reuse_workers = c.reuse_workers;  // a program that does not speak the protocol just exits
-  if (gpu_auto) {
-    ro.auto_packing = c.auto_packing;
-    ro.card_memory = card_memory;
-    ro.max_concurrent = asked_concurrent;
-  }
-  ro.min_move_interval = std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, c.min_move_interval_s) * 1000));
-  auto style = c.progress;
-  if (style == progress_style::automatic) style = ::isatty(2) ? progress_style::table : progress_style::lines;
-  if (style != progress_style::none) ro.on_progress = progress_printer{style, {}, 0};
-  if (!program_) {
-    std::lock_guard lock{st->client_mutex};  // the client's own calls, one at a time
-    auto program = st->client->serve_program(self_path.string());
-    if (!program) return status{program.error().code(), "serving this program to the nodes: " + program.error().message()};
-    ro.program = *program;
-  }
-  // The controller talks to the head itself: the client stays free for other calls
-  // (status, capacity) while the experiment runs.
-  auto sum = run_experiment(*st->client, **engine, **store, ro, plan ? &*plan : nullptr);
-  if (!sum) return sum.error();
-  if (style != progress_style::none) print_errors(**store);
-  auto grid = c.metrics.empty() && c.constraints.empty()
-                  ? result_grid::open(dir, c.metric, c.mode)
-                  : result_grid::open(dir, c.metrics.empty() ? std::vector<objective>{{c.metric, c.mode}} : c.metrics,
-                                      c.constraints);
-  if (!grid) return grid.error();
-  grid->wall_s = sum->wall_s;
-  grid->ingested = sum->ingested;
-  grid->controller_cpu_s = sum->controller_cpu_s;
-  return grid;
+  auto plan = make_plan(cfg_);  // the one check of every entry point (tune/tuner/plan.hpp)
+  if (!plan) return plan.error();
+  fit_run r;
+  r.plan = std::move(*plan);
+  if (auto s = make_search_and_scheduler(r, space_); !s) return s;
+  if (auto s = open_resumed(r, trainable_); !s) return s;
+  if (auto s = size_on_cluster(r, cluster_); !s) return s;
+  if (auto s = make_engine(r); !s) return s;
+  if (auto s = choose_dir_and_replay(r); !s) return s;
+  if (program_)
+    if (auto s = check_trials_program(r, cluster_, *program_, space_); !s) return s;
+  if (auto s = open_store_and_self(r); !s) return s;
+  if (auto s = record_settings(r, cluster_, trainable_); !s) return s;
+  auto ro = run_options(r);
+  if (auto s = what_trials_run(r, *st, program_, trainable_, ro); !s) return s;
+  return run_and_open_results(r, *st, ro);
 }
 
 }  // namespace tune

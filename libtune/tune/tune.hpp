@@ -38,6 +38,7 @@
 
 #include "tune/core/placement.hpp"
 #include "tune/core/resource_set.hpp"
+#include "tune/tuner/plan.hpp"
 #include "tune/trial/command.hpp"
 #include "tune/trial/context.hpp"
 #include "tune/tuner/auto_share.hpp"
@@ -62,38 +63,6 @@ bool register_trainable(const std::string& name, trainable_fn fn);
 std::vector<std::string> trainable_names();
 
 #define TUNE_TRAINABLE(fn) [[maybe_unused]] static const bool tune_trainable_registered_##fn = ::tune::register_trainable(#fn, fn)
-
-// --- any program as a trial -------------------------------------------------------
-
-// A program as the trial (docs/programs.md): a Python script, a shell script, any
-// executable, with the same placement, isolation, GPU audit, scheduling, checkpoints and
-// failover as a trainable:
-//
-//   tune::tuner t{cluster, tune::program{.command = {"python3", "train.py", "--lr", "${lr}"}},
-//                 space, cfg};
-//
-// Each node that runs a trial of it gets `working_dir` by content (SHA-256 per file,
-// cached per node, only missing files fetched; .git, __pycache__ and the patterns of a
-// .tuneignore file left out) and runs `command` — an argv, never through a shell — in a
-// copy of its own. The trial gets its configuration from the environment (Python:
-// `import libtune`, put on its PYTHONPATH by the node; libtune.config()), from ${name}
-// placeholders in the command or appended --key value pairs, and reports with
-// libtune.report() or through lines of its output that match `metric_patterns`.
-struct program {
-  std::vector<std::string> command{};
-  std::string working_dir = ".";                // shipped to the nodes; "" : nothing shipped (the
-                                                // trial runs in its own folder)
-  uint64_t working_dir_limit = 100ull << 20;    // bytes; a larger folder is refused, naming its largest files
-  // Each trial runs in working_dir itself, not in a copy: a script's relative paths out of
-  // its folder (../data) work as when you run it yourself. One machine only (an embedded
-  // cluster, or one whose nodes all run here), and trials at once share the folder.
-  bool in_place = false;
-  std::map<std::string, std::string> env{};     // added to the trial's environment
-  std::vector<std::string> forward_env{};       // names whose values are taken from this process
-  config_args args = config_args::none;         // append: --key value for each configuration value
-  std::vector<std::string> metric_patterns{};   // RE2 patterns read from its standard output
-                                                // (tune/trial/output_metrics.hpp)
-};
 
 // --- the cluster ------------------------------------------------------------------
 
@@ -175,98 +144,9 @@ const char* init_help();
 // cluster::start, or none).
 void run_if_trial_worker(int argc, char** argv);
 
-// --- experiments --------------------------------------------------------------------
+// --- experiments ---------------------------------------------------------------------
 
-struct random_search_alg {  // random search (grid_search domains expanded, Ray's default)
-  std::vector<config> points_to_evaluate = {};  // run first (whole or partial configs)
-};
-struct grid_search_alg {};    // every grid point, num_samples times; random domains are an error
-using tpe_search = tpe_options;  // TPE (metric_mode, num_samples and seed are the experiment's)
-using gp_search = gp_options;    // GP-based Bayesian optimisation (the same three are the experiment's)
-using bohb_search = bohb_options;  // BOHB: TPE per budget, with scheduler = hyperband{} (the same)
-using search_spec = std::variant<random_search_alg, grid_search_alg, tpe_search, gp_search, bohb_search>;
-
-enum class progress_style { automatic, table, lines, none };  // automatic: table on a terminal
-
-// One amount of a resource set: a number, or "auto" for the GPU (auto-packing).
-struct amount {
-  amount(double v) : value(v) {}
-  amount(int v) : value(v) {}
-  amount(const char* t) : text(t ? t : "") {}
-  double value = 0;
-  std::string text;  // not empty: a word instead of a number
-};
-
-// A resource set from {"gpu": 0.25, "cpu": 1}; a bad one is an error at fit().
-// {"gpu": "auto"}: auto-packing (tune_config::auto_packing): the first trial probes on
-// a share, and later trials get the smallest share that holds what it was measured to
-// use, plus a margin (docs/auto_packing.md).
-struct resources {
-  resources() = default;
-  resources(std::initializer_list<std::pair<std::string_view, amount>> values);
-  resources(resource_set r) : set(std::move(r)) {}
-  std::optional<resource_set> set;
-  bool gpu_auto = false;
-  std::string error;
-};
-
-struct tune_config {
-  std::string metric;                     // the reported metric to tune
-  tune::mode mode = tune::mode::max;
-  // Several objectives instead: {{"acc", tune::mode::max}, {"latency_ms", tune::mode::min}}
-  // (then metric and mode are the first's; the schedulers and stop criteria use it).
-  // TPE models them all (MOTPE); result_grid::pareto_front() has the trials no other
-  // beats in every one. Random and grid search run as usual; the GP and BOHB refuse.
-  std::vector<objective> metrics;
-  // Metrics that must be <= 0 for a trial to count (e.g. "memory_gib - 8" reported as
-  // its own metric): TPE avoids where they are not met, an infeasible trial is never
-  // the best nor on the front, and a trial that never reports one ends in error.
-  std::vector<std::string> constraints;
-  int num_samples = 1;                    // trials (× grid points for random search)
-  int max_concurrent_trials = 0;          // 0: as many as the cluster holds at once
-  resources resources_per_trial = {{"cpu", 1}};
-  std::vector<resources> bundles;         // several bundles per trial (then not resources_per_trial)
-  tune::strategy strategy = tune::strategy::pack;  // for several bundles
-  stop_criteria stop;                     // max_iterations, metric_threshold
-  std::optional<double> time_budget_s;    // the whole experiment
-  scheduler_spec scheduler = fifo{};
-  search_spec search = random_search_alg{};
-  uint64_t seed = 0;
-  std::string name = "experiment";
-  std::string experiment_dir;             // default: ./tune_results/<name>-<UTC time>
-  progress_style progress = progress_style::automatic;
-  double group_timeout_s = 600;           // a trial whose group is not placed by then fails
-  double stop_grace_s = 10;               // a stopped trial's time to end before it is killed
-  int max_failures = 0;                   // a trial that fails (its process crashed, its node
-                                          // was lost) is started again this often, on any
-                                          // node, from its latest checkpoint
-  bool auto_rebalance = false;            // when nodes join or leave, ask the head to even the
-                                          // GPU load (trials move, from their checkpoints)
-  double min_move_interval_s = 60;        // a trial moves at most this often
-  bool standby_copies = true;             // each trial's newest checkpoint copy is also
-                                          // fetched ahead of time by another node, where a
-                                          // restart after its node's death goes (no fetch
-                                          // then); costs one more transfer per copy
-  bool reuse_workers = false;             // a C++ trainable's worker whose trial ended well
-                                          // runs the next trial placed on the same cards
-                                          // (same node, shares and limits) in the same
-                                          // process: no new process, CUDA context or library
-                                          // set-up (docs/trials.md, "Reused workers")
-  // With resources_per_trial = {gpu: "auto"}: how the share is measured and sized
-  // (margin over the measured peak, the probes' share and count, the least share).
-  auto_share_options auto_packing;
-  bool resume = false;                    // continue the experiment in experiment_dir (its
-                                          // program died): completed trials and stored
-                                          // results are kept, what ran starts again from its
-                                          // latest checkpoint. `tune resume DIR` runs the
-                                          // program again with TUNE_RESUME_DIR=DIR, which
-                                          // does the same.
-};
-
-// Checks metrics and constraints (duplicates, a metric that disagrees with metrics, a
-// search that cannot model them) and makes the first objective the metric and mode,
-// TPE's directions all of them. fit() calls it; a program may, to know its metric first.
-status resolve_objectives(tune_config& c);
+// program, tune_config and the rest of an experiment's settings: tune/tuner/plan.hpp.
 
 // What an experiment produced: read from its store (the experiment directory), so it
 // is the same after the program ended (`result_grid::open`).

@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "tune/tune.hpp"
+#include "tune/tuner/plan.hpp"
 
 namespace tune {
 
@@ -53,11 +53,22 @@ expected<search_space> read_search_space(const std::string& text, const std::str
 expected<scheduler_spec> read_scheduler(const std::string& text, const std::string& source);
 expected<search_spec> read_search(const std::string& text, const std::string& source);
 
-// "auto", "table", "lines" or "none" (the file's progress: and tune run's --progress);
-// nothing for another text.
-std::optional<progress_style> parse_progress_style(const std::string& text);
+// The keys an experiment file may have, in the order errors list them: one table
+// (experiment_keys.cpp) from which reading each key, its errors, `tune run --keys` and
+// docs/run.md's table of keys all come.
+struct experiment_key {
+  std::string name;
+  std::string type;           // what its value is: "whole number >= 1", "true or false", ...
+  std::string default_value;  // its default as a value of the file ("1", "{cpu: 1}"); "" when
+                              // the default is not one (default_note says it)
+  std::string default_note;   // the default in words, when no value says it (Markdown)
+  std::string help;           // what it does (Markdown: `code`, [links](file.md))
+};
+const std::vector<experiment_key>& experiment_keys();
 
-// The keys an experiment file may have.
-const std::vector<std::string>& experiment_keys();
+// The keys as docs/run.md's table (Markdown, a line per key) and as `tune run --keys`
+// prints them (plain text, for a terminal `width` wide).
+std::string experiment_keys_markdown();
+std::string experiment_keys_text(int width = 100);
 
 }  // namespace tune

@@ -1,0 +1,151 @@
+#include "tune/tuner/plan.hpp"
+
+#include <set>
+
+namespace tune {
+
+resources::resources(std::initializer_list<std::pair<std::string_view, amount>> values) {
+  resource_set r;
+  for (auto& [name, a] : values) {
+    if (name == "gpu" && a.text == "auto") {
+      gpu_auto = true;
+      continue;
+    }
+    auto st = a.text.empty() ? r.set(name, a.value) : r.set(name, a.text);
+    if (!st) {
+      error = st.message();
+      if (!a.text.empty() && name == "gpu")
+        error = "gpu is \"" + a.text + "\": give a number (0.25, 1, 2) or \"auto\" (auto-packing)";
+      return;
+    }
+  }
+  set = std::move(r);
+}
+
+namespace {
+
+status check_objective_names(const tune_config& c) {
+  std::set<std::string> seen;
+  for (const auto& o : c.metrics) {
+    if (o.name.empty()) return status{errc::invalid_argument, "metrics: an objective has no name"};
+    if (!seen.insert(o.name).second)
+      return status{errc::invalid_argument, "metrics: \"" + o.name + "\" is given twice"};
+  }
+  for (const auto& n : c.constraints) {
+    if (n.empty()) return status{errc::invalid_argument, "constraints: a constraint has no name"};
+    if (!seen.insert(n).second)
+      return status{errc::invalid_argument, "constraints: \"" + n + "\" is given twice, or is also an objective"};
+  }
+  return status::ok();
+}
+
+// The counts and times of a plan.
+status check_limits(const tune_config& c) {
+  if (c.num_samples < 1) return status{errc::invalid_argument, "num_samples must be at least 1"};
+  if (c.max_concurrent_trials < 0) return status{errc::invalid_argument, "max_concurrent_trials must be 0 (as many as fit) or more"};
+  if (c.max_failures < 0) return status{errc::invalid_argument, "max_failures must be 0 (no restarts) or more"};
+  if (!(c.group_timeout_s > 0) || !(c.stop_grace_s >= 0))
+    return status{errc::invalid_argument, "group_timeout_s must be positive and stop_grace_s not negative"};
+  return status::ok();
+}
+
+// One bundle of the plan (`what` names it in errors); gpu "auto" asks for the probe's share.
+expected<resource_set> bundle_of(const resources& r, const std::string& what, const tune_config& c) {
+  if (!r.error.empty()) return status{errc::invalid_argument, what + ": " + r.error};
+  if (!r.gpu_auto) {
+    if (!r.set || r.set->empty()) return status{errc::invalid_argument, what + " is empty: ask for at least one CPU or GPU"};
+    return *r.set;
+  }
+  if (!c.bundles.empty())
+    return status{errc::invalid_argument, what + ": gpu \"auto\" is for resources_per_trial (one bundle), not bundles"};
+  if (r.set && r.set->gpu_memory() > 0)
+    return status{errc::invalid_argument, what + ": gpu \"auto\" sizes each trial's GPU memory itself; drop gpu_memory, "
+                                                 "or give a share instead of auto"};
+  if (auto ok = check(c.auto_packing); !ok) return ok;
+  auto b = r.set.value_or(resource_set{});
+  auto probe = quantity::from_double(c.auto_packing.probe_share, "auto_packing.probe_share");
+  if (!probe) return probe.error();
+  b.set_gpu(*probe);
+  return b;
+}
+
+}  // namespace
+
+status resolve_objectives(tune_config& c) {
+  if (auto s = check_objective_names(c); !s) return s;
+  if (!c.metrics.empty()) {
+    if (!c.metric.empty() && c.metric != c.metrics.front().name)
+      return status{errc::invalid_argument, "metric is \"" + c.metric + "\" but metrics starts with \"" +
+                                                c.metrics.front().name + "\": give metrics alone (its first is the metric)"};
+    c.metric = c.metrics.front().name;
+    c.mode = c.metrics.front().direction;
+  }
+  const bool several = c.metrics.size() > 1;
+  if (auto* t = std::get_if<tpe_search>(&c.search); t && several) {
+    t->directions.clear();
+    for (const auto& o : c.metrics) t->directions.push_back(o.direction);
+  }
+  const char* refuses = std::holds_alternative<gp_search>(c.search) ? "gp" : std::holds_alternative<bohb_search>(c.search) ? "bohb" : nullptr;
+  if (refuses && (several || !c.constraints.empty()))
+    return status{errc::invalid_argument, std::string(refuses) + " models one objective without constraints; use tpe for " +
+                                              (several ? "several objectives" : "constraints")};
+  return status::ok();
+}
+
+expected<experiment_plan> make_plan(tune_config c) {
+  if (auto s = resolve_objectives(c); !s) return s;
+  if (auto s = check_limits(c); !s) return s;
+  experiment_plan plan;
+  plan.gpu_auto = c.bundles.empty() && c.resources_per_trial.gpu_auto;
+  if (c.bundles.empty()) {
+    auto b = bundle_of(c.resources_per_trial, "resources_per_trial", c);
+    if (!b) return b.error();
+    plan.bundles.push_back(std::move(*b));
+  }
+  for (size_t i = 0; i < c.bundles.size(); ++i) {
+    auto b = bundle_of(c.bundles[i], "bundle " + std::to_string(i), c);
+    if (!b) return b.error();
+    plan.bundles.push_back(std::move(*b));
+  }
+  plan.config = std::move(c);
+  return plan;
+}
+
+expected<std::unique_ptr<search_algorithm>> make_search(const experiment_plan& plan, const search_space& space) {
+  const auto& c = plan.config;
+  return std::visit(
+      [&](const auto& spec) -> expected<std::unique_ptr<search_algorithm>> {
+        using T = std::decay_t<decltype(spec)>;
+        if constexpr (std::is_same_v<T, random_search_alg>)
+          return make_random_search(
+              space, {.num_samples = c.num_samples, .seed = c.seed, .points_to_evaluate = spec.points_to_evaluate});
+        else if constexpr (std::is_same_v<T, grid_search_alg>)
+          return make_grid_search(space, {.num_samples = c.num_samples});
+        else {  // TPE, the GP and BOHB: the experiment's mode, samples and seed
+          auto o = spec;
+          o.metric_mode = c.mode;
+          o.num_samples = c.num_samples;
+          o.seed = c.seed;
+          if constexpr (std::is_same_v<T, gp_search>) return make_gp(space, std::move(o));
+          else if constexpr (std::is_same_v<T, bohb_search>) return make_bohb(space, std::move(o));
+          else return make_tpe(space, std::move(o));
+        }
+      },
+      c.search);
+}
+
+scheduler_spec scheduler_of(const experiment_plan& plan) {
+  auto spec = plan.config.scheduler;
+  if (auto* p = std::get_if<pbt>(&spec); p && p->seed == 0) p->seed = plan.config.seed;
+  return spec;
+}
+
+std::optional<progress_style> parse_progress_style(const std::string& text) {
+  if (text == "auto") return progress_style::automatic;
+  if (text == "table") return progress_style::table;
+  if (text == "lines") return progress_style::lines;
+  if (text == "none") return progress_style::none;
+  return std::nullopt;
+}
+
+}  // namespace tune
