@@ -408,7 +408,7 @@ typename Inspector::result_type inspect(Inspector& f, wire_result& x) {
            x.gpu_util);
 }
 
-// A trial's end (actors/trial.hpp): how its process ended, what it did, and what its
+// A trial's end (actors/trial/trial.hpp): how its process ended, what it did, and what its
 // cgroup and the GPU audit measured. -1: not measured.
 struct wire_trial_end {
   bool ok = false;        // exit 0, or ended cleanly on a stop
@@ -453,7 +453,7 @@ typename Inspector::result_type inspect(Inspector& f, wire_trial_end& x) {
 }
 
 // As the "ended" event the store keeps (and cluster_client's events show): the keys
-// actors/trial.hpp names, the ones not measured left out.
+// actors/trial/trial.hpp names, the ones not measured left out.
 nlohmann::json to_json(const wire_trial_end& e);
 nlohmann::json to_json(const wire_result& r);
 

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "head.hpp"
+#include "head/head.hpp"
 #include "fake_nodes.hpp"
 #include "procs.hpp"
 #include "tune/cluster/token.hpp"

@@ -20,9 +20,9 @@
 #include <thread>
 #include <vector>
 
-#include "dashboard.hpp"
+#include "dashboard/dashboard.hpp"
 #include "fake_nodes.hpp"
-#include "head.hpp"
+#include "head/head.hpp"
 #include "procs.hpp"
 #include "wire.hpp"
 

@@ -31,14 +31,14 @@
 #include <thread>
 #include <vector>
 
-#include "head.hpp"
+#include "head/head.hpp"
 #include "inproc.hpp"
 #include "procs.hpp"
 #include "node/node.hpp"
 #include "tune/cluster/token.hpp"
 #include "tune/cluster/users.hpp"
 #include "tune/net/tls.hpp"
-#include "dial.hpp"
+#include "transport/dial.hpp"
 #include "tune/cluster/version.hpp"
 #include "tune/host/detect.hpp"
 #include "wire.hpp"

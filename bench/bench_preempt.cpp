@@ -21,7 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "head.hpp"
+#include "head/head.hpp"
 #include "node/node.hpp"
 #include "inproc.hpp"
 #include "procs.hpp"

@@ -43,7 +43,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "client.hpp"
+#include "client/client.hpp"
 #include "procs.hpp"
 #include "tune/cluster/token.hpp"
 #include "tune/host/nvml.hpp"

@@ -21,7 +21,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "services.hpp"
+#include "services/services.hpp"
 #include "tune/core/json_text.hpp"
 #include "tune/core/utf8.hpp"
 #include "tune/run/experiment.hpp"

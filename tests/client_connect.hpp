@@ -3,7 +3,7 @@
 #pragma once
 
 #include "tune/cluster/address.hpp"
-#include "client.hpp"
+#include "client/client.hpp"
 #include "tune/cluster/token.hpp"
 
 namespace tune::test {

@@ -10,7 +10,7 @@
 #include <set>
 #include <thread>
 
-#include "controller.hpp"
+#include "controller/controller.hpp"
 #include "trial_cluster.hpp"
 #include "tune/trial/sha256.hpp"
 #include "tune/tuner/export.hpp"

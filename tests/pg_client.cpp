@@ -17,7 +17,7 @@
 #include <set>
 #include <thread>
 
-#include "client.hpp"
+#include "client/client.hpp"
 #include "client_connect.hpp"
 #include "tune/cluster/token.hpp"
 

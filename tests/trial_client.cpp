@@ -17,7 +17,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "client.hpp"
+#include "client/client.hpp"
 #include "client_connect.hpp"
 #include "tune/cluster/token.hpp"
 

@@ -1,5 +1,5 @@
 // A fixture for tests of trials on a real cluster: a head and one node process
-// (through the tune binary), this test as the client (actors/client.hpp) that creates
+// (through the tune binary), this test as the client (actors/client/client.hpp) that creates
 // groups, serves the trainable and starts trials, and helpers to read their events.
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <fstream>
 #include <functional>
 
-#include "client.hpp"
+#include "client/client.hpp"
 #include "harness.hpp"
 
 namespace tune::test {

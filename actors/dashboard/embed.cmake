@@ -6,7 +6,7 @@ set(assets
   "/style.css|style.css|text/css\; charset=utf-8"
   "/login|login.html|text/html\; charset=utf-8")
 set(out "// Generated from actors/dashboard/ by embed.cmake: edit those files, not this one.\n")
-string(APPEND out "#include \"dashboard.hpp\"\n\nnamespace tune {\nnamespace {\nconst dashboard_asset assets[] = {\n")
+string(APPEND out "#include \"dashboard/dashboard.hpp\"\n\nnamespace tune {\nnamespace {\nconst dashboard_asset assets[] = {\n")
 foreach(a IN LISTS assets)
   string(REPLACE "|" ";" parts "${a}")
   list(GET parts 0 path)

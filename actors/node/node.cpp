@@ -9,7 +9,7 @@
 #include <set>
 
 #include "audit.hpp"
-#include "dial.hpp"
+#include "transport/dial.hpp"
 #include "log.hpp"
 #include "node_state.hpp"
 #include "trial/trial.hpp"

@@ -56,7 +56,7 @@ struct node_options {
   // Starts the trials' workers (tune/trial/process.hpp: a small fork of this process,
   // made early); none: each is forked from this process.
   std::shared_ptr<tune::spawner> workers;
-  // What the GPU audit reads the cards with (actors/audit.hpp): NVML for real cards, the
+  // What the GPU audit reads the cards with (actors/node/audit.hpp): NVML for real cards, the
   // simulated view for simulated ones; none: no audit.
   std::shared_ptr<tune::gpu_sampler> gpu_library;
   std::chrono::milliseconds audit_interval{200};

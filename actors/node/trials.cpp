@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "audit.hpp"
 #include "log.hpp"
 #include "node_state.hpp"
 #include "trial/trial.hpp"

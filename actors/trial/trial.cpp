@@ -11,7 +11,7 @@
 #include <set>
 #include <thread>
 
-#include "audit.hpp"
+#include "node/audit.hpp"
 #include "log.hpp"
 #include "launch.hpp"
 #include "outbox.hpp"

@@ -29,14 +29,14 @@
 
 #include "tune/cluster/address.hpp"
 #include "tune/net/tls.hpp"
-#include "client.hpp"
-#include "controller.hpp"
-#include "dashboard.hpp"
-#include "dial.hpp"
-#include "head.hpp"
+#include "client/client.hpp"
+#include "controller/controller.hpp"
+#include "dashboard/dashboard.hpp"
+#include "transport/dial.hpp"
+#include "head/head.hpp"
 #include "log.hpp"
 #include "node/node.hpp"
-#include "services.hpp"
+#include "services/services.hpp"
 #include "tune/cluster/token.hpp"
 #include "tune/host/card_claims.hpp"
 #include "tune/host/detect.hpp"
@@ -200,7 +200,7 @@ status open_work_dir(cluster::impl& st, const cluster_options& opt) {
   return status::ok();
 }
 
-// The head, with its dashboard on 127.0.0.1 when asked (actors/services.hpp). On this
+// The head, with its dashboard on 127.0.0.1 when asked (actors/services/services.hpp). On this
 // machine only: the embedded cluster's token is made up here, for this run.
 status start_embedded_head(cluster::impl& st, const cluster_options& opt, const std::string& token) {
   head_options hopt{token, "embedded", wire::heartbeat_timeout, {}};
@@ -240,7 +240,7 @@ expected<node_options> embedded_node_options(const cluster_options& opt, const c
   return no;
 }
 
-// MPS when asked, the node, and the wait for its join (actors/services.hpp).
+// MPS when asked, the node, and the wait for its join (actors/services/services.hpp).
 status join_embedded_node(cluster::impl& st, const cluster_options& opt, node_options no) {
   auto started = start_node_service(*st.sys, std::move(no), {.mps = opt.mps, .names = api_option_names()});
   if (started.at == node_start::step::no_answer)
@@ -269,13 +269,13 @@ expected<std::shared_ptr<cluster::impl>> start_embedded(const cluster_options& o
   if (!host.gpu.error.empty()) return status{errc::invalid_argument, host.gpu.error};
   std::string id = "embedded-" + random_hex(4);
   node_resource_request request{opt.num_cpus, opt.num_gpus};
-  auto res = node_resources_for(request, host, id, api_option_names());  // actors/services.hpp
+  auto res = node_resources_for(request, host, id, api_option_names());  // actors/services/services.hpp
   if (!res) return res.error();
   if (auto s = check_gpu_audit_ms(opt.gpu_audit_ms, "gpu_audit_ms"); !s) return s;
   if (auto s = check_trial_max_pids(opt.trial_max_pids, "trial_max_pids"); !s) return s;
   if (auto s = open_work_dir(*st, opt); !s) return s;
   // The spawner and the trials' containment, before the actor system's threads
-  // (actors/services.hpp).
+  // (actors/services/services.hpp).
   auto host_parts = open_node_host({id, opt.containment, {}, opt.trial_user, true});
   if (!host_parts) return host_parts.error();
   st->workers = host_parts->workers;

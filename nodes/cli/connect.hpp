@@ -8,7 +8,7 @@
 #include <string>
 #include <variant>
 
-#include "client.hpp"
+#include "client/client.hpp"
 #include "options.hpp"
 #include "wire.hpp"
 

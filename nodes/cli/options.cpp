@@ -2,7 +2,7 @@
 
 #include <iostream>
 
-#include "dial.hpp"
+#include "transport/dial.hpp"
 #include "tune/cluster/token.hpp"
 
 namespace tune::cli {

@@ -1,5 +1,5 @@
 // tune start --head: the cluster's tokens and users, the gate on its port, the head
-// and its dashboard (actors/services.hpp), and its record for programs on this machine.
+// and its dashboard (actors/services/services.hpp), and its record for programs on this machine.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -9,11 +9,11 @@
 #include <iostream>
 #include <variant>
 
-#include "basp_fd.hpp"
+#include "transport/basp_fd.hpp"
 #include "daemon.hpp"
-#include "gate.hpp"
+#include "transport/gate.hpp"
 #include "log.hpp"
-#include "services.hpp"
+#include "services/services.hpp"
 #include "start.hpp"
 #include "tune/cluster/token.hpp"
 #include "tune/cluster/users.hpp"
@@ -112,7 +112,7 @@ std::variant<head_plan, int> plan_head(const po::variables_map& vm, const std::s
 }
 
 // Connections the gate accepted reach the head through a socketpair each
-// (actors/basp_fd.hpp).
+// (actors/transport/basp_fd.hpp).
 void relay_to_head(basp_gate& gate, caf::actor_system& sys, caf::actor head, uint16_t port) {
   gate.run([&sys, head, port] {
     int sv[2];
@@ -167,7 +167,7 @@ int run_head(const head_plan& p, readiness& ready) {
   caf::actor_system sys{cfg};
   // The gate owns the public port and checks every frame's length before CAF reads
   // it; CAF listens on no port: each connection reaches it through a socketpair the
-  // gate feeds (actors/gate.hpp, actors/basp_fd.hpp).
+  // gate feeds (actors/transport/gate.hpp, actors/transport/basp_fd.hpp).
   gate_options gopt;
   gopt.host = p.host;
   gopt.port = static_cast<uint16_t>(p.port);
@@ -181,7 +181,7 @@ int run_head(const head_plan& p, readiness& ready) {
   uint16_t actual = (*gate)->port();
   std::string shown_host = p.host.empty() ? hostname() : p.host;  // the head probes no GPU
   std::string address = shown_host + ":" + std::to_string(actual);
-  auto service = start_head_service(sys, head_options_for(p, address), p.dashboard, shown_host);  // actors/services.hpp
+  auto service = start_head_service(sys, head_options_for(p, address), p.dashboard, shown_host);  // actors/services/services.hpp
   if (!service) {
     ready.failed("tune start: " + service.error().message());
     return 1;

@@ -1,5 +1,5 @@
 // tune start --address HOST:PORT: a node of this machine's resources joins the head
-// there; its parts come from actors/services.hpp, as the embedded cluster's do.
+// there; its parts come from actors/services/services.hpp, as the embedded cluster's do.
 #include <signal.h>
 #include <unistd.h>
 
@@ -12,7 +12,7 @@
 
 #include "daemon.hpp"
 #include "log.hpp"
-#include "services.hpp"
+#include "services/services.hpp"
 #include "start.hpp"
 #include "tune/cluster/token.hpp"
 #include "tune/core/quantity.hpp"
@@ -102,7 +102,7 @@ std::variant<node_plan, int> plan_node(const po::variables_map& vm, const host_p
   p.host = detect_host();
   if (!p.host.gpu.error.empty()) return fail("start", p.host.gpu.error, 2);
   p.id = random_node_id();
-  auto resources = node_resources_for(resource_request(vm), p.host, p.id);  // actors/services.hpp
+  auto resources = node_resources_for(resource_request(vm), p.host, p.id);  // actors/services/services.hpp
   if (!resources) return fail("start", resources.error().message(), 2);
   p.resources = *resources;
   if (int rc = read_host_options(vm, p); rc >= 0) return rc;
@@ -180,7 +180,7 @@ int stop_node(caf::actor_system& sys, const caf::actor& node, int sig, const std
 // The node's daemon (or foreground process): joined, then until a stop signal.
 int run_node(const node_plan& p, readiness& ready) {
   auto signals = service_signals();
-  // The spawner and the trials' containment, before CAF's threads (actors/services.hpp);
+  // The spawner and the trials' containment, before CAF's threads (actors/services/services.hpp);
   // they end after the actor system, killing whatever is left.
   auto host_parts = open_node_host({p.id, p.containment, p.require_limits, p.trial_user});
   if (!host_parts) {

@@ -2,7 +2,7 @@
 // libssl), TLS 1.3 only, both sides verified against the cluster's CA.
 //
 // A session works on memory buffers, not on a socket: the relay that owns the socket
-// (the gate, actors/gate.hpp) feeds it the ciphertext it read and writes out what the
+// (the gate, actors/transport/gate.hpp) feeds it the ciphertext it read and writes out what the
 // session produced, so TLS fits the relay's one poll loop with no blocking call.
 #pragma once
 

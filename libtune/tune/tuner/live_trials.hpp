@@ -1,6 +1,6 @@
 // The live trials of one experiment: where each trial is on its way from the engine's
 // start to its process's end, apart from actors, messages and clocks (so every edge is
-// tested step by step: live_trials_test.cpp). The controller (actors/controller.cpp)
+// tested step by step: live_trials_test.cpp). The controller (actors/controller/controller.cpp)
 // feeds it what happened — the engine's actions, the answers to its requests, the
 // trials' messages, the head going away and coming back, time — and carries out the
 // commands it gives back, in order. It decides; it never waits.

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "client.hpp"
+#include "client/client.hpp"
 #include "tune/core/json_text.hpp"
 #include "tune/trial/paths.hpp"
 #include "tune/trial/sha256.hpp"

@@ -6,7 +6,7 @@
 
 #include <fstream>
 
-#include "dial.hpp"
+#include "transport/dial.hpp"
 #include "tune/core/json_text.hpp"
 #include "tune/cluster/version.hpp"
 #include "tune/trial/sha256.hpp"

@@ -6,7 +6,7 @@
 #include <initializer_list>
 #include <set>
 
-#include "groups.hpp"
+#include "groups/groups.hpp"
 #include "log.hpp"
 #include "tune/core/json_text.hpp"
 #include "tune/cluster/board.hpp"

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "head.hpp"
+#include "head/head.hpp"
 #include "tune/cluster/version.hpp"
 #include "tune/host/detect.hpp"
 

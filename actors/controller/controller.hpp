@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "client.hpp"
+#include "client/client.hpp"
 #include "tune/trial/command.hpp"
 #include "tune/tuner/auto_share.hpp"
 #include "tune/tuner/engine.hpp"

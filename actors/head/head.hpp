@@ -17,7 +17,7 @@
 #include <memory>
 #include <string>
 
-#include "groups.hpp"
+#include "groups/groups.hpp"
 #include "tune/cluster/users.hpp"
 #include "wire.hpp"
 

@@ -2,7 +2,7 @@
 //
 // CAF 0.17 opens its own TCP listeners and connections. libtune hands it instead one
 // end of a socketpair(AF_UNIX) per connection, whose other end a relay of ours (the
-// gate, tune/actors/gate.hpp) feeds with bytes that passed its checks, decrypted when
+// gate, tune/actors/transport/gate.hpp) feeds with bytes that passed its checks, decrypted when
 // the cluster uses TLS. So no process of a cluster has a port where CAF's own parser
 // reads bytes straight from the network, loopback included.
 //

@@ -2,8 +2,8 @@
 //
 // CAF 0.17 trusts the length in every BASP header it reads: a header that claims a
 // 4 GiB payload makes a process allocate 4 GiB. Whatever reads a connection from the
-// network for CAF (the head's gate, actors/gate.hpp; a TLS connection to a head,
-// actors/tls_scribe.hpp) first passes what it read through a frame_checker: every
+// network for CAF (the head's gate, actors/transport/gate.hpp; a TLS connection to a head,
+// actors/transport/tls_scribe.hpp) first passes what it read through a frame_checker: every
 // 32-byte header must name a BASP operation and a payload of at most `max_frame`
 // bytes, and the first must be the handshake that side sends first.
 #pragma once

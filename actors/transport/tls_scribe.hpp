@@ -3,7 +3,7 @@
 // A process that dials a head with TLS files (a node, `tune run`, a client) hands CAF a
 // scribe whose stream does the TLS itself (OpenSSL over memory buffers,
 // tune/net/tls.hpp) on the TCP socket, and checks the head's frames
-// (actors/basp_frames.hpp) on the plaintext before CAF's BASP parser sees them. No relay
+// (actors/transport/basp_frames.hpp) on the plaintext before CAF's BASP parser sees them. No relay
 // thread sits between CAF and the socket, so a message costs no extra hand-off (a relay
 // on this side took a fifth off the head's placement-group rate on 2 cores).
 #pragma once

@@ -15,7 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "gate.hpp"
+#include "transport/gate.hpp"
 #include "log.hpp"
 #include "tune/core/json_text.hpp"
 #include "tune/cluster/token.hpp"

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "checkpoint_copy.hpp"
-#include "client.hpp"
+#include "client/client.hpp"
 #include "tune/trial/sha256.hpp"
 #include "wire.hpp"
 

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "dashboard.hpp"
-#include "head.hpp"
+#include "dashboard/dashboard.hpp"
+#include "head/head.hpp"
 #include "node/node.hpp"
 #include "tune/core/status.hpp"
 #include "tune/host/detect.hpp"

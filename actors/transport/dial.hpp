@@ -3,7 +3,7 @@
 // A process without TLS files connects with CAF's own TCP (the head's gate checks what
 // it sends). One with TLS files (set_client_tls) makes the TCP connection itself and
 // hands CAF a TLS stream on it that also checks the head's frames
-// (actors/tls_scribe.hpp).
+// (actors/transport/tls_scribe.hpp).
 // Either way the answer is CAF's connect answer: (caf::node_id, caf::strong_actor_ptr,
 // std::set<std::string>), or an error.
 #pragma once

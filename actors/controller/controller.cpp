@@ -10,7 +10,7 @@
 #include <future>
 
 #include "checkpoint_copy.hpp"
-#include "dial.hpp"
+#include "transport/dial.hpp"
 #include <unistd.h>
 
 #include "tune/core/trace.hpp"

@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "client.hpp"
-#include "head.hpp"
+#include "client/client.hpp"
+#include "head/head.hpp"
 #include "tune/cluster/groups.hpp"
 #include "tune/cluster/version.hpp"
 #include "tune/host/detect.hpp"

@@ -4,8 +4,8 @@
 // 4 GiB payload (random bytes do, now and then) makes a process allocate 4 GiB and
 // stall. CAF therefore never reads from a port of its own. Each connection accepted on
 // the head's port is relayed by the gate between its socket and a connection into CAF
-// (one end of a socketpair handed to CAF, actors/basp_fd.hpp), and the gate checks the
-// frames the remote side sends (actors/basp_frames.hpp); anything that breaks the rules
+// (one end of a socketpair handed to CAF, actors/transport/basp_fd.hpp), and the gate checks the
+// frames the remote side sends (actors/transport/basp_frames.hpp); anything that breaks the rules
 // closes that connection before CAF sees a byte of it. What CAF sends passes unchanged.
 //
 // With TLS (a tls::context), the gate also ends the TLS session: what travels on the
@@ -15,7 +15,7 @@
 //
 // The connections a process dials to a head do not pass a gate: with TLS they are
 // read by CAF's own I/O thread through a TLS stream that checks the same frames
-// (actors/tls_scribe.hpp), without a relay's extra hop.
+// (actors/transport/tls_scribe.hpp), without a relay's extra hop.
 #pragma once
 
 #include <atomic>
