@@ -1,18 +1,12 @@
 // The node's start plan, edge by edge: each case is what happened, in order, and the
 // commands each step gives back (written as text: "fetch_program #1").
 #include "start_plan.hpp"
+#include "tune/core/overloaded.hpp"
 
 #include <gtest/gtest.h>
 
 namespace tune {
 namespace {
-
-template <class... Ts>
-struct overloaded : Ts... {
-  using Ts::operator()...;
-};
-template <class... Ts>
-overloaded(Ts...) -> overloaded<Ts...>;
 
 const std::string sha(64, 'a');
 const std::string other_sha(64, 'b');

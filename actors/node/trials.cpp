@@ -19,18 +19,12 @@
 #include "tune/cluster/token.hpp"
 #include "tune/core/trace.hpp"
 #include "tune/trial/paths.hpp"
+#include "tune/core/overloaded.hpp"
 
 namespace tune {
 namespace node_impl {
 
 namespace {
-
-template <class... Ts>
-struct overloaded : Ts... {
-  using Ts::operator()...;
-};
-template <class... Ts>
-overloaded(Ts...) -> overloaded<Ts...>;
 
 // Who trial `spec` runs as: its user's account when the head named one, else the
 // node's own choice (--trial-user). An account the node cannot switch to is an error

@@ -1,6 +1,7 @@
 // The live trials' table, edge by edge: each case is what happened, in order, and the
 // commands each step gives back (written as text: "create_group trial-1 #1 group=").
 #include "tune/tuner/live_trials.hpp"
+#include "tune/core/overloaded.hpp"
 
 #include <gtest/gtest.h>
 
@@ -11,13 +12,6 @@ namespace tune {
 namespace {
 
 using namespace std::chrono_literals;
-
-template <class... Ts>
-struct overloaded : Ts... {
-  using Ts::operator()...;
-};
-template <class... Ts>
-overloaded(Ts...) -> overloaded<Ts...>;
 
 std::string join(const std::vector<std::string>& v) {
   std::string out;
