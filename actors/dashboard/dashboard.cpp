@@ -126,58 +126,73 @@ struct dashboard_server::impl {
     res.set_content(body, code == 200 ? type : "application/json");
   }
 
-  void routes() {
-    auto& s = server;
-    s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      security_headers(res);
-      if (req.path == "/login" || req.path == "/healthz" || req.path == "/style.css") return httplib::Server::HandlerResponse::Unhandled;
-      // The token in the address (the link `tune dashboard` prints): kept in a cookie,
-      // and the address shown without it.
-      if (req.method == "GET" && req.has_param("token")) {
-        if (accepted(req.get_param_value("token"))) {
-          sign_in(res, req.get_param_value("token"));
-          res.set_redirect(req.path, 303);
-        } else {
-          res.status = 401;
-          res.set_content(login_page("That token is not this cluster's."), "text/html; charset=utf-8");
-        }
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      // The API and /metrics pass the token to the head, which answers 401 for one it
-      // does not take; the pages need one it takes.
-      bool api = req.path.rfind("/api/", 0) == 0 || req.path == "/metrics";
-      auto presented = presented_token(req);
-      if (api ? !presented.empty() : accepted(presented)) return httplib::Server::HandlerResponse::Unhandled;
+  using handled = httplib::Server::HandlerResponse;
+
+  // The token in the address (the link `tune dashboard` prints): kept in a cookie, and
+  // the address shown without it.
+  handled token_in_address(const httplib::Request& req, httplib::Response& res) const {
+    if (accepted(req.get_param_value("token"))) {
+      sign_in(res, req.get_param_value("token"));
+      res.set_redirect(req.path, 303);
+    } else {
       res.status = 401;
-      if (req.path.rfind("/api/", 0) == 0)
-        res.set_content(json_text(nlohmann::json{{"error", "sign in with the cluster token: an Authorization: Bearer TOKEN header "
-                                                 "or the tune_token cookie (see docs/dashboard.md)"}}),
-                        "application/json");
-      else if (req.path == "/metrics")
-        res.set_content("the cluster token is needed: Authorization: Bearer TOKEN (Prometheus: authorization.credentials_file)\n",
-                        "text/plain");
-      else
-        res.set_content(login_page(""), "text/html; charset=utf-8");
-      return httplib::Server::HandlerResponse::Handled;
-    });
+      res.set_content(login_page("That token is not this cluster's."), "text/html; charset=utf-8");
+    }
+    return handled::Handled;
+  }
+
+  // Before any route: the security headers, then the token. The API and /metrics pass
+  // the token to the head, which answers 401 for one it does not take; the pages need
+  // one it takes.
+  handled gatekeep(const httplib::Request& req, httplib::Response& res) const {
+    security_headers(res);
+    if (req.path == "/login" || req.path == "/healthz" || req.path == "/style.css") return handled::Unhandled;
+    if (req.method == "GET" && req.has_param("token")) return token_in_address(req, res);
+    bool api = req.path.rfind("/api/", 0) == 0 || req.path == "/metrics";
+    auto presented = presented_token(req);
+    if (api ? !presented.empty() : accepted(presented)) return handled::Unhandled;
+    res.status = 401;
+    if (req.path.rfind("/api/", 0) == 0)
+      res.set_content(json_text(nlohmann::json{{"error", "sign in with the cluster token: an Authorization: Bearer TOKEN header "
+                                               "or the tune_token cookie (see docs/dashboard.md)"}}),
+                      "application/json");
+    else if (req.path == "/metrics")
+      res.set_content("the cluster token is needed: Authorization: Bearer TOKEN (Prometheus: authorization.credentials_file)\n",
+                      "text/plain");
+    else
+      res.set_content(login_page(""), "text/html; charset=utf-8");
+    return handled::Handled;
+  }
+
+  // The sign-in form's answer: the token kept in a cookie if the head takes it.
+  void login_posted(const httplib::Request& req, httplib::Response& res) const {
+    if (req.has_param("token") && accepted(req.get_param_value("token"))) {
+      sign_in(res, req.get_param_value("token"));
+      res.set_redirect("/", 303);
+      return;
+    }
+    res.status = 401;
+    res.set_content(login_page("That token is not this cluster's."), "text/html; charset=utf-8");
+  }
+
+  // The pages: health, signing in, the page's own files.
+  void page_routes() {
+    auto& s = server;
     s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
     s.Get("/login", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(login_page(""), "text/html; charset=utf-8");
     });
-    s.Post("/login", [this](const httplib::Request& req, httplib::Response& res) {
-      if (req.has_param("token") && accepted(req.get_param_value("token"))) {
-        sign_in(res, req.get_param_value("token"));
-        res.set_redirect("/", 303);
-        return;
-      }
-      res.status = 401;
-      res.set_content(login_page("That token is not this cluster's."), "text/html; charset=utf-8");
-    });
+    s.Post("/login", [this](const httplib::Request& req, httplib::Response& res) { login_posted(req, res); });
     for (auto path : {"/", "/app.js", "/style.css"})
       s.Get(path, [path](const httplib::Request&, httplib::Response& res) {
         auto* a = find_dashboard_asset(path);
         res.set_content(a->body, a->content_type);
       });
+  }
+
+  // /metrics and the JSON API (docs/dashboard.md): each a view the head answers.
+  void api_routes() {
+    auto& s = server;
     s.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
       ask(req, res, "metrics", "", "", "text/plain; version=0.0.4; charset=utf-8");
     });
@@ -189,6 +204,11 @@ struct dashboard_server::impl {
     s.Get(R"(/api/experiments/([^/]+)/trials/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
       ask(req, res, "trial", req.matches[1], req.matches[2]);
     });
+  }
+
+  // No such page (404 as JSON, naming the API), and an exception in a handler (500).
+  void failure_handlers() {
+    auto& s = server;
     s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (res.status != 404 || !res.body.empty()) return;
       json_error(res, 404, "no page " + req.path + " (the API: /api/cluster, /api/nodes, /api/gpus, /api/groups, "
@@ -205,6 +225,14 @@ struct dashboard_server::impl {
       log_line("dashboard: " + what);
       json_error(res, 500, "the dashboard failed: " + what);
     });
+  }
+
+  void routes() {
+    auto& s = server;
+    s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) { return gatekeep(req, res); });
+    page_routes();
+    api_routes();
+    failure_handlers();
     // Not httplib's default SO_REUSEPORT: a second head on the same port must fail, not
     // share the port with the first (the kernel would split requests between them).
     s.set_payload_max_length(64 * 1024);

@@ -65,6 +65,275 @@ bool flush(int fd, std::string& pending) {
   return true;
 }
 
+// The gate's thread: one poll over the wake pipe, the listening socket and both sides of
+// every relay; each round accepts, relays what is readable each way (checking what the
+// remote side sends), then closes the silent and the dead.
+class relay_loop {
+ public:
+  relay_loop(const gate_options& opt, int listen_fd, int wake_fd, const std::function<int()>& upstream,
+             const std::atomic<bool>& stop)
+      : opt_(opt), listen_fd_(listen_fd), wake_fd_(wake_fd), upstream_(upstream), stop_(stop) {}
+
+  void run() {
+    while (!stop_) {
+      watch();
+      if (::poll(fds_.data(), fds_.size(), 500) < 0 && errno != EINTR) break;
+      if (fds_[0].revents & POLLIN) drain_wake();
+      auto now = clock::now();
+      if (fds_[1].revents & POLLIN) accept_all(now);
+      relay_ready(now);
+      close_silent(now);
+      close_dead();
+    }
+    close_all();
+  }
+
+ private:
+  // What poll watches: the wake pipe, the listening socket (while there is room), and
+  // each relay's sides, reading only while less than max_pending waits for the other.
+  void watch() {
+    fds_.clear();
+    owner_.clear();
+    fds_.push_back({wake_fd_, POLLIN, 0});
+    fds_.push_back({listen_fd_, static_cast<short>(listen_fd_ >= 0 && relays_.size() < opt_.max_connections ? POLLIN : 0), 0});
+    owner_.push_back(nullptr);
+    owner_.push_back(nullptr);
+    for (auto& r : relays_) {
+      short remote_ev = (r.to_local.size() < max_pending ? POLLIN : 0) | (r.to_remote.empty() ? 0 : POLLOUT);
+      short local_ev = (r.to_remote.size() < max_pending ? POLLIN : 0) | (r.to_local.empty() ? 0 : POLLOUT);
+      fds_.push_back({r.remote, remote_ev, 0});
+      owner_.push_back(&r);
+      fds_.push_back({r.local, local_ev, 0});
+      owner_.push_back(&r);
+    }
+  }
+
+  void drain_wake() {
+    char drain[64];
+    while (::read(wake_fd_, drain, sizeof drain) > 0) {
+    }
+  }
+
+  // Closes `r` saying why in the log (at most once a second); with TLS, the alert that
+  // says why goes to the peer as far as the socket takes it now.
+  void refuse(relay& r, const std::string& why, clock::time_point now) {
+    if (r.tls) {
+      r.tls->take_output(r.to_remote);
+      flush(r.remote, r.to_remote);
+    }
+    if (now - last_refusal_log_ > std::chrono::seconds(1)) {
+      log_line("closed a connection from " + r.name + ": " + why);
+      last_refusal_log_ = now;
+    }
+    r.dead = true;
+  }
+
+  // One fewer of `peer`'s connections that have not sent a first frame.
+  void forget_unproven(const std::string& peer) {
+    auto u = unproven_.find(peer);
+    if (u != unproven_.end() && --u->second == 0) unproven_.erase(u);
+  }
+
+  // Every connection waiting on the listening socket, each given a relay.
+  void accept_all(clock::time_point now) {
+    for (;;) {
+      sockaddr_storage from{};
+      socklen_t len = sizeof from;
+      int c = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (c < 0) break;
+      std::string peer = address_of(from);
+      if (unproven_[peer] >= opt_.max_unproven_per_peer) make_room(peer, now);
+      int up = -1;
+      if (!opt_.http) {  // BASP: the head's side at once (CAF greets first)
+        up = upstream_ ? upstream_() : -1;
+        if (up < 0) {
+          ::close(c);
+          continue;
+        }
+        set_nonblocking(up);
+      }
+      set_nodelay(c);
+      relay r;
+      r.remote = c;
+      r.local = up;
+      r.name = peer;
+      if (opt_.tls) r.tls = std::make_unique<tls::session>(*opt_.tls);
+      ++unproven_[peer];
+      relays_.push_back(std::move(r));
+    }
+  }
+
+  // The oldest of this peer's connections that have not spoken makes room.
+  void make_room(const std::string& peer, clock::time_point now) {
+    for (auto& old : relays_)
+      if (!old.dead && old.first && old.name == peer) {
+        old.dead = true;
+        break;
+      }
+    if (now - last_refusal_log_ > std::chrono::seconds(1)) {
+      log_line("closed the oldest of " + std::to_string(unproven_[peer]) + " connections from " + peer +
+               " that have not spoken yet");
+      last_refusal_log_ = now;
+    }
+  }
+
+  // Each side poll found ready: what it sent taken, then what waits for either side written.
+  void relay_ready(clock::time_point now) {
+    for (size_t i = 2; i < fds_.size(); ++i) {
+      relay& r = *owner_[i];
+      if (r.dead || fds_[i].revents == 0) continue;
+      const bool is_remote = fds_[i].fd == r.remote;
+      if ((fds_[i].revents & (POLLIN | POLLHUP | POLLERR)) && !receive(r, fds_[i].fd, is_remote, now)) continue;
+      if ((r.local >= 0 && !flush(r.local, r.to_local)) || !flush(r.remote, r.to_remote)) r.dead = true;
+    }
+  }
+
+  // Reads one side of `r`. False when `r` is closed or refused: nothing more is written.
+  bool receive(relay& r, int fd, bool is_remote, clock::time_point now) {
+    ssize_t k = ::recv(fd, buf_, sizeof buf_, 0);
+    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) {
+      // One side closed: deliver what is pending to the other side, then close.
+      if (is_remote) {
+        if (r.local >= 0) flush(r.local, r.to_local);
+      } else {
+        flush(r.remote, r.to_remote);
+      }
+      r.dead = true;
+      return false;
+    }
+    if (k <= 0) return true;
+    return is_remote ? from_remote(r, static_cast<size_t>(k), now) : from_local(r, static_cast<size_t>(k), now);
+  }
+
+  // What CAF (or the server behind) sent passes unchanged, encrypted with TLS.
+  bool from_local(relay& r, size_t k, clock::time_point now) {
+    std::string why;
+    if (r.tls) {
+      if (!r.tls->send(std::string_view{buf_, k}, why)) {
+        refuse(r, "TLS: " + why, now);
+        return false;
+      }
+      r.tls->take_output(r.to_remote);
+    } else {
+      r.to_remote.append(buf_, k);
+    }
+    return true;
+  }
+
+  // What the remote side sent: TLS or not as this gate speaks, decrypted, then checked
+  // (BASP frames, or an HTTP request head) before it is passed on.
+  bool from_remote(relay& r, size_t n, clock::time_point now) {
+    const char* data = buf_;
+    std::string why;
+    if (!r.sniffed && !sniff(r, now)) return false;
+    std::string plain;
+    if (r.tls) {
+      if (!r.tls->receive(buf_, n, plain, why)) {
+        refuse(r, "TLS: " + why, now);
+        return false;
+      }
+      r.tls->take_output(r.to_remote);
+      data = plain.data();
+      n = plain.size();
+    }
+    bool was_first = r.first;
+    if (opt_.http ? !take_http(r, data, n, now) : !take_basp(r, data, n, why, now)) return false;
+    if (was_first && !r.first) forget_unproven(r.name);
+    return true;
+  }
+
+  // The first byte says whether the peer speaks TLS: it must speak as this gate does.
+  bool sniff(relay& r, clock::time_point now) {
+    r.sniffed = true;
+    bool hello = static_cast<unsigned char>(buf_[0]) == tls_handshake_record;
+    if (opt_.tls && !hello) {
+      refuse(r, "plain bytes, not TLS: this cluster uses TLS (give the process --tls-cert, --tls-key and --tls-ca)", now);
+      return false;
+    }
+    if (!opt_.tls && hello) {
+      refuse(r, "a TLS handshake: this cluster does not use TLS (start its head with --tls-cert, --tls-key and "
+                "--tls-ca, or connect without them)",
+             now);
+      return false;
+    }
+    return true;
+  }
+
+  // HTTP: the request head, whole, before the server behind sees it (and only then is
+  // it connected); after it, everything passes.
+  bool take_http(relay& r, const char* data, size_t n, clock::time_point now) {
+    if (!r.first) {
+      r.to_local.append(data, n);
+      return true;
+    }
+    r.header.append(data, n);
+    if (r.header.find("\r\n\r\n") != std::string::npos) {
+      r.local = upstream_ ? upstream_() : -1;
+      if (r.local < 0) {
+        refuse(r, "the server behind the gate cannot be reached", now);
+        return false;
+      }
+      set_nonblocking(r.local);
+      r.first = false;
+      r.to_local.append(r.header);
+      r.header.clear();
+    } else if (r.header.size() > 64 * 1024) {
+      refuse(r, "a request head over 64 KiB", now);
+      return false;
+    }  // else: more of the head to come (what TLS has to send goes out after)
+    return true;
+  }
+
+  // BASP: every frame checked (basp_frames.hpp) before CAF sees a byte of it.
+  bool take_basp(relay& r, const char* data, size_t n, std::string& why, clock::time_point now) {
+    if (!r.frames.check(data, n, opt_.max_frame, why)) {
+      refuse(r, why, now);
+      return false;
+    }
+    r.first = r.frames.waiting_first();
+    r.to_local.append(data, n);
+    return true;
+  }
+
+  // Connections that sent no whole first frame in time.
+  void close_silent(clock::time_point now) {
+    for (auto& r : relays_)
+      if (!r.dead && r.first && now - r.opened > std::chrono::milliseconds(opt_.first_frame_timeout_ms))
+        refuse(r, "no handshake within " + std::to_string(opt_.first_frame_timeout_ms / 1000) + " s", now);
+  }
+
+  void close_dead() {
+    for (auto it = relays_.begin(); it != relays_.end();) {
+      if (it->dead) {
+        if (it->first) forget_unproven(it->name);
+        ::close(it->remote);
+        if (it->local >= 0) ::close(it->local);
+        it = relays_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void close_all() {
+    for (auto& r : relays_) {
+      ::close(r.remote);
+      if (r.local >= 0) ::close(r.local);
+    }
+  }
+
+  const gate_options& opt_;
+  const int listen_fd_, wake_fd_;
+  const std::function<int()>& upstream_;
+  const std::atomic<bool>& stop_;
+  std::list<relay> relays_;
+  std::map<std::string, size_t> unproven_;  // by peer address: relays that have not sent a first frame
+  std::vector<pollfd> fds_;
+  std::vector<relay*> owner_;  // the relay of each of fds_ (none for the first two)
+  char buf_[64 * 1024];
+  clock::time_point last_refusal_log_{};
+};
+
 }  // namespace
 
 expected<std::unique_ptr<basp_gate>> basp_gate::listen(gate_options opt) {
@@ -118,197 +387,6 @@ basp_gate::~basp_gate() {
     if (fd >= 0) ::close(fd);
 }
 
-void basp_gate::loop() {
-  std::list<relay> relays;
-  std::map<std::string, size_t> unproven;  // by peer address: relays that have not sent a first frame
-  std::vector<pollfd> fds;
-  std::vector<relay*> owner;
-  char buf[64 * 1024];
-  auto last_refusal_log = clock::time_point{};
-  auto refuse = [&](relay& r, const std::string& why, clock::time_point now) {
-    if (r.tls) {  // the TLS alert that says why, to the peer, as far as the socket takes it now
-      r.tls->take_output(r.to_remote);
-      flush(r.remote, r.to_remote);
-    }
-    if (now - last_refusal_log > std::chrono::seconds(1)) {
-      log_line("closed a connection from " + r.name + ": " + why);
-      last_refusal_log = now;
-    }
-    r.dead = true;
-  };
-  while (!stop_) {
-    fds.clear();
-    owner.clear();
-    fds.push_back({wake_[0], POLLIN, 0});
-    fds.push_back({listen_fd_, static_cast<short>(listen_fd_ >= 0 && relays.size() < opt_.max_connections ? POLLIN : 0), 0});
-    owner.push_back(nullptr);
-    owner.push_back(nullptr);
-    for (auto& r : relays) {
-      short remote_ev = (r.to_local.size() < max_pending ? POLLIN : 0) | (r.to_remote.empty() ? 0 : POLLOUT);
-      short local_ev = (r.to_remote.size() < max_pending ? POLLIN : 0) | (r.to_local.empty() ? 0 : POLLOUT);
-      fds.push_back({r.remote, remote_ev, 0});
-      owner.push_back(&r);
-      fds.push_back({r.local, local_ev, 0});
-      owner.push_back(&r);
-    }
-    if (::poll(fds.data(), fds.size(), 500) < 0 && errno != EINTR) break;
-    if (fds[0].revents & POLLIN) {
-      char drain[64];
-      while (::read(wake_[0], drain, sizeof drain) > 0) {
-      }
-    }
-    auto now = clock::now();
-    if (fds[1].revents & POLLIN) {
-      for (;;) {
-        sockaddr_storage from{};
-        socklen_t len = sizeof from;
-        int c = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (c < 0) break;
-        std::string peer = address_of(from);
-        if (unproven[peer] >= opt_.max_unproven_per_peer) {
-          // The oldest of this peer's connections that have not spoken makes room.
-          for (auto& old : relays)
-            if (!old.dead && old.first && old.name == peer) {
-              old.dead = true;
-              break;
-            }
-          if (now - last_refusal_log > std::chrono::seconds(1)) {
-            log_line("closed the oldest of " + std::to_string(unproven[peer]) + " connections from " + peer +
-                     " that have not spoken yet");
-            last_refusal_log = now;
-          }
-        }
-        int up = -1;
-        if (!opt_.http) {  // BASP: the head's side at once (CAF greets first)
-          up = upstream_ ? upstream_() : -1;
-          if (up < 0) {
-            ::close(c);
-            continue;
-          }
-          set_nonblocking(up);
-        }
-        set_nodelay(c);
-        relay r;
-        r.remote = c;
-        r.local = up;
-        r.name = peer;
-        if (opt_.tls) r.tls = std::make_unique<tls::session>(*opt_.tls);
-        ++unproven[peer];
-        relays.push_back(std::move(r));
-      }
-    }
-    for (size_t i = 2; i < fds.size(); ++i) {
-      relay& r = *owner[i];
-      if (r.dead || fds[i].revents == 0) continue;
-      const bool is_remote = fds[i].fd == r.remote;
-      std::string why;
-      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
-        ssize_t k = ::recv(fds[i].fd, buf, sizeof buf, 0);
-        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) {
-          // One side closed: deliver what is pending to the other side, then close.
-          if (is_remote) {
-            if (r.local >= 0) flush(r.local, r.to_local);
-          } else {
-            flush(r.remote, r.to_remote);
-          }
-          r.dead = true;
-          continue;
-        }
-        if (k > 0) {
-          if (is_remote) {
-            const char* data = buf;
-            size_t n = static_cast<size_t>(k);
-            if (!r.sniffed) {  // the first byte says whether the peer speaks TLS
-              r.sniffed = true;
-              bool hello = static_cast<unsigned char>(buf[0]) == tls_handshake_record;
-              if (opt_.tls && !hello) {
-                refuse(r, "plain bytes, not TLS: this cluster uses TLS (give the process --tls-cert, --tls-key and --tls-ca)", now);
-                continue;
-              }
-              if (!opt_.tls && hello) {
-                refuse(r, "a TLS handshake: this cluster does not use TLS (start its head with --tls-cert, --tls-key and "
-                          "--tls-ca, or connect without them)",
-                       now);
-                continue;
-              }
-            }
-            std::string plain;
-            if (r.tls) {
-              if (!r.tls->receive(buf, n, plain, why)) {
-                refuse(r, "TLS: " + why, now);
-                continue;
-              }
-              r.tls->take_output(r.to_remote);
-              data = plain.data();
-              n = plain.size();
-            }
-            bool was_first = r.first;
-            if (opt_.http) {
-              if (r.first) {  // the request head, whole, before the server behind sees it
-                r.header.append(data, n);
-                if (r.header.find("\r\n\r\n") != std::string::npos) {
-                  r.local = upstream_ ? upstream_() : -1;
-                  if (r.local < 0) {
-                    refuse(r, "the server behind the gate cannot be reached", now);
-                    continue;
-                  }
-                  set_nonblocking(r.local);
-                  r.first = false;
-                  r.to_local.append(r.header);
-                  r.header.clear();
-                } else if (r.header.size() > 64 * 1024) {
-                  refuse(r, "a request head over 64 KiB", now);
-                  continue;
-                }  // else: more of the head to come (what TLS has to send goes out below)
-              } else {
-                r.to_local.append(data, n);
-              }
-            } else {
-              if (!r.frames.check(data, n, opt_.max_frame, why)) {
-                refuse(r, why, now);
-                continue;
-              }
-              r.first = r.frames.waiting_first();
-              r.to_local.append(data, n);
-            }
-            if (was_first && !r.first) {
-              auto u = unproven.find(r.name);
-              if (u != unproven.end() && --u->second == 0) unproven.erase(u);
-            }
-          } else if (r.tls) {
-            if (!r.tls->send(std::string_view{buf, static_cast<size_t>(k)}, why)) {
-              refuse(r, "TLS: " + why, now);
-              continue;
-            }
-            r.tls->take_output(r.to_remote);
-          } else {
-            r.to_remote.append(buf, static_cast<size_t>(k));
-          }
-        }
-      }
-      if ((r.local >= 0 && !flush(r.local, r.to_local)) || !flush(r.remote, r.to_remote)) r.dead = true;
-    }
-    for (auto& r : relays)
-      if (!r.dead && r.first && now - r.opened > std::chrono::milliseconds(opt_.first_frame_timeout_ms))
-        refuse(r, "no handshake within " + std::to_string(opt_.first_frame_timeout_ms / 1000) + " s", now);
-    for (auto it = relays.begin(); it != relays.end();) {
-      if (it->dead) {
-        if (it->first) {
-          auto u = unproven.find(it->name);
-          if (u != unproven.end() && --u->second == 0) unproven.erase(u);
-        }
-        ::close(it->remote);
-        if (it->local >= 0) ::close(it->local);
-        it = relays.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  for (auto& r : relays) {
-    ::close(r.remote);
-    if (r.local >= 0) ::close(r.local);
-  }
-}
+void basp_gate::loop() { relay_loop{opt_, listen_fd_, wake_[0], upstream_, stop_}.run(); }
 
 }  // namespace tune
