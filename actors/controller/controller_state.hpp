@@ -1,12 +1,14 @@
 // The controller's state and its parts, shared by controller.cpp (the actor: messages
 // in, the live trials' commands out to the cluster), controller_groups.cpp (its
-// placement groups) and controller_trials.cpp (what it records of each trial: the
-// engine, the store, the dashboard's feed, checkpoints).
+// placement groups), controller_trials.cpp (what it records of each trial: the engine,
+// the store, the dashboard's feed, its starts) and controller_checkpoints.cpp (its
+// checkpoints' copies, standby copies, and the copy a restart restores from).
 // Internal to tune_controller.
 #pragma once
 
 #include <caf/all.hpp>
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -126,7 +128,6 @@ bool packing_ended(controller_actor self, const std::string& trial, const wire::
 void act(controller_actor self, std::vector<engine_action> actions);
 void ingest_results(controller_actor self, const std::string& id, const wire::wire_results& r);
 void ingest_result(controller_actor self, const std::string& id, const wire::wire_result& r);
-void on_checkpoint(controller_actor self, const std::string& id, const nlohmann::json& body);
 // Another program appeared on one of the trial's cards (the node's GPU audit): an event,
 // a note in its record, a line on standard error. Nothing is done to it (not ours).
 void on_foreign(controller_actor self, const std::string& id, const nlohmann::json& body);
@@ -135,11 +136,30 @@ void on_waiting(controller_actor self, const std::string& id, const std::string&
 void start_failed(controller_actor self, const std::string& id, const std::string& why);
 void trial_ended(controller_actor self, const std::string& id, bool moved);
 void start_trial(controller_actor self, const live::start_trial& c);
-void load_copies(controller_actor self);
-// Asks the node that holds the trial's standby copy to drop it (no answer awaited).
-void drop_standby(controller_actor self, const std::string& id);
 void open_feed(controller_actor self);
 void show(controller_actor self, bool force);
 void board_report(controller_actor self, bool now, const std::string& state = "running", const std::string& error = "");
+
+// controller_checkpoints.cpp
+// A checkpoint the trial reported: recorded, told to the engine, copied into the
+// experiment folder (the newest one not copied yet).
+void on_checkpoint(controller_actor self, const std::string& id, const nlohmann::json& body);
+// Stages a standby copy of the trial's newest copy on another node (standby_copies), one
+// at a time, unless that one is staged already or failed to be.
+void stage_checkpoint(controller_actor self, const std::string& id);
+// Asks the node that holds the trial's standby copy to drop it (no answer awaited).
+void drop_standby(controller_actor self, const std::string& id);
+// A copy a start restores from is kept until the start is answered: `by` +1 when a
+// start takes copy `at` of `trial`, -1 when it is done with it (at < 0: no copy).
+void pin(controller_actor self, const std::string& trial, int64_t at, int by);
+// The copy to restore from: the newest complete one at or before `iteration`, its files
+// checked against their hashes (a copy that no longer matches is reported and dropped,
+// and the one before it is tried). Calls `then` with the copy's manifest as text and
+// its iteration, or empty and -1 when there is none.
+void pick_copy(controller_actor self, std::string trial, int64_t iteration,
+               std::function<void(std::string, int64_t)> then);
+// A resumed experiment's complete checkpoint copies (<dir>/checkpoints/<trial>/<iter>/
+// with a MANIFEST.json; an unfinished <iter>.part is what a dead driver left: removed).
+void load_copies(controller_actor self);
 
 }  // namespace tune

@@ -1,13 +1,12 @@
 // What the controller records of each trial — the engine told, the store written, the
-// dashboard's feed, checkpoints copied and picked to restore from — as the live trials'
-// table (tune/tuner/live_trials.hpp) moves it along.
+// dashboard's feed, its starts sent (from the checkpoint copy controller_checkpoints.cpp
+// picks) — as the live trials' table (tune/tuner/live_trials.hpp) moves it along.
 #include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 
-#include "checkpoint_copy.hpp"
 #include "controller_state.hpp"
 #include "tune/core/json_text.hpp"
 #include "tune/core/trace.hpp"
@@ -116,184 +115,6 @@ void store_end(controller_actor self, const std::string& id, const wire::wire_tr
     (void)st.setup.store->add_event(id, "restart", why);
   }
   if (t.state == trial_state::terminated || t.state == trial_state::error) drop_standby(self, id);
-}
-
-void copy_checkpoint(controller_actor self, const std::string& id);
-void stage_checkpoint(controller_actor self, const std::string& id);
-void pin(controller_actor self, const std::string& trial, int64_t at, int by);
-
-// The manifest that drops a standby copy (no files).
-const std::string drop_manifest = R"({"iteration":0,"files":[]})";
-
-// Asks `node` to drop the trial's standby copy (no answer awaited).
-void send_drop(controller_actor self, const std::string& id, const std::string& node) {
-  auto& st = self->state;
-  self->send(st.setup.head, wire::stage_atom::value, st.setup.token, std::string{}, node, st.on_wire(id), drop_manifest,
-             std::string{}, uint64_t{0}, st.setup.programs);
-}
-
-// A standby copy is in (or not): recorded, and the next staged should a newer copy
-// have come meanwhile.
-void staged(controller_actor self, const std::string& id, int64_t it, bool ok, const std::string& text) {
-  auto& st = self->state;
-  auto& r = st.records[id];
-  r.staging = false;
-  pin(self, id, it, -1);
-  if (st.over) return;
-  if (ok) {
-    if (!r.standby_node.empty() && r.standby_node != text) send_drop(self, id, r.standby_node);  // the one before
-    r.standby_node = text;
-    r.standby_iteration = it;
-    r.standby_why.clear();
-    (void)st.setup.store->add_event(id, "standby", {{"iteration", it}, {"node", text}});
-  } else {
-    r.standby_tried = it;  // not this copy again: the next one is tried
-    if (text != r.standby_why) {
-      r.standby_why = text;
-      (void)st.setup.store->add_event(id, "standby_failed", {{"iteration", it}, {"error", text}});
-    }
-  }
-  stage_checkpoint(self, id);
-}
-
-// A copy is done (or failed): kept (the two newest of a trial: the older one is the
-// fallback should the newer be found corrupt), and the next one started.
-void copied(controller_actor self, const std::string& id, int64_t it, const std::string& dest, bool ok,
-            const std::string& text, uint64_t bytes) {
-  auto& st = self->state;
-  --st.copies;
-  auto& r = st.records[id];
-  r.copying = false;
-  if (!ok) {
-    (void)st.setup.store->add_event(id, "checkpoint_copy_failed", {{"iteration", it}, {"error", text}});
-  } else {
-    auto m = nlohmann::json::parse(text, nullptr, false);
-    r.stored[it] = {dest, m};
-    // Beyond the two newest, copies go, but not one a start on its way restores from
-    // (its node is fetching its files).
-    std::error_code ec;
-    for (auto k = r.stored.begin(); r.stored.size() > 2 && k != std::prev(r.stored.end(), 2);) {
-      if (r.pinned.count(k->first)) {
-        ++k;
-        continue;
-      }
-      std::filesystem::remove_all(k->second.dir, ec);
-      k = r.stored.erase(k);
-    }
-    (void)st.setup.store->add_event(id, "checkpoint_stored",
-                                    {{"iteration", it}, {"bytes", bytes}, {"files", m.value("files", nlohmann::json::array()).size()},
-                                     {"seconds", m.value("seconds", 0.0)}, {"dir", dest}});
-    stage_checkpoint(self, id);
-  }
-  if (st.over) return;
-  if (r.copy_next > it) return copy_checkpoint(self, id);
-  advance(self);  // the experiment may have waited for this copy
-}
-
-void stage_checkpoint(controller_actor self, const std::string& id) {
-  auto& st = self->state;
-  auto& r = st.records[id];
-  auto* t = st.table.find(id);
-  if (st.over || !st.setup.options.standby_copies || r.staging || r.stored.empty() || !t || t->group.empty()) return;
-  auto newest = std::prev(r.stored.end());
-  int64_t it = newest->first;
-  if ((it <= r.standby_iteration && !r.standby_node.empty()) || it <= r.standby_tried) return;
-  auto files = newest->second.manifest.value("files", nlohmann::json::array());
-  std::vector<std::string> paths, shas;
-  std::vector<uint64_t> sizes;
-  for (auto& f : files) {
-    if (!f.is_object() || !f.contains("name") || !f.contains("sha256") || !f.contains("size")) return;
-    paths.push_back(newest->second.dir + "/" + f["name"].get<std::string>());
-    shas.push_back(f["sha256"].get<std::string>());
-    sizes.push_back(f["size"].get<uint64_t>());
-  }
-  r.staging = true;
-  pin(self, id, it, +1);  // kept while the node fetches it
-  auto manifest = json_text(nlohmann::json{{"iteration", it}, {"files", files}});
-  auto& opt = st.setup.options;
-  auto program = opt.command.empty() ? opt.program : program_ref{};
-  auto group = t->group;
-  // Its files as this process wrote and hashed them (the node checks each as it comes).
-  self->request(st.setup.programs, st.setup.request_timeout, wire::program_add_atom::value, paths, shas, sizes)
-      .then(
-          [self, id, it, manifest, program, group](wire::program_add_atom, bool ok, const std::string& why) {
-            auto& st = self->state;
-            if (!ok || st.over) return staged(self, id, it, false, why);
-            self->request(st.setup.head, std::chrono::minutes(2), wire::stage_atom::value, st.setup.token, group,
-                          std::string{}, st.on_wire(id), manifest, program.sha256, program.size, st.setup.programs)
-                .then([self, id, it](wire::stage_atom, bool ok, const std::string& text) { staged(self, id, it, ok, text); },
-                      [self, id, it](caf::error& err) { staged(self, id, it, false, describe(self->system(), err)); });
-          },
-          [self, id, it](caf::error& err) { staged(self, id, it, false, describe(self->system(), err)); });
-}
-
-}  // namespace
-
-void drop_standby(controller_actor self, const std::string& id) {
-  auto& st = self->state;
-  auto r = st.records.find(id);
-  if (r == st.records.end() || r->second.standby_node.empty()) return;
-  send_drop(self, id, r->second.standby_node);
-  r->second.standby_node.clear();
-  r->second.standby_iteration = -1;
-}
-
-namespace {
-
-// Copies a trial's newest reported checkpoint into the experiment folder (older ones
-// not copied yet are skipped), one copy per trial at a time.
-void copy_checkpoint(controller_actor self, const std::string& id) {
-  auto& st = self->state;
-  auto& r = st.records[id];
-  auto c = r.checkpoints.find(r.copy_next);
-  if (c == r.checkpoints.end() || !c->second.server || r.copying) return;
-  r.copying = true;
-  ++st.copies;
-  int64_t it = c->first;
-  auto dest = st.setup.store->checkpoint_dir(id) + "/" + std::to_string(it);
-  self->request(st.copier, caf::infinite, copy_atom::value, st.on_wire(id), it, c->second.path, c->second.server, dest,
-                c->second.access)
-      .then([self, id, it, dest](copy_atom, bool ok, const std::string& text,
-                                 uint64_t bytes) { copied(self, id, it, dest, ok, text, bytes); },
-            [self, id, it, dest](caf::error& err) { copied(self, id, it, dest, false, to_string(err), 0); });
-}
-
-// A copy a start restores from is kept until the start is answered.
-void pin(controller_actor self, const std::string& trial, int64_t at, int by) {
-  if (at < 0) return;
-  auto& pinned = self->state.records[trial].pinned;
-  if ((pinned[at] += by) <= 0) pinned.erase(at);
-}
-
-// The copy to restore from: the newest complete one at or before `iteration`, its files
-// checked against their hashes (a copy that no longer matches is reported and dropped,
-// and the one before it is tried). Calls `then` with the copy's manifest as text and
-// its iteration, or empty and -1 when there is none.
-void pick_copy(controller_actor self, std::string trial, int64_t iteration,
-               std::function<void(std::string, int64_t)> then) {
-  auto& stored = self->state.records[trial].stored;
-  auto it = stored.upper_bound(iteration);
-  if (it == stored.begin()) return then("", -1);
-  --it;
-  int64_t at = it->first;
-  pin(self, trial, at, +1);  // kept while it is checked and while the start fetches it
-  nlohmann::json m{{"iteration", at}, {"files", it->second.manifest.value("files", nlohmann::json::array())}};
-  auto text = json_text(m);
-  auto stat = json_text(it->second.manifest.value("stat", nlohmann::json::object()));
-  self->request(self->state.copier, caf::infinite, check_atom::value, it->second.dir, text, stat)
-      .then(
-          [self, trial, at, text, then](check_atom, bool ok, const std::string& why) {
-            if (ok) return then(text, at);
-            auto& st = self->state;
-            pin(self, trial, at, -1);
-            (void)st.setup.store->add_event(trial, "checkpoint_corrupt", {{"iteration", at}, {"error", why}});
-            st.records[trial].stored.erase(at);
-            pick_copy(self, trial, at - 1, then);  // the one before it
-          },
-          [self, trial, at, then](caf::error&) {
-            pin(self, trial, at, -1);
-            then("", -1);
-          });
 }
 
 // What the start's answer says: where it runs (the store's record, the feed), what it
@@ -476,19 +297,6 @@ void on_waiting(controller_actor self, const std::string& id, const std::string&
     std::cerr << "tune: " << id << " waits for its placement: " << reason << "\n";
 }
 
-void on_checkpoint(controller_actor self, const std::string& id, const nlohmann::json& body) {
-  auto& st = self->state;
-  auto& r = st.records[id];
-  int64_t it = body.value("iteration", int64_t{-1});
-  r.checkpoints[it] = {body.value("path", ""), r.node_actor, r.access};
-  st.setup.engine->on_checkpoint(id, it);
-  (void)st.setup.store->add_event(id, "checkpoint", body);
-  if (r.node_actor && it > r.copy_next) {
-    r.copy_next = it;
-    copy_checkpoint(self, id);
-  }
-}
-
 // A trial that could not start: it ends with the reason (its group went back).
 void start_failed(controller_actor self, const std::string& id, const std::string& why) {
   auto& st = self->state;
@@ -555,26 +363,6 @@ void start_trial(controller_actor self, const live::start_trial& c) {
   });
 }
 
-// A resumed experiment's complete checkpoint copies (<dir>/checkpoints/<trial>/<iter>/
-// with a MANIFEST.json; an unfinished <iter>.part is what a dead driver left: removed).
-void load_copies(controller_actor self) {
-  namespace fs = std::filesystem;
-  auto& st = self->state;
-  std::error_code ec;
-  for (auto& [id, t] : st.setup.engine->trials()) {
-    auto dir = st.setup.store->checkpoint_dir(id);
-    for (auto& c : fs::directory_iterator(dir, ec)) {
-      if (c.path().extension() == ".part") {
-        fs::remove_all(c.path(), ec);
-        continue;
-      }
-      std::ifstream in(c.path() / "MANIFEST.json");
-      auto m = nlohmann::json::parse(in, nullptr, false);
-      if (!m.is_object() || !m.contains("iteration") || !m["iteration"].is_number_integer() || !m.contains("files")) continue;
-      st.records[id].stored[m["iteration"].get<int64_t>()] = {c.path().string(), m};
-    }
-  }
-}
 
 void show(controller_actor self, bool force) {
   auto& st = self->state;

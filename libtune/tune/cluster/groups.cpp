@@ -1,6 +1,7 @@
 #include "tune/cluster/groups.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <set>
 
 namespace tune {
@@ -37,6 +38,15 @@ bool parse_node_key(const bundle_key& key, std::string& group, uint64_t& attempt
   attempt = a;
   if (owner) *owner = tilde == std::string::npos ? "" : key.group.substr(tilde + 1);
   return true;
+}
+
+status check_group_id(const std::string& id) {
+  if (id.size() > 128) return {errc::invalid_argument, "a placement group id has at most 128 characters"};
+  for (unsigned char c : id)
+    if (!(std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == ':'))
+      return {errc::invalid_argument, "placement group id \"" + id +
+                                          "\" has a character other than letters, digits, '-', '_', '.', ':'"};
+  return status::ok();
 }
 
 namespace {

@@ -273,4 +273,8 @@ class group_table {
 // key that is not one of ours.
 bool parse_node_key(const bundle_key& key, std::string& group, uint64_t& attempt, std::string* owner = nullptr);
 
+// Whether a client may name a group `id`: at most 128 letters, digits, '-', '_', '.'
+// and ':' (none of a node key's '/' and '~'); else invalid_argument, saying why.
+status check_group_id(const std::string& id);
+
 }  // namespace tune

@@ -386,6 +386,20 @@ TEST(NodeKeys, ParseIsTheInverse) {
   EXPECT_EQ(owner, "") << "a key made before owners were in keys: nobody's in particular";
 }
 
+TEST(GroupIds, ClientsNameGroupsWithoutTheNodeKeysSeparators) {
+  for (std::string ok : {std::string{"pg-1"}, std::string{"exp_3.trial:0007"}, std::string{"A"}, std::string(128, 'x')})
+    EXPECT_TRUE(check_group_id(ok)) << ok;
+  auto too_long = check_group_id(std::string(129, 'x'));
+  EXPECT_EQ(too_long.code(), errc::invalid_argument);
+  EXPECT_EQ(too_long.message(), "a placement group id has at most 128 characters");
+  for (auto bad : {"pg/1", "pg~ann", "a b", "\xc3\xa9t\xc3\xa9", "pg\n"}) {
+    auto s = check_group_id(bad);
+    EXPECT_EQ(s.code(), errc::invalid_argument) << bad;
+    EXPECT_EQ(s.message(), std::string{"placement group id \""} + bad +
+                               "\" has a character other than letters, digits, '-', '_', '.', ':'");
+  }
+}
+
 // A group's reservations carry its user into their node keys (the nodes report them
 // after a head restart); a key the head did not make is aborted.
 TEST_F(GroupsTest, AGroupsNodeKeysNameItsUser) {
