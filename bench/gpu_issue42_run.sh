@@ -16,7 +16,7 @@ cat "$out/host.txt"
 for t in actors/start_plan_test actors/node_actor_test actors/outbox_test actors/trial_actor_test actors/services_test \
          tests/gpu_isolation_test tests/gpu_sharing_test tests/gpu_packing_test tests/trial_test; do
   name=$(basename "$t")
-  timeout 900 "$build/$t" > "$out/$name.log" 2>&1; step "$name" $?
+  timeout "${TEST_TIMEOUT:-240}" "$build/$t" > "$out/$name.log" 2>&1; step "$name" $?
 done
 for f in "$out"/*_test.log; do
   echo "$(basename "$f"): $(grep -E '^\[  (PASSED|FAILED)  \]|^\[  SKIPPED \] [0-9]' "$f" | tr '\n' ' ')"
