@@ -499,3 +499,65 @@ class config : public caf::actor_system_config {
 };
 
 }  // namespace tune::wire
+
+// Messages that never leave their process — an actor's own timers, a node to its trial
+// actors and its GPU audit, a trial's watcher thread to its actor, the controller to its
+// checkpoint copier — here too, so that every message of the runtime is in this file.
+namespace tune {
+
+// The node (node/): its timers.
+using node_report_atom = caf::atom_constant<caf::atom("nodereport")>;  // send what the head shows of it
+using claims_tick_atom = caf::atom_constant<caf::atom("claimtick")>;   // look at the machine's card claims
+using claims_write_atom = caf::atom_constant<caf::atom("claimwrite")>; // write released bundles' claims
+
+// The node's GPU audit (node/audit.hpp says what each carries).
+using audit_add_atom = caf::atom_constant<caf::atom("auditadd")>;
+using audit_tick_atom = caf::atom_constant<caf::atom("audittick")>;
+using audit_violation_atom = caf::atom_constant<caf::atom("auditbad")>;
+using audit_usage_atom = caf::atom_constant<caf::atom("auditmem")>;
+using audit_report_atom = caf::atom_constant<caf::atom("auditrep")>;
+using audit_end_atom = caf::atom_constant<caf::atom("auditend")>;
+using audit_forget_atom = caf::atom_constant<caf::atom("auditfgt")>;
+using audit_foreign_atom = caf::atom_constant<caf::atom("auditfrgn")>;
+using audit_recheck_atom = caf::atom_constant<caf::atom("auditrck")>;
+
+// The node to a trial's actor (trial/trial.hpp), and back.
+// (trial_release_atom, reason): the trial's bundle was released (its group removed, its
+// owner gone, or the head gave the bundle to someone else while this node was cut off);
+// the worker is killed at once and the trial ends in error with `reason`: a trial never
+// runs without the reservation it was started in.
+using trial_release_atom = caf::atom_constant<caf::atom("trialrel")>;
+// (trial_hold_atom): the node's connection to the head broke, so the route to the
+// trial's owner is gone: what the trial reports is kept (in order) until the owner
+// greets it again (route_atom, received) and then sent from the first message the owner
+// missed.
+using trial_hold_atom = caf::atom_constant<caf::atom("trialhold")>;
+// To the node: (trial_host_atom, trial_id, json): the trial's host usage from its
+// cgroup, about once a second.
+using trial_host_atom = caf::atom_constant<caf::atom("trialhost")>;
+// The trial actor's own timer: its owner's greeting did not come in time.
+using trial_greet_wait_atom = caf::atom_constant<caf::atom("tgreetw")>;
+
+// A trial's watcher thread to its actor (trial/watcher.hpp), in this order:
+// (worker_started_atom, pid, group, error, cgroup): it runs (pid > 0) or could not start;
+// (worker_lines_atom, lines): all one read gave; (worker_host_atom, json): its cgroup's
+// usage; (worker_ended_atom, exited, code, how, stderr tail, overlong lines, end): the last.
+using worker_started_atom = caf::atom_constant<caf::atom("tstarted")>;
+using worker_lines_atom = caf::atom_constant<caf::atom("tline")>;
+using worker_host_atom = caf::atom_constant<caf::atom("thost")>;
+using worker_ended_atom = caf::atom_constant<caf::atom("tended")>;
+
+// The head to its placement-group actor (groups/groups.hpp): (since_checkpoint_atom,
+// json {trial: iterations}): what each running trial would redo if preempted now (its
+// iterations since its latest checkpoint), at most once a second.
+using since_checkpoint_atom = caf::atom_constant<caf::atom("sinceckpt")>;
+
+// The experiment controller (controller/): its timers, and its checkpoint copier
+// (controller/checkpoint_copy.hpp says what they carry).
+using controller_flush_atom = caf::atom_constant<caf::atom("ctlflush")>;
+using controller_lost_atom = caf::atom_constant<caf::atom("ctllost")>;
+using controller_reconnect_atom = caf::atom_constant<caf::atom("ctlreconn")>;
+using ckpt_copy_atom = caf::atom_constant<caf::atom("ckcopy")>;
+using ckpt_check_atom = caf::atom_constant<caf::atom("ckcheck")>;
+
+}  // namespace tune

@@ -50,7 +50,7 @@ void failed(const job_ptr& job, const std::string& why) {
   std::error_code ec;
   if (job->out.is_open()) job->out.close();
   fs::remove_all(job->part, ec);
-  job->answer.deliver(copy_atom::value, false, why, uint64_t{0});
+  job->answer.deliver(ckpt_copy_atom::value, false, why, uint64_t{0});
 }
 
 // Complete: its manifest written, the folder moved into place.
@@ -70,7 +70,7 @@ void complete(const job_ptr& job) {
   nlohmann::json stat = nlohmann::json::object();
   for (auto& f : job->manifest) stat[f["name"].get<std::string>()] = file_identity(job->dest + "/" + f["name"].get<std::string>());
   m["stat"] = std::move(stat);
-  job->answer.deliver(copy_atom::value, true, json_text(m), job->bytes);
+  job->answer.deliver(ckpt_copy_atom::value, true, json_text(m), job->bytes);
 }
 
 // The next chunk of the current file (or the next file).
@@ -142,10 +142,10 @@ struct check_job {
 };
 
 void check_next(copier_actor self, const std::shared_ptr<check_job>& job) {
-  if (job->index == job->files.size()) return job->answer.deliver(check_atom::value, true, std::string{});
+  if (job->index == job->files.size()) return job->answer.deliver(ckpt_check_atom::value, true, std::string{});
   auto& f = job->files[job->index];
   if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("sha256"))
-    return job->answer.deliver(check_atom::value, false, std::string{"a malformed manifest"});
+    return job->answer.deliver(ckpt_check_atom::value, false, std::string{"a malformed manifest"});
   auto name = f["name"].get<std::string>();
   std::string path = job->dir + "/" + name;
   bool as_written = f["sha256"].is_string() && f.contains("size") && f["size"].is_number_unsigned() &&
@@ -158,12 +158,12 @@ void check_next(copier_actor self, const std::shared_ptr<check_job>& job) {
                   shas, sizes)
         .then(
             [self, job](wire::program_add_atom, bool ok, const std::string& why) {
-              if (!ok) return job->answer.deliver(check_atom::value, false, why);
+              if (!ok) return job->answer.deliver(ckpt_check_atom::value, false, why);
               ++job->index;
               check_next(self, job);
             },
             [job](caf::error& err) {
-              job->answer.deliver(check_atom::value, false, "the program server: " + to_string(err));
+              job->answer.deliver(ckpt_check_atom::value, false, "the program server: " + to_string(err));
             });
     return;
   }
@@ -171,22 +171,22 @@ void check_next(copier_actor self, const std::shared_ptr<check_job>& job) {
       .then(
           [self, job](wire::program_add_atom, bool ok, std::string& sha, uint64_t) {
             auto& f = job->files[job->index];
-            if (!ok) return job->answer.deliver(check_atom::value, false, sha);
+            if (!ok) return job->answer.deliver(ckpt_check_atom::value, false, sha);
             if (sha != f["sha256"])
-              return job->answer.deliver(check_atom::value, false,
+              return job->answer.deliver(ckpt_check_atom::value, false,
                                          f["name"].get<std::string>() + " changed on disk (SHA-256 " + sha + ")");
             ++job->index;
             check_next(self, job);
           },
           [job](caf::error& err) {
-            job->answer.deliver(check_atom::value, false, "the program server: " + to_string(err));
+            job->answer.deliver(ckpt_check_atom::value, false, "the program server: " + to_string(err));
           });
 }
 
 caf::behavior copier(copier_actor self, copier_setup setup) {
   self->state.setup = std::move(setup);
   return {
-      [self](copy_atom, const std::string& trial, int64_t iteration, const std::string& path, const caf::actor& server,
+      [self](ckpt_copy_atom, const std::string& trial, int64_t iteration, const std::string& path, const caf::actor& server,
              const std::string& dest, const std::string& access) {
         auto job = std::make_shared<copy_job>();
         job->trial = trial;
@@ -199,14 +199,14 @@ caf::behavior copier(copier_actor self, copier_setup setup) {
         job->answer = self->make_response_promise();
         copy(self, job);
       },
-      [self](check_atom, const std::string& dir, const std::string& manifest, const std::string& stat) {
+      [self](ckpt_check_atom, const std::string& dir, const std::string& manifest, const std::string& stat) {
         auto job = std::make_shared<check_job>();
         job->dir = dir;
         job->stat = nlohmann::json::parse(stat, nullptr, false);
         job->answer = self->make_response_promise();
         auto m = nlohmann::json::parse(manifest, nullptr, false);
         if (!m.is_object() || !m.contains("files") || !m["files"].is_array()) {
-          job->answer.deliver(check_atom::value, false, std::string{"a malformed manifest"});
+          job->answer.deliver(ckpt_check_atom::value, false, std::string{"a malformed manifest"});
           return;
         }
         job->files = m["files"];

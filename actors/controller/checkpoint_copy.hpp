@@ -2,8 +2,8 @@
 // node that holds it into the experiment folder, and checks a copy before a trial
 // starts from it. The controller asks; it answers copied or failed.
 //
-//   (copy_atom, trial, iteration, path, node actor, dest, access)
-//        -> (copy_atom, true, manifest JSON, bytes) | (copy_atom, false, error, 0)
+//   (ckpt_copy_atom, trial, iteration, path, node actor, dest, access)
+//        -> (ckpt_copy_atom, true, manifest JSON, bytes) | (ckpt_copy_atom, false, error, 0)
 //      The checkpoint's files are listed (ckpt_list_atom, with the trial's `access`
 //      secret, or the setup's token when it is empty) and read in chunks of at most
 //      wire::max_chunk (ckpt_read_atom, never one giant message), each hashed as it
@@ -12,8 +12,8 @@
 //      "bytes", "seconds"}). A failed copy leaves nothing behind.
 //      The answer's JSON also holds "stat": {name: [device, inode, size, change time
 //      in ns]} of each file as written (not in MANIFEST.json), for a later check.
-//   (check_atom, dir, manifest JSON, stat JSON)
-//        -> (check_atom, true, "") | (check_atom, false, why)
+//   (ckpt_check_atom, dir, manifest JSON, stat JSON)
+//        -> (ckpt_check_atom, true, "") | (ckpt_check_atom, false, why)
 //      Every file of the copy taken by the program server (which serves it to the node
 //      that restores from it) and its SHA-256 compared with the manifest's. A file whose
 //      device, inode, size and change time are still those `stat` recorded when this process
@@ -32,9 +32,6 @@
 #include <string>
 
 namespace tune {
-
-using copy_atom = caf::atom_constant<caf::atom("ckcopy")>;
-using check_atom = caf::atom_constant<caf::atom("ckcheck")>;
 
 struct copier_setup {
   std::string token;                          // the client's (for nodes of trials without an access secret)

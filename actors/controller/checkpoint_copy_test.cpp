@@ -45,8 +45,8 @@ struct CheckpointCheckTest : ::testing::Test {
   std::string check(const nlohmann::json& with_stat) {
     caf::scoped_actor self{sys};
     std::string out = "no answer";
-    self->request(copier, std::chrono::seconds(10), check_atom::value, dir.string(), manifest.dump(), with_stat.dump())
-        .receive([&](check_atom, bool ok, const std::string& why) { out = ok ? "" : why.empty() ? "refused" : why; },
+    self->request(copier, std::chrono::seconds(10), ckpt_check_atom::value, dir.string(), manifest.dump(), with_stat.dump())
+        .receive([&](ckpt_check_atom, bool ok, const std::string& why) { out = ok ? "" : why.empty() ? "refused" : why; },
                  [&](caf::error& e) { out = sys.render(e); });
     return out;
   }

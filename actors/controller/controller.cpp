@@ -21,10 +21,6 @@ namespace tune {
 
 namespace {
 
-using flush_atom = caf::atom_constant<caf::atom("ctlflush")>;
-using lost_atom = caf::atom_constant<caf::atom("ctllost")>;
-using reconnect_atom = caf::atom_constant<caf::atom("ctlreconn")>;
-
 double thread_cpu_now() {
   timespec ts{};
   ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -114,7 +110,7 @@ void head_lost(controller_actor self, const std::string& why) {
   std::cerr << "tune: lost the head at " << st.setup.head_host << ":" << st.setup.head_port << " (" << why
             << "); waiting for it to be back\n";
   (void)st.setup.store->add_event("", "head_lost", {{"reason", why}});
-  self->delayed_send(self, std::chrono::milliseconds(250), reconnect_atom::value);
+  self->delayed_send(self, std::chrono::milliseconds(250), controller_reconnect_atom::value);
 }
 
 // The head is back (a new process): the table makes the starts on their way again and
@@ -142,16 +138,16 @@ void reconnect(controller_actor self) {
                                                     std::to_string(st.setup.head_wait.count() / 1000) + " s"});
   auto d = dial(self->home_system(), st.setup.head_host, st.setup.head_port);
   if (!d) {
-    self->delayed_send(self, std::chrono::milliseconds(500), reconnect_atom::value);
+    self->delayed_send(self, std::chrono::milliseconds(500), controller_reconnect_atom::value);
     return;
   }
   self->request(d->to, st.setup.request_timeout, std::move(d->msg))
       .then(
           [self](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
             if (ptr) return head_back(self, caf::actor_cast<caf::actor>(ptr));
-            self->delayed_send(self, std::chrono::milliseconds(500), reconnect_atom::value);
+            self->delayed_send(self, std::chrono::milliseconds(500), controller_reconnect_atom::value);
           },
-          [self](caf::error&) { self->delayed_send(self, std::chrono::milliseconds(500), reconnect_atom::value); });
+          [self](caf::error&) { self->delayed_send(self, std::chrono::milliseconds(500), controller_reconnect_atom::value); });
 }
 
 // A node the head declared dead: its trials' actors may never say goodbye (a down
@@ -166,7 +162,7 @@ void node_event(controller_actor self, const std::string& node, const std::strin
   }
   if (state != "dead") return;
   for (auto& [id, h] : st.table.on_node_dead(node))
-    self->delayed_send(self, std::chrono::milliseconds(20), lost_atom::value, id, h, "node " + node + " is dead: " + reason);
+    self->delayed_send(self, std::chrono::milliseconds(20), controller_lost_atom::value, id, h, "node " + node + " is dead: " + reason);
 }
 
 void lost(controller_actor self, const std::string& id, actor_handle h, const std::string& why) {
@@ -233,16 +229,16 @@ caf::message_handler head_handlers(controller_actor self) {
       [self](wire::node_event_atom, const std::string& node, const std::string& state, const std::string& reason) {
         node_event(self, node, state, reason);
       },
-      [self](lost_atom, const std::string& id, actor_handle h, const std::string& why) { lost(self, id, h, why); },
-      [self](reconnect_atom) { reconnect(self); },
-      [self](flush_atom) {
+      [self](controller_lost_atom, const std::string& id, actor_handle h, const std::string& why) { lost(self, id, h, why); },
+      [self](controller_reconnect_atom) { reconnect(self); },
+      [self](controller_flush_atom) {
         if (self->state.over) return;
         if (!flush(self) || !commit(self)) return;
         advance(self);
         if (self->state.over) return;
         show(self, false);
         board_report(self, false);
-        self->delayed_send(self, self->state.setup.options.flush_every, flush_atom::value);
+        self->delayed_send(self, self->state.setup.options.flush_every, controller_flush_atom::value);
       },
   };
 }
@@ -270,7 +266,7 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
     auto h = st.handles.find(dm.source);
     if (h == st.handles.end()) return;
     if (auto id = st.table.on_down(h->second))
-      self->delayed_send(self, std::chrono::seconds(2), lost_atom::value, *id, h->second, self->system().render(dm.reason));
+      self->delayed_send(self, std::chrono::seconds(2), controller_lost_atom::value, *id, h->second, self->system().render(dm.reason));
   });
   self->set_exit_handler([self](caf::exit_msg& em) {
     finish(self, status{errc::inconsistent, "the experiment was ended (" + self->system().render(em.reason) + ")"});
@@ -290,7 +286,7 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
   if (auto& ap = st.setup.options.auto_packing; ap && !st.setup.options.bundles.empty())
     st.packing.emplace(*ap, st.setup.options.card_memory);
   open_feed(self);
-  self->send(self, flush_atom::value);
+  self->send(self, controller_flush_atom::value);
   self->send(st.setup.head, wire::subscribe_atom::value, st.setup.token);  // node deaths
   if (st.setup.head_port != 0) self->monitor(st.setup.head);
   if (!st.setup.initial_actions.empty()) act(self, std::exchange(st.setup.initial_actions, {}));

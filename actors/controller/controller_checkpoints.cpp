@@ -94,9 +94,9 @@ void copy_checkpoint(controller_actor self, const std::string& id) {
   ++st.copies;
   int64_t it = c->first;
   auto dest = st.setup.store->checkpoint_dir(id) + "/" + std::to_string(it);
-  self->request(st.copier, caf::infinite, copy_atom::value, st.on_wire(id), it, c->second.path, c->second.server, dest,
+  self->request(st.copier, caf::infinite, ckpt_copy_atom::value, st.on_wire(id), it, c->second.path, c->second.server, dest,
                 c->second.access)
-      .then([self, id, it, dest](copy_atom, bool ok, const std::string& text,
+      .then([self, id, it, dest](ckpt_copy_atom, bool ok, const std::string& text,
                                  uint64_t bytes) { copied(self, id, it, dest, ok, text, bytes); },
             [self, id, it, dest](caf::error& err) { copied(self, id, it, dest, false, to_string(err), 0); });
 }
@@ -166,9 +166,9 @@ void pick_copy(controller_actor self, std::string trial, int64_t iteration,
   nlohmann::json m{{"iteration", at}, {"files", it->second.manifest.value("files", nlohmann::json::array())}};
   auto text = json_text(m);
   auto stat = json_text(it->second.manifest.value("stat", nlohmann::json::object()));
-  self->request(self->state.copier, caf::infinite, check_atom::value, it->second.dir, text, stat)
+  self->request(self->state.copier, caf::infinite, ckpt_check_atom::value, it->second.dir, text, stat)
       .then(
-          [self, trial, at, text, then](check_atom, bool ok, const std::string& why) {
+          [self, trial, at, text, then](ckpt_check_atom, bool ok, const std::string& why) {
             if (ok) return then(text, at);
             auto& st = self->state;
             pin(self, trial, at, -1);

@@ -47,7 +47,6 @@ struct groups_options {
 // timeout_ms), (pg_remove_atom, user, id), (pg_get_atom, user, id), (trial_start_atom,
 // user, spec, server), (route_atom, user, group, bundle, trial, received). A group
 // belongs to the user who made it: another user is refused, naming the owner.
-using since_checkpoint_atom = caf::atom_constant<caf::atom("sinceckpt")>;
 
 caf::actor spawn_groups(caf::actor_system& sys, groups_options opt = {});
 

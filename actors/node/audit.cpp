@@ -144,8 +144,6 @@ void tick(audit_actor self) {
   self->send(st.opt.node, audit_report_atom::value, text);
 }
 
-using audit_recheck_atom = caf::atom_constant<caf::atom("auditrck")>;
-
 // A trial's final check: what of it is still on a card is killed; done when none is.
 void final_check(audit_actor self, const std::string& id) {
   auto& st = self->state;

@@ -30,14 +30,6 @@
 
 namespace tune {
 
-using audit_add_atom = caf::atom_constant<caf::atom("auditadd")>;
-using audit_tick_atom = caf::atom_constant<caf::atom("audittick")>;
-using audit_violation_atom = caf::atom_constant<caf::atom("auditbad")>;
-using audit_usage_atom = caf::atom_constant<caf::atom("auditmem")>;
-using audit_report_atom = caf::atom_constant<caf::atom("auditrep")>;
-using audit_end_atom = caf::atom_constant<caf::atom("auditend")>;
-using audit_forget_atom = caf::atom_constant<caf::atom("auditfgt")>;
-using audit_foreign_atom = caf::atom_constant<caf::atom("auditfrgn")>;
 
 struct audit_options {
   std::shared_ptr<gpu_sampler> lib;

@@ -21,7 +21,6 @@ namespace node_impl {
 
 namespace {
 
-using report_atom = caf::atom_constant<caf::atom("nodereport")>;
 constexpr std::chrono::milliseconds max_backoff{2000};
 
 std::string where(node_actor self) {
@@ -275,7 +274,7 @@ void send_report(node_actor self, bool now) {
   if (!now) {
     if (!st.report_due) {
       st.report_due = true;
-      self->delayed_send(self, std::chrono::seconds(1), report_atom::value);
+      self->delayed_send(self, std::chrono::seconds(1), node_report_atom::value);
     }
     return;
   }
@@ -304,7 +303,7 @@ caf::message_handler membership(node_actor self) {
         send_join(self);
       },
       [self](wire::leave_atom) { return leave(self); },
-      [self](report_atom) {
+      [self](node_report_atom) {
         self->state.report_due = false;
         send_report(self, true);
       },

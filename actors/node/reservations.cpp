@@ -16,7 +16,6 @@ namespace node_impl {
 
 namespace {
 
-using claims_tick_atom = caf::atom_constant<caf::atom("claimtick")>;
 // How often the node looks at the other nodes' claims on this machine's cards.
 constexpr auto claims_period = std::chrono::milliseconds(200);
 
@@ -63,7 +62,6 @@ void set_others(node_actor self, const std::vector<claimer>& claims) {
   if (st.joined && st.head) send_heartbeat(self);
 }
 
-using claims_write_atom = caf::atom_constant<caf::atom("claimwrite")>;
 // Releases reach the claims within this long, many in one write (a prepare in between
 // writes them at once): a claim that lasts a little longer only makes another cluster
 // wait a little longer, never share a card.

@@ -31,7 +31,6 @@ namespace tune {
 
 namespace {
 
-using greet_wait_atom = caf::atom_constant<caf::atom("tgreetw")>;
 
 constexpr size_t max_batch_rows = 256;           // results in one message to the owner
 
@@ -450,27 +449,27 @@ caf::message_handler owner_handlers(trial_actor self) {
       [self, from_owner](wire::trial_resume_atom) {
         if (from_owner()) self->state.ctl->post(control_channel::kind::resume);
       },
-      [self](greet_wait_atom, uint64_t round) { greet_wait(self, round); },
+      [self](trial_greet_wait_atom, uint64_t round) { greet_wait(self, round); },
   };
 }
 
 // Its worker's thread, its node and the node's GPU audit.
 caf::message_handler node_handlers(trial_actor self) {
   return {
-      [self](started_atom, int pid, int group, const std::string& error, const std::string& cgroup) {
+      [self](worker_started_atom, int pid, int group, const std::string& error, const std::string& cgroup) {
         on_started(self, pid, group, error, cgroup);
       },
-      [self](line_atom, const std::vector<std::string>& lines) { on_lines(self, lines); },
-      [self](host_atom, const std::string& usage) {  // its cgroup's usage, for the node's report
+      [self](worker_lines_atom, const std::vector<std::string>& lines) { on_lines(self, lines); },
+      [self](worker_host_atom, const std::string& usage) {  // its cgroup's usage, for the node's report
         auto& st = self->state;
         if (st.opt.node) self->send(st.opt.node, trial_host_atom::value, st.opt.spec.trial_id, usage);
       },
-      [self](ended_atom, bool exited, int code, const std::string& how, const std::string& stderr_tail, int64_t overlong,
+      [self](worker_ended_atom, bool exited, int code, const std::string& how, const std::string& stderr_tail, int64_t overlong,
              wire::wire_trial_end& end) { ended(self, exited, code, how, stderr_tail, overlong, std::move(end)); },
       [self](trial_hold_atom) {  // the node lost the head: what it reports waits for its owner's greeting
         auto& st = self->state;
         if (!st.opt.node || self->current_sender() != st.opt.node.address() || !st.out.hold()) return;
-        self->delayed_send(self, hold_wait, greet_wait_atom::value, ++st.hold_round);
+        self->delayed_send(self, hold_wait, trial_greet_wait_atom::value, ++st.hold_round);
       },
       // The node's GPU audit: what the trial uses, and a rule it broke (it dies at once:
       // a trial over its quota must not take its neighbours' memory while it stops).
@@ -520,7 +519,7 @@ caf::behavior trial(trial_actor self, trial_options opt) {
   st.ctl = std::move(*channel);
   st.watcher = std::thread(watch, caf::actor_cast<caf::actor>(self), make_launch(st.opt), st.ctl, st.opt.workers);
   st.out = outbox<caf::message>{kept_messages, wire::ack_window, static_cast<bool>(st.opt.owner)};
-  if (st.opt.owner) self->delayed_send(self, wire::trial_greeting_wait, greet_wait_atom::value, uint64_t{0});
+  if (st.opt.owner) self->delayed_send(self, wire::trial_greeting_wait, trial_greet_wait_atom::value, uint64_t{0});
   return caf::behavior{owner_handlers(self).or_else(node_handlers(self))};
 }
 

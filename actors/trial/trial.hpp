@@ -97,20 +97,6 @@ struct trial_options {
 
 caf::actor spawn_trial(caf::local_actor* parent, trial_options opt);
 
-// From the node only: the trial's bundle was released (its group removed, its owner
-// gone, or the head gave the bundle to someone else while this node was cut off); the
-// worker is killed at once and the trial ends in error with `reason`: a trial never
-// runs without the reservation it was started in.
-using trial_release_atom = caf::atom_constant<caf::atom("trialrel")>;
-
-// From the node only: its connection to the head broke, so the route to the trial's
-// owner is gone: what the trial reports is kept (in order) until the owner greets it
-// again (route_atom, received) and then sent from the first message the owner missed.
-using trial_hold_atom = caf::atom_constant<caf::atom("trialhold")>;
-
-// To the node: the trial's host usage from its cgroup (json), about once a second.
-using trial_host_atom = caf::atom_constant<caf::atom("trialhost")>;
-
 // The environment a trial's worker gets, from the options (exposed for tests).
 std::map<std::string, std::string> trial_environment(const trial_options& opt);
 

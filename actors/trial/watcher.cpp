@@ -59,7 +59,7 @@ class watcher {
   void run() {
     if (!start()) return;
     auto& w = *owned_;
-    caf::anon_send(self_, started_atom::value, w.pid(), w.group(), std::string{}, cg_ ? cg_->path() : std::string{});
+    caf::anon_send(self_, worker_started_atom::value, w.pid(), w.group(), std::string{}, cg_ ? cg_->path() : std::string{});
     next_sample_ = clock::now() + std::chrono::milliseconds(200);
     if (watch_until_end()) return;  // kept for the experiment's next trial
     last_words();
@@ -67,7 +67,7 @@ class watcher {
   }
 
  private:
-  void failed(const std::string& why) { caf::anon_send(self_, started_atom::value, 0, 0, why, std::string{}); }
+  void failed(const std::string& why) { caf::anon_send(self_, worker_started_atom::value, 0, 0, why, std::string{}); }
 
   // An idle worker of the experiment's takes the trial (false: there is none, it did
   // not take it, or the trial's files could not be made: `gave_up`).
@@ -153,7 +153,7 @@ class watcher {
     output_.clear();
     if (lines_.empty()) return;
     in_flight_ += static_cast<int64_t>(lines_.size());
-    caf::anon_send(self_, line_atom::value, std::move(lines_));  // one message per read
+    caf::anon_send(self_, worker_lines_atom::value, std::move(lines_));  // one message per read
     lines_.clear();
   }
 
@@ -237,7 +237,7 @@ class watcher {
     keep.cgroup = std::move(cg_);
     trace_step("went_idle", l_.trial_id);
     l_.idle->keep(std::move(keep));
-    caf::anon_send(self_, ended_atom::value, true, 0, exit_info{true, 0}.describe(), tail, overlong, std::move(end));
+    caf::anon_send(self_, worker_ended_atom::value, true, 0, exit_info{true, 0}.describe(), tail, overlong, std::move(end));
     return true;
   }
 
@@ -255,7 +255,7 @@ class watcher {
       // What its cgroup uses (host memory, CPU), about once a second.
       if (cg_ && !cg_->path().empty() && clock::now() >= next_sample_) {
         next_sample_ = clock::now() + usage_period;
-        caf::anon_send(self_, host_atom::value, json_text(usage_json(cg_->usage())));
+        caf::anon_send(self_, worker_host_atom::value, json_text(usage_json(cg_->usage())));
       }
     }
     return false;
@@ -281,7 +281,7 @@ class watcher {
     auto host = end_cgroup(l_, cg_.get(), w, before_);
     trace_step("cgroup_ended", l_.trial_id);
     host.worker_reused = reused_;
-    caf::anon_send(self_, ended_atom::value, done_->exited, done_->code, done_->describe(), w.stderr_tail(),
+    caf::anon_send(self_, worker_ended_atom::value, done_->exited, done_->code, done_->describe(), w.stderr_tail(),
                    static_cast<int64_t>(w.overlong_lines()), std::move(host));
   }
 

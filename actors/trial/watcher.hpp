@@ -24,11 +24,6 @@
 
 namespace tune {
 
-using started_atom = caf::atom_constant<caf::atom("tstarted")>;
-using line_atom = caf::atom_constant<caf::atom("tline")>;
-using ended_atom = caf::atom_constant<caf::atom("tended")>;
-using host_atom = caf::atom_constant<caf::atom("thost")>;
-
 // What the actor asks of the watching thread, in order, from any thread; the thread
 // waits on fd() and takes them.
 class control_channel {
