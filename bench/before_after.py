@@ -20,10 +20,10 @@ import time
 
 # What each benchmark runs with: small enough for a few rounds, large enough to measure.
 BENCHES = {
-    "overhead": (["--trials", "500", "--repeats", "1"], ["wall_over_ideal", "wall_s"]),
+    "overhead": (["--trials", "1000", "--repeats", "1"], ["wall_over_ideal", "wall_s"]),
     "pg": (["--quick"], ["inproc_pairs_per_s", "loopback_pairs_per_s", "ready_ms_p50", "ready_ms_p99"]),
-    "results": (["--repeats", "1", "--results-per-trial", "20000"], ["inproc_per_s", "cross_process_per_s"]),
-    "start": (["--trials", "20"], ["cpp_p50_ms", "python_p50_ms", "python_added_p50_ms"]),
+    "results": (["--repeats", "1", "--results-per-trial", "50000"], ["inproc_per_s", "cross_process_per_s"]),
+    "start": (["--trials", "40"], ["cpp_p50_ms", "python_p50_ms", "python_added_p50_ms"]),
 }
 
 

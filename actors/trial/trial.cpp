@@ -77,7 +77,9 @@ void pace(trial_actor self) {
   auto& st = self->state;
   if (st.out.behind() == st.holding) return;
   st.holding = !st.holding;
-  st.ctl->post(control_channel::kind::hold, st.holding ? 1 : 0);
+  // Holding waits for the thread's next turn (as it reads, not before); reading on
+  // wakes it.
+  st.ctl->post(control_channel::kind::hold, st.holding ? 1 : 0, !st.holding);
 }
 
 void to_owner(trial_actor self, caf::message msg) {
@@ -368,7 +370,7 @@ void general_line(trial_actor self, const std::string& line, Flush& flush) {
 // a wire_result; all in the order the worker wrote them.
 void on_lines(trial_actor self, const std::vector<std::string>& lines) {
   auto& st = self->state;
-  st.ctl->post(control_channel::kind::handled, static_cast<int64_t>(lines.size()));
+  st.ctl->lines_handled(static_cast<int64_t>(lines.size()));
   wire::wire_results batch;
   plain_result row;
   auto flush = [&] {

@@ -231,6 +231,29 @@ TEST(ControlChannel, CommandsArriveInOrderAndWakeTheWatcher) {
   EXPECT_EQ(got[1].what, control_channel::kind::hold);
   EXPECT_EQ(::poll(&p, 1, 0), 0) << "taken: quiet again";
   EXPECT_TRUE(ch.take().empty());
+  ch.post(control_channel::kind::hold, 1, false);
+  EXPECT_EQ(::poll(&p, 1, 0), 0) << "a hold waits for the thread's next turn";
+  EXPECT_EQ(ch.take().size(), 1u);
+}
+
+TEST(ControlChannel, HandledLinesWakeTheThreadOnlyWhenItMayReadAgain) {
+  auto c = control_channel::make();
+  ASSERT_TRUE(c) << c.error().message();
+  auto& ch = **c;
+  pollfd p{ch.fd(), POLLIN, 0};
+  ch.lines_sent(100);
+  ch.lines_handled(60);
+  EXPECT_FALSE(ch.too_many_lines());
+  EXPECT_EQ(::poll(&p, 1, 0), 0) << "it was not held up: no wake";
+  ch.lines_sent(control_channel::max_lines_in_flight);
+  EXPECT_TRUE(ch.too_many_lines());
+  ch.lines_handled(20);
+  EXPECT_TRUE(ch.too_many_lines());
+  EXPECT_EQ(::poll(&p, 1, 0), 0) << "still too many: no wake";
+  ch.lines_handled(100);
+  EXPECT_FALSE(ch.too_many_lines());
+  EXPECT_EQ(::poll(&p, 1, 0), 1) << "it may read again: woken";
+  EXPECT_TRUE(ch.take().empty()) << "a wake, no command";
 }
 
 }  // namespace

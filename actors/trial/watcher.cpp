@@ -24,12 +24,33 @@ control_channel::~control_channel() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void control_channel::post(kind what, int64_t value) {
-  std::lock_guard<std::mutex> lock(mu_);
-  queue_.push_back({what, value});
+void control_channel::wake() {
   uint64_t one = 1;
   while (::write(fd_, &one, sizeof one) < 0 && errno == EINTR) {
   }
+}
+
+void control_channel::post(kind what, int64_t value, bool wake_it) {
+  std::lock_guard<std::mutex> lock(mu_);
+  queue_.push_back({what, value});
+  if (wake_it) wake();
+}
+
+void control_channel::lines_sent(int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  in_flight_ += n;
+}
+
+void control_channel::lines_handled(int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  bool stalled = in_flight_ > max_lines_in_flight;
+  in_flight_ -= n;
+  if (stalled && in_flight_ <= max_lines_in_flight) wake();
+}
+
+bool control_channel::too_many_lines() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_flight_ > max_lines_in_flight;
 }
 
 std::vector<control_channel::command> control_channel::take() {
@@ -44,7 +65,6 @@ std::vector<control_channel::command> control_channel::take() {
 
 namespace {
 
-constexpr int64_t max_lines_in_flight = 8192;  // lines read from the worker, not yet handled by the actor
 constexpr int last_word_rounds = 64;  // reads of its pipes after its end, each at most worker_process::max_read_per_poll
 constexpr auto usage_period = std::chrono::seconds(1);  // how often its cgroup's usage goes to the actor
 constexpr auto longest_wait = std::chrono::milliseconds(1000);  // a look at least this often, whatever happens
@@ -152,7 +172,7 @@ class watcher {
       if (auto r = metrics_->report_line(o)) lines_.push_back(std::move(*r));
     output_.clear();
     if (lines_.empty()) return;
-    in_flight_ += static_cast<int64_t>(lines_.size());
+    ctl_->lines_sent(static_cast<int64_t>(lines_.size()));
     caf::anon_send(self_, worker_lines_atom::value, std::move(lines_));  // one message per read
     lines_.clear();
   }
@@ -173,7 +193,7 @@ class watcher {
   // nothing (the worker's writes block once its pipes are full).
   void wait() {
     auto& w = *owned_;
-    bool reading = !held_ && in_flight_ <= max_lines_in_flight;
+    bool reading = !held_ && !ctl_->too_many_lines();
     auto* output_lines = metrics_ ? &output_ : nullptr;
     // poll() is false at once when the worker has closed its pipes (it may still run):
     // then the keeper's news of its end is what it waits for.
@@ -199,7 +219,6 @@ class watcher {
           w.resume();
           break;
         case control_channel::kind::hold: held_ = c.value != 0; break;
-        case control_channel::kind::handled: in_flight_ -= c.value; break;
       }
     if (kill_at_ && clock::now() >= *kill_at_) {
       graced_out_ = true;
@@ -300,8 +319,7 @@ class watcher {
   clock::time_point next_sample_;
   std::optional<clock::time_point> kill_at_;  // a stop's SIGKILL
   bool kill_asked_ = false, graced_out_ = false;
-  bool held_ = false;       // the owner is behind: read nothing
-  int64_t in_flight_ = 0;   // lines sent to the actor, not yet handled there
+  bool held_ = false;  // the owner is behind: read nothing
 };
 
 }  // namespace

@@ -34,7 +34,6 @@ class control_channel {
     pause,    // SIGSTOP, its cgroup frozen
     resume,
     hold,     // flow control: stop reading the worker (value 1) or read on (0)
-    handled,  // the actor handled `value` lines it was sent
   };
   struct command {
     kind what;
@@ -48,7 +47,16 @@ class control_channel {
   control_channel(const control_channel&) = delete;
   control_channel& operator=(const control_channel&) = delete;
 
-  void post(kind what, int64_t value = 0);
+  // `wake`: false for what may wait until the thread looks anyway (it reads the queue
+  // on every turn of its loop): a hold, which only stops what it would do next.
+  void post(kind what, int64_t value = 0, bool wake = true);
+  // Flow control of the lines the thread sent the actor: counted here, so that the
+  // actor's word that it handled some wakes the thread only when that lets it read again
+  // (a wake for every batch would make it read in ever smaller pieces).
+  void lines_sent(int64_t n);
+  void lines_handled(int64_t n);
+  bool too_many_lines();  // more than max_lines_in_flight sent and not handled yet
+  static constexpr int64_t max_lines_in_flight = 8192;
   // What was posted since the last call, in order; fd() is quiet again afterwards.
   std::vector<command> take();
   int fd() const { return fd_; }  // readable while something waits to be taken
@@ -56,7 +64,9 @@ class control_channel {
  private:
   std::mutex mu_;
   std::deque<command> queue_;
+  int64_t in_flight_ = 0;
   int fd_ = -1;
+  void wake();
 };
 
 // The thread's body (started by the actor; `self` is the actor).
