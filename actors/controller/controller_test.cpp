@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "wire.hpp"
+#include "deterministic.hpp"
 
 namespace tune {
 namespace {
@@ -17,10 +18,6 @@ namespace {
 using namespace std::chrono_literals;
 using speak_atom = caf::atom_constant<caf::atom("tspeak")>;
 const std::string token = "0123456789abcdef0123456789abcdef";
-
-struct test_config : wire::config {
-  test_config() : wire::config(false) { set("scheduler.policy", caf::atom("testing")); }
-};
 
 // What the head saw and the puppets heard.
 struct cluster_log {
@@ -98,7 +95,7 @@ wire::wire_results results(std::initializer_list<std::pair<int64_t, double>> row
 }
 
 struct ControllerTest : ::testing::Test {
-  test_config cfg;
+  deterministic_config cfg;
   caf::actor_system sys{cfg};
   caf::scheduler::test_coordinator& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
   log_ptr log = std::make_shared<cluster_log>();

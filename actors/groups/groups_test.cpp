@@ -12,6 +12,7 @@
 #include "tune/cluster/groups.hpp"
 #include "tune/cluster/version.hpp"
 #include "tune/host/detect.hpp"
+#include "deterministic.hpp"
 
 namespace tune {
 namespace {
@@ -19,10 +20,6 @@ namespace {
 using namespace std::chrono_literals;
 const std::string token = "0123456789abcdef0123456789abcdef";
 constexpr int64_t GiB = int64_t{1} << 30;
-
-struct test_config : wire::config {
-  test_config() : wire::config(false) { set("scheduler.policy", caf::atom("testing")); }
-};
 
 // How a scripted node answers prepares.
 enum class answer { yes, no, silent };
@@ -103,7 +100,7 @@ caf::behavior scripted_node(caf::event_based_actor* self, caf::actor head, std::
 }
 
 struct GroupsActorTest : ::testing::Test {
-  test_config cfg;
+  deterministic_config cfg;
   caf::actor_system sys{cfg};
   caf::scheduler::test_coordinator& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
   caf::actor head = spawn_head(sys, {token, "test:6380", wire::heartbeat_timeout, groups_options{}});

@@ -9,6 +9,7 @@
 #include "head.hpp"
 #include "tune/cluster/version.hpp"
 #include "tune/host/detect.hpp"
+#include "deterministic.hpp"
 
 namespace tune {
 namespace {
@@ -16,12 +17,8 @@ namespace {
 using namespace std::chrono_literals;
 const std::string token = "0123456789abcdef0123456789abcdef";
 
-struct test_config : wire::config {
-  test_config() : wire::config(false) { set("scheduler.policy", caf::atom("testing")); }
-};
-
 struct HeadTest : ::testing::Test {
-  test_config cfg;
+  deterministic_config cfg;
   caf::actor_system sys{cfg};
   caf::scheduler::test_coordinator& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
   caf::actor head = spawn_head(sys, {token, "test:6380", wire::heartbeat_timeout});

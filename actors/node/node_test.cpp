@@ -14,16 +14,13 @@
 
 #include "tune/host/detect.hpp"
 #include "wire.hpp"
+#include "deterministic.hpp"
 
 namespace tune {
 namespace {
 
 using namespace std::chrono_literals;
 const std::string token = "0123456789abcdef0123456789abcdef";
-
-struct test_config : wire::config {
-  test_config() : wire::config(false) { set("scheduler.policy", caf::atom("testing")); }
-};
 
 // What the head played by the test saw.
 struct head_log {
@@ -58,7 +55,7 @@ caf::behavior fake_head(caf::event_based_actor*, std::shared_ptr<head_log> log) 
 
 struct NodeTest : ::testing::Test {
   std::filesystem::path dir = std::filesystem::temp_directory_path() / ("node_test_" + std::to_string(::getpid()));
-  test_config cfg;
+  deterministic_config cfg;
   caf::actor_system sys{cfg};
   caf::scheduler::test_coordinator& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
   std::shared_ptr<head_log> log = std::make_shared<head_log>();

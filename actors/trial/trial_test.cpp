@@ -15,16 +15,13 @@
 #include <thread>
 
 #include "watcher.hpp"
+#include "deterministic.hpp"
 
 namespace tune {
 namespace {
 
 using namespace std::chrono_literals;
 using start_atom = caf::atom_constant<caf::atom("tteststart")>;
-
-struct test_config : wire::config {
-  test_config() : wire::config(false) { set("scheduler.policy", caf::atom("testing")); }
-};
 
 // What the owner heard, in order ("event started", "results 2", "ended signal 15", ...).
 struct owner_log {
@@ -64,7 +61,7 @@ caf::behavior starter(caf::event_based_actor* self, trial_options opt) {
 
 struct TrialActorTest : ::testing::Test {
   std::filesystem::path dir = std::filesystem::temp_directory_path() / ("trial_actor_test_" + std::to_string(::getpid()));
-  test_config cfg;
+  deterministic_config cfg;
   caf::actor_system sys{cfg};
   caf::scheduler::test_coordinator& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
   std::shared_ptr<owner_log> log = std::make_shared<owner_log>();
