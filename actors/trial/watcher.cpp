@@ -197,7 +197,8 @@ class watcher {
     auto* output_lines = metrics_ ? &output_ : nullptr;
     // poll() is false at once when the worker has closed its pipes (it may still run):
     // then the keeper's news of its end is what it waits for.
-    if (!reading || !w.poll(timeout(), lines_, output_lines, ctl_->fd())) w.wait_for_end(timeout(), ctl_->fd());
+    auto until = timeout();
+    if (!reading || !w.poll(until, lines_, output_lines, ctl_->fd())) w.wait_for_end(until, ctl_->fd());
   }
 
   // What the actor asked (stop after a grace, kill, pause, resume, flow control), and a
