@@ -141,6 +141,26 @@ config::config(bool network) {
   add_message_type<wire_results>("tune::wire_results");
   add_message_type<wire_result>("tune::wire_result");
   add_message_type<wire_trial_end>("tune::wire_trial_end");
+  add_message_type<wire_gpu_after>("tune::wire_gpu_after");
+  add_message_type<wire_card_trial>("tune::wire_card_trial");
+  add_message_type<std::vector<wire_card_trial>>("std::vector<tune::wire_card_trial>");
+  add_message_type<wire_card_foreign>("tune::wire_card_foreign");
+  add_message_type<std::vector<wire_card_foreign>>("std::vector<tune::wire_card_foreign>");
+  add_message_type<wire_card_report>("tune::wire_card_report");
+  add_message_type<std::vector<wire_card_report>>("std::vector<tune::wire_card_report>");
+  add_message_type<wire_trial_host>("tune::wire_trial_host");
+  add_message_type<std::vector<wire_trial_host>>("std::vector<tune::wire_trial_host>");
+  add_message_type<wire_node_report>("tune::wire_node_report");
+  add_message_type<wire_count>("tune::wire_count");
+  add_message_type<std::vector<wire_count>>("std::vector<tune::wire_count>");
+  add_message_type<wire_trial_card>("tune::wire_trial_card");
+  add_message_type<std::vector<wire_trial_card>>("std::vector<tune::wire_trial_card>");
+  add_message_type<wire_trial_started>("tune::wire_trial_started");
+  add_message_type<wire_checkpoint>("tune::wire_checkpoint");
+  add_message_type<wire_beside>("tune::wire_beside");
+  add_message_type<host_usage>("tune::host_usage");
+  add_message_type<foreign_process>("tune::foreign_process");
+  add_message_type<std::vector<foreign_process>>("std::vector<tune::foreign_process>");
   add_message_type<std::vector<uint32_t>>("std::vector<uint32_t>");
   add_message_type<std::vector<std::string>>("std::vector<std::string>");
   add_message_type<std::vector<int64_t>>("std::vector<int64_t>");
@@ -182,9 +202,10 @@ nlohmann::json to_json(const wire_trial_end& e) {
   if (e.pids_refused > 0) j["pids_refused"] = e.pids_refused;
   if (e.left_behind_count > 0) j["left_behind_count"] = e.left_behind_count;
   if (!e.left_behind.empty()) j["left_behind"] = e.left_behind;
-  if (!e.gpu_after_end_json.empty()) {
-    auto g = nlohmann::json::parse(e.gpu_after_end_json, nullptr, false);
-    if (g.is_object()) j["gpu_after_end"] = std::move(g);
+  if (auto& g = e.gpu_after_end; g.looked) {
+    j["gpu_after_end"] = {{"freed", g.freed}, {"killed", g.killed}, {"waited_ms", g.waited_ms}};
+    if (!g.still.empty()) j["gpu_after_end"]["still"] = g.still;
+    if (!g.error.empty()) j["gpu_after_end"]["error"] = g.error;
   }
   if (e.worker_reused) j["worker_reused"] = true;
   if (e.worker_kept) j["worker_kept"] = true;
@@ -193,6 +214,65 @@ nlohmann::json to_json(const wire_trial_end& e) {
     j["ignored_example"] = e.ignored_example;
   }
   return j;
+}
+
+nlohmann::json cards_json(const std::vector<wire_card_report>& cards) {
+  nlohmann::json out = nlohmann::json::array();
+  for (auto& c : cards) {
+    nlohmann::json trials = nlohmann::json::array(), foreign = nlohmann::json::array();
+    for (auto& t : c.trials) trials.push_back({{"trial", t.trial}, {"memory", t.memory}, {"owner", t.owner}});
+    for (auto& f : c.foreign)
+      foreign.push_back({{"pid", f.pid}, {"name", f.name}, {"memory", f.memory}, {"user", f.user}, {"beside", f.beside}});
+    out.push_back({{"index", c.index},
+                   {"uuid", c.uuid},
+                   {"memory_used", c.memory_used},
+                   {"memory_total", c.memory_total},
+                   {"util", c.util},
+                   {"trials", std::move(trials)},
+                   {"foreign", std::move(foreign)}});
+  }
+  return out;
+}
+
+nlohmann::json containment_json(const wire_node_report& r) {
+  return {{"kind", r.containment_kind}, {"description", r.containment_description}, {"memory", r.limits_memory},
+          {"cpu", r.limits_cpu}, {"pids", r.limits_pids}};
+}
+
+nlohmann::json trial_host_json(const std::vector<wire_trial_host>& trials) {
+  nlohmann::json out = nlohmann::json::object();
+  for (auto& t : trials) {
+    auto& j = out[t.trial] = nlohmann::json::object();
+    if (t.memory >= 0) j["memory"] = t.memory;
+    if (t.memory_peak >= 0) j["memory_peak"] = t.memory_peak;
+    if (t.cpu_seconds >= 0) j["cpu_seconds"] = t.cpu_seconds;
+    if (t.pids >= 0) j["pids"] = t.pids;
+    j["owner"] = t.owner;
+  }
+  return out;
+}
+
+nlohmann::json to_json(const wire_trial_card& c) {
+  return {{"local", c.local},          {"index", c.index}, {"uuid", c.uuid},         {"pci_bus_id", c.pci_bus_id},
+          {"share", c.share},          {"memory_quota", c.memory_quota}, {"logical", c.logical}};
+}
+
+nlohmann::json to_json(const wire_trial_started& s) {
+  nlohmann::json gpus = nlohmann::json::array();
+  for (auto& c : s.gpus) gpus.push_back(to_json(c));
+  nlohmann::json j{{"trial_id", s.trial_id}, {"pid", s.pid}, {"node", s.node}, {"gpus", std::move(gpus)},
+                   {"trial_dir", s.trial_dir}};
+  if (!s.restore_dir.empty()) j["restore_dir"] = s.restore_dir;
+  return j;
+}
+
+nlohmann::json to_json(const wire_checkpoint& c) {
+  return {{"iteration", c.iteration}, {"path", c.path}, {"bytes", c.bytes}, {"files", c.files}};
+}
+
+nlohmann::json to_json(const wire_beside& b) {
+  return {{"pid", b.pid}, {"name", b.name}, {"memory", b.memory}, {"gpu", b.gpu},
+          {"uuid", b.uuid}, {"what", b.what}, {"user", b.user}};
 }
 
 nlohmann::json to_json(const wire_result& r) {

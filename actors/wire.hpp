@@ -14,6 +14,8 @@
 //   node -> head   (heartbeat_atom, token, node_id, version, wire_avail, holdings)  no reply;
 //                  version: the node's reservation-table version the holdings are from
 //                  the head answers (rejoin_atom) when it does not know the node alive
+//   node -> head   (gpu_audit_atom, token, node_id, wire_node_report)   no reply; what the
+//                  head shows of the node beyond its resources, when it changed
 //   node -> head   (leave_atom, token, node_id)             -> (leave_atom, bool)
 //   any  -> head   (status_atom, token, version)            -> (status_atom, bool, text)
 //                  text: the status JSON when ok, else the reason
@@ -43,8 +45,8 @@
 // the head checks the token, the placement-group actor finds the bundle's node and asks
 // it (trial_start_atom, spec, key, bundle, program_server, owner), relaying the answer:
 //   client -> head (trial_start_atom, token, wire_trial_spec, program_server)
-//                  -> (trial_start_atom, bool, json-or-error, trial actor)   once the worker runs
-//                     (the trial actor is null when it did not start)
+//                  -> (trial_start_atom, bool, error, wire_trial_started, trial actor)   once
+//                     the worker runs (start_answer below)
 //   client -> trial (route_atom, received)   the first thing the client sends the trial:
 //                  its messages are held until then (at most trial_greeting_wait). A node
 //                  that lost its connection to the head and made a new one has no route back
@@ -57,7 +59,11 @@
 //                  and the trial sends again what followed (it keeps what its owner has not
 //                  acknowledged, at most the latest 4096; results travel at most 256 a message).
 //   node -> program_server (program_get_atom, sha256, offset, length) -> (program_get_atom, bytes)
-//   trial -> client (trial_event_atom, trial_id, kind, json)   started, checkpoint, done
+//   trial -> client (trial_started_atom, trial_id, wire_trial_started)   its worker runs
+//   trial -> client (trial_checkpoint_atom, trial_id, wire_checkpoint)   it saved a checkpoint
+//   trial -> client (trial_done_atom, trial_id, message)   it said it is done
+//   trial -> client (trial_beside_atom, trial_id, wire_beside)   another program appeared
+//                  on one of its cards (left alone)
 //   trial -> client (trial_results_atom, trial_id, wire_results)   results whose metrics are all
 //                  numbers, as columns (the fast path), in order with the trial's other messages
 //   trial -> client (trial_result_atom, trial_id, wire_result)   a result with a metric that
@@ -122,6 +128,8 @@
 #include "tune/cluster/reservations.hpp"
 #include "tune/core/node_resources.hpp"
 #include "tune/core/resource_set.hpp"
+#include "tune/trial/audit.hpp"
+#include "tune/trial/cgroup.hpp"
 
 namespace tune::wire {
 
@@ -157,7 +165,10 @@ using trial_stop_atom = caf::atom_constant<caf::atom("trialstop")>;
 using trial_kill_atom = caf::atom_constant<caf::atom("trialkill")>;
 using trial_pause_atom = caf::atom_constant<caf::atom("trialpause")>;
 using trial_resume_atom = caf::atom_constant<caf::atom("trialresum")>;
-using trial_event_atom = caf::atom_constant<caf::atom("trialevent")>;
+using trial_started_atom = caf::atom_constant<caf::atom("trialrun")>;
+using trial_checkpoint_atom = caf::atom_constant<caf::atom("trialckpt")>;
+using trial_done_atom = caf::atom_constant<caf::atom("trialdone")>;
+using trial_beside_atom = caf::atom_constant<caf::atom("trialbside")>;
 using trial_results_atom = caf::atom_constant<caf::atom("trialres")>;
 using trial_result_atom = caf::atom_constant<caf::atom("trialres1")>;
 using trial_ended_atom = caf::atom_constant<caf::atom("trialend")>;
@@ -194,14 +205,6 @@ constexpr uint32_t max_chunk = 4u << 20;
 // Flow control of a trial's messages to its owner (trial_ack_atom).
 constexpr uint64_t ack_every = 64;
 constexpr uint64_t ack_window = 512;
-
-// The answer to a trial start (trial_start_atom, ok, text, trial actor). Not ok with a
-// trial actor: the trial runs on that node already (started before, e.g. by a request
-// whose answer was lost with a head): that actor is it. Not ok without one: it failed,
-// and the text says why.
-inline caf::message start_answer(bool ok, std::string text, caf::actor trial = {}) {
-  return caf::make_message(trial_start_atom::value, ok, std::move(text), std::move(trial));
-}
 
 struct wire_gpu {
   int32_t index = 0;
@@ -408,6 +411,22 @@ typename Inspector::result_type inspect(Inspector& f, wire_result& x) {
            x.gpu_util);
 }
 
+// The GPU audit's final look after a trial's processes ended: whether its GPU memory
+// is back (`freed`), what of it was killed then, what was still on a card when it
+// stopped looking (at most 3 s), and why it could not look (`error`).
+struct wire_gpu_after {
+  bool looked = false;  // false: no final look (no audit, or its worker was kept)
+  bool freed = false;
+  std::vector<std::string> killed, still;
+  int64_t waited_ms = 0;
+  std::string error;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_gpu_after& x) {
+  return f(caf::meta::type_name("wire_gpu_after"), x.looked, x.freed, x.killed, x.still, x.waited_ms, x.error);
+}
+
 // A trial's end (actors/trial/trial.hpp): how its process ended, what it did, and what its
 // cgroup and the GPU audit measured. -1: not measured.
 struct wire_trial_end {
@@ -436,7 +455,7 @@ struct wire_trial_end {
   // (killed then): how many, and which ("pid (name)") where known.
   int64_t left_behind_count = 0;
   std::vector<std::string> left_behind;
-  std::string gpu_after_end_json;  // the audit's final look ({"freed", "killed"}); empty: none
+  wire_gpu_after gpu_after_end;  // the audit's final look
   // Reused workers (tune/trial/reuse.hpp): it ran in the worker of an earlier trial (the
   // cgroup's memory peak is then the worker's since it started); its worker was kept
   // for the next trial (its process did not end; no final GPU look).
@@ -448,9 +467,92 @@ typename Inspector::result_type inspect(Inspector& f, wire_trial_end& x) {
   return f(caf::meta::type_name("wire_trial_end"), x.ok, x.stopped, x.killed, x.gpu_audited, x.exit, x.error,
            x.stderr_tail, x.results, x.checkpoint, x.checkpoint_bytes, x.checkpoint_files, x.checkpoint_path, x.gpu_memory_peak, x.gpu_memory_quota, x.gpu_util, x.over_quota, x.ignored_lines, x.ignored_example,
            x.containment, x.containment_error, x.host_memory, x.host_memory_peak, x.pids, x.oom_kills,
-           x.pids_refused, x.cpu_seconds, x.left_behind_count, x.left_behind, x.gpu_after_end_json, x.worker_reused,
+           x.pids_refused, x.cpu_seconds, x.left_behind_count, x.left_behind, x.gpu_after_end, x.worker_reused,
            x.worker_kept);
 }
+
+// A name and a count: a card's memory quota (uuid, bytes), a group's iterations since
+// its trial's latest checkpoint (group, iterations).
+struct wire_count {
+  std::string name;
+  int64_t n = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_count& x) {
+  return f(caf::meta::type_name("wire_count"), x.name, x.n);
+}
+
+// One card of a running trial: `local` is its place in the trial's own list (what the
+// trial's CUDA calls it), `index` the node's; its share and memory quota.
+struct wire_trial_card {
+  int32_t local = 0, index = 0;
+  std::string uuid, pci_bus_id;
+  double share = 0;
+  int64_t memory_quota = 0;
+  bool logical = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_trial_card& x) {
+  return f(caf::meta::type_name("wire_trial_card"), x.local, x.index, x.uuid, x.pci_bus_id, x.share,
+           x.memory_quota, x.logical);
+}
+
+// A trial's worker runs: the start's answer and the trial's "started" message.
+// restore_dir: the checkpoint folder it started from (empty: none).
+struct wire_trial_started {
+  std::string trial_id, node, trial_dir, restore_dir;
+  int64_t pid = 0;
+  std::vector<wire_trial_card> gpus;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_trial_started& x) {
+  return f(caf::meta::type_name("wire_trial_started"), x.trial_id, x.node, x.trial_dir, x.restore_dir, x.pid,
+           x.gpus);
+}
+
+// The answer to a trial start (trial_start_atom, ok, why, wire_trial_started, trial
+// actor): ok, its worker runs. Not ok with a trial actor: the trial runs on that node
+// already (started before, e.g. by a request whose answer was lost with a head): that
+// actor is it. Not ok without one: it failed, and `why` says why.
+inline caf::message start_answer(wire_trial_started started, caf::actor trial) {
+  return caf::make_message(trial_start_atom::value, true, std::string{}, std::move(started), std::move(trial));
+}
+inline caf::message start_refusal(std::string why, caf::actor running = {}) {
+  return caf::make_message(trial_start_atom::value, false, std::move(why), wire_trial_started{}, std::move(running));
+}
+
+// A checkpoint a trial reported: a folder of its trial folder, its size.
+struct wire_checkpoint {
+  int64_t iteration = -1, bytes = 0, files = 0;
+  std::string path;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_checkpoint& x) {
+  return f(caf::meta::type_name("wire_checkpoint"), x.iteration, x.bytes, x.files, x.path);
+}
+
+// Another program's process that appeared on one of a trial's cards after it started
+// (not ours: left alone); `what` describes it, `user` runs it.
+struct wire_beside {
+  int64_t pid = 0, memory = 0;
+  int32_t gpu = 0;
+  std::string uuid, name, what, user;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_beside& x) {
+  return f(caf::meta::type_name("wire_beside"), x.pid, x.memory, x.gpu, x.uuid, x.name, x.what, x.user);
+}
+
+// As the "started", "checkpoint" and "foreign" events the store keeps.
+nlohmann::json to_json(const wire_trial_card& c);
+nlohmann::json to_json(const wire_trial_started& s);
+nlohmann::json to_json(const wire_checkpoint& c);
+nlohmann::json to_json(const wire_beside& b);
 
 // As the "ended" event the store keeps (and cluster_client's events show): the keys
 // actors/trial/trial.hpp names, the ones not measured left out.
@@ -472,6 +574,86 @@ typename Inspector::result_type inspect(Inspector& f, wire_ad& x) {
   return f(caf::meta::type_name("wire_ad"), x.node_id, x.hostname, x.address, x.version, x.total, x.gpus,
            x.free, x.holdings, x.holdings_version);
 }
+
+// What a node's GPU audit saw on one of its cards: the trials on it (with their owner,
+// whom the head shows a user only their own) and other programs' processes (with the
+// trials beside them).
+struct wire_card_trial {
+  std::string trial, owner;
+  int64_t memory = 0;
+  bool operator==(const wire_card_trial&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_card_trial& x) {
+  return f(caf::meta::type_name("wire_card_trial"), x.trial, x.owner, x.memory);
+}
+
+struct wire_card_foreign {
+  int64_t pid = 0, memory = 0;
+  std::string name, user;
+  std::vector<std::string> beside;
+  bool operator==(const wire_card_foreign&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_card_foreign& x) {
+  return f(caf::meta::type_name("wire_card_foreign"), x.pid, x.memory, x.name, x.user, x.beside);
+}
+
+struct wire_card_report {
+  int32_t index = 0;
+  std::string uuid;
+  int64_t memory_used = 0, memory_total = 0;
+  int32_t util = -1;  // percent (-1: not known)
+  std::vector<wire_card_trial> trials;
+  std::vector<wire_card_foreign> foreign;
+  bool operator==(const wire_card_report&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_card_report& x) {
+  return f(caf::meta::type_name("wire_card_report"), x.index, x.uuid, x.memory_used, x.memory_total, x.util,
+           x.trials, x.foreign);
+}
+
+// A running trial's host usage from its cgroup (-1: not measured).
+struct wire_trial_host {
+  std::string trial, owner;
+  int64_t memory = -1, memory_peak = -1, pids = -1;
+  double cpu_seconds = -1;
+  bool operator==(const wire_trial_host&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_trial_host& x) {
+  return f(caf::meta::type_name("wire_trial_host"), x.trial, x.owner, x.memory, x.memory_peak, x.pids,
+           x.cpu_seconds);
+}
+
+// What the head shows of a node beyond its resources (node -> head: gpu_audit_atom):
+// its GPU audit's cards (`audited` false: no audit, or no look yet), how it contains its
+// trials (`contained` false: it was not asked to) and what each trial uses of the host.
+struct wire_node_report {
+  bool audited = false;
+  std::vector<wire_card_report> cards;
+  bool contained = false;
+  std::string containment_kind, containment_description;
+  bool limits_memory = false, limits_cpu = false, limits_pids = false;
+  std::vector<wire_trial_host> trials;
+  bool operator==(const wire_node_report&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_node_report& x) {
+  return f(caf::meta::type_name("wire_node_report"), x.audited, x.cards, x.contained, x.containment_kind,
+           x.containment_description, x.limits_memory, x.limits_cpu, x.limits_pids, x.trials);
+}
+
+// As `tune status` shows them: the node's "gpu_audit", "containment" and "trial_host".
+nlohmann::json cards_json(const std::vector<wire_card_report>& cards);
+nlohmann::json containment_json(const wire_node_report& r);
+nlohmann::json trial_host_json(const std::vector<wire_trial_host>& trials);
 
 // Conversions; from_wire checks what it reads and says what is wrong.
 wire_host to_wire(const resource_set& host);
@@ -505,6 +687,19 @@ class config : public caf::actor_system_config {
 // checkpoint copier — here too, so that every message of the runtime is in this file.
 namespace tune {
 
+// Types of tune/ that travel between the actors as they are.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, host_usage& x) {
+  return f(caf::meta::type_name("host_usage"), x.memory, x.memory_peak, x.cpu_seconds, x.pids, x.oom_kills,
+           x.pids_refused);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, foreign_process& x) {
+  return f(caf::meta::type_name("foreign_process"), x.uuid, x.card, x.pid, x.memory, x.name, x.uid, x.cgroup,
+           x.ancestors);
+}
+
 // The node (node/): its timers.
 using node_report_atom = caf::atom_constant<caf::atom("nodereport")>;  // send what the head shows of it
 using claims_tick_atom = caf::atom_constant<caf::atom("claimtick")>;   // look at the machine's card claims
@@ -532,7 +727,7 @@ using trial_release_atom = caf::atom_constant<caf::atom("trialrel")>;
 // greets it again (route_atom, received) and then sent from the first message the owner
 // missed.
 using trial_hold_atom = caf::atom_constant<caf::atom("trialhold")>;
-// To the node: (trial_host_atom, trial_id, json): the trial's host usage from its
+// To the node: (trial_host_atom, trial_id, host_usage): the trial's host usage from its
 // cgroup, about once a second.
 using trial_host_atom = caf::atom_constant<caf::atom("trialhost")>;
 // The trial actor's own timer: its owner's greeting did not come in time.
@@ -540,7 +735,7 @@ using trial_greet_wait_atom = caf::atom_constant<caf::atom("tgreetw")>;
 
 // A trial's watcher thread to its actor (trial/watcher.hpp), in this order:
 // (worker_started_atom, pid, group, error, cgroup): it runs (pid > 0) or could not start;
-// (worker_lines_atom, lines): all one read gave; (worker_host_atom, json): its cgroup's
+// (worker_lines_atom, lines): all one read gave; (worker_host_atom, host_usage): its cgroup's
 // usage; (worker_ended_atom, exited, code, how, stderr tail, overlong lines, end): the last.
 using worker_started_atom = caf::atom_constant<caf::atom("tstarted")>;
 using worker_lines_atom = caf::atom_constant<caf::atom("tline")>;
@@ -548,7 +743,8 @@ using worker_host_atom = caf::atom_constant<caf::atom("thost")>;
 using worker_ended_atom = caf::atom_constant<caf::atom("tended")>;
 
 // The head to its placement-group actor (groups/groups.hpp): (since_checkpoint_atom,
-// json {trial: iterations}): what each running trial would redo if preempted now (its
+// std::vector<wire::wire_count> {group, iterations}): what each running trial would redo
+// if preempted now (its
 // iterations since its latest checkpoint), at most once a second.
 using since_checkpoint_atom = caf::atom_constant<caf::atom("sinceckpt")>;
 

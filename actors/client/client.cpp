@@ -311,10 +311,10 @@ expected<std::string> cluster_client::start_trial(const trial_request& req) {
   // Fetching a large program and starting the worker take longer than a plain request.
   self_->request(head_, timeout_ * 6, wire::trial_start_atom::value, token_, spec, programs_)
       .receive(
-          [&](wire::trial_start_atom, bool ok, std::string& text, caf::actor& trial) {
+          [&](wire::trial_start_atom, bool ok, std::string& why, wire::wire_trial_started& started, caf::actor& trial) {
             if (ok && trial) self_->send(trial, wire::route_atom::value, uint64_t{0});  // its events come after this
-            out = ok ? expected<std::string>{std::move(text)}
-                     : expected<std::string>{status{errc::invalid_argument, std::move(text)}};
+            out = ok ? expected<std::string>{json_text(wire::to_json(started))}
+                     : expected<std::string>{status{errc::invalid_argument, std::move(why)}};
           },
           [&](caf::error& err) { out = status{errc::not_found, "start trial " + req.trial_id + ": " + describe(sys_, err)}; });
   return out;
@@ -332,9 +332,24 @@ std::optional<trial_event> cluster_client::next_trial_event(ms timeout) {
   };
   if (unpacked_.empty()) {
     self_->receive(
-        [&](wire::trial_event_atom, std::string& id, std::string& kind, std::string& json) {
+        [&](wire::trial_started_atom, std::string& id, wire::wire_trial_started& started) {
           counted();
-          unpacked_.push_back({std::move(id), std::move(kind), std::move(json),
+          unpacked_.push_back({std::move(id), "started", json_text(wire::to_json(started)),
+                               caf::actor_cast<caf::actor>(self_->current_sender())});
+        },
+        [&](wire::trial_checkpoint_atom, std::string& id, wire::wire_checkpoint& c) {
+          counted();
+          unpacked_.push_back({std::move(id), "checkpoint", json_text(wire::to_json(c)),
+                               caf::actor_cast<caf::actor>(self_->current_sender())});
+        },
+        [&](wire::trial_done_atom, std::string& id, std::string& message) {
+          counted();
+          unpacked_.push_back({std::move(id), "done", json_text(nlohmann::json{{"message", message}}),
+                               caf::actor_cast<caf::actor>(self_->current_sender())});
+        },
+        [&](wire::trial_beside_atom, std::string& id, wire::wire_beside& beside) {
+          counted();
+          unpacked_.push_back({std::move(id), "foreign", json_text(wire::to_json(beside)),
                                caf::actor_cast<caf::actor>(self_->current_sender())});
         },
         [&](wire::trial_result_atom, std::string& id, wire::wire_result& r) {

@@ -178,13 +178,20 @@ void lost(controller_actor self, const std::string& id, actor_handle h, const st
 // The trial actors' messages, each heard (or not) first.
 caf::message_handler trial_handlers(controller_actor self) {
   return {
-      [self](wire::trial_event_atom, const std::string& wire_id, const std::string& kind, const std::string& json) {
+      // Its start is known from the start's answer, its end from trial_ended_atom.
+      [self](wire::trial_started_atom, const std::string& wire_id, const wire::wire_trial_started&) {
+        heard(self, self->state.from_wire(wire_id), false);
+      },
+      [self](wire::trial_done_atom, const std::string& wire_id, const std::string&) {
+        heard(self, self->state.from_wire(wire_id), false);
+      },
+      [self](wire::trial_checkpoint_atom, const std::string& wire_id, const wire::wire_checkpoint& c) {
         auto id = self->state.from_wire(wire_id);
-        if (!heard(self, id, false) || (kind != "checkpoint" && kind != "foreign")) return;
-        auto body = nlohmann::json::parse(json, nullptr, false);
-        if (!body.is_object()) return;
-        if (kind == "checkpoint") on_checkpoint(self, id, body);
-        else on_foreign(self, id, body);
+        if (heard(self, id, false)) on_checkpoint(self, id, c);
+      },
+      [self](wire::trial_beside_atom, const std::string& wire_id, const wire::wire_beside& beside) {
+        auto id = self->state.from_wire(wire_id);
+        if (heard(self, id, false)) on_foreign(self, id, beside);
       },
       [self](wire::trial_results_atom, const std::string& wire_id, const wire::wire_results& r) {
         auto id = self->state.from_wire(wire_id);

@@ -182,13 +182,13 @@ void pick_copy(controller_actor self, std::string trial, int64_t iteration,
           });
 }
 
-void on_checkpoint(controller_actor self, const std::string& id, const nlohmann::json& body) {
+void on_checkpoint(controller_actor self, const std::string& id, const wire::wire_checkpoint& c) {
   auto& st = self->state;
   auto& r = st.records[id];
-  int64_t it = body.value("iteration", int64_t{-1});
-  r.checkpoints[it] = {body.value("path", ""), r.node_actor, r.access};
+  int64_t it = c.iteration;
+  r.checkpoints[it] = {c.path, r.node_actor, r.access};
   st.setup.engine->on_checkpoint(id, it);
-  (void)st.setup.store->add_event(id, "checkpoint", body);
+  (void)st.setup.store->add_event(id, "checkpoint", wire::to_json(c));
   if (r.node_actor && it > r.copy_next) {
     r.copy_next = it;
     copy_checkpoint(self, id);

@@ -130,7 +130,7 @@ void ingest_results(controller_actor self, const std::string& id, const wire::wi
 void ingest_result(controller_actor self, const std::string& id, const wire::wire_result& r);
 // Another program appeared on one of the trial's cards (the node's GPU audit): an event,
 // a note in its record, a line on standard error. Nothing is done to it (not ours).
-void on_foreign(controller_actor self, const std::string& id, const nlohmann::json& body);
+void on_foreign(controller_actor self, const std::string& id, const wire::wire_beside& beside);
 // Why a trial's group waits (the head's reason): an event, said once on standard error.
 void on_waiting(controller_actor self, const std::string& id, const std::string& reason);
 void start_failed(controller_actor self, const std::string& id, const std::string& why);
@@ -143,7 +143,7 @@ void board_report(controller_actor self, bool now, const std::string& state = "r
 // controller_checkpoints.cpp
 // A checkpoint the trial reported: recorded, told to the engine, copied into the
 // experiment folder (the newest one not copied yet).
-void on_checkpoint(controller_actor self, const std::string& id, const nlohmann::json& body);
+void on_checkpoint(controller_actor self, const std::string& id, const wire::wire_checkpoint& c);
 // Stages a standby copy of the trial's newest copy on another node (standby_copies), one
 // at a time, unless that one is staged already or failed to be.
 void stage_checkpoint(controller_actor self, const std::string& id);

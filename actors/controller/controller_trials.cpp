@@ -119,24 +119,24 @@ void store_end(controller_actor self, const std::string& id, const wire::wire_tr
 
 // What the start's answer says: where it runs (the store's record, the feed), what it
 // started from.
-void started(controller_actor self, const std::string& id, const nlohmann::json& info, const engine_action& a) {
+void started(controller_actor self, const std::string& id, const wire::wire_trial_started& started,
+             const engine_action& a) {
   auto& st = self->state;
-  if (auto& r = st.records[id]; info.is_object() && !r.standby_node.empty() && info.value("node", "") == r.standby_node) {
+  auto info = wire::to_json(started);
+  if (auto& r = st.records[id]; !r.standby_node.empty() && started.node == r.standby_node) {
     drop_standby(self, id);  // it runs where its standby copy was: one elsewhere
     r.standby_tried = -1;
     stage_checkpoint(self, id);
   }
   nlohmann::json keep = nlohmann::json::object();
-  if (info.is_object())
-    for (auto key : {"pid", "node", "gpus", "trial_dir"})
-      if (info.contains(key)) keep[key] = info[key];
+  for (auto key : {"pid", "node", "gpus", "trial_dir"}) keep[key] = info[key];
   if (st.feed) {
     auto where = keep;
     if (auto* t = st.table.find(id)) where["group"] = t->group;
     st.feed->where(id, where);
   }
   // What it started from: its node's own folder, or a copy fetched from here.
-  if (info.is_object() && info.contains("restore_dir")) keep["restored_from"] = info["restore_dir"];
+  if (!started.restore_dir.empty()) keep["restored_from"] = started.restore_dir;
   // When and where each start ran (the run's timeline: bench/timeline.py).
   (void)st.setup.store->add_event(id, "started", keep);
   if (!a.restore_from.empty() && a.restore_from != a.trial)  // PBT: a donor's state
@@ -176,20 +176,19 @@ void send_start(controller_actor self, const live::start_trial& c, std::string r
   self->request(st.setup.head, st.setup.request_timeout * 6, wire::trial_start_atom::value, st.setup.token, spec,
                 st.setup.programs)
       .then(
-          [self, c, pinned_at](wire::trial_start_atom, bool ok, std::string& text, caf::actor& trial) {
+          [self, c, pinned_at](wire::trial_start_atom, bool ok, std::string& why, wire::wire_trial_started& started_,
+                               caf::actor& trial) {
             if (step_tracing()) trace_step("start_answered", self->state.on_wire(c.trial));
             auto& st = self->state;
             pin(self, c.action.restore_from, pinned_at, -1);
             auto* t = st.table.find(c.trial);
             if (st.over || !t || t->attempt != c.attempt) return;  // an earlier attempt's
-            auto info = ok ? nlohmann::json::parse(text, nullptr, false) : nlohmann::json();
             // Its end may have overtaken this answer: then only what it says is recorded.
             if (st.table.current(c.trial, c.attempt)) {
-              std::string node = info.is_object() ? info.value("node", "") : "";
-              st.table.on_start_answer(c.trial, c.attempt, ok, text, node, trial ? handle_of(self, trial) : 0);
+              st.table.on_start_answer(c.trial, c.attempt, ok, why, started_.node, trial ? handle_of(self, trial) : 0);
               drain(self);
             }
-            if (ok && !st.over) started(self, c.trial, info, c.action);
+            if (ok && !st.over) started(self, c.trial, started_, c.action);
           },
           [self, c, pinned_at](caf::error& err) {
             pin(self, c.action.restore_from, pinned_at, -1);
@@ -276,12 +275,12 @@ void ingest_result(controller_actor self, const std::string& id, const wire::wir
   if (st.pending.size() >= 8192) flush(self);
 }
 
-void on_foreign(controller_actor self, const std::string& id, const nlohmann::json& body) {
+void on_foreign(controller_actor self, const std::string& id, const wire::wire_beside& beside) {
   auto& st = self->state;
-  auto what = body.value("what", std::string{"another program"});
-  auto card = "GPU " + std::to_string(body.value("gpu", 0)) + " (" + body.value("uuid", std::string{"?"}) + ")";
+  auto what = beside.what.empty() ? std::string{"another program"} : beside.what;
+  auto card = "GPU " + std::to_string(beside.gpu) + " (" + beside.uuid + ")";
   auto note = "another program appeared on its " + card + ": " + what + " (not this cluster's: left alone)";
-  (void)st.setup.store->add_event(id, "foreign_process", body);
+  (void)st.setup.store->add_event(id, "foreign_process", wire::to_json(beside));
   auto& r = st.records[id];
   if (r.notes.size() < 16) r.notes.push_back(note);
   std::cerr << "tune: " << id << ": " << note << "\n";

@@ -125,13 +125,10 @@ void set_users(groups_actor self, const std::string& users) {
   flush(self);
 }
 
-void set_since_checkpoint(groups_actor self, const std::string& json) {
-  auto j = nlohmann::json::parse(json, nullptr, false);
-  if (!j.is_object()) return;
-  auto& since = self->state.since_checkpoint;
-  since.clear();
-  for (auto& [id, n] : j.items())
-    if (n.is_number_integer()) since[id] = n.get<int64_t>();
+void set_since_checkpoint(groups_actor self, const std::vector<wire::wire_count>& since) {
+  auto& to = self->state.since_checkpoint;
+  to.clear();
+  for (auto& [group, n] : since) to[group] = n;
 }
 
 caf::message list_groups(groups_actor self) {
@@ -155,7 +152,7 @@ caf::message list_groups(groups_actor self) {
 caf::message_handler status_handlers(groups_actor self) {
   return {
       [self](wire::user_atom, const std::string& users) { set_users(self, users); },
-      [self](since_checkpoint_atom, const std::string& json) { set_since_checkpoint(self, json); },
+      [self](since_checkpoint_atom, const std::vector<wire::wire_count>& since) { set_since_checkpoint(self, since); },
       [self](wire::pg_list_atom) { return list_groups(self); },
       [self](wire::pg_tick_atom) { tick(self); },
   };

@@ -39,8 +39,8 @@ struct groups_options {
 //   (holdings_atom, node_id, version, std::vector<wire_hold>)
 //   (pg_list_atom) -> (pg_list_atom, json array of every group and orphan)
 //   (user_atom, json)   the users' quotas, priorities and weights (a list of users)
-//   (since_checkpoint_atom, json)  {group: iterations its trial ran since its last
-//                       checkpoint}, from the experiments' reports: preemption takes
+//   (since_checkpoint_atom, [wire_count {group, iterations its trial ran since
+//                       its last checkpoint}]), from the experiments' reports: preemption takes
 //                       the most recently checkpointed victims
 // and the client requests of wire.hpp with the requesting user's name in place of their
 // token ("admin" for the admin): (pg_create_atom, user, spec), (pg_wait_atom, user, id,

@@ -60,7 +60,7 @@ void node_down(groups_actor self, const node_id& id) {
     for (auto& [n, p] : it->second) {
       if (*p.answered) continue;
       *p.answered = true;
-      p.rp.deliver(wire::start_answer(false, "node " + id + " died before trial " + p.trial + " started"));
+      p.rp.deliver(wire::start_refusal("node " + id + " died before trial " + p.trial + " started"));
     }
     st.starting.erase(it);
   }

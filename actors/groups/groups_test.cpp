@@ -427,7 +427,7 @@ TEST_F(GroupsActorTest, OnlyTheOwnerStartsTrialsInItsGroup) {
   sched.run();
   bool answered = false;
   h.receive(
-      [&](wire::trial_start_atom, bool started, std::string& why, caf::actor&) {
+      [&](wire::trial_start_atom, bool started, std::string& why, wire::wire_trial_started&, caf::actor&) {
         answered = true;
         EXPECT_FALSE(started);
         EXPECT_NE(why.find("belongs to another client"), std::string::npos) << why;

@@ -51,7 +51,7 @@ caf::result<caf::message> start_in_group(groups_actor self, const std::string& u
   auto& st = self->state;
   auto owner = caf::actor_cast<caf::actor>(self->current_sender());
   auto where = site_for_start(self, user, spec, owner);
-  if (!where.refusal.empty()) return wire::start_answer(false, where.refusal);
+  if (!where.refusal.empty()) return wire::start_refusal(where.refusal);
   // Asked from here (nodes take trials only from the head's process), for the client,
   // who owns the trial. Fetching a large program can take a while.
   auto rp = self->make_response_promise<caf::message>();
@@ -59,22 +59,25 @@ caf::result<caf::message> start_in_group(groups_actor self, const std::string& u
   uint64_t n_start = st.next_start++;
   node_id node = where.site.node;
   st.starting[node][n_start] = {answered, rp, spec.trial_id};
-  auto answer = [self, rp, answered, node, n_start](bool ok, std::string text, caf::actor trial) mutable {
+  auto answer = [self, rp, answered, node, n_start](caf::message reply) mutable {
     if (*answered) return;  // the node was declared dead first
     *answered = true;
     if (auto it = self->state.starting.find(node); it != self->state.starting.end()) {
       it->second.erase(n_start);
       if (it->second.empty()) self->state.starting.erase(it);
     }
-    rp.deliver(wire::start_answer(ok, std::move(text), std::move(trial)));
+    rp.deliver(std::move(reply));
   };
   auto forwarded = spec;
   forwarded.account = st.table.account_of(user);  // never what the client says
   self->request(where.node, std::chrono::minutes(10), wire::trial_start_atom::value, forwarded,
                 node_key(spec.group, spec.bundle, where.site).group, spec.bundle, server, owner)
-      .then([answer](wire::trial_start_atom, bool ok, std::string& text,
-                     caf::actor& trial) mutable { answer(ok, std::move(text), std::move(trial)); },
-            [answer](caf::error& err) mutable { answer(false, "the node did not start the trial: " + to_string(err), {}); });
+      .then([answer](wire::trial_start_atom, bool ok, std::string& why, wire::wire_trial_started& started,
+                     caf::actor& trial) mutable {
+              answer(ok ? wire::start_answer(std::move(started), std::move(trial))
+                        : wire::start_refusal(std::move(why), std::move(trial)));
+            },
+            [answer](caf::error& err) mutable { answer(wire::start_refusal("the node did not start the trial: " + to_string(err))); });
   return rp;
 }
 

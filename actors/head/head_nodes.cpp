@@ -21,9 +21,7 @@ void notify(head_actor self, const node_id& id, std::string_view state, const st
 // says it holds instead of moving every bundle away).
 void node_gone(head_actor self, const node_id& id, bool tell_groups = true) {
   if (tell_groups) self->send(self->state.groups, wire::node_down_atom::value, id);
-  self->state.audits.erase(id);
-  self->state.containment.erase(id);
-  self->state.host_use.erase(id);
+  self->state.reports.erase(id);
   auto it = self->state.addr_of.find(id);
   if (it == self->state.addr_of.end()) return;
   self->state.node_of.erase(it->second);
@@ -84,17 +82,13 @@ void take_heartbeat(head_actor self, const std::string& token, const node_id& id
 }
 
 // A node's GPU audit: what really runs on its cards (for status).
-void take_audit(head_actor self, const std::string& token, const node_id& id, const std::string& report) {
+void take_audit(head_actor self, const std::string& token, const node_id& id, wire::wire_node_report& report) {
   auto& st = self->state;
   auto it = st.addr_of.find(id);
   if (!refused(who(self, token), {role::admin, role::node}, "report an audit").empty() || it == st.addr_of.end() ||
       it->second != self->current_sender())
     return;
-  auto j = nlohmann::json::parse(report, nullptr, false);
-  if (!j.is_object()) return;
-  if (j.contains("cards") && j["cards"].is_array()) st.audits[id] = std::move(j["cards"]);
-  if (j.contains("containment") && j["containment"].is_object()) st.containment[id] = std::move(j["containment"]);
-  if (j.contains("trials") && j["trials"].is_object()) st.host_use[id] = std::move(j["trials"]);
+  st.reports[id] = std::move(report);
 }
 
 caf::message leave_node(head_actor self, const std::string& token, const node_id& id) {
@@ -150,7 +144,7 @@ caf::message_handler node_handlers(head_actor self) {
              const wire::wire_avail& free, const std::vector<wire::wire_hold>& holds) {
         take_heartbeat(self, token, id, version, free, holds);
       },
-      [self](wire::gpu_audit_atom, const std::string& token, const node_id& id, const std::string& report) {
+      [self](wire::gpu_audit_atom, const std::string& token, const node_id& id, wire::wire_node_report& report) {
         take_audit(self, token, id, report);
       },
       [self](wire::leave_atom, const std::string& token, const node_id& id) { return leave_node(self, token, id); },

@@ -30,9 +30,9 @@ struct head_state {
   std::map<node_id, caf::actor_addr> addr_of;
   std::vector<caf::actor> subscribers;
   caf::actor groups;  // the placement-group actor, linked to this one
-  std::map<node_id, nlohmann::json> audits;  // each alive node's latest GPU audit report
-  std::map<node_id, nlohmann::json> containment;  // how each alive node contains its trials
-  std::map<node_id, nlohmann::json> host_use;     // its trials' host memory and CPU, by trial
+  // Each alive node's latest report: its GPU audit, how it contains its trials, their
+  // host memory and CPU.
+  std::map<node_id, wire::wire_node_report> reports;
   std::set<node_id> draining;                // `tune drain`: no new work there
   experiment_board board;                    // what experiments' controllers report
   std::map<caf::actor_addr, std::set<std::string>> board_owners;  // controller -> its experiments

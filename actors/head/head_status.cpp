@@ -24,9 +24,11 @@ void collect_status(head_actor self, Then then, Failed failed) {
   auto now = self->clock().now();
   auto j = nlohmann::json::parse(st.registry.status_json(now));
   for (auto& n : j["nodes"]) {
-    if (auto a = st.audits.find(n.value("id", "")); a != st.audits.end()) n["gpu_audit"] = a->second;
-    if (auto c = st.containment.find(n.value("id", "")); c != st.containment.end()) n["containment"] = c->second;
-    if (auto h = st.host_use.find(n.value("id", "")); h != st.host_use.end()) n["trial_host"] = h->second;
+    if (auto r = st.reports.find(n.value("id", "")); r != st.reports.end()) {
+      if (r->second.audited) n["gpu_audit"] = wire::cards_json(r->second.cards);
+      if (r->second.contained) n["containment"] = wire::containment_json(r->second);
+      n["trial_host"] = wire::trial_host_json(r->second.trials);
+    }
     bool draining = st.draining.count(n.value("id", "")) > 0;
     n["draining"] = draining;
     if (draining && n.value("alive", false)) n["state"] = "draining";
@@ -171,8 +173,9 @@ void take_board_report(head_actor self, const std::string& token, const std::str
   // actor hears what each running trial would redo, at most once a second.
   if (auto now = self->clock().now(); now - st.told_checkpoints >= std::chrono::seconds(1)) {
     st.told_checkpoints = now;
-    nlohmann::json since = st.board.since_checkpoint();
-    self->send(st.groups, since_checkpoint_atom::value, json_text(since));
+    std::vector<wire::wire_count> since;
+    for (auto& [group, n] : st.board.since_checkpoint()) since.push_back({group, n});
+    self->send(st.groups, since_checkpoint_atom::value, std::move(since));
   }
   auto sender = self->current_sender();
   if (!sender) return;

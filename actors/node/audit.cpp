@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "log.hpp"
+#include "wire.hpp"
 #include "tune/core/quantity.hpp"
 #include "tune/host/card_claims.hpp"
 #include "tune/trial/audit.hpp"
@@ -27,10 +28,11 @@ struct audit_state {
   std::map<std::string, std::tuple<int64_t, int64_t, int>> told;
   // Each trial's SM utilisation samples (percent) since it was added: sum, count.
   std::map<std::string, std::pair<double, int64_t>> util;
-  std::string last_report, last_error;
+  std::vector<wire::wire_card_report> last_report;
+  std::string last_error;
   caf::actor_clock::time_point last_sent{};
   std::map<std::string, std::vector<int>> last_pids;  // each trial's processes on cards at the last look
-  std::string last_foreign;  // what the node last heard of foreign processes
+  std::vector<foreign_process> last_foreign;  // what the node last heard of foreign processes
   // Each trial's cards, and the foreign processes seen on them since it was added (those
   // there at its first look are not news).
   std::map<std::string, std::set<std::string>> cards_of;
@@ -39,7 +41,7 @@ struct audit_state {
   struct ending {
     caf::response_promise rp;
     caf::actor_clock::time_point since;
-    nlohmann::json killed = nlohmann::json::array();
+    std::vector<std::string> killed;
     std::set<int> pids;  // what belonged to it
   };
   std::map<std::string, ending> endings;
@@ -48,30 +50,24 @@ struct audit_state {
 
 using audit_actor = caf::stateful_actor<audit_state>*;
 
-nlohmann::json report_json(const std::vector<gpu_card_sample>& cards, const audit_result& r,
-                           const std::set<std::string>& mine) {
-  nlohmann::json out = nlohmann::json::array();
+// The report's cards: this node's, with the trials and foreign processes on each.
+std::vector<wire::wire_card_report> report_cards(const std::vector<gpu_card_sample>& cards, const audit_result& r,
+                                                 const std::set<std::string>& mine) {
+  std::vector<wire::wire_card_report> out;
   for (auto& c : cards) {
     if (!mine.count(c.uuid)) continue;
-    nlohmann::json trials = nlohmann::json::array(), foreign = nlohmann::json::array();
+    wire::wire_card_report card{c.index, c.uuid, c.used, c.total, c.util, {}, {}};
     for (auto& [id, use] : r.trials)
-      if (auto m = use.memory.find(c.uuid); m != use.memory.end()) trials.push_back({{"trial", id}, {"memory", m->second}});
+      if (auto m = use.memory.find(c.uuid); m != use.memory.end()) card.trials.push_back({id, {}, m->second});
     for (auto& f : r.foreign)
       if (f.uuid == c.uuid) {
-        nlohmann::json beside = nlohmann::json::array();
+        wire::wire_card_foreign foreign{f.pid, f.memory, f.name,
+                                        f.uid >= 0 ? user_name(static_cast<uint32_t>(f.uid)) : std::string{}, {}};
         for (auto& [id, use] : r.trials)
-          if (use.memory.count(c.uuid)) beside.push_back(id);
-        foreign.push_back({{"pid", f.pid}, {"name", f.name}, {"memory", f.memory},
-                           {"user", f.uid >= 0 ? user_name(static_cast<uint32_t>(f.uid)) : std::string{}},
-                           {"beside", beside}});
+          if (use.memory.count(c.uuid)) foreign.beside.push_back(id);
+        card.foreign.push_back(std::move(foreign));
       }
-    out.push_back({{"index", c.index},
-                   {"uuid", c.uuid},
-                   {"memory_used", c.used},
-                   {"memory_total", c.total},
-                   {"util", c.util},
-                   {"trials", trials},
-                   {"foreign", foreign}});
+    out.push_back(std::move(card));
   }
   return out;
 }
@@ -89,10 +85,9 @@ void tell_beside(audit_actor self, const std::vector<foreign_process>& foreign) 
       auto what = describe_process(f);
       log_line("trial " + id + ": another program appeared on its GPU " + std::to_string(f.card) + " (" + f.uuid +
                "): " + what + " (not this cluster's: left alone)");
-      nlohmann::json note{{"pid", f.pid},   {"name", f.name}, {"memory", f.memory},
-                          {"gpu", f.card},  {"uuid", f.uuid}, {"what", what},
-                          {"user", f.uid >= 0 ? user_name(static_cast<uint32_t>(f.uid)) : std::string{}}};
-      self->send(t->second, audit_foreign_atom::value, json_text(note));
+      self->send(t->second, audit_foreign_atom::value,
+                 wire::wire_beside{f.pid, f.memory, f.card, f.uuid, f.name, what,
+                                   f.uid >= 0 ? user_name(static_cast<uint32_t>(f.uid)) : std::string{}});
     }
   }
 }
@@ -113,9 +108,9 @@ void tick(audit_actor self) {
       self->send(t->second, audit_violation_atom::value, v.message, v.over_quota);
   }
   // The node hears of foreign processes as soon as they change (placement keeps clear).
-  if (auto text = foreign_to_json(r.foreign); text != st.last_foreign) {
-    st.last_foreign = text;
-    self->send(st.opt.node, audit_foreign_atom::value, text);
+  if (r.foreign != st.last_foreign) {
+    st.last_foreign = r.foreign;
+    self->send(st.opt.node, audit_foreign_atom::value, r.foreign);
   }
   tell_beside(self, r.foreign);
   for (auto& [id, use] : r.trials) {
@@ -137,11 +132,11 @@ void tick(audit_actor self) {
   auto clock_now = self->clock().now();
   if (clock_now - st.last_sent < std::chrono::seconds(1)) return;
   // (Process names are whatever bytes a program chose: shown, not used, so replaced.)
-  auto text = json_text(nlohmann::json{{"cards", report_json(*cards, r, st.opt.cards)}});
-  if (text == st.last_report) return;
-  st.last_report = text;
+  auto report = report_cards(*cards, r, st.opt.cards);
+  if (report == st.last_report) return;
+  st.last_report = report;
   st.last_sent = clock_now;
-  self->send(st.opt.node, audit_report_atom::value, text);
+  self->send(st.opt.node, audit_report_atom::value, std::move(report));
 }
 
 // A trial's final check: what of it is still on a card is killed; done when none is.
@@ -152,7 +147,7 @@ void final_check(audit_actor self, const std::string& id) {
   auto& end = e->second;
   auto cards = st.opt.lib->sample();
   auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(self->clock().now() - end.since).count();
-  nlohmann::json still = nlohmann::json::array();
+  std::vector<std::string> still;
   if (cards) {
     // Killed: what the rules still give to the trial now (its cgroup, its keeper's
     // descendants, its group). Waited for: what was the trial's at the last look and
@@ -174,10 +169,8 @@ void final_check(audit_actor self, const std::string& id) {
       }
   }
   if (still.empty() || waited >= 3000 || !cards) {
-    nlohmann::json out{{"freed", cards && still.empty()}, {"killed", end.killed}, {"waited_ms", waited}};
-    if (!still.empty()) out["still"] = still;
-    if (!cards) out["error"] = cards.error().message();
-    end.rp.deliver(json_text(out));
+    end.rp.deliver(wire::wire_gpu_after{true, cards && still.empty(), end.killed, std::move(still), waited,
+                                        cards ? std::string{} : cards.error().message()});
     st.endings.erase(e);
     return;
   }
@@ -205,10 +198,10 @@ caf::behavior audit(audit_actor self, audit_options opt) {
   });
   self->send(self, audit_tick_atom::value);
   return {
-      [self](audit_end_atom, const std::string& id) -> caf::result<std::string> {
+      [self](audit_end_atom, const std::string& id) -> caf::result<wire::wire_gpu_after> {
         auto& st = self->state;
-        if (!st.trials.count(id) || st.endings.count(id)) return std::string{R"({"freed":true,"killed":[]})"};
-        auto rp = self->make_response_promise<std::string>();
+        if (!st.trials.count(id) || st.endings.count(id)) return wire::wire_gpu_after{true, true, {}, {}, 0, {}};
+        auto rp = self->make_response_promise<wire::wire_gpu_after>();
         auto& end = st.endings[id];
         end.rp = rp;
         end.since = self->clock().now();
@@ -224,13 +217,10 @@ caf::behavior audit(audit_actor self, audit_options opt) {
         if (auto it = st.trials.find(id); it != st.trials.end() && !st.endings.count(id)) forget(it);
       },
       [self](audit_add_atom, const std::string& id, int pid, int group, const std::string& cgroup,
-             const std::string& quota_json, const caf::actor& trial) {
+             const std::vector<wire::wire_count>& quota, const caf::actor& trial) {
         auto& st = self->state;
         audited_trial t{id, pid, group, {}, cgroup};
-        auto q = nlohmann::json::parse(quota_json, nullptr, false);
-        if (q.is_object())
-          for (auto& [uuid, bytes] : q.items())
-            if (bytes.is_number_integer()) t.quota[uuid] = bytes.get<int64_t>(), st.cards_of[id].insert(uuid);
+        for (auto& [uuid, bytes] : quota) t.quota[uuid] = bytes, st.cards_of[id].insert(uuid);
         st.rules->add(std::move(t));
         st.trials[id] = trial;
         self->monitor(trial);
@@ -244,36 +234,6 @@ caf::behavior audit(audit_actor self, audit_options opt) {
 }
 
 }  // namespace
-
-std::string foreign_to_json(const std::vector<foreign_process>& list) {
-  nlohmann::json out = nlohmann::json::array();
-  for (auto& f : list)
-    out.push_back({{"uuid", f.uuid}, {"card", f.card}, {"pid", f.pid}, {"memory", f.memory}, {"name", f.name},
-                   {"uid", f.uid}, {"cgroup", f.cgroup}, {"ancestors", f.ancestors}});
-  return json_text(out);
-}
-
-std::vector<foreign_process> foreign_from_json(const std::string& text) {
-  std::vector<foreign_process> out;
-  auto j = nlohmann::json::parse(text, nullptr, false);
-  if (!j.is_array()) return out;
-  for (auto& e : j) {
-    if (!e.is_object()) continue;
-    foreign_process f;
-    f.uuid = e.value("uuid", "");
-    f.card = e.value("card", 0);
-    f.pid = e.value("pid", 0);
-    f.memory = e.value("memory", int64_t{-1});
-    f.name = e.value("name", "");
-    f.uid = e.value("uid", int64_t{-1});
-    f.cgroup = e.value("cgroup", "");
-    if (e.contains("ancestors") && e["ancestors"].is_array())
-      for (auto& a : e["ancestors"])
-        if (a.is_number_integer()) f.ancestors.push_back(a.get<int>());
-    out.push_back(std::move(f));
-  }
-  return out;
-}
 
 caf::actor spawn_gpu_audit(caf::local_actor* parent, audit_options opt) {
   return parent->spawn<caf::linked + caf::detached>(audit, std::move(opt));

@@ -7,13 +7,14 @@
 //     (audit_usage_atom, now, peak, util); a broken rule as (audit_violation_atom,
 //     why, over_quota);
 //   - sends the node a report (cards, trials' memory, foreign processes) about once a
-//     second when something changed; the node passes it to the head for `tune status`;
+//     second when something changed: (audit_report_atom, std::vector<wire_card_report>);
+//     the node passes it to the head for `tune status`;
 //   - sends the node the processes on its cards that are none of its trials (foreign:
 //     another cluster's trial, a notebook, someone's job) as soon as they change:
-//     (audit_foreign_atom, JSON list, foreign_to_json): placement keeps clear of them;
+//     (audit_foreign_atom, std::vector<foreign_process>): placement keeps clear of them;
 //   - tells a trial actor of a foreign process that appears on one of its cards after it
-//     started: (audit_foreign_atom, JSON object: pid, name, user, memory, gpu, uuid,
-//     what). Such a process is never killed: it is not ours.
+//     started: (audit_foreign_atom, wire_beside). Such a process is never killed: it is
+//     not ours.
 // It runs on a thread of its own (NVML calls block) and ends with the node.
 #pragma once
 
@@ -35,23 +36,19 @@ struct audit_options {
   std::shared_ptr<gpu_sampler> lib;
   std::set<std::string> cards;  // UUIDs of this node's cards
   std::chrono::milliseconds interval{200};
-  caf::actor node;  // gets (audit_report_atom, json)
+  caf::actor node;  // gets its reports
 };
 
 // Messages it takes:
-//   (audit_add_atom, trial_id, worker_pid, group, cgroup, quota_json {"uuid": bytes, ...}, trial_actor)
+//   (audit_add_atom, trial_id, worker_pid, group, cgroup, quotas [wire_count {uuid, bytes}], trial_actor)
 // A trial is audited until its actor ends (monitored).
-//   (audit_end_atom, trial_id) -> json: after the trial's processes ended, whether its
+//   (audit_end_atom, trial_id) -> wire_gpu_after: after the trial's processes ended, whether its
 //   GPU memory is back: any of its processes still on a card (the ones last seen, and
 //   any that is in its cgroup or below its keeper) is killed, and the cards are looked
-//   at again until none is left (at most 3 s). {"freed": bool, "killed": ["pid P
-//   (name) on GPU I, N MiB"], "still": [...], "waited_ms"}.
+//   at again until none is left (at most 3 s); killed and still as "pid P (name) on
+//   GPU I, N MiB".
 //   (audit_forget_atom, trial_id): its worker was kept for the next trial (reused
 //   workers): it is no longer audited, and nothing of it is killed.
 caf::actor spawn_gpu_audit(caf::local_actor* parent, audit_options opt);
-
-// The audit's foreign processes as the node hears of them, and back.
-std::string foreign_to_json(const std::vector<foreign_process>& list);
-std::vector<foreign_process> foreign_from_json(const std::string& text);
 
 }  // namespace tune

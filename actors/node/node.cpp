@@ -51,38 +51,31 @@ void schedule_retry(node_actor self, const std::string& why) {
   st.backoff = std::min(st.backoff * 2, max_backoff);
 }
 
-// The GPU audit's cards, each trial on them named with its user (the head shows a user
-// only their own).
-nlohmann::json audited_cards(node_actor self) {
-  auto audit = nlohmann::json::parse(self->state.audit_report.empty() ? "{}" : self->state.audit_report, nullptr, false);
-  if (!audit.is_object() || !audit.contains("cards") || !audit["cards"].is_array()) return nullptr;
-  for (auto& card : audit["cards"])
-    if (card.is_object() && card.contains("trials") && card["trials"].is_array())
-      for (auto& t : card["trials"])
-        if (t.is_object() && t.contains("trial") && t["trial"].is_string())
-          t["owner"] = trial_owner(self, t["trial"].get<std::string>());
-  return audit["cards"];
-}
-
-// What the head shows of this node beyond its resources: the GPU audit's cards, how its
+// What the head shows of this node beyond its resources: the GPU audit's cards (each
+// trial on them named with its user: the head shows a user only their own), how its
 // trials are contained and what each uses of the host (memory, CPU), at most once a
 // second and only when it changed.
-std::string node_report(node_actor self) {
+wire::wire_node_report node_report(node_actor self) {
   auto& st = self->state;
-  nlohmann::json j = nlohmann::json::object();
-  if (auto cards = audited_cards(self); !cards.is_null()) j["cards"] = std::move(cards);
+  wire::wire_node_report r;
+  if (st.audit_report) {
+    r.audited = true;
+    r.cards = *st.audit_report;
+    for (auto& card : r.cards)
+      for (auto& t : card.trials) t.owner = trial_owner(self, t.trial);
+  }
   if (st.opt.contain) {
     auto& caps = st.opt.contain->caps();
-    j["containment"] = {{"kind", caps.kind()}, {"description", caps.describe()}, {"memory", caps.memory},
-                        {"cpu", caps.cpu}, {"pids", caps.pids}};
+    r.contained = true;
+    r.containment_kind = caps.kind();
+    r.containment_description = caps.describe();
+    r.limits_memory = caps.memory;
+    r.limits_cpu = caps.cpu;
+    r.limits_pids = caps.pids;
   }
-  nlohmann::json trials = nlohmann::json::object();
-  for (auto& [id, use] : st.host_use) {
-    trials[id] = use;
-    trials[id]["owner"] = trial_owner(self, id);
-  }
-  j["trials"] = trials;
-  return json_text(j);
+  for (auto& [id, use] : st.host_use)
+    r.trials.push_back({id, trial_owner(self, id), use.memory, use.memory_peak, use.pids, use.cpu_seconds});
+  return r;
 }
 
 void joined(node_actor self) {
@@ -94,7 +87,7 @@ void joined(node_actor self) {
   st.ever_joined = true;
   report_first(self, status::ok());
   self->send(self, wire::beat_atom::value, ++st.generation);
-  st.last_report.clear();
+  st.last_report.reset();
   send_report(self, true);
 }
 
@@ -278,10 +271,10 @@ void send_report(node_actor self, bool now) {
     }
     return;
   }
-  auto text = node_report(self);
-  if (text == st.last_report) return;
-  st.last_report = text;
-  self->send(st.head, wire::gpu_audit_atom::value, st.opt.token, st.opt.node_id, text);
+  auto report = node_report(self);
+  if (report == st.last_report) return;
+  st.last_report = report;
+  self->send(st.head, wire::gpu_audit_atom::value, st.opt.token, st.opt.node_id, std::move(report));
 }
 
 caf::message_handler membership(node_actor self) {

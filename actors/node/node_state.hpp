@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -61,11 +62,11 @@ struct node_state {
   std::map<start_id, pending_start> pending;
   bool carrying = false;  // carrying the plan's commands out (new ones join the loop)
   caf::actor audit;                          // the GPU audit, when there is one
-  std::string audit_report;                  // its latest report, for the head
-  // Each running trial's host usage from its cgroup (json), for the head's status.
-  std::map<std::string, nlohmann::json> host_use;
+  std::optional<std::vector<wire::wire_card_report>> audit_report;  // its latest report, for the head
+  // Each running trial's host usage from its cgroup, for the head's status.
+  std::map<std::string, host_usage> host_use;
   bool report_due = false;  // a report to the head is scheduled
-  std::string last_report;  // the last one sent
+  std::optional<wire::wire_node_report> last_report;  // the last one sent
   uint64_t fetches = 0;                       // names files being fetched
   // Files being fetched (programs, working-directory files), by their path in the cache
   // and the server they come from: the starts waiting for each (trials started at once

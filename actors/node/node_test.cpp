@@ -27,7 +27,7 @@ struct head_log {
   std::vector<wire::wire_ad> joins;
   int heartbeats = 0;
   std::vector<wire::wire_hold> last_holdings;
-  std::vector<std::string> reports;
+  std::vector<wire::wire_node_report> reports;
   int leaves = 0;
   bool refuse = false;
 };
@@ -43,7 +43,7 @@ caf::behavior fake_head(caf::event_based_actor*, std::shared_ptr<head_log> log) 
         ++log->heartbeats;
         log->last_holdings = holdings;
       },
-      [=](wire::gpu_audit_atom, const std::string&, const std::string&, const std::string& report) {
+      [=](wire::gpu_audit_atom, const std::string&, const std::string&, const wire::wire_node_report& report) {
         log->reports.push_back(report);
       },
       [=](wire::leave_atom, const std::string&, const std::string&) {
@@ -113,14 +113,16 @@ struct NodeTest : ::testing::Test {
     return out;
   }
 
-  // A trial's start, answered (ok, text, the trial's actor).
+  // A trial's start, answered (ok, why not).
   std::pair<bool, std::string> start_trial(const wire::wire_trial_spec& spec, const std::string& key) {
     caf::scoped_actor me{sys};
     auto handle = me->request(node, caf::infinite, wire::trial_start_atom::value, spec, key, spec.bundle, caf::actor{},
                               caf::actor{});
     sched.run();
     std::pair<bool, std::string> out{false, "no reply"};
-    handle.receive([&](wire::trial_start_atom, bool ok, std::string& text, caf::actor&) { out = {ok, text}; },
+    handle.receive([&](wire::trial_start_atom, bool ok, std::string& why, wire::wire_trial_started&, caf::actor&) {
+                     out = {ok, why};
+                   },
                    [&](caf::error& err) { out = {false, to_string(err)}; });
     return out;
   }

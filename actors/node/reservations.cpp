@@ -210,10 +210,10 @@ caf::message_handler reservations(node_actor self) {
         carry_out(self);
       },
       // The GPU audit's processes on the cards that are none of this node's trials.
-      [self](audit_foreign_atom, const std::string& list) {
+      [self](audit_foreign_atom, std::vector<foreign_process>& list) {
         auto& st = self->state;
         if (!st.audit || self->current_sender() != st.audit.address()) return;
-        st.foreign = foreign_from_json(list);
+        st.foreign = std::move(list);
         look_at_claims(self);
       },
       [self](claims_write_atom) {

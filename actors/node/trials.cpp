@@ -227,7 +227,7 @@ void refuse(node_actor self, const starting::refuse& r) {
   auto p = st.pending.find(r.start);
   if (p == st.pending.end()) return;
   auto running = st.trial_actors.find(r.running);
-  p->second.rp.deliver(wire::start_answer(false, r.answer, running == st.trial_actors.end() ? caf::actor{} : running->second));
+  p->second.rp.deliver(wire::start_refusal(r.answer, running == st.trial_actors.end() ? caf::actor{} : running->second));
   st.pending.erase(p);
 }
 
@@ -334,20 +334,18 @@ caf::message_handler trial_handlers(node_actor self) {
         if (auto a = t ? self->state.trial_actors.find(t->actor) : self->state.trial_actors.end(); a != self->state.trial_actors.end())
           self->delegate(a->second, wire::route_atom::value, received);
       },
-      [self](audit_report_atom, const std::string& report) {
+      [self](audit_report_atom, std::vector<wire::wire_card_report>& report) {
         auto& st = self->state;
         if (!st.audit || self->current_sender() != st.audit.address()) return;
-        st.audit_report = report;
+        st.audit_report = std::move(report);
         send_report(self, true);
       },
-      [self](trial_host_atom, const std::string& id, const std::string& usage) {
+      [self](trial_host_atom, const std::string& id, const host_usage& usage) {
         auto& st = self->state;
         auto* t = st.plan->trial(id);
         auto a = t ? st.trial_actors.find(t->actor) : st.trial_actors.end();
         if (a == st.trial_actors.end() || self->current_sender() != a->second.address()) return;
-        auto u = nlohmann::json::parse(usage, nullptr, false);
-        if (!u.is_object()) return;
-        st.host_use[id] = std::move(u);
+        st.host_use[id] = usage;
         send_report(self);
       },
   };

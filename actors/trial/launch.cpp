@@ -13,28 +13,19 @@
 
 namespace tune {
 
-nlohmann::json usage_json(const host_usage& u) {
-  nlohmann::json j = nlohmann::json::object();
-  if (u.memory >= 0) j["memory"] = u.memory;
-  if (u.memory_peak >= 0) j["memory_peak"] = u.memory_peak;
-  if (u.cpu_seconds >= 0) j["cpu_seconds"] = u.cpu_seconds;
-  if (u.pids >= 0) j["pids"] = u.pids;
-  return j;
+std::vector<wire::wire_trial_card> trial_cards(const trial_options& opt) {
+  std::vector<wire::wire_trial_card> list;
+  for (size_t i = 0; i < opt.cards.size(); ++i) {
+    auto& c = opt.cards[i];
+    auto& g = opt.grants[i];
+    list.push_back({static_cast<int32_t>(i), c.index, c.uuid, c.pci_bus_id, g.share.to_double(), g.memory, c.logical});
+  }
+  return list;
 }
 
 nlohmann::json gpus_json(const trial_options& opt) {
   nlohmann::json list = nlohmann::json::array();
-  for (size_t i = 0; i < opt.cards.size(); ++i) {
-    auto& c = opt.cards[i];
-    auto& g = opt.grants[i];
-    list.push_back({{"local", i},
-                    {"index", c.index},
-                    {"uuid", c.uuid},
-                    {"pci_bus_id", c.pci_bus_id},
-                    {"share", g.share.to_double()},
-                    {"memory_quota", g.memory},
-                    {"logical", c.logical}});
-  }
+  for (auto& c : trial_cards(opt)) list.push_back(wire::to_json(c));
   return list;
 }
 

@@ -46,9 +46,9 @@ struct launch {
 // trainable's executable and arguments), environment, limits.
 launch make_launch(const trial_options& opt);
 
-// The cards as the trial's "started" event and TUNE_TRIAL_GPUS name them.
+// The cards as the trial's "started" message and TUNE_TRIAL_GPUS (JSON) name them.
+std::vector<wire::wire_trial_card> trial_cards(const trial_options& opt);
 nlohmann::json gpus_json(const trial_options& opt);
-nlohmann::json usage_json(const host_usage& u);
 
 // What a trial needs whether a new worker starts it or an idle one is handed it: the
 // output patterns compiled, a fresh copy of its working directory, its program found.

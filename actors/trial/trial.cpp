@@ -102,8 +102,10 @@ void greeted(trial_actor self, uint64_t received) {
   if (st.over && !nothing_missing) self->quit();
 }
 
-void event(trial_actor self, const std::string& kind, const nlohmann::json& body) {
-  to_owner(self, caf::make_message(wire::trial_event_atom::value, self->state.opt.spec.trial_id, kind, json_text(body)));
+// A message to its owner about the trial: (atom, trial_id, what).
+template <class Atom, class What>
+void tell_owner(trial_actor self, Atom atom, What what) {
+  to_owner(self, caf::make_message(atom, self->state.opt.spec.trial_id, std::move(what)));
 }
 
 // A checkpoint the worker reports: a folder of its own trial folder (no absolute path,
@@ -129,7 +131,7 @@ void checkpoint(trial_actor self, const nlohmann::json& j) {
       ++files;
     }
   st.last_checkpoint = {j["iteration"].get<int64_t>(), bytes, files, dir.string()};
-  event(self, "checkpoint", {{"iteration", j["iteration"]}, {"path", dir.string()}, {"bytes", bytes}, {"files", files}});
+  tell_owner(self, wire::trial_checkpoint_atom::value, wire::wire_checkpoint{j["iteration"].get<int64_t>(), bytes, files, dir.string()});
 }
 
 // The common report, {"type": "result", "iteration": N, "metrics": {name: number, ...}}
@@ -290,8 +292,8 @@ void ended(trial_actor self, bool exited, int code, const std::string& how, cons
   if (!st.opt.audit || !st.started_ok || end.worker_kept) return finish(std::move(end));
   self->request(st.opt.audit, std::chrono::seconds(10), audit_end_atom::value, st.opt.spec.trial_id)
       .then(
-          [finish, end](const std::string& after) mutable {
-            end.gpu_after_end_json = after;
+          [finish, end](wire::wire_gpu_after& after) mutable {
+            end.gpu_after_end = std::move(after);
             finish(std::move(end));
           },
           [finish, end](caf::error&) mutable { finish(std::move(end)); });
@@ -303,28 +305,24 @@ void on_started(trial_actor self, int pid, int group, const std::string& error, 
   auto& st = self->state;
   if (pid == 0) {
     log_line("trial " + st.opt.spec.trial_id + " could not start: " + error);
-    st.opt.started.deliver(wire::start_answer(false, error));
+    st.opt.started.deliver(wire::start_refusal(error));
     self->quit();
     return;
   }
-  nlohmann::json info{{"trial_id", st.opt.spec.trial_id},
-                      {"pid", pid},
-                      {"node", st.opt.node_id},
-                      {"gpus", gpus_json(st.opt)},
-                      {"trial_dir", st.opt.trial_dir}};
-  if (!st.opt.spec.restore_dir.empty()) info["restore_dir"] = st.opt.spec.restore_dir;
+  wire::wire_trial_started info{st.opt.spec.trial_id, st.opt.node_id, st.opt.trial_dir, st.opt.spec.restore_dir, pid,
+                                trial_cards(st.opt)};
   log_line("trial " + st.opt.spec.trial_id + " started, pid " + std::to_string(pid));
   st.started_ok = true;
   trace_step("worker_running", st.opt.spec.trial_id);
-  st.opt.started.deliver(wire::start_answer(true, json_text(info), caf::actor_cast<caf::actor>(self)));
+  st.opt.started.deliver(wire::start_answer(info, caf::actor_cast<caf::actor>(self)));
   if (st.opt.node)
     to_owner(self, caf::make_message(wire::trial_node_atom::value, st.opt.spec.trial_id, st.opt.node, st.opt.access));
-  event(self, "started", info);
+  tell_owner(self, wire::trial_started_atom::value, std::move(info));
   if (!st.opt.audit) return;
-  nlohmann::json quota = nlohmann::json::object();
+  std::vector<wire::wire_count> quota;
   for (size_t i = 0; i < st.opt.cards.size(); ++i)
-    if (shared_card(st.opt.cards[i])) quota[st.opt.cards[i].uuid] = st.opt.grants[i].memory;
-  self->send(st.opt.audit, audit_add_atom::value, st.opt.spec.trial_id, pid, group, cgroup, json_text(quota),
+    if (shared_card(st.opt.cards[i])) quota.push_back({st.opt.cards[i].uuid, st.opt.grants[i].memory});
+  self->send(st.opt.audit, audit_add_atom::value, st.opt.spec.trial_id, pid, group, cgroup, std::move(quota),
              caf::actor_cast<caf::actor>(self));
 }
 
@@ -357,7 +355,8 @@ void general_line(trial_actor self, const std::string& line, Flush& flush) {
     checkpoint(self, j);
   } else if (type == "done") {
     flush();
-    event(self, "done", {{"message", j.contains("message") && j["message"].is_string() ? j["message"] : ""}});
+    tell_owner(self, wire::trial_done_atom::value,
+               j.contains("message") && j["message"].is_string() ? j["message"].get<std::string>() : std::string{});
   } else {
     ignore_line(self, line);
   }
@@ -462,7 +461,7 @@ caf::message_handler node_handlers(trial_actor self) {
         on_started(self, pid, group, error, cgroup);
       },
       [self](worker_lines_atom, const std::vector<std::string>& lines) { on_lines(self, lines); },
-      [self](worker_host_atom, const std::string& usage) {  // its cgroup's usage, for the node's report
+      [self](worker_host_atom, const host_usage& usage) {  // its cgroup's usage, for the node's report
         auto& st = self->state;
         if (st.opt.node) self->send(st.opt.node, trial_host_atom::value, st.opt.spec.trial_id, usage);
       },
@@ -490,11 +489,9 @@ caf::message_handler node_handlers(trial_actor self) {
       },
       // Another program appeared on one of its cards (not ours: left alone): its owner
       // notes it in the trial's record.
-      [self](audit_foreign_atom, const std::string& note) {
-        auto& st = self->state;
-        if (self->current_sender() != st.opt.audit.address()) return;
-        auto j = nlohmann::json::parse(note, nullptr, false);
-        if (j.is_object()) event(self, "foreign", j);
+      [self](audit_foreign_atom, wire::wire_beside& beside) {
+        if (self->current_sender() == self->state.opt.audit.address())
+          tell_owner(self, wire::trial_beside_atom::value, std::move(beside));
       },
       [self](trial_release_atom, const std::string& why) {
         auto& st = self->state;
@@ -514,7 +511,7 @@ caf::behavior trial(trial_actor self, trial_options opt) {
   if (!channel) {
     auto why = "node " + st.opt.node_id + ": " + channel.error().message();
     log_line("trial " + st.opt.spec.trial_id + " could not start: " + why);
-    st.opt.started.deliver(wire::start_answer(false, why));
+    st.opt.started.deliver(wire::start_refusal(why));
     self->quit();
     return {};
   }

@@ -9,11 +9,12 @@
 //
 // Once the worker runs, the owner also gets (trial_node_atom, trial_id, node actor):
 // where to read the trial's checkpoints (wire.hpp).
-// Messages to the owner, in order:
-//   (trial_event_atom, trial_id, kind, json):
-//     "started"  {"pid", "node", "gpus": [{"local","index","uuid","pci_bus_id","share","memory_quota"}], "memory_quota"}
-//     "checkpoint" {"iteration", "path", "bytes", "files"} (a folder of its trial folder)
-//     "done"     {"message"}
+// Messages to the owner, in order (wire.hpp):
+//   (trial_started_atom, trial_id, wire_trial_started): its worker runs (pid, node, its
+//     cards as the trial numbers them, its folder, what it was restored from)
+//   (trial_checkpoint_atom, trial_id, wire_checkpoint): a folder of its trial folder
+//   (trial_done_atom, trial_id, message): it said it is done
+//   (trial_beside_atom, trial_id, wire_beside): another program appeared on its cards
 //   (trial_results_atom, trial_id, wire_results): results whose metrics are all numbers,
 //     those that came together naming the same metrics, as columns
 //   (trial_result_atom, trial_id, wire_result): a result with a metric that is not a number
@@ -23,7 +24,7 @@
 //     it left behind, killed then, and the GPU audit's final look); wire::to_json gives
 //     the "ended" event the store keeps.
 // While it runs, the node gets its cgroup's usage about once a second:
-//   (trial_host_atom, trial_id, json {"memory", "memory_peak", "cpu_seconds", "pids"}).
+//   (trial_host_atom, trial_id, host_usage).
 // A program trial's standard output lines that match its output patterns are results too
 // (tune/trial/output_metrics.hpp). The error of a process that failed ends with the last
 // line of its standard error (a Python traceback's exception, say).

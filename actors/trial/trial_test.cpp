@@ -32,9 +32,13 @@ struct owner_log {
 
 caf::behavior owner(caf::event_based_actor*, std::shared_ptr<owner_log> log) {
   return {
-      [=](wire::trial_event_atom, const std::string&, const std::string& kind, const std::string&) {
-        log->heard.push_back("event " + kind);
+      [=](wire::trial_started_atom, const std::string&, const wire::wire_trial_started&) {
+        log->heard.push_back("event started");
       },
+      [=](wire::trial_checkpoint_atom, const std::string&, const wire::wire_checkpoint&) {
+        log->heard.push_back("event checkpoint");
+      },
+      [=](wire::trial_done_atom, const std::string&, const std::string&) { log->heard.push_back("event done"); },
       [=](wire::trial_results_atom, const std::string&, const wire::wire_results& r) {
         log->heard.push_back("results " + std::to_string(r.rows()));
       },
@@ -120,8 +124,9 @@ struct TrialActorTest : ::testing::Test {
     auto who = std::make_shared<caf::actor>();
     sys.spawn([node = node, answer, who](caf::event_based_actor* self) {
       self->request(node, caf::infinite, start_atom::value)
-          .then([=](wire::trial_start_atom, bool ok, std::string& text, caf::actor& a) {
-                  *answer = std::make_pair(ok, text);
+          .then([=](wire::trial_start_atom, bool ok, std::string& why, wire::wire_trial_started& started,
+                    caf::actor& a) {
+                  *answer = std::make_pair(ok, ok ? started.trial_id : why);
                   *who = a;
                 },
                 [=](caf::error& err) { *answer = std::make_pair(false, to_string(err)); });

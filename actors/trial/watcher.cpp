@@ -275,7 +275,7 @@ class watcher {
       // What its cgroup uses (host memory, CPU), about once a second.
       if (cg_ && !cg_->path().empty() && clock::now() >= next_sample_) {
         next_sample_ = clock::now() + usage_period;
-        caf::anon_send(self_, worker_host_atom::value, json_text(usage_json(cg_->usage())));
+        caf::anon_send(self_, worker_host_atom::value, cg_->usage());
       }
     }
     return false;

@@ -60,6 +60,7 @@ struct foreign_process {
   int64_t uid = -1;
   std::string cgroup{};
   std::vector<int> ancestors{};
+  bool operator==(const foreign_process&) const = default;
 };
 
 struct trial_gpu_use {
