@@ -121,49 +121,64 @@ std::vector<wire_hold> holdings_of(const reservation_table& table) {
   return out;
 }
 
+namespace {
+
+// A struct, or a struct and the list of it, under their names.
+template <class T>
+void add_one(caf::actor_system_config& c, const std::string& name) {
+  c.add_message_type<T>("tune::" + name);
+}
+template <class T>
+void add_with_list(caf::actor_system_config& c, const std::string& name) {
+  add_one<T>(c, name);
+  c.add_message_type<std::vector<T>>("std::vector<tune::" + name + ">");
+}
+
+// Every struct of wire_types.hpp that travels in a message.
+void add_wire_types(caf::actor_system_config& c) {
+  add_with_list<wire_gpu>(c, "wire_gpu");
+  add_with_list<wire_others>(c, "wire_others");
+  add_with_list<wire_request>(c, "wire_request");
+  add_with_list<wire_grant>(c, "wire_grant");
+  add_with_list<wire_hold>(c, "wire_hold");
+  add_with_list<wire_card_trial>(c, "wire_card_trial");
+  add_with_list<wire_card_foreign>(c, "wire_card_foreign");
+  add_with_list<wire_card_report>(c, "wire_card_report");
+  add_with_list<wire_trial_host>(c, "wire_trial_host");
+  add_with_list<wire_count>(c, "wire_count");
+  add_with_list<wire_trial_card>(c, "wire_trial_card");
+  add_with_list<wire_file>(c, "wire_file");
+  add_with_list<foreign_process>(c, "foreign_process");
+  add_one<wire_host>(c, "wire_host");
+  add_one<wire_avail>(c, "wire_avail");
+  add_one<wire_ad>(c, "wire_ad");
+  add_one<wire_alloc>(c, "wire_alloc");
+  add_one<wire_group_spec>(c, "wire_group_spec");
+  add_one<wire_trial_spec>(c, "wire_trial_spec");
+  add_one<wire_results>(c, "wire_results");
+  add_one<wire_result>(c, "wire_result");
+  add_one<wire_trial_end>(c, "wire_trial_end");
+  add_one<wire_gpu_after>(c, "wire_gpu_after");
+  add_one<wire_node_report>(c, "wire_node_report");
+  add_one<wire_trial_started>(c, "wire_trial_started");
+  add_one<wire_checkpoint>(c, "wire_checkpoint");
+  add_one<wire_beside>(c, "wire_beside");
+  add_one<host_usage>(c, "host_usage");
+  c.add_message_type<std::vector<uint32_t>>("std::vector<uint32_t>");
+  c.add_message_type<std::vector<std::string>>("std::vector<std::string>");
+  c.add_message_type<std::vector<int64_t>>("std::vector<int64_t>");
+}
+
+}  // namespace
+
 config::config(bool network) {
-  add_message_type<wire_gpu>("tune::wire_gpu");
-  add_message_type<std::vector<wire_gpu>>("std::vector<tune::wire_gpu>");
-  add_message_type<wire_host>("tune::wire_host");
-  add_message_type<wire_avail>("tune::wire_avail");
-  add_message_type<wire_others>("tune::wire_others");
-  add_message_type<std::vector<wire_others>>("std::vector<tune::wire_others>");
-  add_message_type<wire_ad>("tune::wire_ad");
-  add_message_type<wire_request>("tune::wire_request");
-  add_message_type<std::vector<wire_request>>("std::vector<tune::wire_request>");
-  add_message_type<wire_grant>("tune::wire_grant");
-  add_message_type<std::vector<wire_grant>>("std::vector<tune::wire_grant>");
-  add_message_type<wire_alloc>("tune::wire_alloc");
-  add_message_type<wire_hold>("tune::wire_hold");
-  add_message_type<std::vector<wire_hold>>("std::vector<tune::wire_hold>");
-  add_message_type<wire_group_spec>("tune::wire_group_spec");
-  add_message_type<wire_trial_spec>("tune::wire_trial_spec");
-  add_message_type<wire_results>("tune::wire_results");
-  add_message_type<wire_result>("tune::wire_result");
-  add_message_type<wire_trial_end>("tune::wire_trial_end");
-  add_message_type<wire_gpu_after>("tune::wire_gpu_after");
-  add_message_type<wire_card_trial>("tune::wire_card_trial");
-  add_message_type<std::vector<wire_card_trial>>("std::vector<tune::wire_card_trial>");
-  add_message_type<wire_card_foreign>("tune::wire_card_foreign");
-  add_message_type<std::vector<wire_card_foreign>>("std::vector<tune::wire_card_foreign>");
-  add_message_type<wire_card_report>("tune::wire_card_report");
-  add_message_type<std::vector<wire_card_report>>("std::vector<tune::wire_card_report>");
-  add_message_type<wire_trial_host>("tune::wire_trial_host");
-  add_message_type<std::vector<wire_trial_host>>("std::vector<tune::wire_trial_host>");
-  add_message_type<wire_node_report>("tune::wire_node_report");
-  add_message_type<wire_count>("tune::wire_count");
-  add_message_type<std::vector<wire_count>>("std::vector<tune::wire_count>");
-  add_message_type<wire_trial_card>("tune::wire_trial_card");
-  add_message_type<std::vector<wire_trial_card>>("std::vector<tune::wire_trial_card>");
-  add_message_type<wire_trial_started>("tune::wire_trial_started");
-  add_message_type<wire_checkpoint>("tune::wire_checkpoint");
-  add_message_type<wire_beside>("tune::wire_beside");
-  add_message_type<host_usage>("tune::host_usage");
-  add_message_type<foreign_process>("tune::foreign_process");
-  add_message_type<std::vector<foreign_process>>("std::vector<tune::foreign_process>");
-  add_message_type<std::vector<uint32_t>>("std::vector<uint32_t>");
-  add_message_type<std::vector<std::string>>("std::vector<std::string>");
-  add_message_type<std::vector<int64_t>>("std::vector<int64_t>");
+  add_wire_types(*this);
+  // A refusal reads as its reason wherever CAF renders an error.
+  add_error_category(refusal_category, [](uint8_t code, caf::atom_value, const caf::message& context) {
+    auto why = context.size() > 0 && context.match_element<std::string>(0) ? context.get_as<std::string>(0)
+                                                                              : std::string{};
+    return std::string{to_string(static_cast<errc>(code))} + ": " + why;
+  });
   if (network) load<caf::io::middleman>();
   set("middleman.app-identifiers", std::vector<std::string>{"libtune"});
   set("middleman.heartbeat-interval", caf::timespan{std::chrono::seconds(1)});
@@ -173,6 +188,34 @@ config::config(bool network) {
   // that is idle uses no CPU, which trials on the same machine need. Measured on
   // 2 cores (bench_pg): as fast in one process, about twice as fast across processes.
   set("scheduler.policy", caf::atom("sharing"));
+}
+
+caf::error refusal(errc code, std::string why) {
+  return caf::error{static_cast<uint8_t>(code), refusal_category, caf::make_message(std::move(why))};
+}
+
+caf::error refusal(errc code, std::string why, caf::actor running) {
+  return caf::error{static_cast<uint8_t>(code), refusal_category, caf::make_message(std::move(why), std::move(running))};
+}
+
+bool is_refusal(const caf::error& err) { return err && err.category() == refusal_category; }
+
+errc refusal_code(const caf::error& err) { return is_refusal(err) ? static_cast<errc>(err.code()) : errc::ok; }
+
+std::string refusal_reason(const caf::error& err) {
+  if (!is_refusal(err) || err.context().size() == 0 || !err.context().match_element<std::string>(0)) return {};
+  return err.context().get_as<std::string>(0);
+}
+
+caf::actor refusal_running(const caf::error& err) {
+  if (!is_refusal(err) || err.context().size() < 2 || !err.context().match_element<caf::actor>(1)) return {};
+  return err.context().get_as<caf::actor>(1);
+}
+
+caf::error relayed(const caf::error& err, const std::string& prefix) {
+  if (!is_refusal(err)) return refusal(errc::invalid_argument, prefix + to_string(err));
+  if (auto running = refusal_running(err)) return refusal(refusal_code(err), prefix + refusal_reason(err), running);
+  return refusal(refusal_code(err), prefix + refusal_reason(err));
 }
 
 nlohmann::json to_json(const wire_trial_end& e) {

@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto head = *remote;
-  self->request(head, 5s, wire::subscribe_atom::value, token->token).receive([](wire::subscribe_atom, bool, std::string&) {}, [](caf::error&) {});
+  self->request(head, 5s, wire::subscribe_atom::value, token->token).receive([](wire::subscribe_atom, std::string&) {}, [](caf::error&) {});
 
   auto measure = [&](int signal, int runs, std::vector<double>& out) {
     for (int r = 0; r < runs; ++r) {

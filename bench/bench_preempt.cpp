@@ -65,8 +65,7 @@ caf::behavior low_client(caf::event_based_actor* self, caf::actor head, std::str
   *make = [=] {
     self->request(head, 30s, wire::pg_create_atom::value, token, version(), one_card())
         .then(
-            [=](wire::pg_create_atom, bool ok, const std::string& id, const std::string&, const std::string& why) {
-              if (!ok) return fail("low create: " + why);
+            [=](wire::pg_create_atom, const std::string& id, const std::string&, const std::string&) {
               self->request(head, caf::infinite, wire::pg_wait_atom::value, token, id, int64_t{600000})
                   .then([=](wire::pg_wait_atom, bool ready, const std::string&, const std::string&) {
                     if (ready) ++books->ready;
@@ -81,7 +80,7 @@ caf::behavior low_client(caf::event_based_actor* self, caf::actor head, std::str
         ++books->moves;
         --books->ready;
         self->request(head, 30s, wire::pg_remove_atom::value, token, group)
-            .then([=](wire::pg_remove_atom, bool, const std::string&) { (*make)(); },
+            .then([=](wire::pg_remove_atom, const std::string&) { (*make)(); },
                   [=](caf::error& e) { fail("low remove: " + to_string(e)); });
       },
   };
@@ -164,10 +163,7 @@ int main(int argc, char** argv) {
     auto t0 = clock_type::now();
     std::string id;
     self->request(head, 30s, wire::pg_create_atom::value, high_token, version(), one_card())
-        .receive([&](wire::pg_create_atom, bool ok, std::string& gid, std::string&, std::string& why) {
-                   if (!ok) die("high create: " + why);
-                   id = gid;
-                 },
+        .receive([&](wire::pg_create_atom, std::string& gid, std::string&, std::string&) { id = gid; },
                  [&](caf::error& e) { die("high create: " + to_string(e)); });
     self->request(head, 60s, wire::pg_wait_atom::value, high_token, id, int64_t{30000})
         .receive([&](wire::pg_wait_atom, bool ready, std::string& state, std::string& why) {
@@ -176,7 +172,7 @@ int main(int argc, char** argv) {
                  [&](caf::error& e) { die("high wait: " + to_string(e)); });
     ms.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
     self->request(head, 30s, wire::pg_remove_atom::value, high_token, id)
-        .receive([&](wire::pg_remove_atom, bool, std::string&) {}, [&](caf::error& e) { die("high remove: " + to_string(e)); });
+        .receive([&](wire::pg_remove_atom, std::string&) {}, [&](caf::error& e) { die("high remove: " + to_string(e)); });
     if (!full(30s)) die("the low user did not get its card back after sample " + std::to_string(s + 1));
   }
   int moves = books->moves - moves_before;

@@ -14,11 +14,17 @@
 namespace tune {
 
 std::string describe(caf::actor_system& sys, const caf::error& err) {
+  if (wire::is_refusal(err)) return wire::refusal_reason(err);
   if (err == caf::sec::request_timeout) return "no answer in time";
   if (err == caf::sec::cannot_connect_to_node) return "cannot connect (nothing listening there, or no route)";
   if (err == caf::sec::incompatible_application_ids) return "not a libtune head (another CAF application)";
   if (err == caf::sec::request_receiver_down) return "the head is gone";
   return sys.render(err);
+}
+
+status to_status(caf::actor_system& sys, const caf::error& err, const std::string& doing) {
+  if (wire::is_refusal(err)) return {wire::refusal_code(err), wire::refusal_reason(err)};
+  return {errc::not_found, doing + describe(sys, err)};
 }
 
 expected<group_info> parse_group_info(const std::string& text) {
@@ -91,11 +97,10 @@ expected<cluster_client::created> cluster_client::create_group(const group_reque
   expected<created> out = status{errc::invalid_argument, "no answer"};
   self_->request(head_, timeout_, wire::pg_create_atom::value, token_, version(), spec)
       .receive(
-          [&](wire::pg_create_atom, bool ok, std::string& id, std::string& state, std::string& reason) {
-            if (ok) out = created{std::move(id), std::move(state), std::move(reason)};
-            else out = status{state == "exists" ? errc::already_exists : errc::invalid_argument, std::move(reason)};
+          [&](wire::pg_create_atom, std::string& id, std::string& state, std::string& reason) {
+            out = created{std::move(id), std::move(state), std::move(reason)};
           },
-          [&](caf::error& err) { out = status{errc::not_found, "create placement group: " + describe(sys_, err)}; });
+          [&](caf::error& err) { out = to_status(sys_, err, "create placement group: "); });
   return out;
 }
 
@@ -106,11 +111,14 @@ expected<group_info> cluster_client::wait_ready(const std::string& id, ms timeou
       .receive(
           [&](wire::pg_wait_atom, bool ready, const std::string& state, const std::string& reason) {
             if (!ready)
-              failed = status{state == "infeasible" ? errc::infeasible : state == "unknown" ? errc::not_found
-                                                                                             : errc::insufficient,
+              failed = status{state == "infeasible" ? errc::infeasible : errc::insufficient,
                               "placement group " + id + " is " + state + (reason.empty() ? "" : ": " + reason)};
           },
-          [&](caf::error& err) { failed = status{errc::not_found, "wait for " + id + ": " + describe(sys_, err)}; });
+          [&](caf::error& err) {
+            failed = to_status(sys_, err, "wait for " + id + ": ");
+            if (wire::refusal_code(err) == errc::not_found)
+              failed = status{errc::not_found, "placement group " + id + " is unknown: " + failed->message()};
+          });
   if (failed) return *failed;
   return get_group(id);
 }
@@ -119,10 +127,8 @@ status cluster_client::remove_group(const std::string& id) {
   status out{errc::not_found, "no answer"};
   self_->request(head_, timeout_, wire::pg_remove_atom::value, token_, id)
       .receive(
-          [&](wire::pg_remove_atom, bool ok, std::string& text) {
-            out = ok ? status::ok() : status{errc::not_found, std::move(text)};
-          },
-          [&](caf::error& err) { out = status{errc::not_found, "remove " + id + ": " + describe(sys_, err)}; });
+          [&](wire::pg_remove_atom, std::string&) { out = status::ok(); },
+          [&](caf::error& err) { out = to_status(sys_, err, "remove " + id + ": "); });
   return out;
 }
 
@@ -130,10 +136,8 @@ expected<std::string> cluster_client::get_group_json(const std::string& id) {
   expected<std::string> out = status{errc::not_found, "no answer"};
   self_->request(head_, timeout_, wire::pg_get_atom::value, token_, id)
       .receive(
-          [&](wire::pg_get_atom, bool ok, std::string& text) {
-            out = ok ? expected<std::string>{std::move(text)} : expected<std::string>{status{errc::not_found, text}};
-          },
-          [&](caf::error& err) { out = status{errc::not_found, "get " + id + ": " + describe(sys_, err)}; });
+          [&](wire::pg_get_atom, std::string& text) { out = std::move(text); },
+          [&](caf::error& err) { out = to_status(sys_, err, "get " + id + ": "); });
   return out;
 }
 
@@ -147,11 +151,11 @@ expected<std::string> cluster_client::status_json() {
   expected<std::string> out = status{errc::not_found, "no answer"};
   self_->request(head_, timeout_, wire::status_atom::value, token_, version())
       .receive(
-          [&](wire::status_atom, bool ok, std::string& text) {
-            out = ok ? expected<std::string>{std::move(text)}
-                     : expected<std::string>{status{errc::invalid_argument, "the head refused: " + text}};
-          },
-          [&](caf::error& err) { out = status{errc::not_found, "the head did not answer: " + describe(sys_, err)}; });
+          [&](wire::status_atom, std::string& text) { out = std::move(text); },
+          [&](caf::error& err) {
+            out = wire::is_refusal(err) ? status{wire::refusal_code(err), "the head refused: " + wire::refusal_reason(err)}
+                                        : to_status(sys_, err, "the head did not answer: ");
+          });
   return out;
 }
 
@@ -159,10 +163,8 @@ expected<std::string> cluster_client::rebalance() {
   expected<std::string> out = status{errc::not_found, "no answer"};
   self_->request(head_, timeout_, wire::rebalance_atom::value, token_)
       .receive(
-          [&](wire::rebalance_atom, bool ok, std::string& text) {
-            out = ok ? expected<std::string>{std::move(text)} : expected<std::string>{status{errc::invalid_argument, text}};
-          },
-          [&](caf::error& err) { out = status{errc::not_found, "the head did not answer: " + describe(sys_, err)}; });
+          [&](wire::rebalance_atom, std::string& text) { out = std::move(text); },
+          [&](caf::error& err) { out = to_status(sys_, err, "the head did not answer: "); });
   return out;
 }
 
@@ -170,10 +172,8 @@ expected<std::string> cluster_client::manage_users(const std::string& op, const 
   expected<std::string> out = status{errc::not_found, "no answer"};
   self_->request(head_, timeout_, wire::user_atom::value, token_, op, json)
       .receive(
-          [&](wire::user_atom, bool ok, std::string& text) {
-            out = ok ? expected<std::string>{std::move(text)} : expected<std::string>{status{errc::invalid_argument, text}};
-          },
-          [&](caf::error& err) { out = status{errc::not_found, "the head did not answer: " + describe(sys_, err)}; });
+          [&](wire::user_atom, std::string& text) { out = std::move(text); },
+          [&](caf::error& err) { out = to_status(sys_, err, "the head did not answer: "); });
   return out;
 }
 
@@ -181,10 +181,8 @@ expected<std::string> cluster_client::drain(const std::string& node, bool on) {
   expected<std::string> out = status{errc::not_found, "no answer"};
   self_->request(head_, timeout_, wire::drain_atom::value, token_, node, on)
       .receive(
-          [&](wire::drain_atom, bool ok, std::string& text) {
-            out = ok ? expected<std::string>{std::move(text)} : expected<std::string>{status{errc::invalid_argument, text}};
-          },
-          [&](caf::error& err) { out = status{errc::not_found, "the head did not answer: " + describe(sys_, err)}; });
+          [&](wire::drain_atom, std::string& text) { out = std::move(text); },
+          [&](caf::error& err) { out = to_status(sys_, err, "the head did not answer: "); });
   return out;
 }
 
@@ -242,34 +240,34 @@ std::optional<std::string> read_any(std::vector<std::pair<std::string, uint64_t>
 
 caf::behavior program_server(caf::stateful_actor<program_server_state>* self) {
   return {
-      [self](wire::program_add_atom, const std::string& path) {
+      [self](wire::program_add_atom, const std::string& path) -> caf::result<wire::program_add_atom, std::string, uint64_t> {
         auto sha = sha256_file(path);
-        if (!sha) return caf::make_message(wire::program_add_atom::value, false, sha.error().message(), uint64_t{0});
+        if (!sha) return wire::refusal(errc::not_found, sha.error().message());
         std::ifstream in(path, std::ios::binary | std::ios::ate);
         auto size = static_cast<uint64_t>(in.tellg());
         self->state.add(*sha, path, size);
-        return caf::make_message(wire::program_add_atom::value, true, *sha, size);
+        return {wire::program_add_atom::value, *sha, size};
       },
       // Files whose hashes the caller took (a working directory it scanned): served as
       // they are; a node checks each file's hash as it arrives.
       [self](wire::program_add_atom, const std::vector<std::string>& paths, const std::vector<std::string>& shas,
-             const std::vector<uint64_t>& sizes) {
+             const std::vector<uint64_t>& sizes) -> caf::result<wire::program_add_atom> {
         if (paths.size() != shas.size() || paths.size() != sizes.size())
-          return caf::make_message(wire::program_add_atom::value, false, std::string{"paths, hashes and sizes differ in number"});
+          return wire::refusal(errc::invalid_argument, "paths, hashes and sizes differ in number");
         for (size_t i = 0; i < paths.size(); ++i) self->state.add(shas[i], paths[i], sizes[i]);
-        return caf::make_message(wire::program_add_atom::value, true, std::string{});
+        return wire::program_add_atom::value;
       },
       [self](wire::program_get_atom, const std::string& sha, uint64_t offset, uint32_t length) -> caf::result<caf::message> {
         auto it = self->state.files.find(sha);
         if (it == self->state.files.end() || it->second.empty())
-          return caf::make_error(caf::sec::invalid_argument, "no such program here");
+          return wire::refusal(errc::not_found, "no such program here");
         uint64_t size = it->second.back().second;
         if (offset > size || length > size - offset || length > (64u << 20))
-          return caf::make_error(caf::sec::invalid_argument, "range outside the program");
+          return wire::refusal(errc::invalid_argument, "range outside the program");
         auto bytes = read_any(it->second, offset, length);
         if (!bytes) {
           self->state.files.erase(it);
-          return caf::make_error(caf::sec::invalid_argument, "the program changed on disk");
+          return wire::refusal(errc::not_found, "the program changed on disk");
         }
         return caf::make_message(wire::program_get_atom::value, std::move(*bytes));
       },
@@ -285,11 +283,10 @@ expected<program_ref> cluster_client::serve_program(const std::string& path) {
   expected<program_ref> out = status{errc::not_found, "no answer"};
   self_->request(programs_, timeout_, wire::program_add_atom::value, path)
       .receive(
-          [&](wire::program_add_atom, bool ok, std::string& sha, uint64_t size) {
-            if (!ok) out = status{errc::not_found, std::move(sha)};
-            else out = program_ref{std::filesystem::path(path).filename().string(), std::move(sha), size};
+          [&](wire::program_add_atom, std::string& sha, uint64_t size) {
+            out = program_ref{std::filesystem::path(path).filename().string(), std::move(sha), size};
           },
-          [&](caf::error& err) { out = status{errc::not_found, describe(sys_, err)}; });
+          [&](caf::error& err) { out = to_status(sys_, err, ""); });
   return out;
 }
 
@@ -298,8 +295,7 @@ status cluster_client::serve_files(const std::vector<std::string>& paths, const 
   if (!programs_) programs_ = spawn_program_server(sys_);
   status out{errc::not_found, "no answer"};
   self_->request(programs_, timeout_, wire::program_add_atom::value, paths, sha256, sizes)
-      .receive([&](wire::program_add_atom, bool ok, std::string& why) { out = ok ? status::ok() : status{errc::invalid_argument, why}; },
-               [&](caf::error& err) { out = status{errc::not_found, describe(sys_, err)}; });
+      .receive([&](wire::program_add_atom) { out = status::ok(); }, [&](caf::error& err) { out = to_status(sys_, err, ""); });
   return out;
 }
 
@@ -311,12 +307,14 @@ expected<std::string> cluster_client::start_trial(const trial_request& req) {
   // Fetching a large program and starting the worker take longer than a plain request.
   self_->request(head_, timeout_ * 6, wire::trial_start_atom::value, token_, spec, programs_)
       .receive(
-          [&](wire::trial_start_atom, bool ok, std::string& why, wire::wire_trial_started& started, caf::actor& trial) {
-            if (ok && trial) self_->send(trial, wire::route_atom::value, uint64_t{0});  // its events come after this
-            out = ok ? expected<std::string>{json_text(wire::to_json(started))}
-                     : expected<std::string>{status{errc::invalid_argument, std::move(why)}};
+          [&](wire::trial_start_atom, wire::wire_trial_started& started, caf::actor& trial) {
+            if (trial) self_->send(trial, wire::route_atom::value, uint64_t{0});  // its events come after this
+            out = json_text(wire::to_json(started));
           },
-          [&](caf::error& err) { out = status{errc::not_found, "start trial " + req.trial_id + ": " + describe(sys_, err)}; });
+          [&](caf::error& err) {
+            out = wire::is_refusal(err) ? status{errc::invalid_argument, wire::refusal_reason(err)}
+                                        : to_status(sys_, err, "start trial " + req.trial_id + ": ");
+          });
   return out;
 }
 
@@ -330,38 +328,19 @@ std::optional<trial_event> cluster_client::next_trial_event(ms timeout) {
     if (++n % wire::ack_every == 0) self_->send(from, wire::trial_ack_atom::value, n);
     if (received_.size() > 4096) received_.erase(received_.begin());  // old trials' counts
   };
+  // One event from the trial that sent it, in the words of cluster_client's events.
+  auto take = [&](std::string& id, const char* kind, const nlohmann::json& body) {
+    counted();
+    unpacked_.push_back({std::move(id), kind, json_text(body), caf::actor_cast<caf::actor>(self_->current_sender())});
+  };
   if (unpacked_.empty()) {
     self_->receive(
-        [&](wire::trial_started_atom, std::string& id, wire::wire_trial_started& started) {
-          counted();
-          unpacked_.push_back({std::move(id), "started", json_text(wire::to_json(started)),
-                               caf::actor_cast<caf::actor>(self_->current_sender())});
-        },
-        [&](wire::trial_checkpoint_atom, std::string& id, wire::wire_checkpoint& c) {
-          counted();
-          unpacked_.push_back({std::move(id), "checkpoint", json_text(wire::to_json(c)),
-                               caf::actor_cast<caf::actor>(self_->current_sender())});
-        },
-        [&](wire::trial_done_atom, std::string& id, std::string& message) {
-          counted();
-          unpacked_.push_back({std::move(id), "done", json_text(nlohmann::json{{"message", message}}),
-                               caf::actor_cast<caf::actor>(self_->current_sender())});
-        },
-        [&](wire::trial_beside_atom, std::string& id, wire::wire_beside& beside) {
-          counted();
-          unpacked_.push_back({std::move(id), "foreign", json_text(wire::to_json(beside)),
-                               caf::actor_cast<caf::actor>(self_->current_sender())});
-        },
-        [&](wire::trial_result_atom, std::string& id, wire::wire_result& r) {
-          counted();
-          unpacked_.push_back({std::move(id), "result", json_text(wire::to_json(r)),
-                               caf::actor_cast<caf::actor>(self_->current_sender())});
-        },
-        [&](wire::trial_ended_atom, std::string& id, wire::wire_trial_end& e) {
-          counted();
-          unpacked_.push_back({std::move(id), "ended", json_text(wire::to_json(e)),
-                               caf::actor_cast<caf::actor>(self_->current_sender())});
-        },
+        [&](wire::trial_started_atom, std::string& id, wire::wire_trial_started& s) { take(id, "started", wire::to_json(s)); },
+        [&](wire::trial_checkpoint_atom, std::string& id, wire::wire_checkpoint& c) { take(id, "checkpoint", wire::to_json(c)); },
+        [&](wire::trial_done_atom, std::string& id, std::string& message) { take(id, "done", {{"message", message}}); },
+        [&](wire::trial_beside_atom, std::string& id, wire::wire_beside& b) { take(id, "foreign", wire::to_json(b)); },
+        [&](wire::trial_result_atom, std::string& id, wire::wire_result& r) { take(id, "result", wire::to_json(r)); },
+        [&](wire::trial_ended_atom, std::string& id, wire::wire_trial_end& e) { take(id, "ended", wire::to_json(e)); },
         [&](wire::trial_node_atom, std::string&, caf::actor&, std::string&) { counted(); },  // checkpoints are the controller's
         // Results as columns: one "result" event each, as the trial's JSON path writes it.
         [&](wire::trial_results_atom, std::string& id, wire::wire_results& r) {

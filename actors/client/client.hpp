@@ -99,8 +99,9 @@ struct trial_event {
 };
 
 // Serves registered files to nodes, in chunks, by SHA-256: (program_add_atom, path)
-// -> (program_add_atom, bool, sha256-or-error, size); nodes ask (program_get_atom,
-// sha256, offset, length) -> (program_get_atom, bytes).
+// -> (program_add_atom, sha256, size); (program_add_atom, paths, hashes, sizes) ->
+// (program_add_atom); nodes ask (program_get_atom, sha256, offset, length) ->
+// (program_get_atom, bytes). Each may be refused (wire.hpp).
 caf::actor spawn_program_server(caf::actor_system& sys);
 
 class cluster_client {
@@ -185,5 +186,8 @@ class cluster_client {
 
 // A CAF error in words.
 std::string describe(caf::actor_system& sys, const caf::error& err);
+// An error answer as a status: a refusal (wire.hpp) as the head or node sent it; CAF's
+// own (no answer, no connection) as not_found, saying what was being done.
+status to_status(caf::actor_system& sys, const caf::error& err, const std::string& doing);
 
 }  // namespace tune

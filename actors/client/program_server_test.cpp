@@ -33,7 +33,7 @@ struct ProgramServerTest : ::testing::Test {
     caf::scoped_actor self{sys};
     std::string sha;
     self->request(server, caf::infinite, wire::program_add_atom::value, path)
-        .receive([&](wire::program_add_atom, bool ok, std::string& s, uint64_t) { sha = ok ? s : ""; },
+        .receive([&](wire::program_add_atom, std::string& s, uint64_t) { sha = s; },
                  [&](caf::error&) {});
     return sha;
   }

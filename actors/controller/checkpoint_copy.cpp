@@ -26,7 +26,7 @@ struct copier_state {
   copier_setup setup;
   static inline const char* name = "tune.checkpoint_copier";
 };
-using copier_actor = caf::stateful_actor<copier_state>*;
+using copier_actor = copier_iface::stateful_pointer<copier_state>;
 
 // One copy on its way.
 struct copy_job {
@@ -35,7 +35,7 @@ struct copy_job {
   int64_t iteration = 0;
   caf::actor server;
   caf::response_promise answer;
-  nlohmann::json files;
+  std::vector<wire::wire_file> files;
   size_t index = 0;
   uint64_t offset = 0;
   std::ofstream out;
@@ -50,7 +50,7 @@ void failed(const job_ptr& job, const std::string& why) {
   std::error_code ec;
   if (job->out.is_open()) job->out.close();
   fs::remove_all(job->part, ec);
-  job->answer.deliver(ckpt_copy_atom::value, false, why, uint64_t{0});
+  job->answer.deliver(wire::refusal(errc::invalid_argument, why));
 }
 
 // Complete: its manifest written, the folder moved into place.
@@ -70,7 +70,7 @@ void complete(const job_ptr& job) {
   nlohmann::json stat = nlohmann::json::object();
   for (auto& f : job->manifest) stat[f["name"].get<std::string>()] = file_identity(job->dest + "/" + f["name"].get<std::string>());
   m["stat"] = std::move(stat);
-  job->answer.deliver(ckpt_copy_atom::value, true, json_text(m), job->bytes);
+  job->answer.deliver(ckpt_copy_atom::value, json_text(m), job->bytes);
 }
 
 // The next chunk of the current file (or the next file).
@@ -78,11 +78,9 @@ void step(copier_actor self, const job_ptr& job) {
   auto& setup = self->state.setup;
   if (job->index == job->files.size()) return complete(job);
   auto& f = job->files[job->index];
-  if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("size") || !f["size"].is_number_unsigned())
-    return failed(job, "a malformed file entry");
-  fs::path name = f["name"].get<std::string>();
+  fs::path name = f.name;
   if (!stays_inside(name)) return failed(job, "a file outside the checkpoint: " + name.string());
-  uint64_t size = f["size"];
+  uint64_t size = f.size;
   if (!job->out.is_open()) {
     std::error_code ec;
     auto to = fs::path(job->part) / name;
@@ -103,8 +101,7 @@ void step(copier_actor self, const job_ptr& job) {
   self->request(job->server, setup.request_timeout, wire::ckpt_read_atom::value, job->token, job->trial, job->path,
                 name.string(), job->offset, length)
       .then(
-          [self, job, length](wire::ckpt_read_atom, bool ok, const std::string& bytes) {
-            if (!ok) return failed(job, bytes);
+          [self, job, length](wire::ckpt_read_atom, const std::string& bytes) {
             if (bytes.size() != length) return failed(job, "the file changed on its node while it was copied");
             job->out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
             if (!job->out) return failed(job, "cannot write a checkpoint file");
@@ -112,7 +109,9 @@ void step(copier_actor self, const job_ptr& job) {
             job->offset += length;
             step(self, job);
           },
-          [self, job](caf::error& err) { failed(job, "read: " + describe(self->system(), err)); });
+          [self, job](caf::error& err) {
+            failed(job, wire::is_refusal(err) ? wire::refusal_reason(err) : "read: " + describe(self->system(), err));
+          });
 }
 
 void copy(copier_actor self, const job_ptr& job) {
@@ -123,13 +122,13 @@ void copy(copier_actor self, const job_ptr& job) {
   if (ec) return failed(job, "cannot create " + job->part + ": " + ec.message());
   self->request(job->server, setup.request_timeout, wire::ckpt_list_atom::value, job->token, job->trial, job->path)
       .then(
-          [self, job](wire::ckpt_list_atom, bool ok, const std::string& text) {
-            if (!ok) return failed(job, text);
-            job->files = nlohmann::json::parse(text, nullptr, false);
-            if (!job->files.is_array()) return failed(job, "a malformed file list");
+          [self, job](wire::ckpt_list_atom, std::vector<wire::wire_file>& files) {
+            job->files = std::move(files);
             step(self, job);
           },
-          [self, job](caf::error& err) { failed(job, "list: " + describe(self->system(), err)); });
+          [self, job](caf::error& err) {
+            failed(job, wire::is_refusal(err) ? wire::refusal_reason(err) : "list: " + describe(self->system(), err));
+          });
 }
 
 // A copy's files, one after the other, through the program server.
@@ -142,10 +141,10 @@ struct check_job {
 };
 
 void check_next(copier_actor self, const std::shared_ptr<check_job>& job) {
-  if (job->index == job->files.size()) return job->answer.deliver(ckpt_check_atom::value, true, std::string{});
+  if (job->index == job->files.size()) return job->answer.deliver(ckpt_check_atom::value);
   auto& f = job->files[job->index];
   if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("sha256"))
-    return job->answer.deliver(ckpt_check_atom::value, false, std::string{"a malformed manifest"});
+    return job->answer.deliver(wire::refusal(errc::invalid_argument, "a malformed manifest"));
   auto name = f["name"].get<std::string>();
   std::string path = job->dir + "/" + name;
   bool as_written = f["sha256"].is_string() && f.contains("size") && f["size"].is_number_unsigned() &&
@@ -157,37 +156,39 @@ void check_next(copier_actor self, const std::shared_ptr<check_job>& job) {
     self->request(self->state.setup.programs, self->state.setup.request_timeout, wire::program_add_atom::value, paths,
                   shas, sizes)
         .then(
-            [self, job](wire::program_add_atom, bool ok, const std::string& why) {
-              if (!ok) return job->answer.deliver(ckpt_check_atom::value, false, why);
+            [self, job](wire::program_add_atom) {
               ++job->index;
               check_next(self, job);
             },
             [job](caf::error& err) {
-              job->answer.deliver(ckpt_check_atom::value, false, "the program server: " + to_string(err));
+              job->answer.deliver(wire::refusal(
+                  errc::invalid_argument,
+                  wire::is_refusal(err) ? wire::refusal_reason(err) : "the program server: " + to_string(err)));
             });
     return;
   }
   self->request(self->state.setup.programs, self->state.setup.request_timeout, wire::program_add_atom::value, path)
       .then(
-          [self, job](wire::program_add_atom, bool ok, std::string& sha, uint64_t) {
+          [self, job](wire::program_add_atom, std::string& sha, uint64_t) {
             auto& f = job->files[job->index];
-            if (!ok) return job->answer.deliver(ckpt_check_atom::value, false, sha);
             if (sha != f["sha256"])
-              return job->answer.deliver(ckpt_check_atom::value, false,
-                                         f["name"].get<std::string>() + " changed on disk (SHA-256 " + sha + ")");
+              return job->answer.deliver(wire::refusal(
+                  errc::invalid_argument, f["name"].get<std::string>() + " changed on disk (SHA-256 " + sha + ")"));
             ++job->index;
             check_next(self, job);
           },
           [job](caf::error& err) {
-            job->answer.deliver(ckpt_check_atom::value, false, "the program server: " + to_string(err));
+            job->answer.deliver(wire::refusal(
+                errc::invalid_argument,
+                wire::is_refusal(err) ? wire::refusal_reason(err) : "the program server: " + to_string(err)));
           });
 }
 
-caf::behavior copier(copier_actor self, copier_setup setup) {
+copier_iface::behavior_type copier(copier_actor self, copier_setup setup) {
   self->state.setup = std::move(setup);
   return {
       [self](ckpt_copy_atom, const std::string& trial, int64_t iteration, const std::string& path, const caf::actor& server,
-             const std::string& dest, const std::string& access) {
+             const std::string& dest, const std::string& access) -> caf::result<ckpt_copy_atom, std::string, uint64_t> {
         auto job = std::make_shared<copy_job>();
         job->trial = trial;
         job->token = access.empty() ? self->state.setup.token : access;
@@ -198,19 +199,20 @@ caf::behavior copier(copier_actor self, copier_setup setup) {
         job->part = dest + ".part";
         job->answer = self->make_response_promise();
         copy(self, job);
+        return job->answer;
       },
-      [self](ckpt_check_atom, const std::string& dir, const std::string& manifest, const std::string& stat) {
+      [self](ckpt_check_atom, const std::string& dir, const std::string& manifest,
+             const std::string& stat) -> caf::result<ckpt_check_atom> {
+        auto m = nlohmann::json::parse(manifest, nullptr, false);
+        if (!m.is_object() || !m.contains("files") || !m["files"].is_array())
+          return wire::refusal(errc::invalid_argument, "a malformed manifest");
         auto job = std::make_shared<check_job>();
         job->dir = dir;
         job->stat = nlohmann::json::parse(stat, nullptr, false);
         job->answer = self->make_response_promise();
-        auto m = nlohmann::json::parse(manifest, nullptr, false);
-        if (!m.is_object() || !m.contains("files") || !m["files"].is_array()) {
-          job->answer.deliver(ckpt_check_atom::value, false, std::string{"a malformed manifest"});
-          return;
-        }
         job->files = m["files"];
         check_next(self, job);
+        return job->answer;
       },
   };
 }
@@ -231,7 +233,7 @@ nlohmann::json file_identity(const std::string& path) {
                                 static_cast<int64_t>(s.st_ctim.tv_sec) * 1000000000 + s.st_ctim.tv_nsec});
 }
 
-caf::actor spawn_checkpoint_copier(caf::actor_system& sys, copier_setup setup) {
+copier_iface spawn_checkpoint_copier(caf::actor_system& sys, copier_setup setup) {
   return sys.spawn(copier, std::move(setup));
 }
 

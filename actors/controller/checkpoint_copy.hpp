@@ -3,7 +3,7 @@
 // starts from it. The controller asks; it answers copied or failed.
 //
 //   (ckpt_copy_atom, trial, iteration, path, node actor, dest, access)
-//        -> (ckpt_copy_atom, true, manifest JSON, bytes) | (ckpt_copy_atom, false, error, 0)
+//        -> (ckpt_copy_atom, manifest JSON, bytes), or a refusal saying why (wire.hpp)
 //      The checkpoint's files are listed (ckpt_list_atom, with the trial's `access`
 //      secret, or the setup's token when it is empty) and read in chunks of at most
 //      wire::max_chunk (ckpt_read_atom, never one giant message), each hashed as it
@@ -13,7 +13,7 @@
 //      The answer's JSON also holds "stat": {name: [device, inode, size, change time
 //      in ns]} of each file as written (not in MANIFEST.json), for a later check.
 //   (ckpt_check_atom, dir, manifest JSON, stat JSON)
-//        -> (ckpt_check_atom, true, "") | (ckpt_check_atom, false, why)
+//        -> (ckpt_check_atom), or a refusal saying why
 //      Every file of the copy taken by the program server (which serves it to the node
 //      that restores from it) and its SHA-256 compared with the manifest's. A file whose
 //      device, inode, size and change time are still those `stat` recorded when this process
@@ -31,6 +31,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "wire.hpp"
+
 namespace tune {
 
 struct copier_setup {
@@ -39,7 +41,7 @@ struct copier_setup {
   std::chrono::milliseconds request_timeout{10000};
 };
 
-caf::actor spawn_checkpoint_copier(caf::actor_system& sys, copier_setup setup);
+copier_iface spawn_checkpoint_copier(caf::actor_system& sys, copier_setup setup);
 
 // What identifies a file as written: [device, inode, size, change time in ns], or null
 // when it cannot be read or was changed within the current tick of the kernel's coarse

@@ -23,7 +23,7 @@ struct CheckpointCheckTest : ::testing::Test {
   wire::config cfg{false};
   caf::actor_system sys{cfg};
   caf::actor programs = spawn_program_server(sys);
-  caf::actor copier = spawn_checkpoint_copier(sys, {"token", programs});
+  copier_iface copier = spawn_checkpoint_copier(sys, {"token", programs});
   fs::path dir = fs::temp_directory_path() / ("checkpoint_copy_test." + std::to_string(::getpid()));
   std::string sha;
   nlohmann::json manifest, stat;
@@ -46,8 +46,11 @@ struct CheckpointCheckTest : ::testing::Test {
     caf::scoped_actor self{sys};
     std::string out = "no answer";
     self->request(copier, std::chrono::seconds(10), ckpt_check_atom::value, dir.string(), manifest.dump(), with_stat.dump())
-        .receive([&](ckpt_check_atom, bool ok, const std::string& why) { out = ok ? "" : why.empty() ? "refused" : why; },
-                 [&](caf::error& e) { out = sys.render(e); });
+        .receive([&](ckpt_check_atom) { out = ""; },
+                 [&](caf::error& e) {
+                   auto why = wire::refusal_reason(e);
+                   out = !wire::is_refusal(e) ? sys.render(e) : why.empty() ? "refused" : why;
+                 });
     return out;
   }
   std::string served(uint32_t n) {

@@ -16,6 +16,7 @@
 #include "tune/core/trace.hpp"
 #include "tune/cluster/token.hpp"
 #include "controller_state.hpp"
+#include "typed.hpp"
 
 namespace tune {
 
@@ -40,6 +41,14 @@ bool commit(controller_actor self) {
   return true;
 }
 
+// A group given back to the head (its answer, or a refusal, changes nothing: a group
+// already gone is what was asked).
+void give_back(controller_actor self, const std::string& group) {
+  auto& st = self->state;
+  self->request(st.setup.head, st.setup.request_timeout, wire::pg_remove_atom::value, st.setup.token, group)
+      .then([](wire::pg_remove_atom, const std::string&) {}, [](caf::error&) {});
+}
+
 void stop_actor(controller_actor self, actor_handle h) {
   if (auto a = actor_of(self, h)) self->send(a, wire::trial_stop_atom::value, int64_t{self->state.setup.options.stop_grace.count()});
 }
@@ -55,8 +64,6 @@ void unwatch(controller_actor self, actor_handle h) {
 // One command of the table's.
 void carry_out(controller_actor self, live_command& cmd) {
   auto& st = self->state;
-  auto& head = st.setup.head;
-  auto& token = st.setup.token;
   std::visit(
       [&](auto& c) {
         using T = std::decay_t<decltype(c)>;
@@ -69,7 +76,7 @@ void carry_out(controller_actor self, live_command& cmd) {
         else if constexpr (std::is_same_v<T, live::route>) self->send(actor_of(self, c.actor), wire::route_atom::value, c.received);
         else if constexpr (std::is_same_v<T, live::greet>) greet(self, c.trial, c.group, c.received);
         else if constexpr (std::is_same_v<T, live::retake_group>) retake_group(self, c);
-        else if constexpr (std::is_same_v<T, live::remove_group>) self->send(head, wire::pg_remove_atom::value, token, c.group);
+        else if constexpr (std::is_same_v<T, live::remove_group>) give_back(self, c.group);
         else if constexpr (std::is_same_v<T, live::watch>) watch(self, c.actor);
         else if constexpr (std::is_same_v<T, live::unwatch>) unwatch(self, c.actor);
         else if constexpr (std::is_same_v<T, live::start_failed>) start_failed(self, c.trial, c.why);
@@ -118,7 +125,7 @@ void head_lost(controller_actor self, const std::string& why) {
 // then come here, from the first one this did not get).
 void head_back(controller_actor self, caf::actor head) {
   auto& st = self->state;
-  st.setup.head = std::move(head);
+  st.setup.head = caf::actor_cast<head_iface>(head);
   self->monitor(st.setup.head);
   st.head_down = false;
   if (st.feed) st.feed->resend_all();  // the new head's board knows nothing yet
@@ -176,7 +183,7 @@ void lost(controller_actor self, const std::string& id, actor_handle h, const st
 }
 
 // The trial actors' messages, each heard (or not) first.
-caf::message_handler trial_handlers(controller_actor self) {
+controller_trials_iface::behavior_type trial_handlers(controller_actor self) {
   return {
       // Its start is known from the start's answer, its end from trial_ended_atom.
       [self](wire::trial_started_atom, const std::string& wire_id, const wire::wire_trial_started&) {
@@ -216,15 +223,13 @@ caf::message_handler trial_handlers(controller_actor self) {
 }
 
 // The head's messages, and the controller's own.
-caf::message_handler head_handlers(controller_actor self) {
+controller_head_iface::behavior_type head_handlers(controller_actor self) {
   return {
-      [](wire::pg_remove_atom, bool, const std::string&) {},  // groups given back
-      [](wire::stage_atom, bool, const std::string&) {},  // standby copies dropped
       // A group of a trial whose node died, placed again by the head: the trial is
       // ended as lost (and started again in a new group with max_failures).
       [](wire::pg_moved_atom, const std::string&, const std::vector<uint32_t>&) {},
-      [](wire::subscribe_atom, bool, const std::string&) {},
-      [](wire::rebalance_atom, bool, const std::string&) {},  // the head's plan: its moves come as pg_move
+      [](wire::subscribe_atom, const std::string&) {},
+      [](wire::rebalance_atom, const std::string&) {},  // the head's plan: its moves come as pg_move
       // The head asks to move the trial in `group` off `avoid` (rebalance, drain).
       [self](wire::pg_move_atom, const std::string& group, const std::vector<std::string>& avoid, const std::string& why) {
         auto& st = self->state;
@@ -250,7 +255,7 @@ caf::message_handler head_handlers(controller_actor self) {
   };
 }
 
-caf::behavior controller(controller_actor self, controller_setup setup) {
+controller_iface::behavior_type controller(controller_actor self, controller_setup setup) {
   auto& st = self->state;
   st.setup = std::move(setup);
   st.cpu0 = thread_cpu_now();
@@ -266,6 +271,11 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
   // A trial whose actor is gone without an end (its node died): it ended in error. Its
   // last messages may still be on their way (they can come by another route than the
   // down message), so it is declared lost only if nothing ended it a while later.
+  // A refusal of what it asks without waiting (subscribe; rebalance, which only the
+  // admin may): nothing to do. Any other error message ends it, as CAF's default does.
+  self->set_error_handler([self](caf::error& err) {
+    if (!wire::is_refusal(err)) self->quit(std::move(err));
+  });
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
     if (st.setup.head_port != 0 && dm.source == st.setup.head.address())
@@ -297,7 +307,7 @@ caf::behavior controller(controller_actor self, controller_setup setup) {
   self->send(st.setup.head, wire::subscribe_atom::value, st.setup.token);  // node deaths
   if (st.setup.head_port != 0) self->monitor(st.setup.head);
   if (!st.setup.initial_actions.empty()) act(self, std::exchange(st.setup.initial_actions, {}));
-  return caf::behavior{trial_handlers(self).or_else(head_handlers(self))};
+  return typed_union<controller_iface>(trial_handlers(self), head_handlers(self));
 }
 
 }  // namespace
@@ -306,9 +316,9 @@ live_clock::time_point now(controller_actor self) { return self->clock().now(); 
 
 double elapsed(controller_actor self) { return std::chrono::duration<double>(now(self) - self->state.t0).count(); }
 
-caf::actor actor_of(controller_actor self, actor_handle h) {
+trial_from_owner_iface actor_of(controller_actor self, actor_handle h) {
   auto it = self->state.actors.find(h);
-  return it == self->state.actors.end() ? caf::actor{} : caf::actor_cast<caf::actor>(it->second);
+  return it == self->state.actors.end() ? trial_from_owner_iface{} : caf::actor_cast<trial_from_owner_iface>(it->second);
 }
 
 actor_handle handle_of(controller_actor self, const caf::actor& a) {
@@ -390,8 +400,8 @@ void advance(controller_actor self) {
 }
 
 caf::actor spawn_controller(caf::actor_system& sys, controller_setup setup) {
-  if (!setup.own_thread) return sys.spawn(controller, std::move(setup));
-  return sys.spawn<caf::detached>(controller, std::move(setup));
+  if (!setup.own_thread) return caf::actor_cast<caf::actor>(sys.spawn(controller, std::move(setup)));
+  return caf::actor_cast<caf::actor>(sys.spawn<caf::detached>(controller, std::move(setup)));
 }
 
 expected<experiment_summary> run_experiment(cluster_client& client, experiment_engine& engine,
@@ -410,7 +420,7 @@ expected<experiment_summary> run_experiment(cluster_client& client, experiment_e
   auto done = std::make_shared<answer>();
   auto result = done->promise.get_future();
   controller_setup setup;
-  setup.head = client.head();
+  setup.head = caf::actor_cast<head_iface>(client.head());
   setup.token = client.token();
   setup.programs = client.program_server();
   setup.request_timeout = client.request_timeout();

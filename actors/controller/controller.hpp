@@ -84,7 +84,7 @@ struct experiment_summary {
 };
 
 struct controller_setup {
-  caf::actor head;
+  head_iface head;
   std::string token;
   caf::actor programs;                         // serves opt.program to nodes
   std::chrono::milliseconds request_timeout{10000};

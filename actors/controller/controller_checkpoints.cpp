@@ -18,11 +18,12 @@ void copy_checkpoint(controller_actor self, const std::string& id);
 // The manifest that drops a standby copy (no files).
 const std::string drop_manifest = R"({"iteration":0,"files":[]})";
 
-// Asks `node` to drop the trial's standby copy (no answer awaited).
+// Asks `node` to drop the trial's standby copy (its answer, or a refusal, changes nothing).
 void send_drop(controller_actor self, const std::string& id, const std::string& node) {
   auto& st = self->state;
-  self->send(st.setup.head, wire::stage_atom::value, st.setup.token, std::string{}, node, st.on_wire(id), drop_manifest,
-             std::string{}, uint64_t{0}, st.setup.programs);
+  self->request(st.setup.head, st.setup.request_timeout, wire::stage_atom::value, st.setup.token, std::string{}, node,
+                st.on_wire(id), drop_manifest, std::string{}, uint64_t{0}, st.setup.programs)
+      .then([](wire::stage_atom, const std::string&) {}, [](caf::error&) {});
 }
 
 // A standby copy is in (or not): recorded, and the next staged should a newer copy
@@ -96,9 +97,11 @@ void copy_checkpoint(controller_actor self, const std::string& id) {
   auto dest = st.setup.store->checkpoint_dir(id) + "/" + std::to_string(it);
   self->request(st.copier, caf::infinite, ckpt_copy_atom::value, st.on_wire(id), it, c->second.path, c->second.server, dest,
                 c->second.access)
-      .then([self, id, it, dest](ckpt_copy_atom, bool ok, const std::string& text,
-                                 uint64_t bytes) { copied(self, id, it, dest, ok, text, bytes); },
-            [self, id, it, dest](caf::error& err) { copied(self, id, it, dest, false, to_string(err), 0); });
+      .then([self, id, it, dest](ckpt_copy_atom, const std::string& text,
+                                 uint64_t bytes) { copied(self, id, it, dest, true, text, bytes); },
+            [self, id, it, dest](caf::error& err) {
+              copied(self, id, it, dest, false, wire::is_refusal(err) ? wire::refusal_reason(err) : to_string(err), 0);
+            });
 }
 
 }  // namespace
@@ -129,12 +132,12 @@ void stage_checkpoint(controller_actor self, const std::string& id) {
   // Its files as this process wrote and hashed them (the node checks each as it comes).
   self->request(st.setup.programs, st.setup.request_timeout, wire::program_add_atom::value, paths, shas, sizes)
       .then(
-          [self, id, it, manifest, program, group](wire::program_add_atom, bool ok, const std::string& why) {
+          [self, id, it, manifest, program, group](wire::program_add_atom) {
             auto& st = self->state;
-            if (!ok || st.over) return staged(self, id, it, false, why);
+            if (st.over) return staged(self, id, it, false, "the experiment is over");
             self->request(st.setup.head, std::chrono::minutes(2), wire::stage_atom::value, st.setup.token, group,
                           std::string{}, st.on_wire(id), manifest, program.sha256, program.size, st.setup.programs)
-                .then([self, id, it](wire::stage_atom, bool ok, const std::string& text) { staged(self, id, it, ok, text); },
+                .then([self, id, it](wire::stage_atom, const std::string& node) { staged(self, id, it, true, node); },
                       [self, id, it](caf::error& err) { staged(self, id, it, false, describe(self->system(), err)); });
           },
           [self, id, it](caf::error& err) { staged(self, id, it, false, describe(self->system(), err)); });
@@ -168,17 +171,15 @@ void pick_copy(controller_actor self, std::string trial, int64_t iteration,
   auto stat = json_text(it->second.manifest.value("stat", nlohmann::json::object()));
   self->request(self->state.copier, caf::infinite, ckpt_check_atom::value, it->second.dir, text, stat)
       .then(
-          [self, trial, at, text, then](ckpt_check_atom, bool ok, const std::string& why) {
-            if (ok) return then(text, at);
+          [text, at, then](ckpt_check_atom) { then(text, at); },
+          [self, trial, at, then](caf::error& err) {
             auto& st = self->state;
             pin(self, trial, at, -1);
+            if (!wire::is_refusal(err)) return then("", -1);
+            auto why = wire::refusal_reason(err);
             (void)st.setup.store->add_event(trial, "checkpoint_corrupt", {{"iteration", at}, {"error", why}});
             st.records[trial].stored.erase(at);
             pick_copy(self, trial, at - 1, then);  // the one before it
-          },
-          [self, trial, at, then](caf::error&) {
-            pin(self, trial, at, -1);
-            then("", -1);
           });
 }
 

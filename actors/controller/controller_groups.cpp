@@ -52,14 +52,19 @@ void create_group(controller_actor self, const live::create_group& c) {
   if (step_tracing()) trace_step("create_sent", st.on_wire(c.trial));
   self->request(st.setup.head, st.setup.request_timeout, wire::pg_create_atom::value, st.setup.token, version(), spec)
       .then(
-          [self, c](wire::pg_create_atom, bool ok, std::string& group, std::string& state, std::string& reason) {
+          [self, c](wire::pg_create_atom, std::string& group, std::string& state, std::string& reason) {
             if (step_tracing()) trace_step("create_answered", self->state.on_wire(c.trial));
-            if (ok && state == "pending") on_waiting(self, c.trial, reason);
-            self->state.table.on_group_created(c.trial, c.attempt, {ok, group, state, reason});
+            if (state == "pending") on_waiting(self, c.trial, reason);
+            self->state.table.on_group_created(c.trial, c.attempt, {true, group, state, reason});
             drain(self);
           },
           [self, c](caf::error& err) {
-            request_failed(self, c.trial, c.attempt, "create placement group: " + describe(self->system(), err));
+            if (!wire::is_refusal(err))
+              return request_failed(self, c.trial, c.attempt, "create placement group: " + describe(self->system(), err));
+            if (step_tracing()) trace_step("create_answered", self->state.on_wire(c.trial));
+            std::string code = wire::refusal_code(err) == errc::already_exists ? "exists" : "";
+            self->state.table.on_group_created(c.trial, c.attempt, {false, "", code, wire::refusal_reason(err)});
+            drain(self);
           });
 }
 
@@ -74,7 +79,11 @@ void wait_group(controller_actor self, const live::wait_group& c) {
             drain(self);
           },
           [self, c](caf::error& err) {
-            request_failed(self, c.trial, c.attempt, "wait for " + c.group + ": " + describe(self->system(), err));
+            if (!wire::is_refusal(err))
+              return request_failed(self, c.trial, c.attempt, "wait for " + c.group + ": " + describe(self->system(), err));
+            auto state = wire::refusal_code(err) == errc::not_found ? "unknown" : "";
+            self->state.table.on_group_wait(c.trial, c.attempt, false, state, wire::refusal_reason(err));
+            drain(self);
           });
 }
 
@@ -87,6 +96,18 @@ void greet(controller_actor self, const std::string& trial, const std::string& g
   self->send(st.setup.head, wire::route_atom::value, st.setup.token, group, uint32_t{0}, st.on_wire(trial), received);
 }
 
+namespace {
+
+// Its group is back (or it was refused: the trial's actor may still be where it was):
+// its actor greeted through the head.
+void greet_again(controller_actor self, const std::string& trial) {
+  auto& st = self->state;
+  auto* t = st.table.find(trial);
+  if (t && !t->group.empty()) greet(self, trial, t->group, t->received);
+}
+
+}  // namespace
+
 // After a head restart: the running trial's group made again with its id (its node
 // still holds its bundles: adopted as they are), then its actor greeted.
 void retake_group(controller_actor self, const live::retake_group& c) {
@@ -95,15 +116,12 @@ void retake_group(controller_actor self, const live::retake_group& c) {
   spec.claim_wait_ms = claim_wait.count();  // until its node has joined the new head
   self->request(st.setup.head, st.setup.request_timeout, wire::pg_create_atom::value, st.setup.token, version(), spec)
       .then(
-          [self, c](wire::pg_create_atom, bool ok, std::string&, std::string& state, std::string& reason) {
-            auto& st = self->state;
-            if (!ok && state != "exists") (void)st.setup.store->add_event(c.trial, "group_not_taken_back", {{"error", reason}});
-            auto* t = st.table.find(c.trial);
-            if (t && !t->group.empty()) greet(self, c.trial, t->group, t->received);
-          },
+          [self, c](wire::pg_create_atom, std::string&, std::string&, std::string&) { greet_again(self, c.trial); },
           [self, c](caf::error& err) {
-            (void)self->state.setup.store->add_event(c.trial, "group_not_taken_back",
-                                                     {{"error", describe(self->system(), err)}});
+            if (wire::refusal_code(err) != errc::already_exists)
+              (void)self->state.setup.store->add_event(c.trial, "group_not_taken_back",
+                                                       {{"error", describe(self->system(), err)}});
+            if (wire::is_refusal(err)) greet_again(self, c.trial);
           });
 }
 

@@ -22,28 +22,34 @@ void record(controller_actor self, const std::string& trial, const auto_decision
 
 // The share is decided: as many trials at once as the alive nodes hold at it (the
 // head's status), at most the user's cap.
+// The cap from the head's status (`why`: why there is none), and on.
+void set_cap(controller_actor self, const std::vector<resource_set>& bundles, const nlohmann::json& status,
+             const std::string& why) {
+  auto& st = self->state;
+  if (st.over) return;
+  int fit = status.is_object() ? trials_that_fit(status, bundles) : 0;
+  if (fit < 1) {  // the head's status said nothing useful: the probes' cap, raised by what ran
+    (void)st.setup.store->add_event("", "auto_cap_unknown", {{"error", why.empty() ? "no node holds a trial" : why}});
+    fit = std::max(1, st.setup.engine->options().max_concurrent);
+  }
+  int user = st.setup.options.max_concurrent;
+  int cap = user > 0 ? std::min(user, fit) : fit;
+  st.setup.engine->set_max_concurrent(cap);
+  (void)st.setup.store->add_event("", "auto_concurrency", {{"max_concurrent", cap}, {"fit", fit}});
+  advance(self);
+}
+
 void raise_cap(controller_actor self) {
   auto& st = self->state;
   auto bundles = st.setup.options.bundles;
   bundles[0].set_gpu(st.packing->share());
   self->request(st.setup.head, st.setup.request_timeout, wire::status_atom::value, st.setup.token, version())
       .then(
-          [self, bundles](wire::status_atom, bool ok, const std::string& text) {
-            auto& st = self->state;
-            if (st.over) return;
-            auto j = ok ? nlohmann::json::parse(text, nullptr, false) : nlohmann::json();
-            int fit = j.is_object() ? trials_that_fit(j, bundles) : 0;
-            if (fit < 1) {  // the head's status said nothing useful: the probes' cap, raised by what ran
-              (void)st.setup.store->add_event("", "auto_cap_unknown", {{"error", ok ? "no node holds a trial" : text}});
-              fit = std::max(1, st.setup.engine->options().max_concurrent);
-            }
-            int user = st.setup.options.max_concurrent;
-            int cap = user > 0 ? std::min(user, fit) : fit;
-            st.setup.engine->set_max_concurrent(cap);
-            (void)st.setup.store->add_event("", "auto_concurrency", {{"max_concurrent", cap}, {"fit", fit}});
-            advance(self);
+          [self, bundles](wire::status_atom, const std::string& text) {
+            set_cap(self, bundles, nlohmann::json::parse(text, nullptr, false), "");
           },
-          [self](caf::error& err) {
+          [self, bundles](caf::error& err) {
+            if (wire::is_refusal(err)) return set_cap(self, bundles, nullptr, wire::refusal_reason(err));
             // Without the head's answer the experiment goes on at the probes' cap; the
             // next decision (an outgrown trial) asks again.
             (void)self->state.setup.store->add_event("", "auto_cap_unknown",

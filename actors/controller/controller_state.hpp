@@ -68,7 +68,7 @@ struct controller_state {
   std::map<actor_handle, caf::actor_addr> actors;
   std::map<caf::actor_addr, actor_handle> handles;
   actor_handle next_handle = 1;
-  caf::actor copier;  // the checkpoint copier (checkpoint_copy.hpp)
+  copier_iface copier;  // the checkpoint copier (checkpoint_copy.hpp)
   live_clock::time_point t0{};
   std::vector<encoded_result> pending;  // results not yet stored
   int64_t ingested = 0;
@@ -94,7 +94,7 @@ struct controller_state {
   static inline const char* name = "tune.controller";
 };
 
-using controller_actor = caf::stateful_actor<controller_state>*;
+using controller_actor = controller_iface::stateful_pointer<controller_state>;
 
 // controller.cpp
 live_clock::time_point now(controller_actor self);
@@ -104,7 +104,7 @@ bool flush(controller_actor self);
 void advance(controller_actor self);
 // Carries out what the live trials' table said, until it says nothing more.
 void drain(controller_actor self);
-caf::actor actor_of(controller_actor self, actor_handle h);
+trial_from_owner_iface actor_of(controller_actor self, actor_handle h);
 // The handle of a trial actor (a new one the first time it is seen).
 actor_handle handle_of(controller_actor self, const caf::actor& a);
 

@@ -56,13 +56,13 @@ caf::behavior puppet(caf::event_based_actor* self, caf::actor owner, std::string
 
 caf::behavior fake_head(caf::event_based_actor* self, log_ptr log) {
   return {
-      [=](wire::subscribe_atom, const std::string&) { return caf::make_message(wire::subscribe_atom::value, true, std::string{}); },
+      [=](wire::subscribe_atom, const std::string&) { return caf::make_message(wire::subscribe_atom::value, std::string{}); },
       [=](wire::pg_create_atom, const std::string&, const std::string&, const wire::wire_group_spec& spec) {
         log->created.push_back(spec);
         auto id = spec.id.empty() ? "g" + std::to_string(++log->groups) : spec.id;
         // As a head: a group not placed within the create's ready wait is answered pending.
         bool placed = !log->not_ready.count(id);
-        return caf::make_message(wire::pg_create_atom::value, true, id, std::string{placed ? "created" : "pending"},
+        return caf::make_message(wire::pg_create_atom::value, id, std::string{placed ? "created" : "pending"},
                                  std::string{});
       },
       [=](wire::pg_wait_atom, const std::string&, const std::string& group, int64_t) {
@@ -74,8 +74,11 @@ caf::behavior fake_head(caf::event_based_actor* self, log_ptr log) {
         auto owner = caf::actor_cast<caf::actor>(self->current_sender());
         auto p = self->spawn(puppet, owner, spec.trial_id, log);
         log->trials[spec.trial_id.substr(0, spec.trial_id.rfind('@'))].push_back(p);
-        nlohmann::json info{{"node", "n1"}, {"pid", 4711}};
-        return caf::make_message(wire::trial_start_atom::value, true, info.dump(), p);
+        wire::wire_trial_started info;
+        info.trial_id = spec.trial_id;
+        info.node = "n1";
+        info.pid = 4711;
+        return wire::start_answer(std::move(info), p);
       },
       [=](wire::pg_remove_atom, const std::string&, const std::string& group) { log->removed.push_back(group); },
       [=](wire::board_atom, const std::string&, const std::string&) {},
@@ -117,7 +120,7 @@ struct ControllerTest : ::testing::Test {
     engine = std::move(experiment_engine::make(*search, *scheduler, eo)).value();
     store = std::move(experiment_store::open(dir)).value();
     controller_setup s;
-    s.head = head;
+    s.head = caf::actor_cast<head_iface>(head);
     s.token = token;
     s.programs = head;  // not asked: no trial restores from a copy here
     s.engine = engine.get();

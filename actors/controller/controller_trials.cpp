@@ -147,6 +147,23 @@ void started(controller_actor self, const std::string& id, const wire::wire_tria
   if (auto s = st.setup.store->update_trial(id, t.state, t.error, keep); !s) finish(self, s);
 }
 
+// A start's answer: it runs (ok), or why not (with its actor when it runs
+// already where it was started before).
+void start_answered(controller_actor self, const live::start_trial& c, int64_t pinned_at, bool ok,
+                    const std::string& why, const wire::wire_trial_started& running, const caf::actor& trial) {
+  if (step_tracing()) trace_step("start_answered", self->state.on_wire(c.trial));
+  auto& st = self->state;
+  pin(self, c.action.restore_from, pinned_at, -1);
+  auto* t = st.table.find(c.trial);
+  if (st.over || !t || t->attempt != c.attempt) return;  // an earlier attempt's
+  // Its end may have overtaken this answer: then only what it says is recorded.
+  if (st.table.current(c.trial, c.attempt)) {
+    st.table.on_start_answer(c.trial, c.attempt, ok, why, running.node, trial ? handle_of(self, trial) : 0);
+    drain(self);
+  }
+  if (ok && !st.over) started(self, c.trial, running, c.action);
+}
+
 void send_start(controller_actor self, const live::start_trial& c, std::string restore, std::string files,
                 int64_t pinned_at = -1) {
   auto& st = self->state;
@@ -176,21 +193,12 @@ void send_start(controller_actor self, const live::start_trial& c, std::string r
   self->request(st.setup.head, st.setup.request_timeout * 6, wire::trial_start_atom::value, st.setup.token, spec,
                 st.setup.programs)
       .then(
-          [self, c, pinned_at](wire::trial_start_atom, bool ok, std::string& why, wire::wire_trial_started& started_,
-                               caf::actor& trial) {
-            if (step_tracing()) trace_step("start_answered", self->state.on_wire(c.trial));
-            auto& st = self->state;
-            pin(self, c.action.restore_from, pinned_at, -1);
-            auto* t = st.table.find(c.trial);
-            if (st.over || !t || t->attempt != c.attempt) return;  // an earlier attempt's
-            // Its end may have overtaken this answer: then only what it says is recorded.
-            if (st.table.current(c.trial, c.attempt)) {
-              st.table.on_start_answer(c.trial, c.attempt, ok, why, started_.node, trial ? handle_of(self, trial) : 0);
-              drain(self);
-            }
-            if (ok && !st.over) started(self, c.trial, started_, c.action);
+          [self, c, pinned_at](wire::trial_start_atom, wire::wire_trial_started& running, caf::actor& trial) {
+            start_answered(self, c, pinned_at, true, {}, running, trial);
           },
           [self, c, pinned_at](caf::error& err) {
+            if (wire::is_refusal(err))  // not started, or it runs already (its actor is in the refusal)
+              return start_answered(self, c, pinned_at, false, wire::refusal_reason(err), {}, wire::refusal_running(err));
             pin(self, c.action.restore_from, pinned_at, -1);
             self->state.table.on_request_failed(c.trial, c.attempt,
                                                 "start trial " + c.trial + ": " + describe(self->system(), err));

@@ -63,7 +63,7 @@ struct DashboardTest : ::testing::Test {
     auto ad = wire::make_ad(id, "host-" + id, "10.0.0.2", n);
     ad.version = version();
     node->request(head, 5s, wire::join_atom::value, token, ad)
-        .receive([](wire::join_atom, bool ok, std::string& text) { ASSERT_TRUE(ok) << text; },
+        .receive([](wire::join_atom, std::string&) {},
                  [](caf::error& e) { FAIL() << to_string(e); });
   }
 

@@ -10,6 +10,7 @@
 
 #include "groups_state.hpp"
 #include "log.hpp"
+#include "typed.hpp"
 #include "tune/core/json_text.hpp"
 
 namespace tune {
@@ -131,7 +132,7 @@ void set_since_checkpoint(groups_actor self, const std::vector<wire::wire_count>
   for (auto& [group, n] : since) to[group] = n;
 }
 
-caf::message list_groups(groups_actor self) {
+caf::result<wire::pg_list_atom, std::string> list_groups(groups_actor self) {
   auto& st = self->state;
   auto now = self->clock().now();
   nlohmann::json groups = nlohmann::json::array(), orphans = nlohmann::json::array();
@@ -145,11 +146,11 @@ caf::message list_groups(groups_actor self) {
   nlohmann::json j{{"groups", std::move(groups)},
                    {"orphans", std::move(orphans)},
                    {"placement_latency", st.table.placement_latency().to_json()}};
-  return caf::make_message(wire::pg_list_atom::value, json_text(j));
+  return {wire::pg_list_atom::value, json_text(j)};
 }
 
 // What the head tells it of users and trials, its status, its tick.
-caf::message_handler status_handlers(groups_actor self) {
+groups_status_iface::behavior_type status_handlers(groups_actor self) {
   return {
       [self](wire::user_atom, const std::string& users) { set_users(self, users); },
       [self](since_checkpoint_atom, const std::vector<wire::wire_count>& since) { set_since_checkpoint(self, since); },
@@ -171,24 +172,21 @@ void owner_gone(groups_actor self, caf::down_msg& dm) {
   flush(self);
 }
 
-caf::behavior groups(groups_actor self, groups_options opt) {
+groups_iface::behavior_type groups(groups_actor self, groups_options opt) {
   auto& st = self->state;
   st.opt = opt;
   st.table = group_table{first_attempt()};
   st.id_prefix = random_prefix();
   self->set_down_handler([self](caf::down_msg& dm) { owner_gone(self, dm); });
   self->delayed_send(self, st.opt.tick, wire::pg_tick_atom::value);
-  return caf::behavior{node_handlers(self)
-                           .or_else(create_handlers(self))
-                           .or_else(trial_handlers(self))
-                           .or_else(move_handlers(self))
-                           .or_else(status_handlers(self))};
+  return typed_union<groups_iface>(node_handlers(self), create_handlers(self), trial_handlers(self),
+                                   move_handlers(self), status_handlers(self));
 }
 
 }  // namespace
 
 void deliver(waiter& w, const std::string& id, bool ready, const std::string& state, const std::string& reason) {
-  if (w.create) w.rp.deliver(wire::pg_create_atom::value, true, id, state, reason);
+  if (w.create) w.rp.deliver(wire::pg_create_atom::value, id, state, reason);
   else w.rp.deliver(wire::pg_wait_atom::value, ready, state, reason);
 }
 
@@ -284,6 +282,6 @@ nlohmann::json group_json(groups_actor self, const group_table::group& g, time_p
 
 }  // namespace groups_impl
 
-caf::actor spawn_groups(caf::actor_system& sys, groups_options opt) { return sys.spawn(groups_impl::groups, opt); }
+groups_iface spawn_groups(caf::actor_system& sys, groups_options opt) { return sys.spawn(groups_impl::groups, opt); }
 
 }  // namespace tune

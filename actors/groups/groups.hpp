@@ -48,6 +48,6 @@ struct groups_options {
 // user, spec, server), (route_atom, user, group, bundle, trial, received). A group
 // belongs to the user who made it: another user is refused, naming the owner.
 
-caf::actor spawn_groups(caf::actor_system& sys, groups_options opt = {});
+groups_iface spawn_groups(caf::actor_system& sys, groups_options opt = {});
 
 }  // namespace tune

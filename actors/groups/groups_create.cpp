@@ -52,9 +52,13 @@ bool claim_orphans(groups_actor self, const group_spec& spec) {
   return true;
 }
 
-caf::message create_refusal(const std::string& why) {
-  return caf::make_message(wire::pg_create_atom::value, false, std::string{}, std::string{}, why);
-}
+status create_refusal(const std::string& why) { return {errc::invalid_argument, why}; }
+
+// A group made: its id, state and why it is in it.
+struct created {
+  std::string id, state, reason;
+};
+using create_answer = caf::result<wire::pg_create_atom, std::string, std::string, std::string>;
 
 // A create's spec, checked, into `spec` (all but its id: name_group): empty, or why not.
 std::string read_spec(const wire::wire_group_spec& w, const std::string& user, group_spec& spec) {
@@ -79,25 +83,23 @@ std::string read_spec(const wire::wire_group_spec& w, const std::string& user, g
 
 // The new group's id: the head's next one, or the one asked for, when `user` may make
 // it (again: a removed or infeasible group of that id is forgotten). The create's
-// refusal, or none.
-std::optional<caf::message> name_group(groups_actor self, const wire::wire_group_spec& w, const std::string& user,
-                                       group_spec& spec) {
+// refusal, or ok.
+status name_group(groups_actor self, const wire::wire_group_spec& w, const std::string& user, group_spec& spec) {
   auto& st = self->state;
   if (w.id.empty()) {
     spec.id = "pg-" + st.id_prefix + "-" + std::to_string(st.next_id++);
-    return std::nullopt;
+    return status::ok();
   }
   if (auto ok = check_group_id(w.id); !ok) return create_refusal(ok.message());
   spec.id = w.id;
   auto* old = st.table.find(spec.id);
-  if (!old) return std::nullopt;
+  if (!old) return status::ok();
   if (auto why = not_theirs(self, user, spec.id, "make it again"); !why.empty()) return create_refusal(why);
   if (old->state != group_state::removed && old->state != group_state::infeasible)
-    return caf::make_message(wire::pg_create_atom::value, false, std::string{}, std::string{"exists"},
-                             "placement group " + spec.id + " exists already (" + std::string{to_string(old->state)} +
-                                 "); remove it first or choose another id");
+    return {errc::already_exists, "placement group " + spec.id + " exists already (" +
+                                      std::string{to_string(old->state)} + "); remove it first or choose another id"};
   st.table.forget(spec.id);
-  return std::nullopt;
+  return status::ok();
 }
 
 // Bundles nodes kept through a head restart are claimed only by their owner (their node
@@ -125,15 +127,15 @@ void register_owner(groups_actor self, const std::string& id, bool detached, con
     auto& mine = st.groups_of[owner.address()];
     if (mine.empty()) self->monitor(owner);
     mine.insert(id);
-    st.owner_of[id] = owner;
+    st.owner_of[id] = caf::actor_cast<group_owner_iface>(owner);
   }
 }
 
-caf::message create(groups_actor self, const wire::wire_group_spec& w, caf::actor owner, const std::string& user) {
+expected<created> create(groups_actor self, const wire::wire_group_spec& w, caf::actor owner, const std::string& user) {
   auto& st = self->state;
   group_spec spec;
   if (auto why = read_spec(w, user, spec); !why.empty()) return create_refusal(why);
-  if (auto refused = name_group(self, w, user, spec)) return std::move(*refused);
+  if (auto named = name_group(self, w, user, spec); !named) return named;
   if (auto why = held_for_another(self, spec.id, user); !why.empty()) return create_refusal(why);
   auto now = self->clock().now();
   std::string id = spec.id;
@@ -144,7 +146,12 @@ caf::message create(groups_actor self, const wire::wire_group_spec& w, caf::acto
   register_owner(self, id, w.detached, owner, user);
   flush(self);
   auto* g = st.table.find(id);
-  return caf::make_message(wire::pg_create_atom::value, true, id, std::string{to_string(g->state)}, g->reason);
+  return created{id, std::string{to_string(g->state)}, g->reason};
+}
+
+create_answer answer(const expected<created>& c) {
+  if (!c) return wire::refusal(c.error().code(), c.error().message());
+  return {wire::pg_create_atom::value, c->id, c->state, c->reason};
 }
 
 // Whether nodes hold every bundle of group `w` (its orphans, as an earlier head left them).
@@ -158,23 +165,23 @@ bool orphans_complete(groups_actor self, const wire::wire_group_spec& w) {
   return n == w.bundles.size();
 }
 
-caf::result<caf::message> create_request(groups_actor self, const std::string& user, const wire::wire_group_spec& spec) {
+create_answer create_request(groups_actor self, const std::string& user, const wire::wire_group_spec& spec) {
   auto& st = self->state;
   auto owner = caf::actor_cast<caf::actor>(self->current_sender());
   if (spec.claim_wait_ms > 0 && !spec.id.empty() && !st.table.find(spec.id) && !orphans_complete(self, spec)) {
-    auto rp = self->make_response_promise<caf::message>();
+    auto rp = self->make_response_promise();
     auto wait = std::chrono::milliseconds(std::min<int64_t>(spec.claim_wait_ms, 60000));
     st.claim_waits.push_back({spec, owner, user, rp, self->clock().now() + wait});
     return rp;
   }
-  auto answer = create(self, spec, owner, user);
-  if (spec.ready_wait_ms <= 0 || !answer.match_element<bool>(1) || !answer.get_as<bool>(1)) return answer;
+  auto made = create(self, spec, owner, user);
+  if (spec.ready_wait_ms <= 0 || !made) return answer(made);
   // Made: answered now if it is placed, cannot be, or must wait (its owner hears why
   // at once: another program on the card, a full cluster), else once its nodes have
   // said yes (or at the deadline).
-  const auto& id = answer.get_as<std::string>(2);
+  const auto& id = made->id;
   auto* g = st.table.find(id);
-  if (!g || g->state != group_state::preparing) return answer;
+  if (!g || g->state != group_state::preparing) return answer(made);
   auto rp = self->make_response_promise();
   auto wait = std::chrono::milliseconds(std::min<int64_t>(spec.ready_wait_ms, 60000));
   st.waiters[id].push_back({rp, self->clock().now() + wait, true});
@@ -186,12 +193,11 @@ caf::response_promise wait_request(groups_actor self, const std::string& user, c
   auto rp = self->make_response_promise();
   auto* g = st.table.find(id);
   if (!g) {
-    rp.deliver(wire::pg_wait_atom::value, false, std::string{"unknown"}, "no placement group " + id);
+    rp.deliver(wire::refusal(errc::not_found, "no placement group " + id));
   } else if (auto why = not_theirs(self, user, id, "wait for"); !why.empty()) {
-    rp.deliver(wire::pg_wait_atom::value, false, std::string{"unknown"}, why);
+    rp.deliver(wire::refusal(errc::not_found, why));
   } else if (timeout_ms < 0) {
-    rp.deliver(wire::pg_wait_atom::value, false, std::string{to_string(g->state)},
-               std::string{"a negative timeout; give 0 to ask without waiting"});
+    rp.deliver(wire::refusal(errc::invalid_argument, "a negative timeout; give 0 to ask without waiting"));
   } else {
     auto wait = std::chrono::milliseconds(std::min<int64_t>(timeout_ms, int64_t{24} * 3600 * 1000));
     st.waiters[id].push_back({rp, self->clock().now() + wait});
@@ -200,26 +206,25 @@ caf::response_promise wait_request(groups_actor self, const std::string& user, c
   return rp;
 }
 
-caf::message remove_request(groups_actor self, const std::string& user, const std::string& id) {
+caf::result<wire::pg_remove_atom, std::string> remove_request(groups_actor self, const std::string& user,
+                                                             const std::string& id) {
   auto& st = self->state;
   auto* g = st.table.find(id);
-  if (!g) return caf::make_message(wire::pg_remove_atom::value, false, "no placement group " + id);
-  if (auto why = not_theirs(self, user, id, "remove"); !why.empty())
-    return caf::make_message(wire::pg_remove_atom::value, false, why);
-  if (g->state == group_state::removed)
-    return caf::make_message(wire::pg_remove_atom::value, true, std::string{"already removed"});
+  if (!g) return wire::refusal(errc::not_found, "no placement group " + id);
+  if (auto why = not_theirs(self, user, id, "remove"); !why.empty()) return wire::refusal(errc::not_found, why);
+  if (g->state == group_state::removed) return {wire::pg_remove_atom::value, std::string{"already removed"}};
   remove_group(self, id);
   flush(self);
-  return caf::make_message(wire::pg_remove_atom::value, true, std::string{"removed"});
+  return {wire::pg_remove_atom::value, std::string{"removed"}};
 }
 
-caf::message get_request(groups_actor self, const std::string& user, const std::string& id) {
+caf::result<wire::pg_get_atom, std::string> get_request(groups_actor self, const std::string& user,
+                                                       const std::string& id) {
   auto& st = self->state;
   auto* g = st.table.find(id);
-  if (!g) return caf::make_message(wire::pg_get_atom::value, false, "no placement group " + id);
-  if (auto why = not_theirs(self, user, id, "read"); !why.empty())
-    return caf::make_message(wire::pg_get_atom::value, false, why);
-  return caf::make_message(wire::pg_get_atom::value, true, json_text(group_json(self, *g, self->clock().now())));
+  if (!g) return wire::refusal(errc::not_found, "no placement group " + id);
+  if (auto why = not_theirs(self, user, id, "read"); !why.empty()) return wire::refusal(errc::not_found, why);
+  return {wire::pg_get_atom::value, json_text(group_json(self, *g, self->clock().now()))};
 }
 
 }  // namespace
@@ -235,16 +240,19 @@ void answer_claim_waits(groups_actor self) {
     }
     auto c = std::move(w);
     st.claim_waits.erase(st.claim_waits.begin() + static_cast<std::ptrdiff_t>(i));
-    c.rp.deliver(create(self, c.spec, c.owner, c.user));
+    auto made = create(self, c.spec, c.owner, c.user);
+    if (made) c.rp.deliver(wire::pg_create_atom::value, made->id, made->state, made->reason);
+    else c.rp.deliver(wire::refusal(made.error().code(), made.error().message()));
   }
 }
 
-caf::message_handler create_handlers(groups_actor self) {
+groups_create_iface::behavior_type create_handlers(groups_actor self) {
   return {
-      [self](wire::pg_create_atom, const std::string& user, const wire::wire_group_spec& spec) -> caf::result<caf::message> {
+      [self](wire::pg_create_atom, const std::string& user, const wire::wire_group_spec& spec) {
         return create_request(self, user, spec);
       },
-      [self](wire::pg_wait_atom, const std::string& user, const std::string& id, int64_t timeout_ms) {
+      [self](wire::pg_wait_atom, const std::string& user, const std::string& id,
+             int64_t timeout_ms) -> caf::result<wire::pg_wait_atom, bool, std::string, std::string> {
         return wait_request(self, user, id, timeout_ms);
       },
       [self](wire::pg_remove_atom, const std::string& user, const std::string& id) {

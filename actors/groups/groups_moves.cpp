@@ -125,9 +125,9 @@ nlohmann::json rebalance(groups_actor self) {
 }
 
 // Drain a node: nothing new placed there, every owned group on it asked to move.
-caf::message drain_node(groups_actor self, const node_id& node, bool on) {
+caf::result<wire::drain_atom, std::string> drain_node(groups_actor self, const node_id& node, bool on) {
   auto& st = self->state;
-  if (!st.view.find(node) && on) return caf::make_message(wire::drain_atom::value, false, "no alive node " + node);
+  if (!st.view.find(node) && on) return wire::refusal(errc::invalid_argument, "no alive node " + node);
   st.table.set_draining(node, on);
   nlohmann::json moves = nlohmann::json::array(), stays = nlohmann::json::array();
   if (on) {
@@ -144,7 +144,7 @@ caf::message drain_node(groups_actor self, const node_id& node, bool on) {
     log_line("node " + node + " takes new work again");
   }
   flush(self);
-  return caf::make_message(wire::drain_atom::value, true, json_text(nlohmann::json{{"moves", moves}, {"stays", stays}}));
+  return {wire::drain_atom::value, json_text(nlohmann::json{{"moves", moves}, {"stays", stays}})};
 }
 
 }  // namespace
@@ -167,9 +167,11 @@ void preempt(groups_actor self) {
            " asked to move (" + p->reason + ")");
 }
 
-caf::message_handler move_handlers(groups_actor self) {
+groups_moves_iface::behavior_type move_handlers(groups_actor self) {
   return {
-      [self](wire::rebalance_atom) { return caf::make_message(wire::rebalance_atom::value, true, json_text(rebalance(self))); },
+      [self](wire::rebalance_atom) -> caf::result<wire::rebalance_atom, std::string> {
+        return {wire::rebalance_atom::value, json_text(rebalance(self))};
+      },
       [self](wire::drain_atom, const node_id& node, bool on) { return drain_node(self, node, on); },
   };
 }

@@ -81,7 +81,7 @@ void node_up(groups_actor self, const wire::wire_ad& ad, const caf::actor& node,
     node_down(self, ad.node_id);  // it came back as another machine
   if (!st.view.find(ad.node_id) && !st.view.add_node(ad.node_id, totals)) return;
   (void)st.view.set_others(ad.node_id, res->others());  // what other programs hold on its cards
-  st.nodes[ad.node_id] = node;
+  st.nodes[ad.node_id] = caf::actor_cast<node_iface>(node);
   st.hostname[ad.node_id] = ad.hostname;
   take_holdings(self, ad.node_id, ad.holdings, ad.holdings_version, first_join);
   flush(self);
@@ -157,7 +157,7 @@ void release_unclaimed(groups_actor self, time_point now) {
   }
 }
 
-caf::message_handler node_handlers(groups_actor self) {
+groups_nodes_iface::behavior_type node_handlers(groups_actor self) {
   return {
       [self](wire::node_up_atom, const wire::wire_ad& ad, const caf::actor& node, bool first_join) {
         node_up(self, ad, node, first_join);

@@ -44,9 +44,9 @@ struct groups_state {
   groups_options opt;
   group_table table;
   cluster_view view;
-  std::map<node_id, caf::actor> nodes;
+  std::map<node_id, node_iface> nodes;
   std::map<node_id, std::string> hostname;
-  std::map<std::string, caf::actor> owner_of;                 // groups that are not detached
+  std::map<std::string, group_owner_iface> owner_of;                 // groups that are not detached
   std::set<std::string> detached;                             // made detached (`tune group create`)
   std::map<caf::actor_addr, std::set<std::string>> groups_of;  // by owner
   std::map<std::string, std::vector<waiter>> waiters;
@@ -82,7 +82,7 @@ struct groups_state {
   static inline const char* name = "tune.groups";
 };
 
-using groups_actor = caf::stateful_actor<groups_state>*;
+using groups_actor = groups_iface::stateful_pointer<groups_state>;
 
 // groups.cpp
 // A waiter's answer: a wait's (ready, state, reason), or a create's (true, id, state, reason).
@@ -104,22 +104,22 @@ nlohmann::json group_json(groups_actor self, const group_table::group& g, time_p
 // Groups waiting for their holders: made once every bundle is held again (adopted) or
 // their wait is over (placed anew).
 void answer_claim_waits(groups_actor self);
-caf::message_handler create_handlers(groups_actor self);  // create, wait, remove, get
+groups_create_iface::behavior_type create_handlers(groups_actor self);  // create, wait, remove, get
 
 // groups_nodes.cpp
 void release_orphan(groups_actor self, std::map<bundle_key, orphan>::iterator it, bool tell_node);
 // Orphans nobody claimed within the grace: released, their nodes told.
 void release_unclaimed(groups_actor self, time_point now);
-caf::message_handler node_handlers(groups_actor self);  // joins, deaths, holdings, answers
+groups_nodes_iface::behavior_type node_handlers(groups_actor self);  // joins, deaths, holdings, answers
 
 // groups_trials.cpp
-caf::message_handler trial_handlers(groups_actor self);  // starts, standby copies, greetings
+groups_trials_iface::behavior_type trial_handlers(groups_actor self);  // starts, standby copies, greetings
 
 // groups_moves.cpp
 // A higher-priority group waits on a full cluster: the owners of the fewest
 // lower-priority groups that make room are asked to move their trials.
 void preempt(groups_actor self);
-caf::message_handler move_handlers(groups_actor self);  // rebalance, drain
+groups_moves_iface::behavior_type move_handlers(groups_actor self);  // rebalance, drain
 
 }  // namespace groups_impl
 }  // namespace tune

@@ -53,7 +53,7 @@ caf::behavior scripted_node(caf::event_based_actor* self, caf::actor head, std::
   ad.holdings = wire::holdings_of(s->table);
   ad.holdings_version = s->table.version();
   self->request(head, caf::infinite, wire::join_atom::value, token, ad)
-      .then([](wire::join_atom, bool ok, const std::string& text) { EXPECT_TRUE(ok) << text; });
+      .then([](wire::join_atom, const std::string&) {}, [](caf::error& e) { ADD_FAILURE() << to_string(e); });
   auto reply = [self, id, s](const caf::actor& to, const std::string& key, uint32_t bundle, bool ok,
                              wire::wire_alloc taken, std::string why) {
     self->send(to, wire::prepare_atom::value, id, key, bundle, ok, std::move(taken), std::move(why), s->table.version());
@@ -154,27 +154,38 @@ struct GroupsActorTest : ::testing::Test {
   }
   int steps = 0;
 
-  // A request from the test's client; the reply's elements after the atom.
+  // A request from the test's client: (true, the reply's elements after the atom), or
+  // refused: (false, and the last element the refusal's words); `refusal` keeps it.
+  caf::error refusal;
   template <class... Rs, class Atom, class... Ts>
-  std::tuple<Rs...> ask(Atom atom, Ts&&... xs) {
+  std::tuple<bool, Rs...> ask(Atom atom, Ts&&... xs) {
     auto& who = *client_actor;
     auto handle = who->request(head, caf::infinite, atom, std::forward<Ts>(xs)...);
     sched.run();
-    std::tuple<Rs...> out{};
-    handle.receive([&](Atom, Rs&... rs) { out = std::tuple<Rs...>{rs...}; },
-                   [&](caf::error& err) { ADD_FAILURE() << to_string(err); });
+    std::tuple<bool, Rs...> out{};
+    handle.receive([&](Atom, Rs&... rs) { out = std::tuple<bool, Rs...>{true, rs...}; },
+                   [&](caf::error& err) {
+                     if (!wire::is_refusal(err)) ADD_FAILURE() << to_string(err);
+                     refusal = err;
+                     std::get<sizeof...(Rs)>(out) = wire::refusal_reason(err);
+                   });
     return out;
   }
 
-  // (ok, id, state, reason)
-  std::tuple<bool, std::string, std::string, std::string> create(std::vector<resource_set> bundles, strategy s,
-                                                                  std::string id = {}, bool detached = false) {
+  // (ok, id, state, reason); refused: (false, "", its code, its words)
+  using create_reply = std::tuple<bool, std::string, std::string, std::string>;
+  create_reply ask_create(const std::string& tok, const std::string& ver, const wire::wire_group_spec& spec) {
+    auto out = ask<std::string, std::string, std::string>(wire::pg_create_atom::value, tok, ver, spec);
+    if (!std::get<0>(out)) std::get<2>(out) = to_string(wire::refusal_code(refusal));
+    return out;
+  }
+  create_reply create(std::vector<resource_set> bundles, strategy s, std::string id = {}, bool detached = false) {
     wire::wire_group_spec spec{id, std::string{to_string(s)}, {}, detached};
     for (auto& b : bundles) spec.bundles.push_back(wire::to_wire_request(b));
-    return ask<bool, std::string, std::string, std::string>(wire::pg_create_atom::value, token, version(), spec);
+    return ask_create(token, version(), spec);
   }
   nlohmann::json get(const std::string& id) {
-    auto [ok, text] = ask<bool, std::string>(wire::pg_get_atom::value, token, id);
+    auto [ok, text] = ask<std::string>(wire::pg_get_atom::value, token, id);
     EXPECT_TRUE(ok) << text;
     return ok ? nlohmann::json::parse(text) : nlohmann::json{};
   }
@@ -183,7 +194,7 @@ struct GroupsActorTest : ::testing::Test {
     return j.is_object() ? j["state"].get<std::string>() : "?";
   }
   bool remove(const std::string& id) {
-    return std::get<0>(ask<bool, std::string>(wire::pg_remove_atom::value, token, id));
+    return std::get<0>(ask<std::string>(wire::pg_remove_atom::value, token, id));
   }
   // A wait that the test lets run for `wait` of simulated time. (ready, state, reason)
   std::tuple<bool, std::string, std::string> wait_ready(const std::string& id, std::chrono::milliseconds wait) {
@@ -194,7 +205,10 @@ struct GroupsActorTest : ::testing::Test {
     std::tuple<bool, std::string, std::string> out{false, "no answer", ""};
     handle.receive([&](wire::pg_wait_atom, bool ready, std::string& st,
                        std::string& reason) { out = {ready, st, reason}; },
-                   [&](caf::error& err) { ADD_FAILURE() << to_string(err); });
+                   [&](caf::error& err) {
+                     if (!wire::is_refusal(err)) ADD_FAILURE() << to_string(err);
+                     out = {false, "unknown", wire::refusal_reason(err)};
+                   });
     return out;
   }
   static resource_set gpu(double share) { return *resource_set::make({{"gpu", share}}); }
@@ -359,8 +373,9 @@ TEST_F(GroupsActorTest, ACreateIsAnsweredOncePlacedOrAtOnceWhenItMustWait) {
   };
   auto answer = [&](auto& handle) {
     std::tuple<bool, std::string, std::string, std::string> out{false, "", "no answer", ""};
-    handle.receive([&](wire::pg_create_atom, bool ok, std::string& id, std::string& st,
-                       std::string& why) { out = {ok, id, st, why}; },
+    handle.receive([&](wire::pg_create_atom, std::string& id, std::string& st, std::string& why) {
+                     out = {true, id, st, why};
+                   },
                    [&](caf::error& err) { ADD_FAILURE() << to_string(err); });
     return out;
   };
@@ -401,7 +416,7 @@ TEST_F(GroupsActorTest, TheOwnerGoingAwayRemovesItsGroups) {
     wire::wire_group_spec spec{id, "PACK", {wire::to_wire_request(gpu(1))}, detached};
     auto h = who->request(head, caf::infinite, wire::pg_create_atom::value, token, version(), spec);
     sched.run();
-    h.receive([](wire::pg_create_atom, bool ok, std::string&, std::string&, std::string& why) { EXPECT_TRUE(ok) << why; },
+    h.receive([](wire::pg_create_atom, std::string&, std::string&, std::string&) {},
               [](caf::error& e) { ADD_FAILURE() << to_string(e); });
   };
   ask_from(*owner, "owned", false);
@@ -427,12 +442,12 @@ TEST_F(GroupsActorTest, OnlyTheOwnerStartsTrialsInItsGroup) {
   sched.run();
   bool answered = false;
   h.receive(
-      [&](wire::trial_start_atom, bool started, std::string& why, wire::wire_trial_started&, caf::actor&) {
+      [&](wire::trial_start_atom, wire::wire_trial_started&, caf::actor&) { ADD_FAILURE() << "it started"; },
+      [&](caf::error& e) {
         answered = true;
-        EXPECT_FALSE(started);
-        EXPECT_NE(why.find("belongs to another client"), std::string::npos) << why;
-      },
-      [](caf::error& e) { ADD_FAILURE() << to_string(e); });
+        auto why = wire::refusal_reason(e);
+        EXPECT_NE(why.find("belongs to another client"), std::string::npos) << to_string(e);
+      });
   EXPECT_TRUE(answered);
 }
 
@@ -510,10 +525,8 @@ TEST_F(GroupsActorTest, BadRequestsAreRefusedWithTheReason) {
   EXPECT_FALSE(ok2);
   EXPECT_NE(r2.find("character"), std::string::npos) << r2;
   wire::wire_group_spec spec{"x", "DIAGONAL", {wire::to_wire_request(gpu(1))}, false};
-  using reply = std::tuple<bool, std::string, std::string, std::string>;
-  auto create_with = [&](std::string tok, std::string ver) {
-    return ask<bool, std::string, std::string, std::string>(wire::pg_create_atom::value, tok, ver, spec);
-  };
+  using reply = create_reply;
+  auto create_with = [&](std::string tok, std::string ver) { return ask_create(tok, ver, spec); };
   reply m = create_with(token, version());
   EXPECT_FALSE(std::get<0>(m));
   EXPECT_NE(std::get<3>(m).find("DIAGONAL"), std::string::npos) << std::get<3>(m);
@@ -528,17 +541,17 @@ TEST_F(GroupsActorTest, BadRequestsAreRefusedWithTheReason) {
   EXPECT_TRUE(ok4);
   EXPECT_FALSE(ok5);
   EXPECT_NE(r5.find("exists already"), std::string::npos);
-  EXPECT_EQ(s5, "exists");  // the code the controller acts on, not the sentence
-  EXPECT_EQ(std::get<2>(m), "");  // other failures carry no code
+  EXPECT_EQ(s5, to_string(errc::already_exists));  // the code the controller acts on, not the sentence
+  EXPECT_EQ(std::get<2>(m), to_string(errc::invalid_argument));  // other failures carry another code
   EXPECT_FALSE(remove("nope"));
-  EXPECT_FALSE(std::get<0>(ask<bool, std::string>(wire::pg_get_atom::value, std::string{"bad"}, std::string{"dup"})));
+  EXPECT_FALSE(std::get<0>(ask<std::string>(wire::pg_get_atom::value, std::string{"bad"}, std::string{"dup"})));
 }
 
 TEST_F(GroupsActorTest, StatusListsGroups) {
   add_node("a", 1);
   create({gpu(1)}, strategy::pack, "one");
   create({gpu(1)}, strategy::pack, "two");
-  auto [ok, text] = ask<bool, std::string>(wire::status_atom::value, token, version());
+  auto [ok, text] = ask<std::string>(wire::status_atom::value, token, version());
   ASSERT_TRUE(ok) << text;
   auto j = nlohmann::json::parse(text);
   ASSERT_EQ(j["placement_groups"].size(), 2u);

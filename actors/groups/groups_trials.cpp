@@ -14,7 +14,7 @@ namespace {
 // Where a trial of `spec` starts, for `owner` (the requesting client): the node of its
 // bundle and the bundle's site there, or why it cannot start there.
 struct start_site {
-  caf::actor node;
+  node_iface node;
   bundle_site site;
   std::string refusal;
 };
@@ -38,7 +38,7 @@ start_site site_for_start(groups_actor self, const std::string& user, const wire
   if (n == st.nodes.end()) return no("the node of bundle " + std::to_string(spec.bundle) + " is gone");
   // A group a client created is that client's: only it starts trials there (a
   // detached group, made with `tune group create`, is any token holder's).
-  if (auto o = st.owner_of.find(spec.group); o != st.owner_of.end() && o->second != owner)
+  if (auto o = st.owner_of.find(spec.group); o != st.owner_of.end() && o->second.address() != owner.address())
     return no("placement group " + spec.group +
               " belongs to another client: only the client that created it starts trials in it");
   return {n->second, *site, {}};
@@ -46,7 +46,7 @@ start_site site_for_start(groups_actor self, const std::string& user, const wire
 
 // A trial in one of a group's bundles: passed on to the node that holds it, which
 // answers the client.
-caf::result<caf::message> start_in_group(groups_actor self, const std::string& user, const wire::wire_trial_spec& spec,
+caf::result<wire::trial_start_atom, wire::wire_trial_started, caf::actor> start_in_group(groups_actor self, const std::string& user, const wire::wire_trial_spec& spec,
                                          const caf::actor& server) {
   auto& st = self->state;
   auto owner = caf::actor_cast<caf::actor>(self->current_sender());
@@ -54,12 +54,12 @@ caf::result<caf::message> start_in_group(groups_actor self, const std::string& u
   if (!where.refusal.empty()) return wire::start_refusal(where.refusal);
   // Asked from here (nodes take trials only from the head's process), for the client,
   // who owns the trial. Fetching a large program can take a while.
-  auto rp = self->make_response_promise<caf::message>();
+  auto rp = self->make_response_promise();
   auto answered = std::make_shared<bool>(false);
   uint64_t n_start = st.next_start++;
   node_id node = where.site.node;
   st.starting[node][n_start] = {answered, rp, spec.trial_id};
-  auto answer = [self, rp, answered, node, n_start](caf::message reply) mutable {
+  auto answer = [self, rp, answered, node, n_start](auto reply) mutable {
     if (*answered) return;  // the node was declared dead first
     *answered = true;
     if (auto it = self->state.starting.find(node); it != self->state.starting.end()) {
@@ -72,22 +72,24 @@ caf::result<caf::message> start_in_group(groups_actor self, const std::string& u
   forwarded.account = st.table.account_of(user);  // never what the client says
   self->request(where.node, std::chrono::minutes(10), wire::trial_start_atom::value, forwarded,
                 node_key(spec.group, spec.bundle, where.site).group, spec.bundle, server, owner)
-      .then([answer](wire::trial_start_atom, bool ok, std::string& why, wire::wire_trial_started& started,
-                     caf::actor& trial) mutable {
-              answer(ok ? wire::start_answer(std::move(started), std::move(trial))
-                        : wire::start_refusal(std::move(why), std::move(trial)));
+      .then([answer](wire::trial_start_atom, wire::wire_trial_started& started, caf::actor& trial) mutable {
+              answer(wire::start_answer(std::move(started), std::move(trial)));
             },
-            [answer](caf::error& err) mutable { answer(wire::start_refusal("the node did not start the trial: " + to_string(err))); });
+            [answer](caf::error& err) mutable {
+              answer(wire::is_refusal(err) ? err : wire::start_refusal("the node did not start the trial: " + to_string(err)));
+            });
   return rp;
 }
 
 // A standby copy of a trial's checkpoint (wire.hpp, stage_atom): to the node named, or
 // to where the trial's group would go were its current nodes gone.
-caf::result<caf::message> stage_copy(groups_actor self, const std::string& user, const std::string& group,
-                                     const std::string& node, const std::string& trial, const std::string& manifest,
-                                     const std::string& program_sha, uint64_t program_size, const caf::actor& server) {
+caf::result<wire::stage_atom, std::string> stage_copy(groups_actor self, const std::string& user,
+                                                     const std::string& group, const std::string& node,
+                                                     const std::string& trial, const std::string& manifest,
+                                                     const std::string& program_sha, uint64_t program_size,
+                                                     const caf::actor& server) {
   auto& st = self->state;
-  auto no = [](const std::string& why) { return caf::make_message(wire::stage_atom::value, false, why); };
+  auto no = [](const std::string& why) { return wire::refusal(errc::invalid_argument, why); };
   auto m = nlohmann::json::parse(manifest, nullptr, false);
   bool drop = !node.empty() && m.is_object() && m.contains("files") && m["files"].empty();  // the key is the user's own
   auto* g = st.table.find(group);
@@ -104,16 +106,11 @@ caf::result<caf::message> stage_copy(groups_actor self, const std::string& user,
   }
   auto n = st.nodes.find(to);
   if (n == st.nodes.end()) return no("no alive node " + to);
-  auto rp = self->make_response_promise<caf::message>();
+  auto rp = self->make_response_promise<wire::stage_atom, std::string>();
   self->request(n->second, std::chrono::minutes(2), wire::stage_atom::value, user + "/" + trial, manifest, program_sha,
                 program_size, server)
-      .then(
-          [rp, to](wire::stage_atom, bool ok, const std::string& text) mutable {
-            rp.deliver(caf::make_message(wire::stage_atom::value, ok, ok ? to : "node " + to + ": " + text));
-          },
-          [rp, to](caf::error& err) mutable {
-            rp.deliver(caf::make_message(wire::stage_atom::value, false, "node " + to + ": " + to_string(err)));
-          });
+      .then([rp, to](wire::stage_atom, const std::string&) mutable { rp.deliver(wire::stage_atom::value, to); },
+            [rp, to](caf::error& err) mutable { rp.deliver(wire::relayed(err, "node " + to + ": ")); });
   return rp;
 }
 
@@ -131,13 +128,13 @@ void route_greeting(groups_actor self, const std::string& user, const std::strin
 
 }  // namespace
 
-caf::message_handler trial_handlers(groups_actor self) {
+groups_trials_iface::behavior_type trial_handlers(groups_actor self) {
   return {
       [self](wire::trial_start_atom, const std::string& user, const wire::wire_trial_spec& spec,
-             const caf::actor& server) -> caf::result<caf::message> { return start_in_group(self, user, spec, server); },
+             const caf::actor& server) { return start_in_group(self, user, spec, server); },
       [self](wire::stage_atom, const std::string& user, const std::string& group, const std::string& node,
              const std::string& trial, const std::string& manifest, const std::string& program_sha, uint64_t program_size,
-             const caf::actor& server) -> caf::result<caf::message> {
+             const caf::actor& server) {
         return stage_copy(self, user, group, node, trial, manifest, program_sha, program_size, server);
       },
       [self](wire::route_atom, const std::string& user, const std::string& group, uint32_t bundle, const std::string& trial,

@@ -11,6 +11,7 @@
 #include "groups/groups.hpp"
 #include "head_state.hpp"
 #include "log.hpp"
+#include "typed.hpp"
 #include "tune/cluster/token.hpp"
 #include "tune/cluster/version.hpp"
 #include "tune/core/json_text.hpp"
@@ -64,33 +65,41 @@ namespace {
 
 // A placement-group request: the token checked here, the rest answered by the
 // placement-group actor (delegated, so its answer goes straight to the client).
+// The result type of a delegation's answer (caf::delegated<Ts...> -> caf::result<Ts...>).
+template <class Delegated>
+struct answer_of;
+template <class... Ts>
+struct answer_of<caf::delegated<Ts...>> {
+  using type = caf::result<Ts...>;
+};
+
 template <class Atom, class... Ts>
-caf::message to_groups(head_actor self, const std::string& token, Atom atom, Ts&&... xs) {
+auto to_groups(head_actor self, const std::string& token, Atom atom, const Ts&... xs) {
+  using answer = typename answer_of<decltype(self->delegate(self->state.groups, atom, token, xs...))>::type;
   auto p = who(self, token);
   if (auto why = refused(p, {role::admin, role::user}, "use placement groups"); !why.empty())
-    return caf::make_message(atom, false, why);
-  self->delegate(self->state.groups, atom, p.name, std::forward<Ts>(xs)...);
-  return {};
+    return answer{wire::refusal(errc::invalid_argument, why)};
+  return answer{self->delegate(self->state.groups, atom, p.name, xs...)};
 }
 
-caf::message pass_group_create(head_actor self, const std::string& token, const std::string& their_version,
-                          const wire::wire_group_spec& spec) {
+caf::result<wire::pg_create_atom, std::string, std::string, std::string>
+pass_group_create(head_actor self, const std::string& token, const std::string& their_version,
+                  const wire::wire_group_spec& spec) {
   auto p = who(self, token);
   if (auto why = refused(p, {role::admin, role::user}, "make placement groups"); !why.empty())
-    return caf::make_message(wire::pg_create_atom::value, false, std::string{}, std::string{}, why);
-  if (their_version != version())
-    return caf::make_message(wire::pg_create_atom::value, false, std::string{}, std::string{},
-                             version_mismatch(their_version));
-  self->delegate(self->state.groups, wire::pg_create_atom::value, p.name, spec);
-  return caf::message{};
+    return wire::refusal(errc::invalid_argument, why);
+  if (their_version != version()) return wire::refusal(errc::invalid_argument, version_mismatch(their_version));
+  return self->delegate(self->state.groups, wire::pg_create_atom::value, p.name, spec);
 }
 
-caf::message pass_group_wait(head_actor self, const std::string& token, const std::string& id, int64_t timeout_ms) {
+caf::result<wire::pg_wait_atom, bool, std::string, std::string> pass_group_wait(head_actor self,
+                                                                                const std::string& token,
+                                                                                const std::string& id,
+                                                                                int64_t timeout_ms) {
   auto p = who(self, token);
   if (auto why = refused(p, {role::admin, role::user}, "wait for placement groups"); !why.empty())
-    return caf::make_message(wire::pg_wait_atom::value, false, std::string{"unknown"}, why);
-  self->delegate(self->state.groups, wire::pg_wait_atom::value, p.name, id, timeout_ms);
-  return caf::message{};
+    return wire::refusal(errc::not_found, why);
+  return self->delegate(self->state.groups, wire::pg_wait_atom::value, p.name, id, timeout_ms);
 }
 
 // A client greets its trial through here (wire.hpp, route_atom); passed on as it is.
@@ -101,27 +110,26 @@ void route_to_trial(head_actor self, const std::string& token, const std::string
   self->delegate(self->state.groups, wire::route_atom::value, p.name, group, bundle, trial, received);
 }
 
-caf::message rebalance_cluster(head_actor self, const std::string& token) {
+caf::result<wire::rebalance_atom, std::string> rebalance_cluster(head_actor self, const std::string& token) {
   if (auto why = refused(who(self, token), {role::admin}, "rebalance the cluster"); !why.empty())
-    return caf::make_message(wire::rebalance_atom::value, false, why);
-  self->delegate(self->state.groups, wire::rebalance_atom::value);
-  return caf::message{};
+    return wire::refusal(errc::invalid_argument, why);
+  return self->delegate(self->state.groups, wire::rebalance_atom::value);
 }
 
-caf::message drain_node(head_actor self, const std::string& token, const node_id& node, bool on) {
+caf::result<wire::drain_atom, std::string> drain_node(head_actor self, const std::string& token, const node_id& node,
+                                                      bool on) {
   auto& st = self->state;
   if (auto why = refused(who(self, token), {role::admin}, "drain a node"); !why.empty())
-    return caf::make_message(wire::drain_atom::value, false, why);
+    return wire::refusal(errc::invalid_argument, why);
   auto* e = st.registry.find(node);
-  if (!e) return caf::make_message(wire::drain_atom::value, false, "no node " + node + " (see tune status)");
+  if (!e) return wire::refusal(errc::invalid_argument, "no node " + node + " (see tune status)");
   on ? (void)st.draining.insert(node) : (void)st.draining.erase(node);
-  self->delegate(st.groups, wire::drain_atom::value, node, on);
-  return caf::message{};
+  return self->delegate(st.groups, wire::drain_atom::value, node, on);
 }
 
 }  // namespace
 
-caf::message_handler group_handlers(head_actor self) {
+head_groups_iface::behavior_type group_handlers(head_actor self) {
   return {
       [self](wire::pg_create_atom, const std::string& token, const std::string& their_version,
              const wire::wire_group_spec& spec) { return pass_group_create(self, token, their_version, spec); },
@@ -207,22 +215,23 @@ expected<nlohmann::json> manage_users(head_actor self, const std::string& op, co
 
 }  // namespace
 
-caf::message_handler user_handlers(head_actor self) {
+head_users_iface::behavior_type user_handlers(head_actor self) {
   return {
-      [self](wire::user_atom, const std::string& token, const std::string& op, const std::string& body) {
-        auto answer = [](bool ok, const std::string& text) { return caf::make_message(wire::user_atom::value, ok, text); };
-        if (auto why = refused(who(self, token), {role::admin}, "manage users"); !why.empty()) return answer(false, why);
+      [self](wire::user_atom, const std::string& token, const std::string& op,
+             const std::string& body) -> caf::result<wire::user_atom, std::string> {
+        if (auto why = refused(who(self, token), {role::admin}, "manage users"); !why.empty())
+          return wire::refusal(errc::invalid_argument, why);
         auto r = manage_users(self, op, body);
-        if (!r) return answer(false, r.error().message());
+        if (!r) return wire::refusal(errc::invalid_argument, r.error().message());
         tell_groups_users(self);
-        return answer(true, json_text(*r));
+        return {wire::user_atom::value, json_text(*r)};
       },
   };
 }
 
 namespace {
 
-caf::behavior head(head_actor self, head_options opt) {
+head_iface::behavior_type head(head_actor self, head_options opt) {
   self->state.opt = std::move(opt);
   self->state.started = self->clock().now();
   self->state.groups = spawn_groups(self->home_system(), self->state.opt.groups);
@@ -233,15 +242,14 @@ caf::behavior head(head_actor self, head_options opt) {
     node_connection_down(self, dm);
   });
   self->delayed_send(self, wire::sweep_period, wire::sweep_atom::value);
-  return caf::behavior{
-      node_handlers(self).or_else(status_handlers(self)).or_else(group_handlers(self)).or_else(user_handlers(self))};
+  return typed_union<head_iface>(node_handlers(self), status_handlers(self), group_handlers(self), user_handlers(self));
 }
 
 }  // namespace
 }  // namespace head_impl
 
 caf::actor spawn_head(caf::actor_system& sys, head_options opt) {
-  return sys.spawn(head_impl::head, std::move(opt));
+  return caf::actor_cast<caf::actor>(sys.spawn(head_impl::head, std::move(opt)));
 }
 
 }  // namespace tune

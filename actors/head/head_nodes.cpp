@@ -28,11 +28,11 @@ void node_gone(head_actor self, const node_id& id, bool tell_groups = true) {
   self->state.addr_of.erase(it);
 }
 
-caf::message join_node(head_actor self, const std::string& token, const wire::wire_ad& ad) {
+wire::join_answer join_node(head_actor self, const std::string& token, const wire::wire_ad& ad) {
   auto& st = self->state;
   auto refuse = [&](const std::string& why) {
     log_line("refused node " + ad.node_id + " (" + ad.hostname + "): " + why);
-    return caf::make_message(wire::join_atom::value, false, why);
+    return wire::refusal(errc::invalid_argument, why);
   };
   if (auto why = refused(who(self, token), {role::admin, role::node}, "join a node"); !why.empty()) return refuse(why);
   if (ad.version != version()) return refuse(version_mismatch(ad.version));
@@ -51,7 +51,7 @@ caf::message join_node(head_actor self, const std::string& token, const wire::wi
   self->send(st.groups, wire::node_up_atom::value, ad, sender, first_join);
   log_line("node " + ad.node_id + " joined from " + ad.hostname + " (" + ad.address + ")");
   notify(self, ad.node_id, "alive", "joined");
-  return caf::make_message(wire::join_atom::value, true, version());
+  return {wire::join_atom::value, version()};
 }
 
 void take_heartbeat(head_actor self, const std::string& token, const node_id& id, uint64_t version,
@@ -59,7 +59,7 @@ void take_heartbeat(head_actor self, const std::string& token, const node_id& id
   auto& st = self->state;
   if (!refused(who(self, token), {role::admin, role::node}, "beat").empty()) return;
   auto it = st.addr_of.find(id);
-  auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+  auto sender = caf::actor_cast<node_iface>(self->current_sender());
   if (it == st.addr_of.end() || !sender || it->second != sender.address()) {
     // Not a node this head knows alive on this connection: it must join (again).
     if (sender) self->send(sender, wire::rejoin_atom::value);
@@ -91,17 +91,17 @@ void take_audit(head_actor self, const std::string& token, const node_id& id, wi
   st.reports[id] = std::move(report);
 }
 
-caf::message leave_node(head_actor self, const std::string& token, const node_id& id) {
+wire::leave_answer leave_node(head_actor self, const std::string& token, const node_id& id) {
   auto& st = self->state;
-  if (!refused(who(self, token), {role::admin, role::node}, "leave").empty())
-    return caf::make_message(wire::leave_atom::value, false);
+  if (auto why = refused(who(self, token), {role::admin, role::node}, "leave"); !why.empty())
+    return wire::refusal(errc::invalid_argument, why);
   bool left = st.registry.mark_left(id, self->clock().now());
   node_gone(self, id);
   if (left) {
     log_line("node " + id + " left");
     notify(self, id, "left", "stopped");
   }
-  return caf::make_message(wire::leave_atom::value, left);
+  return {wire::leave_atom::value, left};
 }
 
 // Nodes silent beyond the heartbeat timeout are dead; long-gone ones are forgotten.
@@ -135,11 +135,9 @@ void node_connection_down(head_actor self, const caf::down_msg& dm) {
   }
 }
 
-caf::message_handler node_handlers(head_actor self) {
+head_nodes_iface::behavior_type node_handlers(head_actor self) {
   return {
-      [self](wire::join_atom, const std::string& token, const wire::wire_ad& ad) -> caf::message {
-        return join_node(self, token, ad);
-      },
+      [self](wire::join_atom, const std::string& token, const wire::wire_ad& ad) { return join_node(self, token, ad); },
       [self](wire::heartbeat_atom, const std::string& token, const node_id& id, uint64_t version,
              const wire::wire_avail& free, const std::vector<wire::wire_hold>& holds) {
         take_heartbeat(self, token, id, version, free, holds);

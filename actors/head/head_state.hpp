@@ -28,8 +28,8 @@ struct head_state {
   // an old connection must not kill a node that has already joined again.
   std::map<caf::actor_addr, node_id> node_of;
   std::map<node_id, caf::actor_addr> addr_of;
-  std::vector<caf::actor> subscribers;
-  caf::actor groups;  // the placement-group actor, linked to this one
+  std::vector<subscriber_iface> subscribers;
+  groups_iface groups;  // the placement-group actor, linked to this one
   // Each alive node's latest report: its GPU audit, how it contains its trials, their
   // host memory and CPU.
   std::map<node_id, wire::wire_node_report> reports;
@@ -41,7 +41,7 @@ struct head_state {
   static inline const char* name = "tune.head";
 };
 
-using head_actor = caf::stateful_actor<head_state>*;
+using head_actor = head_iface::stateful_pointer<head_state>;
 
 // head.cpp
 // Who a token is (tune/cluster/users.hpp). Every comparison is made, in constant time,
@@ -50,19 +50,19 @@ principal who(head_actor self, const std::string& token);
 // Why `p` may not do `what` (empty: it may). `need`: the roles that may.
 std::string refused(const principal& p, std::initializer_list<role> need, const std::string& what);
 std::string version_mismatch(const std::string& theirs);
-caf::message_handler group_handlers(head_actor self);  // placement groups, moves, drains
-caf::message_handler user_handlers(head_actor self);
+head_groups_iface::behavior_type group_handlers(head_actor self);  // placement groups, moves, drains
+head_users_iface::behavior_type user_handlers(head_actor self);
 
 // head_nodes.cpp
 // A down message from a node's current connection: the node is dead.
 void node_connection_down(head_actor self, const caf::down_msg& dm);
-caf::message_handler node_handlers(head_actor self);  // join, heartbeat, audit, leave, sweep
+head_nodes_iface::behavior_type node_handlers(head_actor self);  // join, heartbeat, audit, leave, sweep
 
 // head_status.cpp
 // A down message from a subscriber or an experiment's reporter: it is forgotten, its
 // experiments marked interrupted.
 void follower_down(head_actor self, const caf::down_msg& dm);
-caf::message_handler status_handlers(head_actor self);  // status, dashboard, board, subscribe
+head_status_iface::behavior_type status_handlers(head_actor self);  // status, dashboard, board, subscribe
 
 }  // namespace head_impl
 }  // namespace tune

@@ -104,46 +104,46 @@ std::pair<int, std::string> dashboard_view(head_actor self, const nlohmann::json
 }
 
 // `tune status`: the cluster's status, a user's view of it for a user.
-caf::result<caf::message> answer_status(head_actor self, const std::string& token, const std::string& their_version) {
+caf::result<wire::status_atom, std::string> answer_status(head_actor self, const std::string& token,
+                                                         const std::string& their_version) {
   auto p = who(self, token);
   if (auto why = refused(p, {role::admin, role::user}, "read the cluster's status"); !why.empty())
-    return caf::make_message(wire::status_atom::value, false, why);
-  if (their_version != version())
-    return caf::make_message(wire::status_atom::value, false, version_mismatch(their_version));
-  auto rp = self->make_response_promise<caf::message>();
+    return wire::refusal(errc::invalid_argument, why);
+  if (their_version != version()) return wire::refusal(errc::invalid_argument, version_mismatch(their_version));
+  auto rp = self->make_response_promise<wire::status_atom, std::string>();
   collect_status(
       self,
       [self, rp, p](nlohmann::json j) mutable {
         if (p.kind == role::user) j = status_for_user(std::move(j), p.name);
         j["experiments"] = self->state.board.list_json(p.kind == role::user ? p.name : "");
-        rp.deliver(caf::make_message(wire::status_atom::value, true, json_text(j)));
+        rp.deliver(wire::status_atom::value, json_text(j));
       },
-      [rp](const std::string& why) mutable { rp.deliver(caf::make_message(wire::status_atom::value, false, why)); });
+      [rp](const std::string& why) mutable { rp.deliver(wire::refusal(errc::invalid_argument, why)); });
   return rp;
 }
 
 // A view for the dashboard's HTTP side (dashboard_view): (HTTP status, body).
-caf::result<caf::message> answer_dashboard(head_actor self, const std::string& token, const std::string& view,
-                                           const std::string& a, const std::string& b) {
+caf::result<wire::dashboard_atom, int, std::string> answer_dashboard(head_actor self, const std::string& token,
+                                                                    const std::string& view, const std::string& a,
+                                                                    const std::string& b) {
   auto p = who(self, token);
   if (auto why = refused(p, {role::admin, role::user}, "read the dashboard"); !why.empty())
-    return caf::make_message(wire::dashboard_atom::value, 401, json_text(nlohmann::json{{"error", why}}));
-  auto rp = self->make_response_promise<caf::message>();
+    return {wire::dashboard_atom::value, 401, json_text(nlohmann::json{{"error", why}})};
   // The board's own views need no status; the rest are joined with it.
   if (view == "experiments" || view == "experiment" || view == "trial" || view == "whoami") {
     auto [code, body] = dashboard_view(self, nlohmann::json::object(), view, a, b, p);
-    rp.deliver(caf::make_message(wire::dashboard_atom::value, code, std::move(body)));
-    return rp;
+    return {wire::dashboard_atom::value, code, std::move(body)};
   }
+  auto rp = self->make_response_promise<wire::dashboard_atom, int, std::string>();
   collect_status(
       self,
       [self, rp, view, a, b, p](nlohmann::json j) mutable {
         if (p.kind == role::user) j = status_for_user(std::move(j), p.name);
         auto [code, body] = dashboard_view(self, j, view, a, b, p);
-        rp.deliver(caf::make_message(wire::dashboard_atom::value, code, std::move(body)));
+        rp.deliver(wire::dashboard_atom::value, code, std::move(body));
       },
       [rp](const std::string& why) mutable {
-        rp.deliver(caf::make_message(wire::dashboard_atom::value, 503, json_text(nlohmann::json{{"error", why}})));
+        rp.deliver(wire::dashboard_atom::value, 503, json_text(nlohmann::json{{"error", why}}));
       });
   return rp;
 }
@@ -185,23 +185,23 @@ void take_board_report(head_actor self, const std::string& token, const std::str
   it->second.insert(j["id"].get<std::string>());
 }
 
-caf::message add_subscriber(head_actor self, const std::string& token) {
+caf::result<wire::subscribe_atom, std::string> add_subscriber(head_actor self, const std::string& token) {
   auto& st = self->state;
   if (auto why = refused(who(self, token), {role::admin, role::user}, "follow the cluster's events"); !why.empty())
-    return caf::make_message(wire::subscribe_atom::value, false, why);
+    return wire::refusal(errc::invalid_argument, why);
   auto sender = caf::actor_cast<caf::actor>(self->current_sender());
   if (sender) {
-    st.subscribers.push_back(sender);
+    st.subscribers.push_back(caf::actor_cast<subscriber_iface>(sender));
     self->monitor(sender);
   }
-  return caf::make_message(wire::subscribe_atom::value, true, version());
+  return {wire::subscribe_atom::value, version()};
 }
 
 }  // namespace
 
 void follower_down(head_actor self, const caf::down_msg& dm) {
   auto& st = self->state;
-  std::erase_if(st.subscribers, [&](const caf::actor& a) { return a.address() == dm.source; });
+  std::erase_if(st.subscribers, [&](const subscriber_iface& a) { return a.address() == dm.source; });
   if (auto o = st.board_owners.find(dm.source); o != st.board_owners.end()) {
     for (auto& id : o->second)
       st.board.owner_lost(id, "the tuning program's connection ended before the experiment did (tune resume DIR continues it)",
@@ -210,16 +210,16 @@ void follower_down(head_actor self, const caf::down_msg& dm) {
   }
 }
 
-caf::message_handler status_handlers(head_actor self) {
+head_status_iface::behavior_type status_handlers(head_actor self) {
   return {
-      [self](wire::status_atom, const std::string& token, const std::string& their_version) -> caf::result<caf::message> {
+      [self](wire::status_atom, const std::string& token, const std::string& their_version) {
         return answer_status(self, token, their_version);
       },
       [self](wire::board_atom, const std::string& token, const std::string& report) {
         take_board_report(self, token, report);
       },
       [self](wire::dashboard_atom, const std::string& token, const std::string& view, const std::string& a,
-             const std::string& b) -> caf::result<caf::message> { return answer_dashboard(self, token, view, a, b); },
+             const std::string& b) { return answer_dashboard(self, token, view, a, b); },
       [self](wire::subscribe_atom, const std::string& token) { return add_subscriber(self, token); },
   };
 }

@@ -38,14 +38,15 @@ struct HeadTest : ::testing::Test {
     return a;
   }
 
-  // A request from `who`, run on the deterministic scheduler; the reply as (ok, text).
+  // A request from `who`, run on the deterministic scheduler: (true, the reply's text),
+  // or (false, the refusal's words).
   template <class Atom, class... Ts>
   std::pair<bool, std::string> ask(caf::scoped_actor& who, Atom atom, Ts&&... xs) {
     auto handle = who->request(head, caf::infinite, atom, std::forward<Ts>(xs)...);
     sched.run();
     std::pair<bool, std::string> out{false, "no reply"};
-    handle.receive([&](Atom, bool ok, std::string& text) { out = {ok, text}; },
-                   [&](caf::error& err) { out = {false, to_string(err)}; });
+    handle.receive([&](Atom, std::string& text) { out = {true, text}; },
+                   [&](caf::error& err) { out = {false, wire::is_refusal(err) ? wire::refusal_reason(err) : to_string(err)}; });
     return out;
   }
 

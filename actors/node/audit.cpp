@@ -23,7 +23,7 @@ namespace {
 struct audit_state {
   audit_options opt;
   std::unique_ptr<gpu_audit> rules;
-  std::map<std::string, caf::actor> trials;         // by trial id
+  std::map<std::string, trial_iface> trials;         // by trial id
   // What each trial actor last heard: now, peak, its mean SM utilisation.
   std::map<std::string, std::tuple<int64_t, int64_t, int>> told;
   // Each trial's SM utilisation samples (percent) since it was added: sum, count.
@@ -48,7 +48,7 @@ struct audit_state {
   static inline const char* name = "tune.audit";
 };
 
-using audit_actor = caf::stateful_actor<audit_state>*;
+using audit_actor = audit_iface::stateful_pointer<audit_state>;
 
 // The report's cards: this node's, with the trials and foreign processes on each.
 std::vector<wire::wire_card_report> report_cards(const std::vector<gpu_card_sample>& cards, const audit_result& r,
@@ -177,11 +177,11 @@ void final_check(audit_actor self, const std::string& id) {
   self->delayed_send(self, std::chrono::milliseconds(50), audit_recheck_atom::value, id);
 }
 
-caf::behavior audit(audit_actor self, audit_options opt) {
+audit_iface::behavior_type audit(audit_actor self, audit_options opt) {
   auto& st = self->state;
   st.opt = std::move(opt);
   st.rules = std::make_unique<gpu_audit>(st.opt.cards, std::set<int>{::getpid()});
-  auto forget = [self](std::map<std::string, caf::actor>::iterator it) {
+  auto forget = [self](std::map<std::string, trial_iface>::iterator it) {
     auto& st = self->state;
     st.rules->remove(it->first);
     st.told.erase(it->first);
@@ -222,7 +222,7 @@ caf::behavior audit(audit_actor self, audit_options opt) {
         audited_trial t{id, pid, group, {}, cgroup};
         for (auto& [uuid, bytes] : quota) t.quota[uuid] = bytes, st.cards_of[id].insert(uuid);
         st.rules->add(std::move(t));
-        st.trials[id] = trial;
+        st.trials[id] = caf::actor_cast<trial_iface>(trial);
         self->monitor(trial);
         tick(self);  // a first look right away
       },
@@ -235,7 +235,7 @@ caf::behavior audit(audit_actor self, audit_options opt) {
 
 }  // namespace
 
-caf::actor spawn_gpu_audit(caf::local_actor* parent, audit_options opt) {
+audit_iface spawn_gpu_audit(caf::local_actor* parent, audit_options opt) {
   return parent->spawn<caf::linked + caf::detached>(audit, std::move(opt));
 }
 

@@ -28,6 +28,7 @@
 
 #include "tune/host/gpu_sampler.hpp"
 #include "tune/trial/audit.hpp"
+#include "wire.hpp"
 
 namespace tune {
 
@@ -36,7 +37,7 @@ struct audit_options {
   std::shared_ptr<gpu_sampler> lib;
   std::set<std::string> cards;  // UUIDs of this node's cards
   std::chrono::milliseconds interval{200};
-  caf::actor node;  // gets its reports
+  node_iface node;  // gets its reports
 };
 
 // Messages it takes:
@@ -49,6 +50,6 @@ struct audit_options {
 //   GPU I, N MiB".
 //   (audit_forget_atom, trial_id): its worker was kept for the next trial (reused
 //   workers): it is no longer audited, and nothing of it is killed.
-caf::actor spawn_gpu_audit(caf::local_actor* parent, audit_options opt);
+audit_iface spawn_gpu_audit(caf::local_actor* parent, audit_options opt);
 
 }  // namespace tune

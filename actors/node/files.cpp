@@ -141,11 +141,13 @@ void remove_staged(node_actor self, const std::vector<std::string>& shas) {
   for (auto& sha : shas) std::remove((staged_dir(self) + "/" + sha).c_str());
 }
 
-caf::message stage_answer(bool ok, const std::string& text) { return caf::make_message(wire::stage_atom::value, ok, text); }
+using stage_answer = caf::result<wire::stage_atom, std::string>;
+stage_answer staged(const std::string& text) { return {wire::stage_atom::value, text}; }
+caf::error not_staged(const std::string& why) { return wire::refusal(errc::invalid_argument, why); }
 
 // A standby copy's files (and its trial's program) are in (or one failed, `error`): kept,
 // unless a newer copy came meanwhile.
-caf::message stage_done(node_actor self, const std::string& key, const restore_set& set, const std::string& error) {
+stage_answer stage_done(node_actor self, const std::string& key, const restore_set& set, const std::string& error) {
   uint64_t bytes = 0;
   std::vector<std::string> shas;
   for (auto& f : set.files) {
@@ -155,12 +157,11 @@ caf::message stage_done(node_actor self, const std::string& key, const restore_s
   auto& copies = self->state.staged;
   if (!error.empty()) {
     remove_staged(self, copies.unnamed(shas));
-    return stage_answer(false, error);
+    return not_staged(error);
   }
   auto kept = copies.keep(key, set.iteration, std::move(shas), bytes);
   remove_staged(self, kept.unnamed);
-  return kept.kept ? stage_answer(true, "iteration " + std::to_string(set.iteration) + " staged")
-                   : stage_answer(true, "a newer copy is here already");
+  return staged(kept.kept ? "iteration " + std::to_string(set.iteration) + " staged" : "a newer copy is here already");
 }
 
 // Why a standby copy is not fetched (empty: it is).
@@ -177,33 +178,35 @@ std::string stage_refusal(node_actor self, const expected<restore_set>& m, const
 
 // A standby copy of a trial's checkpoint (wire.hpp, stage_atom): its files (and the
 // trial's program) fetched into this node's caches, each checked against its hash.
-caf::result<caf::message> stage(node_actor self, const std::string& key, const std::string& manifest,
-                                const std::string& program_sha, uint64_t program_size, const caf::actor& server) {
+stage_answer stage(node_actor self, const std::string& key, const std::string& manifest, const std::string& program_sha,
+                   uint64_t program_size, const caf::actor& server) {
   auto& st = self->state;
   auto m = parse_restore_set(manifest);
-  if (auto why = stage_refusal(self, m, program_sha, server); !why.empty()) return stage_answer(false, why);
+  if (auto why = stage_refusal(self, m, program_sha, server); !why.empty()) return not_staged(why);
   if (m->files.empty()) {
     remove_staged(self, st.staged.drop(key));
-    return stage_answer(true, "dropped");
+    return staged("dropped");
   }
   if (auto have = st.staged.iteration(key); have >= m->iteration)
-    return stage_answer(true, "iteration " + std::to_string(have) + " is here already");
+    return staged("iteration " + std::to_string(have) + " is here already");
   uint64_t bytes = 0;
   for (auto& f : m->files) bytes += f.size;
   if (bytes > st.staged.max_bytes())
-    return stage_answer(false, "the checkpoint (" + format_bytes(static_cast<int64_t>(bytes)) +
-                                   ") is larger than a node's standby space (" +
-                                   format_bytes(static_cast<int64_t>(st.staged.max_bytes())) + ")");
+    return not_staged("the checkpoint (" + format_bytes(static_cast<int64_t>(bytes)) +
+                      ") is larger than a node's standby space (" +
+                      format_bytes(static_cast<int64_t>(st.staged.max_bytes())) + ")");
   struct job {
     size_t left = 0;
     std::string error;
   };
   auto j = std::make_shared<job>();
   j->left = m->files.size() + (program_sha.empty() ? 0 : 1);
-  auto rp = self->make_response_promise<caf::message>();
+  auto rp = self->make_response_promise<wire::stage_atom, std::string>();
   auto one = [self, j, rp, key, set = *m](const status& got) mutable {
     if (!got && j->error.empty()) j->error = got.message();
-    if (--j->left == 0) rp.deliver(stage_done(self, key, set, j->error));
+    if (--j->left > 0) return;
+    if (auto done = stage_done(self, key, set, j->error); done.flag == caf::rt_error) rp.deliver(std::move(done.err));
+    else rp.deliver(wire::stage_atom::value, done.value.get_as<std::string>(1));
   };
   if (!program_sha.empty())
     ensure_file(self, st.opt.work_dir + "/programs", program_sha, program_size, server, true, "the trial's program", one, true);
@@ -261,14 +264,16 @@ std::string not_allowed(const std::string& trial) {
 }
 
 // A checkpoint's files (name, size), for a client that copies it.
-caf::message list_checkpoint(node_actor self, const std::string& token, const std::string& trial, const std::string& path) {
-  auto no = [](const std::string& why) { return caf::make_message(wire::ckpt_list_atom::value, false, why); };
+caf::result<wire::ckpt_list_atom, std::vector<wire::wire_file>> list_checkpoint(node_actor self, const std::string& token,
+                                                                               const std::string& trial,
+                                                                               const std::string& path) {
+  auto no = [](const std::string& why) { return wire::refusal(errc::invalid_argument, why); };
   if (!may_read(self, token, trial)) return no(not_allowed(trial));
   as_account as(folder_owner(self->state.opt.work_dir + "/trials/" + trial));  // read as the trial's account
   auto dir = checkpoint_folder(self, trial, path);
   if (!dir) return no(dir.error().message());
   namespace fs = std::filesystem;
-  nlohmann::json files = nlohmann::json::array();
+  std::vector<wire::wire_file> files;
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(*dir, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec)) {
@@ -277,16 +282,18 @@ caf::message list_checkpoint(node_actor self, const std::string& token, const st
     if (!valid_utf8(name))  // copies name their files in JSON text: one such name could not be asked for
       return no("checkpoint " + path + " holds a file whose name is not UTF-8 (" + shown_utf8(name) +
                 "): it cannot be copied; give its files UTF-8 names");
-    if (it->is_regular_file(ec)) files.push_back({{"name", name}, {"size", it->file_size(ec)}});
+    if (it->is_regular_file(ec)) files.push_back({name, static_cast<uint64_t>(it->file_size(ec))});
   }
   if (ec) return no("cannot list " + path + ": " + ec.message());
-  return caf::make_message(wire::ckpt_list_atom::value, true, json_text(files));
+  return {wire::ckpt_list_atom::value, std::move(files)};
 }
 
 // A chunk of one of a checkpoint's files.
-caf::message read_checkpoint(node_actor self, const std::string& token, const std::string& trial, const std::string& path,
-                             const std::string& name, uint64_t offset, uint32_t length) {
-  auto no = [](const std::string& why) { return caf::make_message(wire::ckpt_read_atom::value, false, why); };
+caf::result<wire::ckpt_read_atom, std::string> read_checkpoint(node_actor self, const std::string& token,
+                                                               const std::string& trial, const std::string& path,
+                                                               const std::string& name, uint64_t offset,
+                                                               uint32_t length) {
+  auto no = [](const std::string& why) { return wire::refusal(errc::invalid_argument, why); };
   if (!may_read(self, token, trial)) return no(not_allowed(trial));
   if (length > wire::max_chunk) return no("at most " + std::to_string(wire::max_chunk) + " bytes at a time");
   as_account as(folder_owner(self->state.opt.work_dir + "/trials/" + trial));  // read as the trial's account
@@ -302,7 +309,7 @@ caf::message read_checkpoint(node_actor self, const std::string& token, const st
   std::string bytes(length, '\0');
   in.read(bytes.data(), length);
   bytes.resize(static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
-  return caf::make_message(wire::ckpt_read_atom::value, true, std::move(bytes));
+  return {wire::ckpt_read_atom::value, std::move(bytes)};
 }
 
 }  // namespace
@@ -431,7 +438,7 @@ bool from_standby(node_actor self, const std::string& sha, uint64_t size, int fd
   return true;
 }
 
-caf::message_handler file_handlers(node_actor self) {
+node_files_iface::behavior_type file_handlers(node_actor self) {
   return {
       [self](wire::stage_atom, const std::string& key, const std::string& manifest, const std::string& program_sha,
              uint64_t program_size, const caf::actor& server) {

@@ -12,6 +12,7 @@
 #include "transport/dial.hpp"
 #include "log.hpp"
 #include "node_state.hpp"
+#include "typed.hpp"
 #include "trial/trial.hpp"
 #include "tune/cluster/version.hpp"
 #include "tune/core/json_text.hpp"
@@ -99,12 +100,15 @@ void send_join(node_actor self) {
   ad.holdings_version = st.table.version();
   self->request(st.head, wire::request_timeout, wire::join_atom::value, st.opt.token, ad)
       .then(
-          [self](wire::join_atom, bool accepted, const std::string& text) {
+          [self](wire::join_atom, const std::string&) {
             self->state.connecting = false;
-            if (!accepted) return fatal(self, "the head at " + where(self) + " refused this node: " + text);
             joined(self);
           },
-          [self](caf::error& err) { schedule_retry(self, "join: " + to_string(err)); });
+          [self](caf::error& err) {
+            if (!wire::is_refusal(err)) return schedule_retry(self, "join: " + to_string(err));
+            self->state.connecting = false;
+            fatal(self, "the head at " + where(self) + " refused this node: " + wire::refusal_reason(err));
+          });
 }
 
 // Connects to the head (or, connected already, joins again).
@@ -113,7 +117,7 @@ void connect(node_actor self) {
   if (st.joined || st.connecting) return;
   st.connecting = true;
   if (!st.head && st.opt.head_actor) {  // a head in this process
-    st.head = st.opt.head_actor;
+    st.head = caf::actor_cast<head_iface>(st.opt.head_actor);
     self->monitor(st.head);
   }
   if (st.head) return send_join(self);  // connected (or in this process); a rejoin asked
@@ -123,7 +127,7 @@ void connect(node_actor self) {
       .then(
           [self](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
             if (!ptr) return schedule_retry(self, "no libtune head at that port");
-            self->state.head = caf::actor_cast<caf::actor>(ptr);
+            self->state.head = caf::actor_cast<head_iface>(ptr);
             self->monitor(self->state.head);
             send_join(self);
           },
@@ -150,7 +154,7 @@ void start_audit(node_actor self) {
     st.foreign = gpu_audit{cards, {::getpid()}}.check(*now).foreign;
     look_at_claims(self);
   }
-  st.audit = spawn_gpu_audit(self, {st.opt.gpu_library, cards, st.opt.audit_interval, caf::actor_cast<caf::actor>(self)});
+  st.audit = spawn_gpu_audit(self, {st.opt.gpu_library, cards, st.opt.audit_interval, caf::actor_cast<node_iface>(self)});
   log_line("GPU audit on: " + std::to_string(cards.size()) + " card(s), every " +
            std::to_string(st.opt.audit_interval.count()) + " ms");
 }
@@ -242,9 +246,9 @@ caf::response_promise leave(node_actor self) {
   return rp;
 }
 
-caf::behavior node(node_actor self, node_options opt) {
+node_iface::behavior_type node(node_actor self, node_options opt) {
   open_node(self, std::move(opt));
-  return caf::behavior{membership(self).or_else(reservations(self)).or_else(file_handlers(self)).or_else(trial_handlers(self))};
+  return typed_union<node_iface>(membership(self), reservations(self), file_handlers(self), trial_handlers(self));
 }
 
 }  // namespace
@@ -277,7 +281,7 @@ void send_report(node_actor self, bool now) {
   self->send(st.head, wire::gpu_audit_atom::value, st.opt.token, st.opt.node_id, std::move(report));
 }
 
-caf::message_handler membership(node_actor self) {
+node_membership_iface::behavior_type membership(node_actor self) {
   return {
       [self](wire::retry_atom) { connect(self); },
       [self](wire::beat_atom, uint64_t generation) {
@@ -295,7 +299,7 @@ caf::message_handler membership(node_actor self) {
         st.connecting = true;
         send_join(self);
       },
-      [self](wire::leave_atom) { return leave(self); },
+      [self](wire::leave_atom) -> caf::result<wire::leave_atom, bool> { return leave(self); },
       [self](node_report_atom) {
         self->state.report_due = false;
         send_report(self, true);
@@ -306,7 +310,7 @@ caf::message_handler membership(node_actor self) {
 }  // namespace node_impl
 
 caf::actor spawn_node(caf::actor_system& sys, node_options opt) {
-  return sys.spawn(node_impl::node, std::move(opt));
+  return caf::actor_cast<caf::actor>(sys.spawn(node_impl::node, std::move(opt)));
 }
 
 }  // namespace tune

@@ -49,7 +49,7 @@ constexpr uint64_t staged_max_bytes = uint64_t{8} << 30;
 struct node_state {
   node_options opt;
   reservation_table table{node_resources{}};
-  caf::actor head;
+  head_iface head;
   bool joined = false, ever_joined = false, connecting = false, reported = false;
   uint64_t generation = 0;  // a new generation stops the old heartbeat chain
   std::chrono::milliseconds backoff{250};
@@ -57,11 +57,11 @@ struct node_state {
   // The trials' starts and the trials running here (start_plan.hpp), their actors by
   // the plan's handles, and the starts on their way.
   std::unique_ptr<start_plan> plan;
-  std::map<trial_handle, caf::actor> trial_actors;
+  std::map<trial_handle, trial_iface> trial_actors;
   trial_handle next_trial = 0;
   std::map<start_id, pending_start> pending;
   bool carrying = false;  // carrying the plan's commands out (new ones join the loop)
-  caf::actor audit;                          // the GPU audit, when there is one
+  audit_iface audit;                         // the GPU audit, when there is one
   std::optional<std::vector<wire::wire_card_report>> audit_report;  // its latest report, for the head
   // Each running trial's host usage from its cgroup, for the head's status.
   std::map<std::string, host_usage> host_use;
@@ -92,18 +92,18 @@ struct node_state {
   static inline const char* name = "tune.node";
 };
 
-using node_actor = caf::stateful_actor<node_state>*;
+using node_actor = node_iface::stateful_pointer<node_state>;
 
 // node.cpp
 bool from_head(node_actor self);  // placement-group and start messages come from the head's process only
 void send_heartbeat(node_actor self);
 void send_report(node_actor self, bool now = false);  // now: at once, else within a second
-caf::message_handler membership(node_actor self);
+node_membership_iface::behavior_type membership(node_actor self);
 
 // reservations.cpp
 void open_claims(node_actor self);
 void look_at_claims(node_actor self, const std::vector<std::string>* fresh = nullptr);
-caf::message_handler reservations(node_actor self);
+node_reservations_iface::behavior_type reservations(node_actor self);
 
 // files.cpp
 void fetch_file(node_actor self, caf::actor server, std::string sha, uint64_t size, std::string dest,
@@ -114,14 +114,14 @@ void ensure_file(node_actor self, const std::string& dir, const std::string& sha
 void prepare_workdir(node_actor self, const wire::wire_trial_spec& spec, const caf::actor& server,
                      std::function<void(expected<std::shared_ptr<const workdir_manifest>>)> done);
 bool from_standby(node_actor self, const std::string& sha, uint64_t size, int fd);
-caf::message_handler file_handlers(node_actor self);
+node_files_iface::behavior_type file_handlers(node_actor self);
 
 // trials.cpp
 void carry_out(node_actor self);  // the start plan's commands, in order
 void trial_ended(node_actor self, const caf::actor_addr& source, bool& was_trial);
 void hold_trials(node_actor self);  // the head is gone: what they report waits
 std::string trial_owner(node_actor self, const std::string& trial);
-caf::message_handler trial_handlers(node_actor self);
+node_trials_iface::behavior_type trial_handlers(node_actor self);
 
 }  // namespace node_impl
 }  // namespace tune

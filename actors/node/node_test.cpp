@@ -34,9 +34,10 @@ struct head_log {
 
 caf::behavior fake_head(caf::event_based_actor*, std::shared_ptr<head_log> log) {
   return {
-      [=](wire::join_atom, const std::string&, const wire::wire_ad& ad) {
+      [=](wire::join_atom, const std::string&, const wire::wire_ad& ad) -> wire::join_answer {
         log->joins.push_back(ad);
-        return caf::make_message(wire::join_atom::value, !log->refuse, std::string{log->refuse ? "a test's no" : ""});
+        if (log->refuse) return wire::refusal(errc::invalid_argument, "a test's no");
+        return {wire::join_atom::value, std::string{"test"}};
       },
       [=](wire::heartbeat_atom, const std::string&, const std::string&, uint64_t, const wire::wire_avail&,
           const std::vector<wire::wire_hold>& holdings) {
@@ -101,15 +102,16 @@ struct NodeTest : ::testing::Test {
   }
 
   // A request from the test (in the head's process, so the node takes it as the
-  // head's), run on the deterministic scheduler: the reply's (ok, text).
+  // head's), run on the deterministic scheduler: (true, the reply's text) or (false, the
+  // refusal's words).
   template <class Atom, class... Ts>
   std::pair<bool, std::string> ask(Atom atom, Ts&&... xs) {
     caf::scoped_actor me{sys};
     auto handle = me->request(node, caf::infinite, atom, std::forward<Ts>(xs)...);
     sched.run();
     std::pair<bool, std::string> out{false, "no reply"};
-    handle.receive([&](Atom, bool ok, std::string& text) { out = {ok, text}; },
-                   [&](caf::error& err) { out = {false, to_string(err)}; });
+    handle.receive([&](Atom, std::string& text) { out = {true, text}; },
+                   [&](caf::error& err) { out = {false, wire::is_refusal(err) ? wire::refusal_reason(err) : to_string(err)}; });
     return out;
   }
 
@@ -120,10 +122,8 @@ struct NodeTest : ::testing::Test {
                               caf::actor{});
     sched.run();
     std::pair<bool, std::string> out{false, "no reply"};
-    handle.receive([&](wire::trial_start_atom, bool ok, std::string& why, wire::wire_trial_started&, caf::actor&) {
-                     out = {ok, why};
-                   },
-                   [&](caf::error& err) { out = {false, to_string(err)}; });
+    handle.receive([&](wire::trial_start_atom, wire::wire_trial_started&, caf::actor&) { out = {true, ""}; },
+                   [&](caf::error& err) { out = {false, wire::is_refusal(err) ? wire::refusal_reason(err) : to_string(err)}; });
     return out;
   }
 

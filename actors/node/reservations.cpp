@@ -134,7 +134,7 @@ void expire_prepares(node_actor self) {
 void prepare(node_actor self, const std::string& key, uint32_t bundle, const wire::wire_request& req,
              const wire::wire_alloc& preferred) {
   auto& st = self->state;
-  auto to = caf::actor_cast<caf::actor>(self->current_sender());
+  auto to = caf::actor_cast<groups_nodes_iface>(self->current_sender());  // the placement-group actor
   if (!to) return;
   auto answer = [&](bool ok, wire::wire_alloc taken, std::string why) {
     self->send(to, wire::prepare_atom::value, st.opt.node_id, key, bundle, ok, std::move(taken), std::move(why),
@@ -187,7 +187,7 @@ void open_claims(node_actor self) {
   self->send(self, claims_tick_atom::value);
 }
 
-caf::message_handler reservations(node_actor self) {
+node_reservations_iface::behavior_type reservations(node_actor self) {
   return {
       [self](wire::expire_atom) { expire_prepares(self); },
       [self](wire::prepare_atom, const std::string& key, uint32_t bundle, const wire::wire_request& req,
@@ -195,7 +195,7 @@ caf::message_handler reservations(node_actor self) {
       // A commit is answered only when it fails.
       [self](wire::commit_atom, const std::string& key, uint32_t bundle) {
         auto& st = self->state;
-        auto to = caf::actor_cast<caf::actor>(self->current_sender());
+        auto to = caf::actor_cast<groups_nodes_iface>(self->current_sender());  // the placement-group actor
         auto done = from_head(self) ? st.table.commit({key, bundle})
                                     : status{errc::invalid_argument, "only the head this node joined may commit here"};
         if (!done && to) self->send(to, wire::commit_atom::value, st.opt.node_id, key, bundle, false, done.message());

@@ -115,7 +115,7 @@ trial_options options_for(node_actor self, const wire::wire_trial_spec& spec, co
   t.limits.memory = hold.request.memory();
   t.limits.cpus = hold.request.cpu().to_double();
   t.limits.pids = st.opt.trial_max_pids;
-  t.node = caf::actor_cast<caf::actor>(self);
+  t.node = caf::actor_cast<node_iface>(self);
   return t;
 }
 
@@ -133,7 +133,7 @@ void spawn(node_actor self, start_id id) {
   auto t = options_for(self, s->spec, *hold, p->second.what);
   t.account = *account;
   t.access = *access;
-  t.owner = p->second.owner;
+  t.owner = caf::actor_cast<trial_events_iface>(p->second.owner);
   t.started = std::move(p->second.rp);
   st.pending.erase(p);
   auto a = spawn_trial(self, std::move(t));
@@ -227,7 +227,8 @@ void refuse(node_actor self, const starting::refuse& r) {
   auto p = st.pending.find(r.start);
   if (p == st.pending.end()) return;
   auto running = st.trial_actors.find(r.running);
-  p->second.rp.deliver(wire::start_refusal(r.answer, running == st.trial_actors.end() ? caf::actor{} : running->second));
+  p->second.rp.deliver(wire::start_refusal(
+      r.answer, running == st.trial_actors.end() ? caf::actor{} : caf::actor_cast<caf::actor>(running->second)));
   st.pending.erase(p);
 }
 
@@ -322,10 +323,11 @@ std::string trial_owner(node_actor self, const std::string& trial) {
   return owner;
 }
 
-caf::message_handler trial_handlers(node_actor self) {
+node_trials_iface::behavior_type trial_handlers(node_actor self) {
   return {
       [self](wire::trial_start_atom, const wire::wire_trial_spec& spec, const std::string& key, uint32_t bundle,
-             const caf::actor& server, const caf::actor& owner) {
+             const caf::actor& server,
+             const caf::actor& owner) -> caf::result<wire::trial_start_atom, wire::wire_trial_started, caf::actor> {
         return trial_start(self, spec, key, bundle, server, owner);
       },
       // A client's greeting for one of its trials (through the head): passed on to it.

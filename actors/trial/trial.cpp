@@ -15,6 +15,7 @@
 #include "log.hpp"
 #include "launch.hpp"
 #include "outbox.hpp"
+#include "typed.hpp"
 #include "watcher.hpp"
 #include "tune/core/json_text.hpp"
 #include "tune/core/utf8.hpp"
@@ -67,7 +68,7 @@ struct trial_state {
   }
 };
 
-using trial_actor = caf::stateful_actor<trial_state>*;
+using trial_actor = trial_iface::stateful_pointer<trial_state>;
 
 constexpr size_t kept_messages = 4096;  // a few seconds of a fast trial; small per trial
 constexpr std::chrono::seconds hold_wait{600};
@@ -82,9 +83,13 @@ void pace(trial_actor self) {
   st.ctl->post(control_channel::kind::hold, st.holding ? 1 : 0, !st.holding);
 }
 
+// Its outbox holds messages made by tell_owner (checked there against what an owner
+// takes), sent now or again later as they are.
+void send_kept(trial_actor self, caf::message msg) { caf::unsafe_send_as(self, self->state.opt.owner, std::move(msg)); }
+
 void to_owner(trial_actor self, caf::message msg) {
   auto& st = self->state;
-  if (st.out.push(msg)) self->send(st.opt.owner, std::move(msg));
+  if (st.out.push(msg)) send_kept(self, std::move(msg));
   pace(self);
 }
 
@@ -97,15 +102,18 @@ void greeted(trial_actor self, uint64_t received) {
   if (r.lost > 0)
     log_line("trial " + st.opt.spec.trial_id + ": " + std::to_string(r.lost) +
              " message(s) to its owner were lost with the route and are no longer kept");
-  for (auto& m : r.again) self->send(st.opt.owner, std::move(m));
+  for (auto& m : r.again) send_kept(self, std::move(m));
   pace(self);
   if (st.over && !nothing_missing) self->quit();
 }
 
 // A message to its owner about the trial: (atom, trial_id, what).
-template <class Atom, class What>
-void tell_owner(trial_actor self, Atom atom, What what) {
-  to_owner(self, caf::make_message(atom, self->state.opt.spec.trial_id, std::move(what)));
+template <class Atom, class... What>
+void tell_owner(trial_actor self, Atom atom, What... what) {
+  static_assert(caf::response_type_unbox<caf::signatures_of_t<trial_events_iface>,
+                                         caf::detail::type_list<Atom, std::string, What...>>::valid,
+                "an owner does not take this message (wire_ifaces.hpp)");
+  to_owner(self, caf::make_message(atom, self->state.opt.spec.trial_id, std::move(what)...));
 }
 
 // A checkpoint the worker reports: a folder of its own trial folder (no absolute path,
@@ -281,7 +289,7 @@ void ended(trial_actor self, bool exited, int code, const std::string& how, cons
   auto finish = [self](wire::wire_trial_end end) {
     auto& st = self->state;
     trace_step("end_sent", st.opt.spec.trial_id);
-    to_owner(self, caf::make_message(wire::trial_ended_atom::value, st.opt.spec.trial_id, std::move(end)));
+    tell_owner(self, wire::trial_ended_atom::value, std::move(end));
     if (st.watcher.joinable()) st.watcher.join();
     st.over = true;
     if (st.out.greeted() || st.released) self->quit();
@@ -316,7 +324,7 @@ void on_started(trial_actor self, int pid, int group, const std::string& error, 
   trace_step("worker_running", st.opt.spec.trial_id);
   st.opt.started.deliver(wire::start_answer(info, caf::actor_cast<caf::actor>(self)));
   if (st.opt.node)
-    to_owner(self, caf::make_message(wire::trial_node_atom::value, st.opt.spec.trial_id, st.opt.node, st.opt.access));
+    tell_owner(self, wire::trial_node_atom::value, caf::actor_cast<caf::actor>(st.opt.node), st.opt.access);
   tell_owner(self, wire::trial_started_atom::value, std::move(info));
   if (!st.opt.audit) return;
   std::vector<wire::wire_count> quota;
@@ -347,9 +355,8 @@ void general_line(trial_actor self, const std::string& line, Flush& flush) {
     auto iteration = j.contains("iteration") && j["iteration"].is_number_integer() ? j["iteration"].get<int64_t>()
                                                                                     : st.results;
     flush();
-    to_owner(self, caf::make_message(wire::trial_result_atom::value, st.opt.spec.trial_id,
-                                     wire::wire_result{iteration, json_text(j["metrics"]), st.gpu_memory,
-                                                                      st.gpu_memory_peak, st.gpu_util}));
+    tell_owner(self, wire::trial_result_atom::value,
+               wire::wire_result{iteration, json_text(j["metrics"]), st.gpu_memory, st.gpu_memory_peak, st.gpu_util});
   } else if (type == "checkpoint") {
     flush();
     checkpoint(self, j);
@@ -377,7 +384,7 @@ void on_lines(trial_actor self, const std::vector<std::string>& lines) {
     batch.gpu_memory = st.gpu_memory;
     batch.gpu_memory_peak = st.gpu_memory_peak;
     batch.gpu_util = st.gpu_util;
-    to_owner(self, caf::make_message(wire::trial_results_atom::value, st.opt.spec.trial_id, std::move(batch)));
+    tell_owner(self, wire::trial_results_atom::value, std::move(batch));
     batch = {};
   };
   for (auto& line : lines) {
@@ -418,7 +425,7 @@ void greet_wait(trial_actor self, uint64_t round) {
 }
 
 // What its owner says (only its owner is heard).
-caf::message_handler owner_handlers(trial_actor self) {
+trial_from_owner_iface::behavior_type owner_handlers(trial_actor self) {
   auto from_owner = [self] {
     auto& st = self->state;
     return st.opt.owner && self->current_sender() == st.opt.owner.address();
@@ -455,7 +462,7 @@ caf::message_handler owner_handlers(trial_actor self) {
 }
 
 // Its worker's thread, its node and the node's GPU audit.
-caf::message_handler node_handlers(trial_actor self) {
+trial_from_node_iface::behavior_type node_handlers(trial_actor self) {
   return {
       [self](worker_started_atom, int pid, int group, const std::string& error, const std::string& cgroup) {
         on_started(self, pid, group, error, cgroup);
@@ -504,7 +511,7 @@ caf::message_handler node_handlers(trial_actor self) {
   };
 }
 
-caf::behavior trial(trial_actor self, trial_options opt) {
+trial_iface::behavior_type trial(trial_actor self, trial_options opt) {
   auto& st = self->state;
   st.opt = std::move(opt);
   auto channel = control_channel::make();
@@ -513,18 +520,18 @@ caf::behavior trial(trial_actor self, trial_options opt) {
     log_line("trial " + st.opt.spec.trial_id + " could not start: " + why);
     st.opt.started.deliver(wire::start_refusal(why));
     self->quit();
-    return {};
+    return trial_iface::behavior_type::make_empty_behavior();
   }
   st.ctl = std::move(*channel);
-  st.watcher = std::thread(watch, caf::actor_cast<caf::actor>(self), make_launch(st.opt), st.ctl, st.opt.workers);
+  st.watcher = std::thread(watch, caf::actor_cast<trial_iface>(self), make_launch(st.opt), st.ctl, st.opt.workers);
   st.out = outbox<caf::message>{kept_messages, wire::ack_window, static_cast<bool>(st.opt.owner)};
   if (st.opt.owner) self->delayed_send(self, wire::trial_greeting_wait, trial_greet_wait_atom::value, uint64_t{0});
-  return caf::behavior{owner_handlers(self).or_else(node_handlers(self))};
+  return typed_union<trial_iface>(owner_handlers(self), node_handlers(self));
 }
 
 }  // namespace
 
-caf::actor spawn_trial(caf::local_actor* parent, trial_options opt) {
+trial_iface spawn_trial(caf::local_actor* parent, trial_options opt) {
   return parent->spawn<caf::linked>(trial, std::move(opt));
 }
 

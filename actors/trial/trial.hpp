@@ -70,9 +70,9 @@ struct trial_options {
   std::map<std::string, std::string> base_env;  // PATH, HOME, LD_LIBRARY_PATH, ...
   int cpu_threads = 0;  // the bundle's CPUs, rounded up: the worker's thread pools (0: not set)
   std::chrono::milliseconds default_grace{10000};
-  caf::actor owner;
-  caf::actor node;   // the node actor (it serves the trial's checkpoints)
-  caf::actor audit;  // the node's GPU audit (none without NVML or real cards)
+  trial_events_iface owner;
+  node_iface node;  // the node actor (it serves the trial's checkpoints)
+  audit_iface audit;  // the node's GPU audit (none without NVML or real cards)
   std::shared_ptr<tune::spawner> workers;  // starts the worker (none: a fork of this process)
   // A program trial (spec.command): before it starts, its own copy of the working
   // directory is made from this manifest (files from workdir_blobs/<sha256>) in
@@ -96,7 +96,7 @@ struct trial_options {
   caf::response_promise started;  // answered when the worker runs (or could not start)
 };
 
-caf::actor spawn_trial(caf::local_actor* parent, trial_options opt);
+trial_iface spawn_trial(caf::local_actor* parent, trial_options opt);
 
 // The environment a trial's worker gets, from the options (exposed for tests).
 std::map<std::string, std::string> trial_environment(const trial_options& opt);

@@ -14,6 +14,7 @@
 #include <functional>
 #include <thread>
 
+#include "tune/core/json_text.hpp"
 #include "watcher.hpp"
 #include "deterministic.hpp"
 
@@ -57,7 +58,7 @@ caf::behavior starter(caf::event_based_actor* self, trial_options opt) {
   return {[=](start_atom) mutable {
     auto rp = self->make_response_promise();
     opt.started = rp;
-    opt.node = self;
+    opt.node = caf::actor_cast<node_iface>(self);
     spawn_trial(self, opt);
     return rp;
   }};
@@ -116,7 +117,7 @@ struct TrialActorTest : ::testing::Test {
     o.node_id = "n1";
     o.trial_dir = dir.string();
     o.base_env = {{"PATH", "/usr/bin:/bin"}};
-    if (with_owner) o.owner = own;
+    if (with_owner) o.owner = caf::actor_cast<trial_events_iface>(own);
     node = sys.spawn(starter, o);
     // The start's answer comes once the worker runs: asked by an actor of its own, so
     // that the test never blocks on it.
@@ -124,12 +125,13 @@ struct TrialActorTest : ::testing::Test {
     auto who = std::make_shared<caf::actor>();
     sys.spawn([node = node, answer, who](caf::event_based_actor* self) {
       self->request(node, caf::infinite, start_atom::value)
-          .then([=](wire::trial_start_atom, bool ok, std::string& why, wire::wire_trial_started& started,
-                    caf::actor& a) {
-                  *answer = std::make_pair(ok, ok ? started.trial_id : why);
+          .then([=](wire::trial_start_atom, wire::wire_trial_started& started, caf::actor& a) {
+                  *answer = std::make_pair(true, json_text(wire::to_json(started)));
                   *who = a;
                 },
-                [=](caf::error& err) { *answer = std::make_pair(false, to_string(err)); });
+                [=](caf::error& err) {
+                  *answer = std::make_pair(false, wire::is_refusal(err) ? wire::refusal_reason(err) : to_string(err));
+                });
     });
     std::pair<bool, std::string> out{false, "no answer"};
     if (run_until([&] { return answer->has_value(); })) out = **answer;

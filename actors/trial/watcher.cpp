@@ -73,7 +73,7 @@ using clock = std::chrono::steady_clock;
 
 class watcher {
  public:
-  watcher(caf::actor self, launch l, std::shared_ptr<control_channel> ctl, std::shared_ptr<spawner> via)
+  watcher(trial_iface self, launch l, std::shared_ptr<control_channel> ctl, std::shared_ptr<spawner> via)
       : self_(std::move(self)), l_(std::move(l)), ctl_(std::move(ctl)), via_(std::move(via)) {}
 
   void run() {
@@ -305,7 +305,7 @@ class watcher {
                    static_cast<int64_t>(w.overlong_lines()), std::move(host));
   }
 
-  caf::actor self_;
+  trial_iface self_;
   launch l_;
   std::shared_ptr<control_channel> ctl_;
   std::shared_ptr<spawner> via_;
@@ -325,7 +325,7 @@ class watcher {
 
 }  // namespace
 
-void watch(caf::actor self, launch l, std::shared_ptr<control_channel> ctl, std::shared_ptr<spawner> via) {
+void watch(trial_iface self, launch l, std::shared_ptr<control_channel> ctl, std::shared_ptr<spawner> via) {
   watcher{std::move(self), std::move(l), std::move(ctl), std::move(via)}.run();
 }
 

@@ -70,6 +70,6 @@ class control_channel {
 };
 
 // The thread's body (started by the actor; `self` is the actor).
-void watch(caf::actor self, launch l, std::shared_ptr<control_channel> ctl, std::shared_ptr<spawner> via);
+void watch(trial_iface self, launch l, std::shared_ptr<control_channel> ctl, std::shared_ptr<spawner> via);
 
 }  // namespace tune
