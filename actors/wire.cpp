@@ -148,6 +148,7 @@ void add_wire_types(caf::actor_system_config& c) {
   add_with_list<wire_count>(c, "wire_count");
   add_with_list<wire_trial_card>(c, "wire_trial_card");
   add_with_list<wire_file>(c, "wire_file");
+  add_with_list<wire_user>(c, "wire_user");
   add_with_list<foreign_process>(c, "foreign_process");
   add_one<wire_host>(c, "wire_host");
   add_one<wire_avail>(c, "wire_avail");
@@ -188,6 +189,22 @@ config::config(bool network) {
   // that is idle uses no CPU, which trials on the same machine need. Measured on
   // 2 cores (bench_pg): as fast in one process, about twice as fast across processes.
   set("scheduler.policy", caf::atom("sharing"));
+}
+
+wire_user to_wire(const std::string& name, const user_limits& l) {
+  return {name,       l.gpus ? l.gpus->units() : -1, l.cpus ? l.cpus->units() : -1, l.max_trials.value_or(-1),
+          l.priority, l.weight,                      l.account};
+}
+
+user_limits limits_from_wire(const wire_user& w) {
+  user_limits l;
+  if (w.gpu_units >= 0) l.gpus = quantity::from_units(w.gpu_units);
+  if (w.cpu_units >= 0) l.cpus = quantity::from_units(w.cpu_units);
+  if (w.max_trials >= 0) l.max_trials = w.max_trials;
+  l.priority = w.priority;
+  l.weight = w.weight;
+  l.account = w.account;
+  return l;
 }
 
 caf::error refusal(errc code, std::string why) {

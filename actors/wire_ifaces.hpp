@@ -93,7 +93,7 @@ using groups_moves_iface =
                      caf::replies_to<wire::drain_atom, std::string, bool>::with<wire::drain_atom, std::string>>;
 // The head's own: users, checkpoints' ages, the list for status; the actor's timer.
 using groups_status_iface =
-    caf::typed_actor<caf::reacts_to<wire::user_atom, std::string>,
+    caf::typed_actor<caf::reacts_to<wire::user_atom, std::vector<wire::wire_user>>,
                      caf::reacts_to<since_checkpoint_atom, std::vector<wire::wire_count>>,
                      caf::replies_to<wire::pg_list_atom>::with<wire::pg_list_atom, std::string>,
                      caf::reacts_to<wire::pg_tick_atom>>;

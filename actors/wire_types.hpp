@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tune/cluster/reservations.hpp"
+#include "tune/cluster/users.hpp"
 #include "tune/core/node_resources.hpp"
 #include "tune/core/resource_set.hpp"
 #include "tune/core/status.hpp"
@@ -470,6 +471,25 @@ typename Inspector::result_type inspect(Inspector& f, wire_node_report& x) {
 nlohmann::json cards_json(const std::vector<wire_card_report>& cards);
 nlohmann::json containment_json(const wire_node_report& r);
 nlohmann::json trial_host_json(const std::vector<wire_trial_host>& trials);
+
+// A user's quotas (-1: none), priority, weight and Unix account: what the head's
+// placement-group actor schedules by (user_atom, from the head).
+struct wire_user {
+  std::string name;
+  int64_t gpu_units = -1, cpu_units = -1, max_trials = -1;
+  int64_t priority = 0;
+  double weight = 1;
+  std::string account;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_user& x) {
+  return f(caf::meta::type_name("wire_user"), x.name, x.gpu_units, x.cpu_units, x.max_trials, x.priority, x.weight,
+           x.account);
+}
+
+wire_user to_wire(const std::string& name, const user_limits& l);
+user_limits limits_from_wire(const wire_user& w);
 
 // Conversions; from_wire checks what it reads and says what is wrong.
 wire_host to_wire(const resource_set& host);

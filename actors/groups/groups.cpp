@@ -115,13 +115,10 @@ void tick(groups_actor self) {
 }
 
 // The users' quotas, priorities and weights, from the head (at its start and after
-// every change): a JSON list of users as tune/cluster/users.hpp's to_json.
-void set_users(groups_actor self, const std::string& users) {
-  auto j = nlohmann::json::parse(users, nullptr, false);
-  if (!j.is_array()) return;
+// every change).
+void set_users(groups_actor self, const std::vector<wire::wire_user>& users) {
   std::map<std::string, user_limits> limits;
-  for (auto& u : j)
-    if (auto l = limits_from_json(u); l && u.contains("name") && u["name"].is_string()) limits[u["name"]] = *l;
+  for (auto& u : users) limits[u.name] = wire::limits_from_wire(u);
   self->state.table.set_users(std::move(limits));
   flush(self);
 }
@@ -152,7 +149,7 @@ caf::result<wire::pg_list_atom, std::string> list_groups(groups_actor self) {
 // What the head tells it of users and trials, its status, its tick.
 groups_status_iface::behavior_type status_handlers(groups_actor self) {
   return {
-      [self](wire::user_atom, const std::string& users) { set_users(self, users); },
+      [self](wire::user_atom, const std::vector<wire::wire_user>& users) { set_users(self, users); },
       [self](since_checkpoint_atom, const std::vector<wire::wire_count>& since) { set_since_checkpoint(self, since); },
       [self](wire::pg_list_atom) { return list_groups(self); },
       [self](wire::pg_tick_atom) { tick(self); },

@@ -38,7 +38,7 @@ struct groups_options {
 //   (node_down_atom, node_id)
 //   (holdings_atom, node_id, version, std::vector<wire_hold>)
 //   (pg_list_atom) -> (pg_list_atom, json array of every group and orphan)
-//   (user_atom, json)   the users' quotas, priorities and weights (a list of users)
+//   (user_atom, [wire_user])   the users' quotas, priorities and weights
 //   (since_checkpoint_atom, [wire_count {group, iterations its trial ran since
 //                       its last checkpoint}]), from the experiments' reports: preemption takes
 //                       the most recently checkpointed victims

@@ -167,9 +167,9 @@ namespace {
 void tell_groups_users(head_actor self) {
   auto& st = self->state;
   if (!st.opt.users) return;
-  auto list = nlohmann::json::array();
-  for (const auto& u : st.opt.users->users()) list.push_back(to_json(u, false));
-  self->send(st.groups, wire::user_atom::value, json_text(list));
+  std::vector<wire::wire_user> list;
+  for (const auto& u : st.opt.users->users()) list.push_back(wire::to_wire(u.name, u.limits));
+  self->send(st.groups, wire::user_atom::value, std::move(list));
 }
 
 // The admin's user management (wire.hpp, user_atom): the answer's JSON, or why not.
