@@ -268,14 +268,14 @@ controller_iface::behavior_type controller(controller_actor self, controller_set
   // The copier ends with this actor, whatever ends it (an exception too: a copier left
   // behind would hold up its actor system's shutdown for ever).
   self->attach_functor([copier = st.copier](const caf::error&) { caf::anon_send_exit(copier, caf::exit_reason::user_shutdown); });
-  // A trial whose actor is gone without an end (its node died): it ended in error. Its
-  // last messages may still be on their way (they can come by another route than the
-  // down message), so it is declared lost only if nothing ended it a while later.
   // A refusal of what it asks without waiting (subscribe; rebalance, which only the
   // admin may): nothing to do. Any other error message ends it, as CAF's default does.
   self->set_error_handler([self](caf::error& err) {
     if (!wire::is_refusal(err)) self->quit(std::move(err));
   });
+  // A trial whose actor is gone without an end (its node died): it ended in error. Its
+  // last messages may still be on their way (they can come by another route than the
+  // down message), so it is declared lost only if nothing ended it a while later.
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
     if (st.setup.head_port != 0 && dm.source == st.setup.head.address())
