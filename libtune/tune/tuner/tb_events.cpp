@@ -1,0 +1,128 @@
+#include "tb_events.hpp"
+
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+namespace tune::tb {
+
+namespace {
+
+// The table of the reflected Castagnoli polynomial.
+constexpr std::array<uint32_t, 256> crc_table() {
+  std::array<uint32_t, 256> t{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+    t[i] = c;
+  }
+  return t;
+}
+constexpr auto table = crc_table();
+
+// Protocol buffers' wire encoding, the few pieces Events need.
+void varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+void key(std::string& out, int field, int wire_type) { varint(out, static_cast<uint64_t>(field) << 3 | wire_type); }
+
+template <class T>
+void little_endian(std::string& out, T v) {
+  for (size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+void length_delimited(std::string& out, int field, std::string_view bytes) {
+  key(out, field, 2);
+  varint(out, bytes.size());
+  out.append(bytes);
+}
+
+std::string event_head(double wall_time, int64_t step) {
+  std::string e;
+  key(e, 1, 1);  // wall_time: double
+  little_endian(e, std::bit_cast<uint64_t>(wall_time));
+  if (step != 0) {
+    key(e, 2, 0);  // step: int64 (two's complement as a varint)
+    varint(e, static_cast<uint64_t>(step));
+  }
+  return e;
+}
+
+}  // namespace
+
+uint32_t crc32c(std::string_view bytes) {
+  uint32_t c = 0xffffffffu;
+  for (unsigned char b : bytes) c = table[(c ^ b) & 0xff] ^ (c >> 8);
+  return c ^ 0xffffffffu;
+}
+
+uint32_t masked_crc32c(std::string_view bytes) {
+  uint32_t c = crc32c(bytes);
+  return ((c >> 15) | (c << 17)) + 0xa282ead8u;
+}
+
+std::string record(std::string_view event) {
+  std::string out, len;
+  little_endian(len, static_cast<uint64_t>(event.size()));
+  out.append(len);
+  little_endian(out, masked_crc32c(len));
+  out.append(event);
+  little_endian(out, masked_crc32c(event));
+  return out;
+}
+
+std::string version_event(double wall_time) {
+  auto e = event_head(wall_time, 0);
+  length_delimited(e, 3, "brain.Event:2");
+  return e;
+}
+
+std::string scalar_event(std::string_view tag, int64_t step, double value, double wall_time) {
+  std::string v;
+  length_delimited(v, 1, tag);
+  key(v, 2, 5);  // simple_value: float
+  little_endian(v, std::bit_cast<uint32_t>(static_cast<float>(value)));
+  std::string summary;
+  length_delimited(summary, 1, v);
+  auto e = event_head(wall_time, step);
+  length_delimited(e, 5, summary);
+  return e;
+}
+
+expected<std::unique_ptr<event_writer>> event_writer::open(const std::string& dir, double wall_time,
+                                                           const std::string& host) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return status{errc::invalid_argument, "cannot make the TensorBoard folder " + dir + ": " + ec.message()};
+  std::unique_ptr<event_writer> w{new event_writer};
+  w->path_ = dir + "/events.out.tfevents." + std::to_string(static_cast<int64_t>(std::floor(wall_time))) + "." + host;
+  w->file_ = std::fopen(w->path_.c_str(), "ab");
+  if (!w->file_) return status{errc::invalid_argument, "cannot write " + w->path_ + ": " + std::strerror(errno)};
+  if (auto s = w->write(version_event(wall_time)); !s) return s;
+  return w;
+}
+
+event_writer::~event_writer() {
+  if (file_) std::fclose(file_);
+}
+
+status event_writer::scalar(std::string_view tag, int64_t step, double value, double wall_time) {
+  return write(scalar_event(tag, step, value, wall_time));
+}
+
+status event_writer::write(const std::string& event) {
+  auto r = record(event);
+  if (std::fwrite(r.data(), 1, r.size(), file_) != r.size() || std::fflush(file_) != 0)
+    return {errc::invalid_argument, "cannot write " + path_ + ": " + std::strerror(errno)};
+  return status::ok();
+}
+
+}  // namespace tune::tb

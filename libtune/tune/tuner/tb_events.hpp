@@ -1,0 +1,57 @@
+// TensorBoard's event files, written by libtune itself (issue 43: a trial's results as
+// TensorBoard shows them, with no TensorFlow or protobuf library). The format is small:
+// a file of records, each
+//   uint64 length (little-endian) | uint32 masked CRC-32C of those 8 bytes |
+//   `length` bytes of an Event protobuf | uint32 masked CRC-32C of them
+// (masked: rotated right by 15 bits plus 0xa282ead8, as TensorFlow's record writer
+// does). The Event messages are encoded here by hand, only the fields libtune writes:
+//   Event   { double wall_time = 1; int64 step = 2; string file_version = 3; Summary summary = 5; }
+//   Summary { repeated Value value = 1; }
+//   Value   { string tag = 1; float simple_value = 2; }
+// A file starts with an Event whose file_version is "brain.Event:2"; its name is
+// events.out.tfevents.<seconds>.<host> (TensorBoard reads every such file of a folder).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "tune/core/status.hpp"
+
+namespace tune::tb {
+
+// CRC-32C (Castagnoli), and its masked form as records carry it.
+uint32_t crc32c(std::string_view bytes);
+uint32_t masked_crc32c(std::string_view bytes);
+
+// One record around an encoded Event.
+std::string record(std::string_view event);
+
+// Encoded Events: the file's first (its version), and one scalar.
+std::string version_event(double wall_time);
+std::string scalar_event(std::string_view tag, int64_t step, double value, double wall_time);
+
+// An event file, appended record by record (each written whole, then flushed: a reader
+// sees whole records only, and a crash loses at most the one being written).
+class event_writer {
+ public:
+  // Makes `dir` (and its parents) and the file in it; the error names the path.
+  static expected<std::unique_ptr<event_writer>> open(const std::string& dir, double wall_time,
+                                                      const std::string& host);
+  ~event_writer();
+  event_writer(const event_writer&) = delete;
+  event_writer& operator=(const event_writer&) = delete;
+
+  status scalar(std::string_view tag, int64_t step, double value, double wall_time);
+  const std::string& path() const { return path_; }
+
+ private:
+  event_writer() = default;
+  status write(const std::string& event);
+  std::string path_;
+  std::FILE* file_ = nullptr;
+};
+
+}  // namespace tune::tb

@@ -1,0 +1,73 @@
+// TensorBoard's event files as libtune writes them: the checksum against the published
+// test vectors, the record framing, and the Events' bytes against what protobuf's own
+// encoder gives for the same fields (written out below from TensorFlow's event.proto).
+#include "tb_events.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+namespace tune::tb {
+namespace {
+
+std::string hex(std::string_view b) {
+  static const char* d = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : b) {
+    out.push_back(d[c >> 4]);
+    out.push_back(d[c & 15]);
+  }
+  return out;
+}
+
+TEST(TbEvents, Crc32cIsCastagnolisOnItsTestVectors) {
+  EXPECT_EQ(crc32c("123456789"), 0xe3069283u);                // the check value of CRC-32C
+  EXPECT_EQ(crc32c(std::string(32, '\0')), 0x8a9136aau);      // RFC 3720, B.4: 32 bytes of zeros
+  EXPECT_EQ(crc32c(std::string(32, '\xff')), 0x62a8ab43u);    // 32 bytes of ones
+  EXPECT_EQ(crc32c(""), 0u);
+  uint32_t c = crc32c("123456789");
+  EXPECT_EQ(masked_crc32c("123456789"), ((c >> 15) | (c << 17)) + 0xa282ead8u);
+}
+
+TEST(TbEvents, ARecordIsItsLengthItsChecksumsAndTheEvent) {
+  auto r = record("abc");
+  ASSERT_EQ(r.size(), 8u + 4u + 3u + 4u);
+  EXPECT_EQ(hex(r.substr(0, 8)), "0300000000000000");
+  auto le32 = [](uint32_t v) { return std::string{char(v & 255), char(v >> 8 & 255), char(v >> 16 & 255), char(v >> 24)}; };
+  EXPECT_EQ(r.substr(8, 4), le32(masked_crc32c(r.substr(0, 8))));
+  EXPECT_EQ(r.substr(12, 3), "abc");
+  EXPECT_EQ(r.substr(15, 4), le32(masked_crc32c("abc")));
+}
+
+TEST(TbEvents, EventsAreTheProtobufEncodingOfTheirFields) {
+  // wall_time 1.5 (field 1, fixed64: 09 + 0000000000f83f), file_version (field 3: 1a 0d ...).
+  EXPECT_EQ(hex(version_event(1.5)), "09000000000000f83f1a0d" + hex("brain.Event:2"));
+  // step 300 (field 2, varint: 10 ac02); summary (field 5: 2a len) { value (field 1: 0a len)
+  // { tag (field 1: 0a 04 "loss"), simple_value 0.25f (field 2, fixed32: 15 0000803e) } }.
+  EXPECT_EQ(hex(scalar_event("loss", 300, 0.25, 1.5)),
+            "09000000000000f83f" "10ac02" "2a0d" "0a0b" "0a04" + hex("loss") + "150000803e");
+  // A negative step is a ten-byte varint, as protobuf writes an int64.
+  EXPECT_EQ(hex(scalar_event("x", -1, 0, 0)).substr(18, 22), "10ffffffffffffffffff01");
+}
+
+TEST(TbEvents, AWriterAppendsWholeRecordsToANewFileInItsFolder) {
+  auto dir = std::filesystem::temp_directory_path() / ("tb_events_test_" + std::to_string(::getpid())) / "trial-1";
+  auto w = event_writer::open(dir.string(), 1700000000.25, "host-a");
+  ASSERT_TRUE(w) << w.error().message();
+  EXPECT_EQ((*w)->path(), dir.string() + "/events.out.tfevents.1700000000.host-a");
+  ASSERT_TRUE((*w)->scalar("val_acc", 1, 0.5, 1700000001.0));
+  std::ifstream in((*w)->path(), std::ios::binary);
+  std::string bytes{std::istreambuf_iterator<char>(in), {}};
+  EXPECT_EQ(bytes, record(version_event(1700000000.25)) + record(scalar_event("val_acc", 1, 0.5, 1700000001.0)));
+  w->reset();
+  std::filesystem::remove_all(dir.parent_path());
+  auto bad = event_writer::open("/proc/no/such/folder", 0, "h");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message().find("/proc/no/such/folder"), std::string::npos) << bad.error().message();
+}
+
+}  // namespace
+}  // namespace tune::tb
