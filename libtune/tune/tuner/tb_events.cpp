@@ -56,6 +56,45 @@ std::string event_head(double wall_time, int64_t step) {
   return e;
 }
 
+void fixed_double(std::string& out, int field, double v) {
+  key(out, field, 1);
+  little_endian(out, std::bit_cast<uint64_t>(v));
+}
+
+// A google.protobuf.Value: number_value = 2, string_value = 3, bool_value = 4.
+std::string value_of(const std::variant<double, std::string, bool>& v) {
+  std::string out;
+  if (auto* d = std::get_if<double>(&v)) {
+    fixed_double(out, 2, *d);
+  } else if (auto* s = std::get_if<std::string>(&v)) {
+    length_delimited(out, 3, *s);
+  } else {
+    key(out, 4, 0);
+    varint(out, std::get<bool>(v) ? 1 : 0);
+  }
+  return out;
+}
+
+// An Event whose summary holds one hparams plugin value: tag, the plugin's null tensor
+// (a float vector of length 0, as TensorBoard writes it), metadata { plugin_data {
+// plugin_name "hparams", content } }.
+std::string hparams_event(std::string_view tag, const std::string& plugin_data, double wall_time) {
+  std::string plugin;
+  length_delimited(plugin, 1, "hparams");
+  length_delimited(plugin, 2, plugin_data);
+  std::string metadata;
+  length_delimited(metadata, 1, plugin);
+  std::string v;
+  length_delimited(v, 1, tag);
+  length_delimited(v, 8, std::string_view{"\x08\x01\x12\x02\x12\x00", 6});
+  length_delimited(v, 9, metadata);
+  std::string summary;
+  length_delimited(summary, 1, v);
+  auto e = event_head(wall_time, 0);
+  length_delimited(e, 5, summary);
+  return e;
+}
+
 }  // namespace
 
 uint32_t crc32c(std::string_view bytes) {
@@ -97,6 +136,33 @@ std::string scalar_event(std::string_view tag, int64_t step, double value, doubl
   return e;
 }
 
+std::string session_start_event(const std::vector<hparam>& hparams, std::string_view group, double wall_time) {
+  std::string info;
+  for (auto& h : hparams) {
+    std::string entry;
+    length_delimited(entry, 1, h.name);
+    length_delimited(entry, 2, value_of(h.value));
+    length_delimited(info, 1, entry);
+  }
+  if (!group.empty()) length_delimited(info, 4, group);
+  fixed_double(info, 5, wall_time);
+  std::string data;  // HParamsPluginData { version 0 (left out); session_start_info = 3 }
+  length_delimited(data, 3, info);
+  return hparams_event("_hparams_/session_start_info", data, wall_time);
+}
+
+std::string session_end_event(session_status status, double wall_time) {
+  std::string info;
+  if (status != session_status::unknown) {
+    key(info, 1, 0);
+    varint(info, static_cast<uint64_t>(status));
+  }
+  fixed_double(info, 2, wall_time);
+  std::string data;  // session_end_info = 4
+  length_delimited(data, 4, info);
+  return hparams_event("_hparams_/session_end_info", data, wall_time);
+}
+
 expected<std::unique_ptr<event_writer>> event_writer::open(const std::string& dir, double wall_time,
                                                            const std::string& host) {
   std::error_code ec;
@@ -116,6 +182,14 @@ event_writer::~event_writer() {
 
 status event_writer::scalar(std::string_view tag, int64_t step, double value, double wall_time) {
   return write(scalar_event(tag, step, value, wall_time));
+}
+
+status event_writer::session_start(const std::vector<hparam>& hparams, std::string_view group, double wall_time) {
+  return write(session_start_event(hparams, group, wall_time));
+}
+
+status event_writer::session_end(session_status status, double wall_time) {
+  return write(session_end_event(status, wall_time));
 }
 
 status event_writer::write(const std::string& event) {

@@ -17,6 +17,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <variant>
+#include <vector>
 
 #include "tune/core/status.hpp"
 
@@ -33,6 +35,23 @@ std::string record(std::string_view event);
 std::string version_event(double wall_time);
 std::string scalar_event(std::string_view tag, int64_t step, double value, double wall_time);
 
+// TensorBoard's HParams view: a trial (a run folder) is a session whose start names its
+// hyperparameters and whose end says how it ended. TensorBoard builds the view's table
+// from the sessions of an experiment's folders and their scalars (no experiment summary
+// is needed). These are Events with a summary value tagged "_hparams_/session_start_info"
+// or "_hparams_/session_end_info", whose metadata carries the hparams plugin's
+// HParamsPluginData (tensorboard/plugins/hparams/plugin_data.proto):
+//   SessionStartInfo { map<string, google.protobuf.Value> hparams = 1; string group_name = 4;
+//                      double start_time_secs = 5; }
+//   SessionEndInfo   { Status status = 1; double end_time_secs = 2; }
+struct hparam {
+  std::string name;
+  std::variant<double, std::string, bool> value;
+};
+enum class session_status { unknown = 0, success = 1, failure = 2, running = 3 };
+std::string session_start_event(const std::vector<hparam>& hparams, std::string_view group, double wall_time);
+std::string session_end_event(session_status status, double wall_time);
+
 // An event file, appended record by record (each written whole, then flushed: a reader
 // sees whole records only, and a crash loses at most the one being written).
 class event_writer {
@@ -45,6 +64,8 @@ class event_writer {
   event_writer& operator=(const event_writer&) = delete;
 
   status scalar(std::string_view tag, int64_t step, double value, double wall_time);
+  status session_start(const std::vector<hparam>& hparams, std::string_view group, double wall_time);
+  status session_end(session_status status, double wall_time);
   const std::string& path() const { return path_; }
 
  private:

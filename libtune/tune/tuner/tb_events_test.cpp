@@ -53,6 +53,25 @@ TEST(TbEvents, EventsAreTheProtobufEncodingOfTheirFields) {
   EXPECT_EQ(hex(scalar_event("x", -1, 0, 0)).substr(18, 22), "10ffffffffffffffffff01");
 }
 
+// The HParams view's session events, byte for byte as TensorBoard 2.21's own protobuf
+// classes encode the same messages (plugin_data_pb2.HParamsPluginData with
+// metadata.create_summary_metadata and metadata.NULL_TENSOR, in an event_pb2.Event; one
+// hyperparameter each, since a map's order is the encoder's own).
+TEST(TbEvents, SessionEventsAreWhatTensorBoardsHparamsPluginEncodes) {
+  EXPECT_EQ(hex(session_end_event(session_status::failure, 1.5)),
+            "09000000000000f83f2a420a400a1a5f68706172616d735f2f73657373696f6e5f656e645f696e666f4206080112021200"
+            "4a1a0a180a0768706172616d73120d220b080211000000000000f83f");
+  EXPECT_EQ(hex(session_start_event({{"lr", 0.25}}, "g", 1.5)),
+            "09000000000000f83f2a560a540a1c5f68706172616d735f2f73657373696f6e5f73746172745f696e666f4206080112021200"
+            "4a2c0a2a0a0768706172616d73121f1a1d0a0f0a026c72120911000000000000d03f22016729000000000000f83f");
+  EXPECT_EQ(hex(session_start_event({{"model", std::string{"mlp"}}}, "", 1.5)),
+            "09000000000000f83f2a520a500a1c5f68706172616d735f2f73657373696f6e5f73746172745f696e666f4206080112021200"
+            "4a280a260a0768706172616d73121b1a190a0e0a056d6f64656c12051a036d6c7029000000000000f83f");
+  EXPECT_EQ(hex(session_start_event({{"bn", true}}, "", 1.5)),
+            "09000000000000f83f2a4c0a4a0a1c5f68706172616d735f2f73657373696f6e5f73746172745f696e666f4206080112021200"
+            "4a220a200a0768706172616d7312151a130a080a02626e1202200129000000000000f83f");
+}
+
 TEST(TbEvents, AWriterAppendsWholeRecordsToANewFileInItsFolder) {
   auto dir = std::filesystem::temp_directory_path() / ("tb_events_test_" + std::to_string(::getpid())) / "trial-1";
   auto w = event_writer::open(dir.string(), 1700000000.25, "host-a");
