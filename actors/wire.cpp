@@ -175,10 +175,8 @@ void add_wire_types(caf::actor_system_config& c) {
 config::config(bool network) {
   add_wire_types(*this);
   // A refusal reads as its reason wherever CAF renders an error.
-  add_error_category(refusal_category, [](uint8_t code, caf::atom_value, const caf::message& context) {
-    auto why = context.size() > 0 && context.match_element<std::string>(0) ? context.get_as<std::string>(0)
-                                                                              : std::string{};
-    return std::string{to_string(static_cast<errc>(code))} + ": " + why;
+  add_error_category(refusal_category, [](uint8_t code, caf::atom_value category, const caf::message& context) {
+    return std::string{to_string(static_cast<errc>(code))} + ": " + refusal_reason(caf::error{code, category, context});
   });
   if (network) load<caf::io::middleman>();
   set("middleman.app-identifiers", std::vector<std::string>{"libtune"});

@@ -22,6 +22,10 @@ std::string describe(caf::actor_system& sys, const caf::error& err) {
   return sys.render(err);
 }
 
+std::string words(caf::actor_system& sys, const caf::error& err, const std::string& context) {
+  return wire::is_refusal(err) ? wire::refusal_reason(err) : context + describe(sys, err);
+}
+
 status to_status(caf::actor_system& sys, const caf::error& err, const std::string& doing) {
   if (wire::is_refusal(err)) return {wire::refusal_code(err), wire::refusal_reason(err)};
   return {errc::not_found, doing + describe(sys, err)};

@@ -186,6 +186,9 @@ class cluster_client {
 
 // A CAF error in words.
 std::string describe(caf::actor_system& sys, const caf::error& err);
+// An error in words for a message: a refusal's own words (they say what to do), CAF's
+// error after `context` (what was being done: "read: ", "the program server: ").
+std::string words(caf::actor_system& sys, const caf::error& err, const std::string& context);
 // An error answer as a status: a refusal (wire.hpp) as the head or node sent it; CAF's
 // own (no answer, no connection) as not_found, saying what was being done.
 status to_status(caf::actor_system& sys, const caf::error& err, const std::string& doing);

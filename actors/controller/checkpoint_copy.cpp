@@ -110,7 +110,7 @@ void step(copier_actor self, const job_ptr& job) {
             step(self, job);
           },
           [self, job](caf::error& err) {
-            failed(job, wire::is_refusal(err) ? wire::refusal_reason(err) : "read: " + describe(self->system(), err));
+            failed(job, words(self->system(), err, "read: "));
           });
 }
 
@@ -127,7 +127,7 @@ void copy(copier_actor self, const job_ptr& job) {
             step(self, job);
           },
           [self, job](caf::error& err) {
-            failed(job, wire::is_refusal(err) ? wire::refusal_reason(err) : "list: " + describe(self->system(), err));
+            failed(job, words(self->system(), err, "list: "));
           });
 }
 
@@ -160,10 +160,9 @@ void check_next(copier_actor self, const std::shared_ptr<check_job>& job) {
               ++job->index;
               check_next(self, job);
             },
-            [job](caf::error& err) {
-              job->answer.deliver(wire::refusal(
-                  errc::invalid_argument,
-                  wire::is_refusal(err) ? wire::refusal_reason(err) : "the program server: " + to_string(err)));
+            [self, job](caf::error& err) {
+              job->answer.deliver(
+                  wire::refusal(errc::invalid_argument, words(self->system(), err, "the program server: ")));
             });
     return;
   }
@@ -177,10 +176,9 @@ void check_next(copier_actor self, const std::shared_ptr<check_job>& job) {
             ++job->index;
             check_next(self, job);
           },
-          [job](caf::error& err) {
-            job->answer.deliver(wire::refusal(
-                errc::invalid_argument,
-                wire::is_refusal(err) ? wire::refusal_reason(err) : "the program server: " + to_string(err)));
+          [self, job](caf::error& err) {
+            job->answer.deliver(
+                wire::refusal(errc::invalid_argument, words(self->system(), err, "the program server: ")));
           });
 }
 

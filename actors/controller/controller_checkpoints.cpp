@@ -100,7 +100,7 @@ void copy_checkpoint(controller_actor self, const std::string& id) {
       .then([self, id, it, dest](ckpt_copy_atom, const std::string& text,
                                  uint64_t bytes) { copied(self, id, it, dest, true, text, bytes); },
             [self, id, it, dest](caf::error& err) {
-              copied(self, id, it, dest, false, wire::is_refusal(err) ? wire::refusal_reason(err) : to_string(err), 0);
+              copied(self, id, it, dest, false, words(self->system(), err, ""), 0);
             });
 }
 

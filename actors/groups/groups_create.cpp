@@ -188,31 +188,32 @@ create_answer create_request(groups_actor self, const std::string& user, const w
   return rp;
 }
 
-caf::response_promise wait_request(groups_actor self, const std::string& user, const std::string& id, int64_t timeout_ms) {
-  auto& st = self->state;
+// Group `id` when `user` may `what` it; else why not (another user's group is not found
+// for them either: the refusal names its owner).
+caf::expected<const group_table::group*> their_group(groups_actor self, const std::string& user, const std::string& id,
+                                                     const char* what) {
+  const auto* g = self->state.table.find(id);
+  if (!g) return wire::refusal(errc::not_found, "no placement group " + id);
+  if (auto why = not_theirs(self, user, id, what); !why.empty()) return wire::refusal(errc::not_found, why);
+  return g;
+}
+
+caf::result<wire::pg_wait_atom, bool, std::string, std::string> wait_request(groups_actor self, const std::string& user,
+                                                                            const std::string& id, int64_t timeout_ms) {
+  if (auto g = their_group(self, user, id, "wait for"); !g) return std::move(g.error());
+  if (timeout_ms < 0) return wire::refusal(errc::invalid_argument, "a negative timeout; give 0 to ask without waiting");
   auto rp = self->make_response_promise();
-  auto* g = st.table.find(id);
-  if (!g) {
-    rp.deliver(wire::refusal(errc::not_found, "no placement group " + id));
-  } else if (auto why = not_theirs(self, user, id, "wait for"); !why.empty()) {
-    rp.deliver(wire::refusal(errc::not_found, why));
-  } else if (timeout_ms < 0) {
-    rp.deliver(wire::refusal(errc::invalid_argument, "a negative timeout; give 0 to ask without waiting"));
-  } else {
-    auto wait = std::chrono::milliseconds(std::min<int64_t>(timeout_ms, int64_t{24} * 3600 * 1000));
-    st.waiters[id].push_back({rp, self->clock().now() + wait});
-    answer_waiters(self);
-  }
+  auto wait = std::chrono::milliseconds(std::min<int64_t>(timeout_ms, int64_t{24} * 3600 * 1000));
+  self->state.waiters[id].push_back({rp, self->clock().now() + wait});
+  answer_waiters(self);
   return rp;
 }
 
 caf::result<wire::pg_remove_atom, std::string> remove_request(groups_actor self, const std::string& user,
                                                              const std::string& id) {
-  auto& st = self->state;
-  auto* g = st.table.find(id);
-  if (!g) return wire::refusal(errc::not_found, "no placement group " + id);
-  if (auto why = not_theirs(self, user, id, "remove"); !why.empty()) return wire::refusal(errc::not_found, why);
-  if (g->state == group_state::removed) return {wire::pg_remove_atom::value, std::string{"already removed"}};
+  auto g = their_group(self, user, id, "remove");
+  if (!g) return std::move(g.error());
+  if ((*g)->state == group_state::removed) return {wire::pg_remove_atom::value, std::string{"already removed"}};
   remove_group(self, id);
   flush(self);
   return {wire::pg_remove_atom::value, std::string{"removed"}};
@@ -220,11 +221,9 @@ caf::result<wire::pg_remove_atom, std::string> remove_request(groups_actor self,
 
 caf::result<wire::pg_get_atom, std::string> get_request(groups_actor self, const std::string& user,
                                                        const std::string& id) {
-  auto& st = self->state;
-  auto* g = st.table.find(id);
-  if (!g) return wire::refusal(errc::not_found, "no placement group " + id);
-  if (auto why = not_theirs(self, user, id, "read"); !why.empty()) return wire::refusal(errc::not_found, why);
-  return {wire::pg_get_atom::value, json_text(group_json(self, *g, self->clock().now()))};
+  auto g = their_group(self, user, id, "read");
+  if (!g) return std::move(g.error());
+  return {wire::pg_get_atom::value, json_text(group_json(self, **g, self->clock().now()))};
 }
 
 }  // namespace
@@ -251,8 +250,7 @@ groups_create_iface::behavior_type create_handlers(groups_actor self) {
       [self](wire::pg_create_atom, const std::string& user, const wire::wire_group_spec& spec) {
         return create_request(self, user, spec);
       },
-      [self](wire::pg_wait_atom, const std::string& user, const std::string& id,
-             int64_t timeout_ms) -> caf::result<wire::pg_wait_atom, bool, std::string, std::string> {
+      [self](wire::pg_wait_atom, const std::string& user, const std::string& id, int64_t timeout_ms) {
         return wait_request(self, user, id, timeout_ms);
       },
       [self](wire::pg_remove_atom, const std::string& user, const std::string& id) {
