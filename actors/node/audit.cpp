@@ -3,10 +3,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-
-#include "tune/core/json_text.hpp"
-
 #include <tuple>
 
 #include "log.hpp"

@@ -15,7 +15,6 @@
 #include "log.hpp"
 #include "node_state.hpp"
 #include "tune/cluster/token.hpp"
-#include "tune/core/json_text.hpp"
 #include "tune/core/quantity.hpp"
 #include "tune/core/utf8.hpp"
 #include "tune/trial/account.hpp"

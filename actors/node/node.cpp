@@ -15,7 +15,6 @@
 #include "typed.hpp"
 #include "trial/trial.hpp"
 #include "tune/cluster/version.hpp"
-#include "tune/core/json_text.hpp"
 
 namespace tune {
 namespace node_impl {

@@ -9,7 +9,6 @@
 #include <filesystem>
 
 #include "log.hpp"
-#include "tune/core/json_text.hpp"
 #include "tune/core/trace.hpp"
 
 namespace tune {
