@@ -264,6 +264,7 @@ controller_iface::behavior_type controller(controller_actor self, controller_set
   st.t0 = now(self);
   st.last_progress = st.last_board = st.t0 - std::chrono::hours(1);
   st.table = live_trials({wire::ack_every, st.setup.options.min_move_interval});
+  open_sinks(self);
   st.copier = spawn_checkpoint_copier(self->system(), {st.setup.token, st.setup.programs, st.setup.request_timeout});
   // The copier ends with this actor, whatever ends it (an exception too: a copier left
   // behind would hold up its actor system's shutdown for ever).
@@ -353,6 +354,7 @@ void finish(controller_actor self, expected<experiment_summary> out) {
   st.table.release_all(!out);
   for (auto& c : st.table.take()) carry_out(self, c);  // stops and groups given back
   self->send_exit(st.copier, caf::exit_reason::user_shutdown);
+  close_sinks(self);
   if (st.setup.store->in_batch())
     if (auto s = st.setup.store->end_batch(); !s && out) out = status{s.code(), "storing the experiment: " + s.message()};
   if (st.setup.on_done) st.setup.on_done(std::move(out));
@@ -362,6 +364,7 @@ void finish(controller_actor self, expected<experiment_summary> out) {
 // Writes the results received so far (into the open batch).
 bool flush(controller_actor self) {
   auto& st = self->state;
+  sinks_flush(self);
   if (st.pending.empty()) return true;
   auto n = st.setup.store->add_results(st.pending);
   st.pending.clear();

@@ -32,6 +32,7 @@
 #include "tune/tuner/progress.hpp"
 #include "tune/tuner/resume.hpp"
 #include "tune/tuner/store.hpp"
+#include "tune/tuner/trial_logs.hpp"
 
 namespace tune {
 
@@ -73,6 +74,10 @@ struct experiment_run_options {
   std::optional<auto_share_options> auto_packing;
   int64_t card_memory = 0;
   int max_concurrent = 0;
+  // Each trial's folder gets its results as TensorBoard's events, progress.csv and
+  // result.json (tune/tuner/trial_logs.hpp); and these sinks (trackers) get them too.
+  bool trial_files = true;
+  std::vector<std::shared_ptr<trial_sink>> sinks;
 };
 
 struct experiment_summary {

@@ -63,6 +63,7 @@ void copied(controller_actor self, const std::string& id, int64_t it, const std:
   } else {
     auto m = nlohmann::json::parse(text, nullptr, false);
     r.stored[it] = {dest, m};
+    for (auto& s : st.sinks) s->checkpoint(id, it, dest);  // a tracker's artifact, when asked for
     // Beyond the two newest, copies go, but not one a start on its way restores from
     // (its node is fetching its files).
     std::error_code ec;

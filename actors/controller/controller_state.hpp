@@ -82,6 +82,8 @@ struct controller_state {
   bool head_down = false;
   std::optional<board_feed> feed;  // the head's dashboard board: what changed
   std::optional<auto_share> packing;  // auto-packing's share (options.auto_packing)
+  std::vector<std::shared_ptr<trial_sink>> sinks;  // trial files, trackers (controller_sinks.cpp)
+  std::vector<double> row;  // one result's values, for the sinks
   // Trial ids on the wire are `<id>@<run key>`: unique in the cluster, so that two
   // experiments' trial-00001 on one node are two trials with two folders.
   std::string run_key;
@@ -139,6 +141,14 @@ void start_trial(controller_actor self, const live::start_trial& c);
 void open_feed(controller_actor self);
 void show(controller_actor self, bool force);
 void board_report(controller_actor self, bool now, const std::string& state = "running", const std::string& error = "");
+
+// controller_sinks.cpp: the sinks' starts, results, ends, flushes and close
+void open_sinks(controller_actor self);
+void sinks_started(controller_actor self, const std::string& trial, const nlohmann::json& config);
+void sinks_result(controller_actor self, const std::string& trial, const logged_result& r);
+void sinks_ended(controller_actor self, const std::string& trial);
+void sinks_flush(controller_actor self);  // and their warnings into the store and on standard error
+void close_sinks(controller_actor self);
 
 // controller_checkpoints.cpp
 // A checkpoint the trial reported: recorded, told to the engine, copied into the

@@ -35,15 +35,23 @@ void append_number(std::string& out, double v) {
 
 // One result the engine has heard: to the dashboard's feed, to the store with the next
 // flush; then what the engine wants now.
+// `seen`: its numbers (and its parsed metrics, when they hold more), for the sinks.
 void recorded(controller_actor self, const std::string& id, int64_t it, std::optional<double> value, std::string text,
-              expected<std::vector<engine_action>> more, bool last) {
+              expected<std::vector<engine_action>> more, bool last, logged_result seen) {
   auto& st = self->state;
   ++st.ingested;
   if (st.feed) {
     if (value) st.feed->point(id, it, *value);
     if (last) st.feed->last_result(id, text);
   }
-  st.pending.push_back({id, it, wall_seconds(), std::move(text)});
+  auto now = wall_seconds();
+  if (!st.sinks.empty()) {
+    seen.iteration = it;
+    seen.time = now;
+    seen.metrics_json = text;
+    sinks_result(self, id, seen);
+  }
+  st.pending.push_back({id, it, now, std::move(text)});
   if (!more) return finish(self, more.error());
   if (!more->empty()) act(self, std::move(*more));
 }
@@ -102,6 +110,7 @@ void store_end(controller_actor self, const std::string& id, const wire::wire_tr
   if (t.failures > 0) info["failures"] = t.failures;
   if (auto r = st.records.find(id); r != st.records.end() && !r->second.notes.empty()) info["notes"] = r->second.notes;
   if (auto s = st.setup.store->update_trial(id, t.state, t.error, info); !s) return finish(self, s);
+  sinks_ended(self, id);
   auto body = wire::to_json(end);
   (void)st.setup.store->add_event(id, "ended", body);
   auto gpu = body.value("gpu_after_end", nlohmann::json::object());
@@ -215,6 +224,7 @@ void act(controller_actor self, std::vector<engine_action> actions) {
     if (a.what == engine_action::kind::start) {
       if (auto s = st.setup.store->add_trial(a.trial, a.cfg, trial_state::pending); !s && s.code() != errc::already_exists)
         return finish(self, s);
+      sinks_started(self, a.trial, a.cfg);
     } else {
       (void)st.setup.store->add_event(a.trial, a.what == engine_action::kind::stop ? "stop" : "pause", {{"reason", a.reason}});
     }
@@ -255,13 +265,19 @@ void ingest_results(controller_actor self, const std::string& id, const wire::wi
     text += '}';
     int64_t it = r.iterations[row];
     auto value = col ? std::optional<double>{r.value(row * k + *col)} : std::nullopt;
+    st.row.resize(st.sinks.empty() ? 0 : k);
+    for (size_t i = 0; i < st.row.size(); ++i) st.row[i] = r.value(row * k + i);
+    logged_result seen;
+    seen.names = r.names;
+    seen.values = st.row;
     if (other_cols.empty()) {
-      recorded(self, id, it, value, std::move(text), st.setup.engine->on_metric(id, it, value), row + 1 == r.rows());
+      recorded(self, id, it, value, std::move(text), st.setup.engine->on_metric(id, it, value), row + 1 == r.rows(), seen);
       continue;
     }
     std::vector<std::optional<double>> others;
     for (auto c : other_cols) others.push_back(c ? std::optional<double>{r.value(row * k + *c)} : std::nullopt);
-    recorded(self, id, it, value, std::move(text), st.setup.engine->on_metric(id, it, value, others), row + 1 == r.rows());
+    recorded(self, id, it, value, std::move(text), st.setup.engine->on_metric(id, it, value, others), row + 1 == r.rows(),
+             seen);
   }
   if (st.packing && !st.over) packing_measured(self, id, r.gpu_memory_peak, r.gpu_util, r.rows());
   if (st.pending.size() >= 8192) flush(self);
@@ -278,7 +294,13 @@ void ingest_result(controller_actor self, const std::string& id, const wire::wir
   auto& metric = st.setup.engine->options().metric;
   std::optional<double> value;
   if (auto m = metrics.find(metric); m != metrics.end() && m->is_number()) value = m->get<double>();
-  recorded(self, id, r.iteration, value, r.metrics_json, st.setup.engine->on_result(id, r.iteration, metrics), true);
+  std::vector<std::string> names;
+  if (!st.sinks.empty()) numbers_of(metrics, names, st.row);
+  logged_result seen;
+  seen.names = names;
+  seen.values = st.row;
+  seen.parsed = &metrics;
+  recorded(self, id, r.iteration, value, r.metrics_json, st.setup.engine->on_result(id, r.iteration, metrics), true, seen);
   if (st.packing && !st.over) packing_measured(self, id, r.gpu_memory_peak, r.gpu_util, 1);
   if (st.pending.size() >= 8192) flush(self);
 }
@@ -313,6 +335,7 @@ void start_failed(controller_actor self, const std::string& id, const std::strin
   if (!more) return finish(self, more.error());
   auto& t = st.setup.engine->trials().at(id);
   (void)st.setup.store->update_trial(id, t.state, t.state == trial_state::error ? t.error : "");
+  sinks_ended(self, id);
   if (t.failures > failures_before)  // tried again (max_failures)
     (void)st.setup.store->add_event(id, "restart", {{"attempt", t.failures + 1}, {"after", why}});
   act(self, std::move(*more));
@@ -335,6 +358,7 @@ void trial_ended(controller_actor self, const std::string& id, bool moved) {
     (void)st.setup.store->add_event(id, "moved_out", wire::to_json(end));
     auto more = engine.on_interrupted(id);
     if (!more) return finish(self, more.error());
+    sinks_ended(self, id);  // its files closed until it starts again
     act(self, std::move(*more));
     return advance(self);
   }
@@ -342,6 +366,7 @@ void trial_ended(controller_actor self, const std::string& id, bool moved) {
     (void)st.setup.store->add_event(id, "moved_out", wire::to_json(end));
     auto more = engine.on_interrupted(id);
     if (!more) return finish(self, more.error());
+    sinks_ended(self, id);  // its files closed until it starts again
     act(self, std::move(*more));
     return advance(self);
   }

@@ -355,6 +355,14 @@ async function pageExperiment(id) {
     <p class="muted">Stored in <span class="mono">${esc(e.host)}:${esc(e.dir)}</span> · program pid ${esc(e.pid)}</p>`;
 }
 
+// A tracker's run: a link to its page when it has one (a server's), else where it is.
+function runLink(r) {
+  const url = String(r.url || "");
+  return /^https?:\/\//.test(url)
+    ? `<a href="${esc(url)}" target="_blank" rel="noopener">${esc(r.id || url)}</a>`
+    : `<span class="mono">${esc(r.id || "")}</span> <span class="muted">${esc(url)}</span>`;
+}
+
 async function pageTrial(exp, id) {
   const t = await api(`/api/experiments/${encodeURIComponent(exp)}/trials/${encodeURIComponent(id)}`);
   const maximize = t.mode !== "min";
@@ -377,6 +385,9 @@ async function pageTrial(exp, id) {
     ${kv("Starts / failures", `${esc(t.starts)} / ${esc(t.failures)}`)}
     ${kv("Latest checkpoint", t.checkpoint >= 0 ? "iteration " + esc(t.checkpoint) : "none")}
     ${kv("Trial folder", `<span class="mono">${esc(t.trial_dir)}</span>`)}
+    ${t.tensorboard_dir ? kv("TensorBoard", `<span class="mono">tensorboard --logdir ${esc(t.tensorboard_dir)}</span>`) : ""}
+    ${t.mlflow_run ? kv("MLflow run", runLink(t.mlflow_run)) : ""}
+    ${t.wandb_run ? kv("W&B run", runLink(t.wandb_run)) : ""}
     ${kv("Error", t.error ? `<span class="error">${esc(t.error)}</span>` : '<span class="muted">none</span>')}
     ${t.last_failure ? kv("Last failure", `<span class="error">${esc(t.last_failure)}</span>`) : ""}
   </tbody></table>`;

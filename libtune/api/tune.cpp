@@ -43,6 +43,7 @@
 #include "tune/host/local_heads.hpp"
 #include "tune/host/nvml.hpp"
 #include "tune/trial/error_headline.hpp"
+#include "tune/tuner/trackers.hpp"
 #include "tune/trial/output_metrics.hpp"
 #include "tune/trial/workdir.hpp"
 #include "tune/tuner/progress.hpp"
@@ -1018,6 +1019,25 @@ status what_trials_run(fit_run& r, cluster::impl& st, const std::optional<progra
   return status::ok();
 }
 
+// The trackers' bridge (tune/tuner/trackers.hpp) for the plan's MLflow / W&B options. Its
+// runs are keyed by the experiment folder, so a resumed experiment continues them.
+std::shared_ptr<trial_sink> start_trackers(const fit_run& r) {
+  const auto& c = r.plan.config;
+  tracker_setup t;
+  t.python = c.tracker_python;
+  t.mlflow = c.mlflow;
+  t.wandb = c.wandb;
+  t.experiment = c.name;
+  std::error_code ec;
+  t.experiment_dir = std::filesystem::absolute(r.dir, ec).string();
+  uint64_t h = 1469598103934665603ull;  // FNV-1a of the folder: the same on a resume
+  for (unsigned char ch : t.experiment_dir) h = (h ^ ch) * 1099511628211ull;
+  char key[17];
+  std::snprintf(key, sizeof key, "%08llx", static_cast<unsigned long long>(h >> 32));
+  t.run_key = key;
+  return tracker_sink::start(std::move(t));
+}
+
 // The controller's options from the plan: bundles, timeouts, moves, auto-packing, progress.
 experiment_run_options run_options(const fit_run& r) {
   const auto& c = r.plan.config;
@@ -1030,6 +1050,8 @@ experiment_run_options run_options(const fit_run& r) {
   ro.auto_rebalance = c.auto_rebalance;
   ro.standby_copies = c.standby_copies;
   ro.reuse_workers = c.reuse_workers;  // a program that does not speak the protocol just exits
+  ro.trial_files = c.trial_files;
+  if (!c.mlflow.is_null() || !c.wandb.is_null()) ro.sinks.push_back(start_trackers(r));
   if (r.plan.gpu_auto) {
     ro.auto_packing = c.auto_packing;
     ro.card_memory = r.card_memory;

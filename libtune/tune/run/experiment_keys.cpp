@@ -291,6 +291,26 @@ status read_auto_packing(const key_input& in, const YAML::Node& v) {
   return status::ok();
 }
 
+// mlflow: / wandb: a mapping of the tracker's options, or true for its defaults.
+key_reader tracker_reader(nlohmann::json tune_config::*field) {
+  return [field](const key_input& in, const YAML::Node& v) -> status {
+    auto j = in.r.json(v, in.key);
+    if (!j) return j.error();
+    if (j->is_boolean()) *j = *j == true ? nlohmann::json::object() : nlohmann::json();
+    if (auto s = check_tracker(in.key, *j); !s) return in.r.error(v, in.key, s.message().substr(in.key.size() + 2));
+    in.out.config.*field = std::move(*j);
+    return status::ok();
+  };
+}
+
+status read_tracker_python(const key_input& in, const YAML::Node& v) {
+  auto t = in.r.text(v, in.key);
+  if (!t) return t.error();
+  if (t->empty()) return in.r.error(v, in.key, "give the Python that has mlflow or wandb installed");
+  in.out.config.tracker_python = *t;
+  return status::ok();
+}
+
 // --- the table -----------------------------------------------------------------------------
 
 // In the order errors list them. Data, built once: what a row reads into is named by its
@@ -383,6 +403,20 @@ const std::vector<key_row> key_table{
     flag("reuse_workers", &tune_config::reuse_workers, value("false"),
          "[trials.md](trials.md), \"Reused workers\": a Python script's warm process runs the experiment's next "
          "trial on the same cards (its imports and CUDA context kept)"),
+    flag("trial_files", &tune_config::trial_files, value("true"),
+         "each trial's folder `trials/<id>/` gets TensorBoard's event files (curves and the HParams table), "
+         "`progress.csv`, `result.json` and `params.json` ([tracking.md](tracking.md))"),
+    row("mlflow", "mapping, or true", note("none"),
+        "each trial a run of MLflow: `{tracking_uri: sqlite:///mlflow.db, experiment_name: NAME, tags: {k: v}, "
+        "save_artifact: false, registry_uri, tracking_token}` ([tracking.md](tracking.md))",
+        tracker_reader(&tune_config::mlflow)),
+    row("wandb", "mapping, or true", note("none"),
+        "each trial a run of Weights & Biases: `{project: P, group: G, mode: online or offline, entity, dir, "
+        "api_key_file, tags: [..], notes, job_type, upload_checkpoints, log_config, excludes: [..], init_timeout}` "
+        "([tracking.md](tracking.md))",
+        tracker_reader(&tune_config::wandb)),
+    row("tracker_python", "command", value("python3"), "the Python that has mlflow / wandb installed (the trackers run in it)",
+        read_tracker_python),
     flag("in_place", &program::in_place, value("false"),
          "each trial runs in `working_dir` itself instead of a copy of it, so relative paths out of it (`../data`) "
          "work as when you run the script yourself; one machine only (an embedded cluster, or one whose nodes all run "

@@ -48,7 +48,7 @@ nlohmann::json made(const experiment_spec& e) {
           {"experiment_dir", c.experiment_dir}, {"seed", c.seed}, {"stop_grace_s", c.stop_grace_s},
           {"group_timeout_s", c.group_timeout_s}, {"auto_rebalance", c.auto_rebalance},
           {"min_move_interval_s", c.min_move_interval_s}, {"progress", static_cast<int>(c.progress)},
-          {"standby_copies", c.standby_copies}, {"reuse_workers", c.reuse_workers},
+          {"standby_copies", c.standby_copies}, {"reuse_workers", c.reuse_workers}, {"trial_files", c.trial_files},
           {"auto_packing", {c.auto_packing.margin, c.auto_packing.probe_share, c.auto_packing.probe_trials,
                             c.auto_packing.probe_results, c.auto_packing.min_share}}};
 }
@@ -78,7 +78,32 @@ TEST(ExperimentKeys, AnUnknownKeyListsEveryKeyInTheTablesOrder) {
             "working_dir, working_dir_limit, env, config_args, metric_pattern, space, metric, mode, metrics, constraints, "
             "num_samples, resources_per_trial, bundles, strategy, scheduler, search, stop, max_concurrent_trials, "
             "max_failures, time_budget_s, experiment_dir, seed, stop_grace_s, group_timeout_s, auto_rebalance, "
-            "min_move_interval_s, progress, standby_copies, auto_packing, reuse_workers, in_place");
+            "min_move_interval_s, progress, standby_copies, auto_packing, reuse_workers, trial_files, mlflow, wandb, "
+            "tracker_python, in_place");
+}
+
+TEST(ExperimentKeys, TrackersTakeTheirOptionsOrTrueAndABadOneIsNamedWhereItIs) {
+  auto on = read_experiment("metric: acc\nmlflow: true\nwandb: {mode: offline, tags: [a, b]}\ntracker_python: /opt/py\n",
+                            "exp.yaml", "/x");
+  ASSERT_TRUE(on) << on.error().message();
+  EXPECT_EQ(on->config.mlflow, nlohmann::json::object());
+  EXPECT_EQ(on->config.wandb, (nlohmann::json{{"mode", "offline"}, {"tags", {"a", "b"}}}));
+  EXPECT_EQ(on->config.tracker_python, "/opt/py");
+  auto off = read_experiment("metric: acc\nmlflow: false\n", "exp.yaml", "/x");
+  ASSERT_TRUE(off) << off.error().message();
+  EXPECT_TRUE(off->config.mlflow.is_null());
+  for (auto [text, said] : std::vector<std::pair<std::string, std::string>>{
+           {"metric: acc\nmlflow: {uri: x}\n",
+            "exp.yaml:2:9: mlflow: uri: unknown option; mlflow has: tracking_uri, registry_uri, experiment_name, tags, "
+            "tracking_token, save_artifact"},
+           {"metric: acc\nwandb: {mode: online-ish}\n", "exp.yaml:2:8: wandb: mode: give online, offline or disabled"},
+           {"metric: acc\nmlflow: {tags: [a]}\n", "exp.yaml:2:9: mlflow: tags: give a mapping of text"},
+           {"metric: acc\nwandb: 3\n", "exp.yaml:2:8: wandb: give a mapping of its options"},
+           {"metric: acc\ntracker_python: ''\n", "exp.yaml:2:17: tracker_python: give the Python"}}) {
+    auto e = read_experiment(text, "exp.yaml", "/x");
+    ASSERT_FALSE(e) << text;
+    EXPECT_EQ(e.error().message().substr(0, said.size()), said) << e.error().message();
+  }
 }
 
 TEST(ExperimentKeys, TuneRunKeysPrintsEachKeyAsPlainText) {

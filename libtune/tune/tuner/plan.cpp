@@ -1,5 +1,6 @@
 #include "tune/tuner/plan.hpp"
 
+#include <algorithm>
 #include <set>
 
 namespace tune {
@@ -37,6 +38,17 @@ status check_objective_names(const tune_config& c) {
       return status{errc::invalid_argument, "constraints: \"" + n + "\" is given twice, or is also an objective"};
   }
   return status::ok();
+}
+
+bool is_text_map(const nlohmann::json& j) {
+  if (!j.is_object()) return false;
+  for (auto& [k, v] : j.items())
+    if (!v.is_string() && !v.is_number() && !v.is_boolean()) return false;
+  return true;
+}
+
+bool is_text_list(const nlohmann::json& j) {
+  return j.is_array() && std::all_of(j.begin(), j.end(), [](const nlohmann::json& v) { return v.is_string(); });
 }
 
 // The counts and times of a plan.
@@ -92,9 +104,52 @@ status resolve_objectives(tune_config& c) {
   return status::ok();
 }
 
+const std::vector<std::pair<std::string, std::string>>& tracker_keys(std::string_view tracker) {
+  static const std::vector<std::pair<std::string, std::string>> mlflow{
+      {"tracking_uri", "text"},    {"registry_uri", "text"},       {"experiment_name", "text"},
+      {"tags", "a mapping of text"}, {"tracking_token", "text"},   {"save_artifact", "true or false"}};
+  static const std::vector<std::pair<std::string, std::string>> wandb{
+      {"project", "text"},          {"group", "text"},              {"entity", "text"},
+      {"mode", "online, offline or disabled"}, {"dir", "text"},    {"api_key_file", "text"},
+      {"tags", "a list of text"},   {"notes", "text"},              {"job_type", "text"},
+      {"upload_checkpoints", "true or false"}, {"log_config", "true or false"},
+      {"excludes", "a list of text"}, {"init_timeout", "seconds > 0"}};
+  static const std::vector<std::pair<std::string, std::string>> none;
+  return tracker == "mlflow" ? mlflow : tracker == "wandb" ? wandb : none;
+}
+
+status check_tracker(std::string_view tracker, const nlohmann::json& options) {
+  auto name = std::string{tracker};
+  const auto& keys = tracker_keys(tracker);
+  if (keys.empty()) return status{errc::invalid_argument, name + ": not a tracker (libtune has mlflow and wandb)"};
+  if (options.is_null()) return status::ok();
+  std::string known;
+  for (auto& [k, _] : keys) known += (known.empty() ? "" : ", ") + k;
+  if (!options.is_object())
+    return status{errc::invalid_argument, name + ": give a mapping of its options (" + known + "), or {} for its defaults"};
+  for (auto& [k, v] : options.items()) {
+    auto it = std::find_if(keys.begin(), keys.end(), [&](auto& e) { return e.first == k; });
+    if (it == keys.end())
+      return status{errc::invalid_argument, name + ": " + k + ": unknown option; " + name + " has: " + known};
+    const auto& type = it->second;
+    bool ok = type == "text"                    ? v.is_string()
+              : type == "true or false"         ? v.is_boolean()
+              : type == "a mapping of text"     ? is_text_map(v)
+              : type == "a list of text"        ? is_text_list(v)
+              : type == "seconds > 0"           ? v.is_number() && v.get<double>() > 0
+                                                : v.is_string() && (v == "online" || v == "offline" || v == "disabled");
+    if (!ok) return status{errc::invalid_argument, name + ": " + k + ": give " + type};
+  }
+  return status::ok();
+}
+
 expected<experiment_plan> make_plan(tune_config c) {
   if (auto s = resolve_objectives(c); !s) return s;
   if (auto s = check_limits(c); !s) return s;
+  for (auto* t : {"mlflow", "wandb"})
+    if (auto s = check_tracker(t, std::string_view{t} == "mlflow" ? c.mlflow : c.wandb); !s) return s;
+  if ((!c.mlflow.is_null() || !c.wandb.is_null()) && c.tracker_python.empty())
+    return status{errc::invalid_argument, "tracker_python is empty: give the Python that has mlflow or wandb"};
   experiment_plan plan;
   plan.gpu_auto = c.bundles.empty() && c.resources_per_trial.gpu_auto;
   if (c.bundles.empty()) {

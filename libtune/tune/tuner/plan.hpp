@@ -130,6 +130,15 @@ struct tune_config {
                                           // (same node, shares and limits) in the same
                                           // process: no new process, CUDA context or library
                                           // set-up (docs/trials.md, "Reused workers")
+  bool trial_files = true;                // each trial's folder (trials/<id>/) gets its results as
+                                          // TensorBoard's event files, progress.csv and
+                                          // result.json, and its params.json (docs/tracking.md)
+  // Trackers (docs/tracking.md): each trial a run of MLflow, of Weights & Biases; null:
+  // not used, an object: the tracker's options (tracker_keys), {} for its defaults.
+  // tracker_python: the interpreter that has mlflow / wandb installed.
+  nlohmann::json mlflow;
+  nlohmann::json wandb;
+  std::string tracker_python = "python3";
   // With resources_per_trial = {gpu: "auto"}: how the share is measured and sized
   // (margin over the measured peak, the probes' share and count, the least share).
   auto_share_options auto_packing;
@@ -140,6 +149,13 @@ struct tune_config {
                                           // program again with TUNE_RESUME_DIR=DIR, which
                                           // does the same.
 };
+
+// A tracker's options: their names, and for each what it takes ("text", "true or false",
+// "a mapping of text", "a list of text", "seconds > 0", or "online, offline or disabled").
+const std::vector<std::pair<std::string, std::string>>& tracker_keys(std::string_view tracker);
+// `options` for tracker "mlflow" or "wandb": an object of its keys, each of its type (the
+// error names the key and what to give).
+status check_tracker(std::string_view tracker, const nlohmann::json& options);
 
 // Checks metrics and constraints (duplicates, a metric that disagrees with metrics, a
 // search that cannot model them) and makes the first objective the metric and mode,

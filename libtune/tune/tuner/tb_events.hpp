@@ -9,12 +9,14 @@
 //   Summary { repeated Value value = 1; }
 //   Value   { string tag = 1; float simple_value = 2; }
 // A file starts with an Event whose file_version is "brain.Event:2"; its name is
-// events.out.tfevents.<seconds>.<host> (TensorBoard reads every such file of a folder).
+// events.out.tfevents.<seconds>.<host>.<pid>.<n> (TensorBoard reads every such file of a
+// folder, in the order of their names).
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -25,7 +27,10 @@
 namespace tune::tb {
 
 // CRC-32C (Castagnoli), and its masked form as records carry it.
+// (SSE 4.2's instruction where the processor has it, else a table; the table's always
+// for crc32c_portable, which the tests compare.)
 uint32_t crc32c(std::string_view bytes);
+uint32_t crc32c_portable(std::string_view bytes);
 uint32_t masked_crc32c(std::string_view bytes);
 
 // One record around an encoded Event.
@@ -34,6 +39,10 @@ std::string record(std::string_view event);
 // Encoded Events: the file's first (its version), and one scalar.
 std::string version_event(double wall_time);
 std::string scalar_event(std::string_view tag, int64_t step, double value, double wall_time);
+// Several scalars of one step in one Event (one summary value each, as TensorFlow 1's
+// merged summaries wrote them): one record per result, not one per metric.
+std::string scalars_event(std::span<const std::string_view> tags, std::span<const double> values, int64_t step,
+                          double wall_time);
 
 // TensorBoard's HParams view: a trial (a run folder) is a session whose start names its
 // hyperparameters and whose end says how it ended. TensorBoard builds the view's table
@@ -52,8 +61,10 @@ enum class session_status { unknown = 0, success = 1, failure = 2, running = 3 }
 std::string session_start_event(const std::vector<hparam>& hparams, std::string_view group, double wall_time);
 std::string session_end_event(session_status status, double wall_time);
 
-// An event file, appended record by record (each written whole, then flushed: a reader
-// sees whole records only, and a crash loses at most the one being written).
+// An event file, appended record by record through a buffer, written out by flush() (and
+// when the buffer fills; a reader of a file being written waits for the rest of a
+// record it sees in part, as TensorBoard's does). A new file each time: it never appends
+// to a file whose last record a crash may have cut.
 class event_writer {
  public:
   // Makes `dir` (and its parents) and the file in it; the error names the path.
@@ -64,8 +75,11 @@ class event_writer {
   event_writer& operator=(const event_writer&) = delete;
 
   status scalar(std::string_view tag, int64_t step, double value, double wall_time);
+  status scalars(std::span<const std::string_view> tags, std::span<const double> values, int64_t step,
+                 double wall_time);
   status session_start(const std::vector<hparam>& hparams, std::string_view group, double wall_time);
   status session_end(session_status status, double wall_time);
+  status flush();
   const std::string& path() const { return path_; }
 
  private:

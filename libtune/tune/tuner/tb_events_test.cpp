@@ -28,6 +28,13 @@ TEST(TbEvents, Crc32cIsCastagnolisOnItsTestVectors) {
   EXPECT_EQ(crc32c(std::string(32, '\0')), 0x8a9136aau);      // RFC 3720, B.4: 32 bytes of zeros
   EXPECT_EQ(crc32c(std::string(32, '\xff')), 0x62a8ab43u);    // 32 bytes of ones
   EXPECT_EQ(crc32c(""), 0u);
+  // The processor's instruction and the table agree, on every length and alignment.
+  std::string bytes;
+  for (int i = 0; i < 300; ++i) bytes.push_back(static_cast<char>(i * 7 + 3));
+  for (size_t from = 0; from < 9; ++from)
+    for (size_t n = 0; n + from <= bytes.size(); n += 13)
+      EXPECT_EQ(crc32c(std::string_view{bytes}.substr(from, n)), crc32c_portable(std::string_view{bytes}.substr(from, n)));
+  EXPECT_EQ(crc32c_portable("123456789"), 0xe3069283u);
   uint32_t c = crc32c("123456789");
   EXPECT_EQ(masked_crc32c("123456789"), ((c >> 15) | (c << 17)) + 0xa282ead8u);
 }
@@ -49,6 +56,12 @@ TEST(TbEvents, EventsAreTheProtobufEncodingOfTheirFields) {
   // { tag (field 1: 0a 04 "loss"), simple_value 0.25f (field 2, fixed32: 15 0000803e) } }.
   EXPECT_EQ(hex(scalar_event("loss", 300, 0.25, 1.5)),
             "09000000000000f83f" "10ac02" "2a0d" "0a0b" "0a04" + hex("loss") + "150000803e");
+  // Two scalars of a step: one summary of two values, each as scalar_event's.
+  std::string_view tags[] = {"loss", "acc"};
+  double values[] = {0.25, 0.5};
+  EXPECT_EQ(hex(scalars_event(tags, values, 300, 1.5)),
+            "09000000000000f83f" "10ac02" "2a19" "0a0b" "0a04" + hex("loss") + "150000803e" "0a0a" "0a03" + hex("acc") +
+                "15" "0000003f");
   // A negative step is a ten-byte varint, as protobuf writes an int64.
   EXPECT_EQ(hex(scalar_event("x", -1, 0, 0)).substr(18, 22), "10ffffffffffffffffff01");
 }
@@ -76,11 +89,20 @@ TEST(TbEvents, AWriterAppendsWholeRecordsToANewFileInItsFolder) {
   auto dir = std::filesystem::temp_directory_path() / ("tb_events_test_" + std::to_string(::getpid())) / "trial-1";
   auto w = event_writer::open(dir.string(), 1700000000.25, "host-a");
   ASSERT_TRUE(w) << w.error().message();
-  EXPECT_EQ((*w)->path(), dir.string() + "/events.out.tfevents.1700000000.host-a");
+  auto prefix = dir.string() + "/events.out.tfevents.1700000000.host-a." + std::to_string(::getpid()) + ".";
+  EXPECT_EQ((*w)->path().substr(0, prefix.size()), prefix);
+  auto read = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string{std::istreambuf_iterator<char>(in), {}};
+  };
+  EXPECT_EQ(read((*w)->path()), record(version_event(1700000000.25)));  // the version at once
   ASSERT_TRUE((*w)->scalar("val_acc", 1, 0.5, 1700000001.0));
-  std::ifstream in((*w)->path(), std::ios::binary);
-  std::string bytes{std::istreambuf_iterator<char>(in), {}};
-  EXPECT_EQ(bytes, record(version_event(1700000000.25)) + record(scalar_event("val_acc", 1, 0.5, 1700000001.0)));
+  ASSERT_TRUE((*w)->flush());
+  EXPECT_EQ(read((*w)->path()), record(version_event(1700000000.25)) + record(scalar_event("val_acc", 1, 0.5, 1700000001.0)));
+  // Opened again in the same second: a file of its own.
+  auto again = event_writer::open(dir.string(), 1700000000.25, "host-a");
+  ASSERT_TRUE(again) << again.error().message();
+  EXPECT_NE((*again)->path(), (*w)->path());
   w->reset();
   std::filesystem::remove_all(dir.parent_path());
   auto bad = event_writer::open("/proc/no/such/folder", 0, "h");
