@@ -225,6 +225,73 @@ class TrackersTest(unittest.TestCase):
         self.assertIn("best", seen[self.summary["best_trial"]][-1][0])
 
 
+# A Ray Tune script as Ray's MLflow example writes one (the logger callback on the driver,
+# setup_mlflow inside the trial), with `ray` spelled `libtune`, and W&B's callback beside.
+RAY_STYLE = """
+import sys, mlflow
+from libtune import train, tune
+from libtune.air.integrations.mlflow import MLflowLoggerCallback, setup_mlflow
+from libtune.air.integrations.wandb import WandbLoggerCallback
+
+uri = sys.argv[1]
+
+def evaluation_fn(step, width, height):
+    return (0.1 + width * step / 100) ** (-1) + height * 0.1
+
+def train_function(config):
+    setup_mlflow(config, experiment_name="inside", tracking_uri=uri, create_experiment_if_not_exists=True)
+    for step in range(5):
+        score = evaluation_fn(step, config["width"], config["height"])
+        mlflow.log_metrics({"mean_loss": score}, step=step)
+        train.report({"iterations": step, "mean_loss": score})
+
+# As Ray's example does: the experiment (and a new SQLite store) made in the driver, before
+# trials open it at once (MLflow's first creation of a store is not safe from several).
+mlflow.set_tracking_uri(uri)
+mlflow.set_experiment("inside")
+
+tuner = tune.Tuner(
+    train_function,
+    tune_config=tune.TuneConfig(num_samples=3, metric="mean_loss", mode="min"),
+    run_config=train.RunConfig(name="ray_style", storage_path=sys.argv[2], verbose=0, callbacks=[
+        MLflowLoggerCallback(tracking_uri=uri, experiment_name="callback"),
+        WandbLoggerCallback(project="ray_style", mode="offline")]),
+    param_space={"width": tune.randint(10, 100), "height": tune.randint(0, 100)},
+)
+print("best", tuner.fit().get_best_result().config)
+"""
+
+
+class PythonApiTest(unittest.TestCase):
+    def test_a_ray_style_script_logs_through_the_callbacks_and_setup_mlflow(self):
+        from mlflow.tracking import MlflowClient
+        with tempfile.TemporaryDirectory(prefix="trackers_test_") as folder:
+            script = os.path.join(folder, "ray_style.py")
+            with open(script, "w") as f:
+                f.write(RAY_STYLE)
+            uri = "sqlite:///" + os.path.join(folder, "mlflow.db")
+            env = dict(os.environ, LIBTUNE_TUNE=TUNE,
+                       PYTHONPATH=os.path.join(HERE, "..", "..", "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+            proc = subprocess.run([sys.executable, "-W", "ignore", script, uri, folder], env=env, cwd=folder,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+            self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+            self.assertIn("best {", proc.stdout)
+            self.assertNotIn("warning", proc.stderr)
+            client = MlflowClient(tracking_uri=uri)
+            for name in ("callback", "inside"):  # the engine's runs, and the trials' own
+                exp = client.get_experiment_by_name(name)
+                runs = client.search_runs([exp.experiment_id])
+                self.assertEqual(len(runs), 3, name)
+                for run in runs:
+                    self.assertEqual(len(client.get_metric_history(run.info.run_id, "mean_loss")), 5, name)
+                    self.assertTrue(run.data.tags["trial_id"].startswith("trial-"), run.data.tags)
+                    self.assertEqual(set(run.data.params), {"width", "height"})
+            exp_dir = os.path.dirname(glob.glob(os.path.join(folder, "ray_style*", "experiment.db"))[0])
+            runs = {os.path.basename(p).split("-", 3)[3] for p in glob.glob(os.path.join(exp_dir, "wandb", "offline-run-*"))}
+            self.assertEqual(len(runs), 3, runs)
+            self.assertEqual(len(glob.glob(os.path.join(exp_dir, "trials", "*", "events.out.tfevents.*"))), 3)
+
+
 class UnavailableTrackersTest(unittest.TestCase):
     def check_completes(self, extra, said):
         with tempfile.TemporaryDirectory(prefix="trackers_test_") as folder:

@@ -175,7 +175,7 @@ class Wandb:
         self.group = opts.pop("group", None) or setup["experiment"]
         self.dir = opts.pop("dir", None) or setup["dir"]
         self.upload_checkpoints = bool(opts.pop("upload_checkpoints", False))
-        self.log_config = bool(opts.pop("log_config", True))
+        self.log_config = bool(opts.pop("log_config", False))  # Ray's: the config in every result too
         self.excludes = set(opts.pop("excludes", None) or ())
         self.init_timeout = float(opts.pop("init_timeout", 60))
         self.extra = opts  # entity, tags, notes, job_type, ...: wandb.init's own
@@ -183,6 +183,7 @@ class Wandb:
         self.runs = {}
         self.ids = {}
         self.started_at = {}
+        self.configs = {}
 
     def _has_key(self):
         if os.environ.get("WANDB_API_KEY"):
@@ -197,14 +198,16 @@ class Wandb:
         run_id = self.ids.setdefault(trial, re.sub(r"[^A-Za-z0-9_-]", "_", f"{trial}-{self.key}")[:64])
         settings = self.wandb.Settings(init_timeout=self.init_timeout, silent=True, console="off")
         return self.wandb.init(project=self.project, group=self.group, name=trial, id=run_id, dir=self.dir,
-                               mode=self.mode, config=config if self.log_config else None, resume=resume,
+                               mode=self.mode, config=config, resume=resume,
                                reinit="create_new", settings=settings, **self.extra)
 
     def start(self, trial, config):
         if trial in self.runs:
             return
+        config = {k: v for k, v in config.items() if k not in self.excludes}
+        self.configs[trial] = config
         try:
-            run = self._init(trial, {k: v for k, v in config.items() if k not in self.excludes}, "allow")
+            run = self._init(trial, config, "allow")
         except Exception as e:  # noqa: BLE001 - init's failures (network, credentials) are this tracker's
             raise Unavailable(f"Weights & Biases: cannot start a run ({type(e).__name__}: {str(e)[:300]})") from None
         self.runs[trial] = run
@@ -218,6 +221,8 @@ class Wandb:
             self.start(trial, {})
             run = self.runs[trial]
         data = {k: v for k, v in flatten(metrics).items() if k not in self.excludes}
+        if self.log_config:
+            data.update(flatten(self.configs.get(trial, {}), "config"))
         data["training_iteration"] = int(iteration)
         run.log(data, step=int(iteration))
 

@@ -47,7 +47,7 @@ def _first_error(experiment_dir):
         db.close()
 
 
-def run(file, resume=False, quiet=False, fail_fast=False):
+def run(file, resume=False, quiet=False, fail_fast=False, env=None):
     """Runs ``tune run FILE`` (the experiment folder's tuner/experiment.json) and returns
     its JSON summary (None when fail_fast ended it); raises TuneError when the engine
     refused the experiment (or, with fail_fast="raise", when a trial failed),
@@ -55,7 +55,7 @@ def run(file, resume=False, quiet=False, fail_fast=False):
     from .. import _cluster
     experiment_dir = os.path.dirname(os.path.dirname(os.path.abspath(file)))
     argv = [tune_binary(), "run", file] + _cluster.flags()
-    env = dict(os.environ)
+    env = dict(os.environ, **(env or {}))  # and the trackers' secrets (never written to a file)
     env.pop("TUNE_RESUME_DIR", None)
     if resume:
         env["TUNE_RESUME_DIR"] = experiment_dir

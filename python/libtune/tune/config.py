@@ -124,11 +124,10 @@ class RunConfig:
                 "libtune's progress is a table on a terminal, lines otherwise (verbose=0: none)")
         _refuse(where, "log_to_file", log_to_file, False,
                 "a failed trial's standard error is kept in <experiment>/trials/<id>/stderr")
-        if callbacks:
-            raise ValueError(f"{where}(callbacks=...) is not supported: libtune runs no callbacks in the driver. "
-                             f"Every result is in the store (experiment.db), results.csv and the dashboard as it "
-                             f"comes; read them, or the ResultGrid after fit()")
-        self.callbacks = callbacks
+        if callbacks:  # the trackers' (MLflowLoggerCallback, WandbLoggerCallback); any other is refused
+            from ..integrations._trackers import experiment_keys
+            experiment_keys(callbacks, where)
+        self.callbacks = list(callbacks or ())
         if failure_config is not None and not isinstance(failure_config, FailureConfig):
             raise TypeError(f"{where}: failure_config must be a FailureConfig, not {type(failure_config).__name__}")
         if checkpoint_config is not None and not isinstance(checkpoint_config, CheckpointConfig):

@@ -263,6 +263,11 @@ class Tuner:
         if rc.failure_config.max_failures:
             experiment["max_failures"] = rc.failure_config.max_failures
         is_class = isinstance(inner, type) and issubclass(inner, Trainable)
+        from ..integrations._trackers import experiment_keys
+        trackers, self._tracker_env = experiment_keys(rc.callbacks)
+        experiment.update(trackers)
+        if os.environ.get("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS") == "1":  # Ray's switch for its default loggers
+            experiment["trial_files"] = False
         if tc.reuse_actors:  # as Ray 2.60, off by default
             experiment["reuse_workers"] = True
         cc = rc.checkpoint_config or CheckpointConfig()
@@ -312,7 +317,7 @@ class Tuner:
             path = _new_folder(os.path.join(_storage(self._run_config), experiment["name"]))
         file = self._write(path, experiment, payload, data, metric, mode)
         self._path = path
-        _engine.run(file, resume=self._resume, quiet=experiment["progress"] == "none",
+        _engine.run(file, resume=self._resume, quiet=experiment["progress"] == "none", env=getattr(self, "_tracker_env", None),
                     fail_fast=self._run_config.failure_config.fail_fast)
         self._results = ResultGrid(path, metric, mode, _settings_known=True)
         creator = payload["trial_name_creator"]

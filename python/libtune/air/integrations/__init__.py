@@ -1,0 +1,1 @@
+"""``ray.air.integrations``' spellings: the modules of libtune.integrations."""

@@ -1,0 +1,68 @@
+"""What the tracker integrations share: turning a logger callback into the experiment
+file's keys (the engine runs the trackers: libtune.integrations._bridge), and the
+trial's own session for setup_mlflow / setup_wandb."""
+
+import os
+import sys
+
+
+class LoggerCallback:
+    """A tracker that the engine feeds (MLflowLoggerCallback, WandbLoggerCallback): given
+    to RunConfig(callbacks=[...]), it becomes the experiment's `mlflow:` or `wandb:` key,
+    with this interpreter as `tracker_python`. Its code does not run in the driver."""
+
+    key = None  # "mlflow" or "wandb"
+
+    def __init__(self):
+        self.options = {}
+        self.env = {}  # secrets for the engine's environment, never written to a file
+
+    def _set(self, name, value, default=None):
+        if value is not default:
+            self.options[name] = value
+
+    def __repr__(self):
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.options.items())})"
+
+
+def experiment_keys(callbacks, where="RunConfig"):
+    """The experiment file's keys and the environment the engine needs for these
+    callbacks (a ValueError names one that libtune does not run)."""
+    keys, env = {}, {}
+    for cb in callbacks or ():
+        if not isinstance(cb, LoggerCallback):
+            raise ValueError(f"{where}(callbacks=[{type(cb).__name__}(...)]): libtune runs no callbacks in the driver; "
+                             f"it has MLflowLoggerCallback and WandbLoggerCallback (libtune.air.integrations.mlflow, "
+                             f".wandb), and writes TensorBoard's files, progress.csv and result.json for every trial "
+                             f"by itself (docs/tracking.md)")
+        if cb.key in keys:
+            raise ValueError(f"{where}(callbacks=...): {type(cb).__name__} is given twice")
+        keys[cb.key] = dict(cb.options)
+        env.update(cb.env)
+    if keys:
+        keys["tracker_python"] = sys.executable
+    return keys, env
+
+
+def flatten(d, prefix=""):
+    out = {}
+    for k, v in (d or {}).items():
+        name = f"{prefix}/{k}" if prefix else str(k)
+        if isinstance(v, dict):
+            out.update(flatten(v, name))
+        else:
+            out[name] = v
+    return out
+
+
+def trial_context():
+    """(trial id, trial name, experiment name) inside a trial; outside one, a
+    RuntimeError that says where these functions run."""
+    from ..tune._session import get_context
+    ctx = get_context()
+    trial_id = ctx.get_trial_id()
+    if not trial_id:
+        raise RuntimeError("setup_mlflow / setup_wandb run inside a trial (the function that Tuner runs); outside "
+                           "one, use mlflow or wandb directly")
+    return trial_id, ctx.get_trial_name() or trial_id, ctx.get_experiment_name() or os.environ.get(
+        "LIBTUNE_EXPERIMENT_NAME", "libtune")
