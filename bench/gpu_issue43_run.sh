@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Issue 43 on the GPU machine (from the repository's root, the build unpacked at its
+# absolute path; PyTorch, Lightning and transformers are installed there): a Lightning
+# script and a Hugging Face Trainer script (examples/integrations/) tuned by `tune run`
+# through their one callback each at 0.25 GPU per trial with ASHA
+# (tests/trackers/frameworks_test.py), then what is left on the cards.
+#   bench/gpu_issue43_run.sh BUILD_DIR OUT_DIR
+set -uo pipefail
+build=${1:?usage: gpu_issue43_run.sh BUILD_DIR OUT_DIR}; out=${2:?}
+mkdir -p "$out"
+[ -d data/fashion-mnist ] && export TUNE_FASHION_MNIST_DIR=${TUNE_FASHION_MNIST_DIR:-$PWD/data/fashion-mnist}
+{ nvidia-smi -L; date -u; . /etc/os-release; echo "$PRETTY_NAME"
+  python3 -c "import torch, lightning, transformers; print('torch', torch.__version__, 'lightning', lightning.__version__, 'transformers', transformers.__version__)"
+} > "$out/host.txt" 2>&1
+cat "$out/host.txt"
+timeout 1100 python3 tests/trackers/frameworks_test.py --tune "$build/nodes/tune" --gpu 0.25 --out "$out/frameworks.json" \
+  > "$out/frameworks.log" 2>&1
+echo "== frameworks_test: exit $? ($(date +%T))"
+tail -5 "$out/frameworks.log"
+nvidia-smi --query-compute-apps=pid,used_memory --format=csv > "$out/after.txt" 2>&1
+echo "left on the cards after the run:"; cat "$out/after.txt"
