@@ -9,8 +9,13 @@
 // With --users N (issue 21): N experiments of one trial at once on the loopback cluster,
 // side by side in each repeat: all with the admin's token, then each with a user's own
 // (N users added with `tune user add`): results stored per second over all of them.
+// With --trial-files (issue 43): in process, each repeat runs with each trial's files
+// (TensorBoard's events, progress.csv, result.json) and without, side by side (which goes
+// first alternates): results per second of both, their ratio pair by pair, and the bytes
+// of the store and of the trials' files.
 // Last line: {"inproc_per_s": ..., "cross_process_per_s": ..., ...}.
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -36,7 +41,7 @@ struct run_result {
   double wall_s = 0;
 };
 
-run_result measure(tune::cluster& c, int trials, int64_t per_trial, const std::string& dir) {
+run_result measure(tune::cluster& c, int trials, int64_t per_trial, const std::string& dir, bool files = true) {
   tune::tune_config cfg;
   cfg.name = "bench_results";
   cfg.metric = "score";
@@ -45,6 +50,7 @@ run_result measure(tune::cluster& c, int trials, int64_t per_trial, const std::s
   cfg.resources_per_trial = tune::resources{{"cpu", 1}};
   cfg.progress = tune::progress_style::none;
   cfg.experiment_dir = dir;
+  cfg.trial_files = files;
   tune::tuner t{c, "flood", tune::search_space{{"x", tune::uniform(0, 1)}, {"results", per_trial}}, cfg};
   auto r = t.fit();
   if (!r) tune::bench::die(r.error().message());
@@ -98,12 +104,59 @@ double measure_many(std::vector<tune::cluster>& clusters, int64_t per_trial, con
   return static_cast<double>(total) / std::max(last - first, 1e-9);
 }
 
+uint64_t bytes_under(const std::filesystem::path& p) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(p, ec)) return std::filesystem::file_size(p, ec);
+  uint64_t n = 0;
+  for (auto& e : std::filesystem::recursive_directory_iterator(p, ec))
+    if (e.is_regular_file(ec)) n += e.file_size(ec);
+  return n;
+}
+
+// In process, with and without each trial's files, side by side.
+int compare_trial_files(int trials, int64_t per_trial, int repeats, const std::string& dir) {
+  tune::cluster_options o;
+  o.num_cpus = trials;
+  o.work_dir = dir + "/embedded";
+  auto c = tune::cluster::start(o);
+  if (!c) tune::bench::die(c.error().message());
+  std::vector<double> with, without, ratios;
+  nlohmann::json runs = nlohmann::json::array(), sizes;
+  for (int k = 0; k < repeats; ++k) {
+    double on = 0, off = 0;
+    for (int side = 0; side < 2; ++side) {
+      bool files = (side + k) % 2 == 0;
+      auto where = dir + "/files-" + std::string(files ? "on-" : "off-") + std::to_string(k);
+      auto r = measure(*c, trials, per_trial, where, files);
+      (files ? on : off) = r.per_s;
+      std::cerr << "trial files " << (files ? "on " : "off") << " run " << k + 1 << ": " << static_cast<int64_t>(r.per_s)
+                << " per s\n";
+      runs.push_back({{"trial_files", files}, {"per_s", r.per_s}, {"results", r.results}, {"wall_s", r.wall_s}});
+      if (files && k == 0)
+        sizes = {{"results", r.results}, {"store_bytes", bytes_under(where + "/experiment.db") +
+                                                              bytes_under(where + "/experiment.db-wal")},
+                 {"trial_files_bytes", bytes_under(where + "/trials")}};
+      std::filesystem::remove_all(where);
+    }
+    with.push_back(on);
+    without.push_back(off);
+    ratios.push_back(on / off);
+  }
+  std::cout << nlohmann::json{{"files_on_per_s", tune::bench::median(with)},
+                              {"files_off_per_s", tune::bench::median(without)},
+                              {"on_over_off_median_of_pairs", tune::bench::median(ratios)},
+                              {"sizes", sizes}, {"trials", trials}, {"results_per_trial", per_trial},
+                              {"repeats", repeats}, {"runs", runs}}.dump()
+            << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   tune::run_if_trial_worker(argc, argv);  // first: trials run this program
   int trials = 4, repeats = 3, users = 0;
-  bool with_tls = false;
+  bool with_tls = false, trial_files = false;
   std::string only;  // inproc or cross_process: that one alone
   int64_t per_trial = 50000;
   for (int i = 1; i < argc; ++i) {
@@ -118,9 +171,10 @@ int main(int argc, char** argv) {
     else if (a == "--only") only = next();
     else if (a == "--users") users = std::stoi(next());
     else if (a == "--tls") with_tls = true;
+    else if (a == "--trial-files") trial_files = true;
     else if (a == "--help" || a == "-h") {
       std::cout << "usage: bench_results [--trials N (4)] [--results-per-trial N (50000)] [--repeats N (3)]\n"
-                   "                     [--only inproc|cross_process] [--users N] [--tls]\n";
+                   "                     [--only inproc|cross_process] [--users N] [--tls] [--trial-files]\n";
       return 0;
     } else {
       tune::bench::die("unknown option " + a + " (see --help)");
@@ -134,6 +188,7 @@ int main(int argc, char** argv) {
   nlohmann::json runs = nlohmann::json::array();
   if (!only.empty() && only != "inproc" && only != "cross_process")
     tune::bench::die("--only takes inproc or cross_process");
+  if (trial_files) return compare_trial_files(trials, per_trial, repeats, dir);
   // --repeats runs of one mode on cluster `o`.
   auto runs_of = [&](const std::string& mode, const tune::cluster_options& o, std::vector<double>& rates,
                      std::vector<double>& capacity) {

@@ -12,7 +12,9 @@ namespace tune {
 void open_sinks(controller_actor self) {
   auto& st = self->state;
   const auto& o = st.setup.options;
-  if (o.trial_files) st.sinks.push_back(std::make_shared<trial_files>(st.setup.store->dir()));
+  // The files are written on a thread of their own: the controller only copies.
+  if (o.trial_files)
+    st.sinks.push_back(std::make_shared<background_sink>(std::make_unique<trial_files>(st.setup.store->dir())));
   for (auto& s : o.sinks) st.sinks.push_back(s);
 }
 

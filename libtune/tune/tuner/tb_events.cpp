@@ -42,7 +42,9 @@ void key(std::string& out, int field, int wire_type) { varint(out, static_cast<u
 
 template <class T>
 void little_endian(std::string& out, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  char bytes[sizeof(T)];
+  for (size_t i = 0; i < sizeof(T); ++i) bytes[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  out.append(bytes, sizeof(T));
 }
 
 void length_delimited(std::string& out, int field, std::string_view bytes) {
@@ -177,6 +179,54 @@ std::string scalars_event(std::span<const std::string_view> tags, std::span<cons
   return e;
 }
 
+std::vector<std::string> scalar_prefixes(std::span<const std::string> tags) {
+  std::vector<std::string> out;
+  for (const auto& tag : tags) {
+    std::string v;  // Value { tag = 1; simple_value = 2 (its key; the float follows) }
+    length_delimited(v, 1, tag);
+    key(v, 2, 5);
+    std::string p;  // Summary's value = 1: key, length, then v's bytes
+    key(p, 1, 2);
+    varint(p, v.size() + 4);
+    p += v;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+namespace {
+size_t varint_size(uint64_t v) {
+  size_t n = 1;
+  for (; v >= 0x80; v >>= 7) ++n;
+  return n;
+}
+}  // namespace
+
+void append_scalars_record(std::string& out, std::span<const std::string> prefixes, std::span<const double> values,
+                           int64_t step, double wall_time) {
+  size_t n = std::min(prefixes.size(), values.size());
+  size_t summary = 0;
+  for (size_t i = 0; i < n; ++i) summary += prefixes[i].size() + 4;
+  size_t event = 9 + (step != 0 ? 1 + varint_size(static_cast<uint64_t>(step)) : 0) + 1 + varint_size(summary) + summary;
+  size_t at = out.size();
+  little_endian(out, static_cast<uint64_t>(event));
+  little_endian(out, masked_crc32c(std::string_view{out}.substr(at, 8)));
+  size_t body = out.size();
+  out.push_back(static_cast<char>(0x09));  // wall_time
+  little_endian(out, std::bit_cast<uint64_t>(wall_time));
+  if (step != 0) {
+    out.push_back(static_cast<char>(0x10));  // step
+    varint(out, static_cast<uint64_t>(step));
+  }
+  out.push_back(static_cast<char>(0x2a));  // summary
+  varint(out, summary);
+  for (size_t i = 0; i < n; ++i) {
+    out += prefixes[i];
+    little_endian(out, std::bit_cast<uint32_t>(static_cast<float>(values[i])));
+  }
+  little_endian(out, masked_crc32c(std::string_view{out}.substr(body)));
+}
+
 std::string session_start_event(const std::vector<hparam>& hparams, std::string_view group, double wall_time) {
   std::string info;
   for (auto& h : hparams) {
@@ -223,7 +273,9 @@ expected<std::unique_ptr<event_writer>> event_writer::open(const std::string& di
 }
 
 event_writer::~event_writer() {
-  if (file_) std::fclose(file_);
+  if (!file_) return;
+  (void)flush();
+  std::fclose(file_);
 }
 
 status event_writer::scalar(std::string_view tag, int64_t step, double value, double wall_time) {
@@ -243,14 +295,25 @@ status event_writer::scalars(std::span<const std::string_view> tags, std::span<c
   return write(scalars_event(tags, values, step, wall_time));
 }
 
+status event_writer::scalars(std::span<const std::string> prefixes, std::span<const double> values, int64_t step,
+                             double wall_time) {
+  append_scalars_record(buffer_, prefixes, values, step, wall_time);
+  return spill();
+}
+
 status event_writer::write(const std::string& event) {
-  auto r = record(event);
-  if (std::fwrite(r.data(), 1, r.size(), file_) != r.size())
-    return {errc::invalid_argument, "cannot write " + path_ + ": " + std::strerror(errno)};
-  return status::ok();
+  buffer_ += record(event);
+  return spill();
+}
+
+status event_writer::spill() {
+  return buffer_.size() < (size_t{1} << 16) ? status::ok() : flush();
 }
 
 status event_writer::flush() {
+  if (!buffer_.empty() && std::fwrite(buffer_.data(), 1, buffer_.size(), file_) != buffer_.size())
+    return {errc::invalid_argument, "cannot write " + path_ + ": " + std::strerror(errno)};
+  buffer_.clear();
   if (std::fflush(file_) != 0) return {errc::invalid_argument, "cannot write " + path_ + ": " + std::strerror(errno)};
   return status::ok();
 }

@@ -62,6 +62,16 @@ TEST(TbEvents, EventsAreTheProtobufEncodingOfTheirFields) {
   EXPECT_EQ(hex(scalars_event(tags, values, 300, 1.5)),
             "09000000000000f83f" "10ac02" "2a19" "0a0b" "0a04" + hex("loss") + "150000803e" "0a0a" "0a03" + hex("acc") +
                 "15" "0000003f");
+  // The fast path: the same record's bytes, from the tags' prefixes.
+  std::vector<std::string> names{"loss", "acc"};
+  auto prefixes = scalar_prefixes(names);
+  for (int64_t step : {0, 1, 300, -1}) {
+    std::string out = "x";
+    append_scalars_record(out, prefixes, values, step, 1.5);
+    std::string want = "x";
+    want += record(scalars_event(tags, values, step, 1.5));
+    EXPECT_EQ(out, want) << step;
+  }
   // A negative step is a ten-byte varint, as protobuf writes an int64.
   EXPECT_EQ(hex(scalar_event("x", -1, 0, 0)).substr(18, 22), "10ffffffffffffffffff01");
 }

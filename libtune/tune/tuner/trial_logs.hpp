@@ -10,7 +10,10 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <condition_variable>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <memory>
 #include <span>
 #include <string>
@@ -108,6 +111,8 @@ class trial_files final : public trial_sink {
   struct open_trial;
   open_trial* open(const std::string& trial, double time);
   void broken(const std::string& trial, const std::string& what);
+  void layout_for(open_trial& t, const logged_result& r);
+  void start_csv(open_trial& t, const logged_result& r);
   void close(const std::string& trial);
 
   std::string dir_, host_;
@@ -117,6 +122,44 @@ class trial_files final : public trial_sink {
   std::map<std::string, std::pair<nlohmann::json, double>> starts_;
   std::vector<trial_link> links_;       // each trial's folder, when first opened
   std::map<std::string, bool> failed_;  // trials whose files could not be written (said once)
+};
+
+// Another sink's work on a thread of its own: starts, results and ends are queued (their
+// text and numbers copied into a batch's pools, a result's names shared while they stay
+// the same), handed over at each flush and carried out in order there, so the
+// controller's thread only copies. A batch that grows past 64 MiB while the thread is
+// still writing the last waits for it (the disk's pace, nothing lost). Warnings and links
+// come back through take_warnings and take_links; experiment_ended waits for all of it.
+class background_sink final : public trial_sink {
+ public:
+  explicit background_sink(std::unique_ptr<trial_sink> inner);
+  ~background_sink() override;
+  background_sink(const background_sink&) = delete;
+  background_sink& operator=(const background_sink&) = delete;
+
+  void started(const std::string& trial, const nlohmann::json& config, double time) override;
+  void result(const std::string& trial, const logged_result& r) override;
+  void ended(const std::string& trial, trial_state state, const std::string& error, double time) override;
+  void checkpoint(const std::string& trial, int64_t iteration, const std::string& folder) override;
+  void flush() override;
+  void experiment_ended(const std::string& best, double time) override;
+  std::vector<trial_link> take_links() override;
+
+ private:
+  struct batch;
+  void run();
+  void hand_over(bool wait);
+
+  std::unique_ptr<trial_sink> inner_;
+  std::unique_ptr<batch> filling_;   // the controller's
+  std::unique_ptr<batch> handed_;    // the worker's next (null: none)
+  std::vector<std::shared_ptr<const std::vector<std::string>>> names_;  // the latest names, shared
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool busy_ = false, stopping_ = false;
+  std::vector<std::string> heard_;
+  std::vector<trial_link> links_;
+  std::thread worker_;
 };
 
 }  // namespace tune

@@ -146,6 +146,40 @@ TEST_F(TrialLogs, ATrialHoldsNoFileUntilItReportsAndOneThatFailsFirstStillHasIts
   EXPECT_EQ(nlohmann::json::parse(read(dir / "trials" / "fails" / "params.json")), (nlohmann::json{{"lr", 2}}));
 }
 
+// The same calls through background_sink: the same files, written on its thread; the end
+// waits for them; a warning comes back through its flush.
+TEST_F(TrialLogs, InTheBackgroundTheFilesAreTheSameAndTheEndWaitsForThem) {
+  auto direct = dir / "direct", queued = dir / "queued";
+  fs::create_directories(queued / "trials");
+  std::ofstream(queued / "trials" / "blocked") << "a file where the folder would be";
+  trial_files files{direct.string()};
+  background_sink bg{std::make_unique<trial_files>(queued.string())};
+  std::vector<std::string> names{"loss", "acc"}, other{"x"};
+  for (trial_sink* s : std::initializer_list<trial_sink*>{&files, &bg}) {
+    s->started("t1", {{"lr", 0.5}}, 100);
+    s->started("blocked", {{"lr", 1}}, 100);
+    for (int i = 1; i <= 3000; ++i) {
+      std::vector<double> v{1.0 / i, i * 0.001};
+      auto text = nlohmann::json{{"acc", v[1]}, {"loss", v[0]}}.dump();
+      s->result("t1", {i, 100.0 + i, text, names, v});
+      if (i % 1000 == 0) s->flush();
+    }
+    std::vector<double> x{2};
+    s->result("blocked", {1, 101, R"({"x":2.0})", other, x});
+    s->ended("t1", trial_state::terminated, "", 5000);
+    s->experiment_ended("t1", 5001);
+  }
+  auto w = bg.take_warnings();
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("trial blocked's files"), std::string::npos) << w[0];
+  for (auto f : {"params.json", "progress.csv", "result.json"})
+    EXPECT_EQ(read(queued / "trials" / "t1" / f), read(direct / "trials" / "t1" / f)) << f;
+  EXPECT_EQ(events_in(queued / "trials" / "t1"), events_in(direct / "trials" / "t1"));
+  auto links = bg.take_links();
+  ASSERT_EQ(links.size(), 1u);
+  EXPECT_EQ(links[0].url, (queued / "trials" / "t1").string());
+}
+
 TEST_F(TrialLogs, AFolderThatCannotBeWrittenIsOneWarningAndTheRestGoesOn) {
   fs::create_directories(dir / "trials");
   std::ofstream(dir / "trials" / "blocked") << "a file where the folder would be";
