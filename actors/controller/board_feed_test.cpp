@@ -49,6 +49,17 @@ TEST(BoardFeed, FullThenOnlyWhatChangedAndTheBoardFollows) {
   EXPECT_EQ(t1["pid"], 7);
   EXPECT_EQ(t1["last_result"]["loss"], 2);
 
+  // Where it can be seen besides: its TensorBoard folder, its tracker runs (the trial
+  // page's links); a malformed run is left out.
+  feed.where("t1", {{"tensorboard_dir", "/exp/trials/t1"},
+                    {"mlflow_run", {{"id", "abc"}, {"url", "http://mlflow:5000/#/experiments/1/runs/abc"}}},
+                    {"wandb_run", {{"id", 7}, {"url", "x"}}}});
+  ASSERT_TRUE(board.apply(feed.report(trials, "running", "", 2.5, 2), 2));
+  t1 = board.trial_json("exp-1", "t1");
+  EXPECT_EQ(t1["tensorboard_dir"], "/exp/trials/t1");
+  EXPECT_EQ(t1["mlflow_run"]["url"], "http://mlflow:5000/#/experiments/1/runs/abc");
+  EXPECT_FALSE(t1.contains("wandb_run"));
+
   // A head restart: the next report is full again, curves whole.
   feed.resend_all();
   auto r3 = feed.report(trials, "running", "", 3.0, 2);

@@ -348,13 +348,13 @@ void drain(controller_actor self) {
 void finish(controller_actor self, expected<experiment_summary> out) {
   auto& st = self->state;
   if (st.over) return;
+  close_sinks(self);  // first: the trackers' last runs and links reach the final report
   board_report(self, true, out ? "done" : "failed", out ? "" : out.error().message());
   for (auto& [id, r] : st.records) drop_standby(self, id);
   st.over = true;
   st.table.release_all(!out);
   for (auto& c : st.table.take()) carry_out(self, c);  // stops and groups given back
   self->send_exit(st.copier, caf::exit_reason::user_shutdown);
-  close_sinks(self);
   if (st.setup.store->in_batch())
     if (auto s = st.setup.store->end_batch(); !s && out) out = status{s.code(), "storing the experiment: " + s.message()};
   if (st.setup.on_done) st.setup.on_done(std::move(out));

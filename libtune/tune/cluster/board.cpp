@@ -52,7 +52,11 @@ bool valid_trial_field(const std::string& key, const nlohmann::json& v) {
   if (key == "run_s" || key == "host_memory_peak" || key == "cpu_seconds" || key == "gpu_memory_peak" ||
       key == "left_behind_count")
     return v.is_number();
-  if (key == "containment") return v.is_string();
+  if (key == "containment" || key == "tensorboard_dir") return v.is_string();
+  if (key == "mlflow_run" || key == "wandb_run")  // a tracker's run: {"id", "url"}, texts
+    return v.is_object() && v.size() == 2 && v.contains("id") && v["id"].is_string() && v.contains("url") &&
+           v["url"].is_string() && v["id"].get_ref<const std::string&>().size() <= 256 &&
+           v["url"].get_ref<const std::string&>().size() <= 4096;
   return false;  // unknown keys are left out
 }
 
