@@ -292,6 +292,47 @@ class PythonApiTest(unittest.TestCase):
             self.assertEqual(len(glob.glob(os.path.join(exp_dir, "trials", "*", "events.out.tfevents.*"))), 3)
 
 
+class BridgeTest(unittest.TestCase):
+    """The bridge's protocol itself (JSON lines in, warnings and runs out)."""
+
+    def session(self, folder, lines):
+        env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
+        proc = subprocess.run([sys.executable, "-W", "ignore", "-m", "libtune.integrations._bridge"], env=env,
+                              input="".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines), capture_output=True, text=True,
+                              timeout=120, cwd=folder)
+        self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+        return [json.loads(line) for line in proc.stdout.splitlines()]
+
+    def test_a_resumed_experiment_continues_its_mlflow_runs(self):
+        from mlflow.tracking import MlflowClient
+        with tempfile.TemporaryDirectory(prefix="trackers_test_") as folder:
+            uri = "sqlite:///" + os.path.join(folder, "m.db")
+            setup = {"op": "setup", "experiment": "resumed", "dir": folder, "key": "k1",
+                     "trackers": [{"type": "mlflow", "options": {"tracking_uri": uri}}]}
+            first = self.session(folder, [setup, {"op": "start", "trial": "t1", "config": {"lr": 0.1}},
+                                          {"op": "result", "trial": "t1", "iteration": 1, "time": 1.0,
+                                           "metrics": {"loss": 1.0}}, {"op": "close"}])
+            # The program died; `tune resume` starts a bridge again with the same key.
+            again = self.session(folder, [setup, {"op": "start", "trial": "t1", "config": {"lr": 0.1}},
+                                          {"op": "result", "trial": "t1", "iteration": 2, "time": 2.0,
+                                           "metrics": {"loss": 0.5}},
+                                          {"op": "end", "trial": "t1", "state": "terminated"}, {"op": "close"}])
+            runs = [m["run"]["id"] for m in first + again if "run" in m]
+            self.assertEqual(len(runs), 2)
+            self.assertEqual(runs[0], runs[1])
+            self.assertFalse([m for m in first + again if "warning" in m])
+            client = MlflowClient(tracking_uri=uri)
+            self.assertEqual([(h.step, h.value) for h in client.get_metric_history(runs[0], "loss")], [(1, 1.0), (2, 0.5)])
+            self.assertEqual(client.get_run(runs[0]).info.status, "FINISHED")
+
+    def test_a_line_that_is_not_json_and_an_unknown_tracker_are_warnings(self):
+        with tempfile.TemporaryDirectory(prefix="trackers_test_") as folder:
+            out = self.session(folder, [{"op": "setup", "experiment": "x", "dir": folder,
+                                         "trackers": [{"type": "neptune"}]}, "not json", {"op": "close"}])
+            self.assertIn({"warning": "unknown tracker 'neptune' (libtune has mlflow and wandb)"}, out)
+            self.assertIn({"warning": "the trackers' bridge got a line that is not JSON: b'not json'"}, out)
+
+
 class UnavailableTrackersTest(unittest.TestCase):
     def check_completes(self, extra, said):
         with tempfile.TemporaryDirectory(prefix="trackers_test_") as folder:

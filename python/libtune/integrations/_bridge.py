@@ -81,6 +81,7 @@ class MLflow:
         except Exception as e:  # noqa: BLE001 - any failure of the store or server
             raise Unavailable(f"MLflow at {self.uri} cannot be used: {type(e).__name__}: {str(e)[:300]}") from None
         self.tags = {str(k): str(v) for k, v in (opts.get("tags") or {}).items()}
+        self.key = re.sub(r"[^A-Za-z0-9_-]", "", setup.get("key", ""))
         self.save_artifact = bool(opts.get("save_artifact"))
         self.runs = {}     # trial -> run id
         self.pending = {}  # run id -> [Metric]
@@ -93,14 +94,21 @@ class MLflow:
     def start(self, trial, config):
         if trial in self.runs:
             return  # started again: the same run
-        tags = dict(self.tags, trial_id=trial)
-        tags["mlflow.runName"] = trial
-        run = self.client.create_run(self.experiment_id, run_name=trial, tags=tags)
-        run_id = run.info.run_id
-        self.runs[trial] = run_id
-        params = [self.Param(k, str(v)[:6000]) for k, v in flatten(config).items()]
-        for i in range(0, len(params), 100):
-            self.client.log_batch(run_id, params=params[i:i + 100])
+        # A resumed experiment (the same folder, so the same key) continues its runs.
+        found = self.client.search_runs([self.experiment_id], max_results=1, filter_string=(
+            f"tags.trial_id = '{trial}' and tags.libtune_experiment = '{self.key}'"))
+        if found:
+            run_id = found[0].info.run_id
+            self.runs[trial] = run_id
+            self.client.update_run(run_id, status="RUNNING")
+        else:
+            tags = dict(self.tags, trial_id=trial, libtune_experiment=self.key)
+            tags["mlflow.runName"] = trial
+            run_id = self.client.create_run(self.experiment_id, run_name=trial, tags=tags).info.run_id
+            self.runs[trial] = run_id
+            params = [self.Param(k, str(v)[:6000]) for k, v in flatten(config).items()]
+            for i in range(0, len(params), 100):
+                self.client.log_batch(run_id, params=params[i:i + 100])
         _say({"run": {"trial": trial, "tracker": "mlflow", "id": run_id, "url": self._url(run_id)}})
 
     def result(self, trial, iteration, t, metrics):
