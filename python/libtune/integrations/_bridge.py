@@ -25,6 +25,8 @@ import select
 import sys
 import time
 
+from ._trackers import flatten
+
 
 class Unavailable(Exception):
     """This tracker cannot be used (not installed, not reachable, no credentials)."""
@@ -37,17 +39,6 @@ def _say(obj):
 
 def warn(text):
     _say({"warning": text})
-
-
-def flatten(d, prefix=""):
-    out = {}
-    for k, v in (d or {}).items():
-        name = f"{prefix}/{k}" if prefix else str(k)
-        if isinstance(v, dict):
-            out.update(flatten(v, name))
-        else:
-            out[name] = v
-    return out
 
 
 def numbers(metrics):

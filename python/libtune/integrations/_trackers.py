@@ -45,13 +45,11 @@ def experiment_keys(callbacks, where="RunConfig"):
 
 
 def flatten(d, prefix=""):
+    """{"a": {"b": 1}} as {"a/b": 1} (under "prefix/" when given): Ray's names for nested
+    configs and results, as tune.report flattens them."""
+    from ..tune._session import flatten as into
     out = {}
-    for k, v in (d or {}).items():
-        name = f"{prefix}/{k}" if prefix else str(k)
-        if isinstance(v, dict):
-            out.update(flatten(v, name))
-        else:
-            out[name] = v
+    into(d or {}, f"{prefix}/" if prefix else "", out)
     return out
 
 
