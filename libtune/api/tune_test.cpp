@@ -476,6 +476,54 @@ TEST_F(TuneEmbedded, BadExperimentsAreRefusedBeforeAnythingRuns) {
   cfg = config(1);
   cfg.search = tune::grid_search_alg{};
   EXPECT_NE(error_of("curve", cfg).find("x"), std::string::npos);  // random domain in a grid
+  cfg = config(1);
+  cfg.mlflow = {{"uri", "sqlite:///m.db"}};
+  auto tracker = error_of("curve", cfg);
+  EXPECT_NE(tracker.find("mlflow: uri: unknown option; mlflow has: tracking_uri"), std::string::npos) << tracker;
+}
+
+// Each trial's folder gets its files by default, not with trial_files = false; a tracker
+// whose Python is not there is a warning in the store, and the experiment completes.
+TEST_F(TuneEmbedded, TrialFilesByDefaultAndATrackerThatCannotRunIsOnlyAWarning) {
+  namespace fs = std::filesystem;
+  auto c = tune::cluster::start(options(2));
+  ASSERT_TRUE(c) << c.error().message();
+  auto cfg = config(2);
+  cfg.wandb = {{"mode", "offline"}};
+  cfg.tracker_python = "/no/such/python3";
+  tune::search_space space{{"x", tune::uniform(0.1, 1.0)}, {"iterations", 3}};
+  auto r = tune::tuner{*c, "curve", space, cfg}.fit();
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->errors(), 0);
+  auto trials = r->trials();
+  ASSERT_TRUE(trials);
+  for (auto& tr : *trials) {
+    auto folder = fs::path(r->dir()) / "trials" / tr.id;
+    std::ifstream csv(folder / "progress.csv");
+    std::string line;
+    int lines = 0;
+    while (std::getline(csv, line)) ++lines;
+    EXPECT_EQ(lines, 1 + static_cast<int>(r->history(tr.id)->size())) << tr.id;  // the header and a row each
+    bool events = false;
+    for (auto& e : fs::directory_iterator(folder)) events |= e.path().filename().string().starts_with("events.out.tfevents.");
+    EXPECT_TRUE(events) << folder;
+  }
+  auto events = r->store().events();
+  ASSERT_TRUE(events);
+  bool warned = false;
+  for (auto& e : *events)
+    if (e.kind == "sink_warning")
+      warned |= e.body.value("warning", "").find("cannot run the Python they need, /no/such/python3") != std::string::npos;
+  EXPECT_TRUE(warned);
+
+  auto off = config(1);
+  off.trial_files = false;
+  off.experiment_dir = files.dir() + "/exp-off";
+  auto quiet = tune::tuner{*c, "curve", space, off}.fit();
+  ASSERT_TRUE(quiet) << quiet.error().message();
+  auto only = quiet->trials();
+  ASSERT_TRUE(only && only->size() == 1u);
+  EXPECT_FALSE(fs::exists(fs::path(quiet->dir()) / "trials" / only->front().id / "progress.csv"));
 }
 
 TEST_F(TuneEmbedded, AutoPackingRefusesWhatItCannotDo) {

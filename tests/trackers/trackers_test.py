@@ -103,7 +103,7 @@ class TrackersTest(unittest.TestCase):
         cls.mlflow_uri = "sqlite:///" + os.path.join(folder, "mlflow.db")
         cls.code, cls.summary, cls.stderr, cls.results, cls.trials, cls.warnings = run_experiment(folder, {
             "mlflow": {"tracking_uri": cls.mlflow_uri, "tags": {"team": "vision"}, "save_artifact": True},
-            "wandb": {"mode": "offline", "project": "libtune-test", "tags": ["ci"]},
+            "wandb": {"mode": "offline", "project": "libtune-test", "tags": ["ci"], "upload_checkpoints": True},
             "tracker_python": sys.executable,
         })
         cls.exp_dir = os.path.join(folder, "exp")
@@ -221,6 +221,10 @@ class TrackersTest(unittest.TestCase):
             tags, history, exits = seen[trial][0]
             self.assertEqual([(h["step"], h["loss"]) for h in history], [(it, m["loss"]) for it, m in self.results[trial]])
             self.assertEqual(exits, [0 if state == "terminated" else 1], trial)
+        # upload_checkpoints: the checkpoints' copies as W&B artifacts of type model.
+        artifacts = [r.artifact for path in files for r in wandb_records(path) if r.WhichOneof("record_type") == "artifact"]
+        self.assertTrue(artifacts)
+        self.assertEqual({a.type for a in artifacts}, {"model"})
         # The best trial: its run resumed at the end with the tag "best".
         self.assertIn("best", seen[self.summary["best_trial"]][-1][0])
 
@@ -287,7 +291,8 @@ class PythonApiTest(unittest.TestCase):
                     self.assertTrue(run.data.tags["trial_id"].startswith("trial-"), run.data.tags)
                     self.assertEqual(set(run.data.params), {"width", "height"})
             exp_dir = os.path.dirname(glob.glob(os.path.join(folder, "ray_style*", "experiment.db"))[0])
-            runs = {os.path.basename(p).split("-", 3)[3] for p in glob.glob(os.path.join(exp_dir, "wandb", "offline-run-*"))}
+            runs = {os.path.basename(p).split("-", 3)[3]
+                    for p in glob.glob(os.path.join(exp_dir, "wandb", "offline-run-*"))}
             self.assertEqual(len(runs), 3, runs)
             self.assertEqual(len(glob.glob(os.path.join(exp_dir, "trials", "*", "events.out.tfevents.*"))), 3)
 

@@ -45,6 +45,68 @@ std::string tracker_names(const tracker_setup& s) {
   return out;
 }
 
+namespace {
+
+struct bridge_process {
+  pid_t pid = -1;
+  int in = -1, out = -1;  // its standard input (we write), output (we read)
+};
+
+// Runs `python -m libtune.integrations._bridge` with the package (in `pythonpath`) first
+// on its PYTHONPATH, its standard error to `log`; the error is posix_spawn's.
+expected<bridge_process> spawn_bridge(const std::string& python, const std::string& pythonpath, const std::string& log_path) {
+  int in[2], out[2];
+  if (::pipe2(in, O_CLOEXEC) != 0) return status{errc::insufficient, std::string{"a pipe: "} + std::strerror(errno)};
+  if (::pipe2(out, O_CLOEXEC) != 0) {
+    ::close(in[0]);
+    ::close(in[1]);
+    return status{errc::insufficient, std::string{"a pipe: "} + std::strerror(errno)};
+  }
+  int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  if (log >= 0) posix_spawn_file_actions_adddup2(&fa, log, 2);
+  // Its environment: ours, with the package first on PYTHONPATH; unbuffered; W&B quiet.
+  std::vector<std::string> env;
+  std::string path = pythonpath;
+  for (char** e = environ; *e; ++e) {
+    std::string_view v{*e};
+    if (v.starts_with("PYTHONPATH=")) {
+      if (v.size() > 11) path += ":" + std::string{v.substr(11)};
+    } else if (!v.starts_with("PYTHONUNBUFFERED=")) {
+      env.emplace_back(v);
+    }
+  }
+  env.push_back("PYTHONPATH=" + path);
+  env.push_back("PYTHONUNBUFFERED=1");
+  if (!std::getenv("WANDB_SILENT")) env.push_back("WANDB_SILENT=true");
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args{python, "-m", "libtune.integrations._bridge"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  bridge_process p;
+  int rc = posix_spawnp(&p.pid, python.c_str(), &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(in[0]);
+  ::close(out[1]);
+  if (log >= 0) ::close(log);
+  if (rc != 0) {
+    ::close(in[1]);
+    ::close(out[0]);
+    return status{errc::not_found, std::strerror(rc)};
+  }
+  p.in = in[1];
+  p.out = out[0];
+  return p;
+}
+
+}  // namespace
+
 std::shared_ptr<tracker_sink> tracker_sink::start(tracker_setup setup) {
   std::shared_ptr<tracker_sink> sink{new tracker_sink(std::move(setup))};
   auto& s = sink->setup_;
@@ -55,62 +117,16 @@ std::shared_ptr<tracker_sink> tracker_sink::start(tracker_setup setup) {
     sink->warn(names + ": cannot write the trackers' bridge: " + installed.error().message() + "; no runs are logged");
     return sink;
   }
-  int in[2], out[2];
-  if (::pipe2(in, O_CLOEXEC) != 0) {
-    sink->warn(names + ": cannot make a pipe: " + std::strerror(errno));
-    return sink;
-  }
-  if (::pipe2(out, O_CLOEXEC) != 0) {
-    ::close(in[0]);
-    ::close(in[1]);
-    sink->warn(names + ": cannot make a pipe: " + std::strerror(errno));
-    return sink;
-  }
-  auto log_path = folder + "/bridge.log";
-  int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  if (log >= 0) posix_spawn_file_actions_adddup2(&fa, log, 2);
-  // Its environment: ours, with the package first on PYTHONPATH; unbuffered; W&B quiet.
-  std::vector<std::string> env;
-  std::string pythonpath = *installed;
-  for (char** e = environ; *e; ++e) {
-    std::string_view v{*e};
-    if (v.starts_with("PYTHONPATH=")) {
-      if (v.size() > 11) pythonpath += ":" + std::string{v.substr(11)};
-    } else if (!v.starts_with("PYTHONUNBUFFERED=")) {
-      env.emplace_back(v);
-    }
-  }
-  env.push_back("PYTHONPATH=" + pythonpath);
-  env.push_back("PYTHONUNBUFFERED=1");
-  if (!std::getenv("WANDB_SILENT")) env.push_back("WANDB_SILENT=true");
-  std::vector<char*> envp;
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> args{s.python, "-m", "libtune.integrations._bridge"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  int rc = posix_spawnp(&pid, s.python.c_str(), &fa, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(in[0]);
-  ::close(out[1]);
-  if (log >= 0) ::close(log);
-  if (rc != 0) {
-    ::close(in[1]);
-    ::close(out[0]);
-    sink->warn(names + ": cannot run the Python they need, " + s.python + ": " + std::strerror(rc) +
+  auto bridge = spawn_bridge(s.python, *installed, folder + "/bridge.log");
+  if (!bridge) {
+    sink->warn(names + ": cannot run the Python they need, " + s.python + ": " + bridge.error().message() +
                " (set tracker_python to an interpreter that has " + (s.mlflow.is_null() ? "wandb" : "mlflow") +
                " installed); no runs are logged");
     return sink;
   }
-  sink->pid_ = pid;
-  sink->in_ = in[1];
-  sink->out_ = out[0];
+  sink->pid_ = bridge->pid;
+  sink->in_ = bridge->in;
+  sink->out_ = bridge->out;
   nlohmann::json trackers = nlohmann::json::array();
   if (!s.mlflow.is_null()) trackers.push_back({{"type", "mlflow"}, {"options", s.mlflow}});
   if (!s.wandb.is_null()) trackers.push_back({{"type", "wandb"}, {"options", s.wandb}});

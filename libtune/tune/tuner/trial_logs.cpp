@@ -146,71 +146,78 @@ void trial_files::broken(const std::string& trial, const std::string& what) {
   open_.erase(trial);
 }
 
+// A CSV line's fields (RFC 4180: a quoted field may hold commas and doubled quotes).
+static std::vector<std::string> csv_fields(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    char c = line[i];
+    if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+      out.back() += '"';
+      ++i;
+    } else if (c == '"') {
+      quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      out.emplace_back();
+    } else {
+      out.back() += c;
+    }
+  }
+  return out;
+}
+
 trial_files::open_trial* trial_files::open(const std::string& trial, double time) {
   if (failed_.count(trial)) return nullptr;
   if (auto it = open_.find(trial); it != open_.end()) return it->second.get();
-  std::optional<nlohmann::json> started;  // its configuration, when it has started since
+  std::optional<nlohmann::json> config;  // its configuration, when it has started since
   if (auto it = starts_.find(trial); it != starts_.end()) {
-    started = std::move(it->second.first);
+    config = std::move(it->second.first);
     time = it->second.second;
     starts_.erase(it);
   }
-  const nlohmann::json* config = started ? &*started : nullptr;
-  namespace fs = std::filesystem;
   auto t = std::make_unique<open_trial>();
   t->folder = folder(dir_, trial);
   t->id_json = json_text(nlohmann::json(trial));
+  if (auto s = open_files(*t, trial, config ? &*config : nullptr, time); !s) {
+    broken(trial, s.message());
+    return nullptr;
+  }
+  return open_.emplace(trial, std::move(t)).first->second.get();
+}
+
+// Its folder, a new event file (the HParams view's session and params.json at its first
+// start: no event file yet), and its CSV (the header it has kept) and JSON lines.
+status trial_files::open_files(open_trial& t, const std::string& trial, const nlohmann::json* config, double time) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  fs::create_directories(t->folder, ec);
-  if (ec) {
-    broken(trial, "cannot make " + t->folder + ": " + ec.message());
-    return nullptr;
-  }
-  // Its first start: no event file yet. The HParams view's session starts there once.
+  fs::create_directories(t.folder, ec);
+  if (ec) return {errc::invalid_argument, "cannot make " + t.folder + ": " + ec.message()};
   bool first = true;
-  for (auto& e : fs::directory_iterator(t->folder, ec))
+  for (auto& e : fs::directory_iterator(t.folder, ec))
     if (e.path().filename().string().starts_with("events.out.tfevents.")) first = false;
-  auto events = tb::event_writer::open(t->folder, time, host_);
-  if (!events) {
-    broken(trial, events.error().message());
-    return nullptr;
-  }
-  t->events = std::move(*events);
-  if (first) links_.push_back({trial, "tensorboard", "", t->folder});
+  auto events = tb::event_writer::open(t.folder, time, host_);
+  if (!events) return events.error();
+  t.events = std::move(*events);
+  if (first) links_.push_back({trial, "tensorboard", "", t.folder});
   if (config && first) {
     std::vector<tb::hparam> hparams;
     if (config->is_object()) flatten_hparams(*config, "", hparams);
-    if (auto s = t->events->session_start(hparams, trial, time); !s) {
-      broken(trial, s.message());
-      return nullptr;
-    }
-    std::ofstream params(t->folder + "/params.json", std::ios::trunc);
+    if (auto s = t.events->session_start(hparams, trial, time); !s) return s;
+    std::ofstream params(t.folder + "/params.json", std::ios::trunc);
     params << json_text(*config, 2) << "\n";
-    if (!params) {
-      broken(trial, "cannot write " + t->folder + "/params.json: " + std::strerror(errno));
-      return nullptr;
-    }
+    if (!params) return {errc::invalid_argument, "cannot write " + t.folder + "/params.json: " + std::strerror(errno)};
   }
-  // progress.csv: its header stays what the first result made it.
-  auto csv_path = t->folder + "/progress.csv";
+  auto csv_path = t.folder + "/progress.csv";
   if (std::ifstream in{csv_path}; in) {
     std::string header;
-    std::getline(in, header);
-    for (size_t from = 0; !header.empty() && from <= header.size();) {
-      auto comma = std::min(header.find(',', from), header.size());
-      t->columns.push_back(header.substr(from, comma - from));
-      from = comma + 1;
-    }
-    for (auto& c : t->columns) t->own.push_back(column_kind(c));
+    if (std::getline(in, header) && !header.empty()) t.columns = csv_fields(header);
+    for (auto& c : t.columns) t.own.push_back(column_kind(c));
   }
-  t->csv = std::fopen(csv_path.c_str(), "ab");
-  t->json = std::fopen((t->folder + "/result.json").c_str(), "ab");
-  if (!t->csv || !t->json) {
-    broken(trial, "cannot write in " + t->folder + ": " + std::strerror(errno));
-    return nullptr;
-  }
-  for (auto* f : {t->csv, t->json}) std::setvbuf(f, nullptr, _IONBF, 0);
-  return open_.emplace(trial, std::move(t)).first->second.get();
+  t.csv = std::fopen(csv_path.c_str(), "ab");
+  t.json = std::fopen((t.folder + "/result.json").c_str(), "ab");
+  if (!t.csv || !t.json) return {errc::invalid_argument, "cannot write in " + t.folder + ": " + std::strerror(errno)};
+  for (auto* f : {t.csv, t.json}) std::setvbuf(f, nullptr, _IONBF, 0);
+  return status::ok();
 }
 
 void trial_files::started(const std::string& trial, const nlohmann::json& config, double time) {

@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tune/core/status.hpp"
 #include "tune/tuner/tb_events.hpp"
 #include "tune/tuner/trial_state.hpp"
 
@@ -110,6 +111,7 @@ class trial_files final : public trial_sink {
  private:
   struct open_trial;
   open_trial* open(const std::string& trial, double time);
+  status open_files(open_trial& t, const std::string& trial, const nlohmann::json* config, double time);
   void broken(const std::string& trial, const std::string& what);
   void layout_for(open_trial& t, const logged_result& r);
   void start_csv(open_trial& t, const logged_result& r);

@@ -128,6 +128,19 @@ TEST_F(TrialLogs, AResultWithTextHasItInTheCsvAndOnlyItsNumbersAsScalars) {
   EXPECT_EQ(ev[1], tb::scalars_event(tags, values, 7, 50));
 }
 
+TEST_F(TrialLogs, AQuotedColumnKeepsItsPlaceWhenTheTrialStartsAgain) {
+  trial_files files{dir.string()};
+  std::vector<std::string> names{"a,b", "c"};
+  std::vector<double> values{1, 2};
+  files.result("t3", {1, 10, R"({"a,b":1.0,"c":2.0})", names, values});
+  files.ended("t3", trial_state::paused, "", 11);
+  values = {3, 4};
+  files.result("t3", {2, 20, R"({"a,b":3.0,"c":4.0})", names, values});
+  files.flush();
+  EXPECT_EQ(read(dir / "trials" / "t3" / "progress.csv"),
+            "\"a,b\",c,timestamp,training_iteration,trial_id\n1,2,10,1,t3\n3,4,20,2,t3\n");
+}
+
 TEST_F(TrialLogs, ATrialHoldsNoFileUntilItReportsAndOneThatFailsFirstStillHasItsSession) {
   trial_files files{dir.string()};
   files.started("waits", {{"lr", 1}}, 10);

@@ -41,12 +41,21 @@ def setup_mlflow(config=None, tracking_uri=None, registry_uri=None, experiment_i
     """Inside a trial: starts an MLflow run named after the trial (tagged with its id),
     logs ``config`` as its params and returns the ``mlflow`` module, as Ray's does. The
     experiment is ``experiment_id``, else ``experiment_name``, else libtune's
-    experiment's name (made when missing)."""
+    experiment's name (made when missing). Settings under ``config["mlflow"]`` (Ray's
+    older form) count where the arguments are not given, and are not logged."""
     try:
         import mlflow
     except ImportError as e:
         raise ImportError(f"setup_mlflow needs mlflow in the trial's Python ({e}): pip install mlflow") from None
     trial_id, trial_name, experiment = trial_context()
+    config = dict(config or {})
+    if isinstance(config.get("mlflow"), dict):  # Ray's older form: the settings under config["mlflow"]
+        older = config.pop("mlflow")
+        tracking_uri = tracking_uri or older.get("tracking_uri")
+        registry_uri = registry_uri or older.get("registry_uri")
+        experiment_id = experiment_id if experiment_id is not None else older.get("experiment_id")
+        experiment_name = experiment_name or older.get("experiment_name")
+        tracking_token = tracking_token or older.get("token") or older.get("tracking_token")
     if tracking_token:
         os.environ["MLFLOW_TRACKING_TOKEN"] = tracking_token
     if tracking_uri:

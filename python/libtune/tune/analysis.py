@@ -87,7 +87,7 @@ _RUN_UNSUPPORTED = {
     "local_dir": "storage_path", "keep_checkpoints_num": "libtune keeps the two newest",
     "checkpoint_score_attr": "libtune keeps the newest checkpoints", "sync_config": None, "progress_reporter": None,
     "log_to_file": None, "trial_dirname_creator": None,
-    "callbacks": None, "resume": "Tuner.restore(path, trainable)", "server_port": None,
+    "resume": "Tuner.restore(path, trainable)", "server_port": None,
     "export_formats": None, "restore": "Tuner.restore(path, trainable)",
 }
 
@@ -95,7 +95,7 @@ _RUN_UNSUPPORTED = {
 def run(run_or_experiment, name=None, metric=None, mode=None, stop=None, time_budget_s=None, config=None,
         resources_per_trial=None, num_samples=1, storage_path=None, search_alg=None, scheduler=None,
         checkpoint_config=None, verbose=None, max_failures=0, max_concurrent_trials=None, reuse_actors=False,
-        trial_name_creator=None, raise_on_failed_trial=True, fail_fast=False, **kwargs):
+        trial_name_creator=None, raise_on_failed_trial=True, fail_fast=False, callbacks=None, **kwargs):
     """Ray's ``tune.run``: runs the experiment and returns an ExperimentAnalysis. With
     raise_on_failed_trial (the default, as Ray) a failed trial raises a TuneError after
     the experiment ends."""
@@ -113,6 +113,7 @@ def run(run_or_experiment, name=None, metric=None, mode=None, stop=None, time_bu
                                          time_budget_s=time_budget_s, reuse_actors=reuse_actors,
                                          trial_name_creator=trial_name_creator),
                   run_config=RunConfig(name=name, storage_path=storage_path, stop=stop, verbose=verbose,
+                                       callbacks=callbacks,
                                        failure_config=FailureConfig(max_failures=max_failures, fail_fast=fail_fast),
                                        checkpoint_config=checkpoint_config or CheckpointConfig()))
     grid = tuner.fit()

@@ -317,7 +317,8 @@ class Tuner:
             path = _new_folder(os.path.join(_storage(self._run_config), experiment["name"]))
         file = self._write(path, experiment, payload, data, metric, mode)
         self._path = path
-        _engine.run(file, resume=self._resume, quiet=experiment["progress"] == "none", env=getattr(self, "_tracker_env", None),
+        _engine.run(file, resume=self._resume, quiet=experiment["progress"] == "none",
+                    env=getattr(self, "_tracker_env", None),
                     fail_fast=self._run_config.failure_config.fail_fast)
         self._results = ResultGrid(path, metric, mode, _settings_known=True)
         creator = payload["trial_name_creator"]
