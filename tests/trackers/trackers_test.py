@@ -200,6 +200,10 @@ class TrackersTest(unittest.TestCase):
         # save_artifact: its checkpoints' copies (iterations 2 and 4 of each that reached them).
         artifacts = [a.path for a in client.list_artifacts(runs[best].info.run_id)]
         self.assertIn("checkpoint_000002", artifacts)
+        # ... and, as Ray's, the trial's folder at the end.
+        folder = [a.path for a in client.list_artifacts(runs[best].info.run_id, "trial")]
+        self.assertIn("trial/progress.csv", folder)
+        self.assertTrue([p for p in folder if "events.out.tfevents" in p], folder)
 
     def test_wandb_offline_runs_hold_each_trials_config_history_and_exit(self):
         files = sorted(glob.glob(os.path.join(self.exp_dir, "wandb", "offline-run-*", "*.wandb")))

@@ -74,6 +74,7 @@ class MLflow:
         self.tags = {str(k): str(v) for k, v in (opts.get("tags") or {}).items()}
         self.key = re.sub(r"[^A-Za-z0-9_-]", "", setup.get("key", ""))
         self.save_artifact = bool(opts.get("save_artifact"))
+        self.dir = setup.get("dir", "")
         self.runs = {}     # trial -> run id
         self.pending = {}  # run id -> [Metric]
 
@@ -140,6 +141,11 @@ class MLflow:
 
     def close(self, open_trials):
         self.flush()
+        if self.save_artifact:  # as Ray's: each trial's folder (its files are whole by now)
+            for trial, run_id in self.runs.items():
+                folder = os.path.join(self.dir, "trials", trial)
+                if os.path.isdir(folder):
+                    self.client.log_artifacts(run_id, folder, artifact_path="trial")
         for trial in open_trials:  # never ended for good: stopped with the experiment
             if trial in self.runs:
                 self.client.set_terminated(self.runs[trial], "KILLED")
