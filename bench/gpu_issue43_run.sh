@@ -13,7 +13,7 @@ mkdir -p "$out"
   python3 -c "import torch, lightning, transformers; print('torch', torch.__version__, 'lightning', lightning.__version__, 'transformers', transformers.__version__)"
 } > "$out/host.txt" 2>&1
 cat "$out/host.txt"
-timeout 1100 python3 tests/trackers/frameworks_test.py --tune "$build/nodes/tune" --gpu 0.25 --out "$out/frameworks.json" \
+timeout 540 python3 tests/trackers/frameworks_test.py --tune "$build/nodes/tune" --gpu 0.25 --out "$out/frameworks.json" \
   > "$out/frameworks.log" 2>&1
 echo "== frameworks_test: exit $? ($(date +%T))"
 tail -5 "$out/frameworks.log"
