@@ -43,8 +43,12 @@ def run_case(args, name, folder):
     with open(path, "w") as f:
         json.dump(spec, f)
     proc = subprocess.run([args.tune, "run", path], capture_output=True, text=True, timeout=1200)
-    assert proc.returncode == 0, proc.stderr[-4000:]
     exp = spec["experiment_dir"]
+    if proc.returncode != 0:  # what its trials said, kept beside --out
+        for err in sorted(glob.glob(os.path.join(exp, "trials", "*", "stderr")))[:2]:
+            with open(err, errors="replace") as f:
+                print(f"--- {err}\n{f.read()[-6000:]}", file=sys.stderr)
+    assert proc.returncode == 0, proc.stderr[-4000:]
     db = sqlite3.connect(os.path.join(exp, "experiment.db"))
     trials = dict(db.execute("SELECT id, state FROM trials"))
     last = dict(db.execute("SELECT trial, MAX(iteration) FROM results GROUP BY trial"))
@@ -76,10 +80,14 @@ def main():
     if not todo:
         print(f"frameworks_test: {args.python} has neither torch with lightning nor torch with transformers: skipped")
         return 77
-    out = {}
+    out, failed = {}, []
     with tempfile.TemporaryDirectory(prefix="frameworks_test_") as folder:
         for name in todo:
-            out[name] = run_case(args, name, folder)
+            try:
+                out[name] = run_case(args, name, folder)
+            except AssertionError as e:
+                failed.append(name)
+                out[name] = {"failed": str(e)[-2000:]}
             print(name, json.dumps(out[name]))
     if args.out:
         with open(args.out, "w") as f:
@@ -87,7 +95,9 @@ def main():
     skipped = sorted(set(CASES) - set(todo))
     if skipped:
         print("frameworks_test: not here:", ", ".join(skipped))
-    return 0
+    if failed:
+        print("frameworks_test: failed:", ", ".join(failed))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
