@@ -439,8 +439,8 @@ void background_sink::result(const std::string& trial, const logged_result& r) {
   auto& b = *filling_;
   // The names, shared while a trial's results keep naming the same metrics.
   std::shared_ptr<const std::vector<std::string>> names;
-  for (auto& n : names_)
-    if (std::equal(n->begin(), n->end(), r.names.begin(), r.names.end())) names = n;
+  for (auto it = names_.rbegin(); it != names_.rend() && !names; ++it)
+    if (std::equal((*it)->begin(), (*it)->end(), r.names.begin(), r.names.end())) names = *it;
   if (!names) {
     names = std::make_shared<const std::vector<std::string>>(r.names.begin(), r.names.end());
     if (names_.size() >= 8) names_.erase(names_.begin());
