@@ -4,7 +4,7 @@ reports its metric, its checkpoints are the framework's own files, its folder ha
 TensorBoard's events. Skipped (77) where the Python has neither torch with lightning
 nor torch with transformers (CI); run on the GPU machine with --gpu 0.25.
 
-Usage: python frameworks_test.py --tune PATH [--python PY] [--gpu SHARE] [--out FILE]"""
+Usage: python frameworks_test.py --tune PATH [--python PY] [--gpu SHARE] [--out FILE] [--env K=V] [--only CASE]"""
 
 import argparse
 import glob
@@ -37,8 +37,9 @@ def run_case(args, name, folder):
             "resources_per_trial": {"gpu": args.gpu, "cpu": 1} if args.gpu else {"cpu": 1},
             "scheduler": {"type": "asha", "max_t": epochs, "grace_period": 1, "reduction_factor": 2},
             "experiment_dir": os.path.join(folder, name), "progress": "lines"}
+    spec["env"] = dict(kv.split("=", 1) for kv in args.env)
     if os.environ.get("TUNE_FASHION_MNIST_DIR"):
-        spec["env"] = {"TUNE_FASHION_MNIST_DIR": None}
+        spec["env"]["TUNE_FASHION_MNIST_DIR"] = None
     path = os.path.join(folder, name + ".yaml")
     with open(path, "w") as f:
         json.dump(spec, f)
@@ -75,8 +76,10 @@ def main():
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--gpu", type=float, default=0)
     p.add_argument("--out")
+    p.add_argument("--env", action="append", default=[], help="NAME=VALUE for the trials (repeatable)")
+    p.add_argument("--only", choices=sorted(CASES), help="one case")
     args = p.parse_args()
-    todo = [name for name, case in CASES.items() if has(args.python, case[2])]
+    todo = [name for name, case in CASES.items() if has(args.python, case[2]) and args.only in (None, name)]
     if not todo:
         print(f"frameworks_test: {args.python} has neither torch with lightning nor torch with transformers: skipped")
         return 77
@@ -92,7 +95,7 @@ def main():
     if args.out:
         with open(args.out, "w") as f:
             json.dump(out, f, indent=1)
-    skipped = sorted(set(CASES) - set(todo))
+    skipped = sorted(n for n in set(CASES) - set(todo) if args.only in (None, n))
     if skipped:
         print("frameworks_test: not here:", ", ".join(skipped))
     if failed:
