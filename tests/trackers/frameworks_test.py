@@ -37,7 +37,7 @@ def run_case(args, name, folder):
             "resources_per_trial": {"gpu": args.gpu, "cpu": 1} if args.gpu else {"cpu": 1},
             "scheduler": {"type": "asha", "max_t": epochs, "grace_period": 1, "reduction_factor": 2},
             "experiment_dir": os.path.join(folder, name), "progress": "lines"}
-    spec["env"] = dict(kv.split("=", 1) for kv in args.env)
+    spec["env"] = {kv.split("=", 1)[0]: (kv.split("=", 1)[1] if "=" in kv else None) for kv in args.env}
     if os.environ.get("TUNE_FASHION_MNIST_DIR"):
         spec["env"]["TUNE_FASHION_MNIST_DIR"] = None
     path = os.path.join(folder, name + ".yaml")
@@ -76,7 +76,7 @@ def main():
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--gpu", type=float, default=0)
     p.add_argument("--out")
-    p.add_argument("--env", action="append", default=[], help="NAME=VALUE for the trials (repeatable)")
+    p.add_argument("--env", action="append", default=[], help="NAME=VALUE for the trials, or NAME: this process's value (repeatable)")
     p.add_argument("--only", choices=sorted(CASES), help="one case")
     args = p.parse_args()
     todo = [name for name, case in CASES.items() if has(args.python, case[2]) and args.only in (None, name)]
