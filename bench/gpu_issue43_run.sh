@@ -16,14 +16,12 @@ cat "$out/host.txt"
 ft() { timeout 270 python3 tests/trackers/frameworks_test.py --tune "$build/nodes/tune" --gpu 0.25 "$@"; }
 ft --only hf_trainer --out "$out/hf_trainer.json" > "$out/hf_trainer.log" 2>&1
 echo "== hf_trainer: exit $? ($(date +%T))"; tail -3 "$out/hf_trainer.log"
-ft --only lightning --out "$out/lightning.json" > "$out/lightning.log" 2>&1; rc=$?
-echo "== lightning: exit $rc ($(date +%T))"; tail -3 "$out/lightning.log"
-# Open MPI refuses to start as root: Lightning's MPI detection (mpi4py) aborts a trial
-# run as root unless these say yes (tried only when the plain run failed that way).
-if [ $rc -ne 0 ] && grep -q "MPI_INIT" "$out/lightning.log"; then
-  ft --only lightning --env OMPI_ALLOW_RUN_AS_ROOT=1 --env OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    --out "$out/lightning_root.json" > "$out/lightning_root.log" 2>&1
-  echo "== lightning with OMPI_ALLOW_RUN_AS_ROOT: exit $? ($(date +%T))"; tail -3 "$out/lightning_root.log"
-fi
+# The machine's Open MPI settings (OMPI_MCA_*, PMIX_MCA_*: its container sets
+# OMPI_MCA_plm=isolated) go to the trials: Lightning's MPI detection (mpi4py) aborts a
+# trial without them (bench/results/2026-12-05-gpu-issue43.md).
+mca=$(env | grep -oE "^(OMPI|PMIX)_MCA_[A-Za-z0-9_]*" | sed 's/^/--env /' | tr '\n' ' ')
+echo "forwarded to the Lightning trials: ${mca:-nothing}"
+ft --only lightning $mca --out "$out/lightning.json" > "$out/lightning.log" 2>&1
+echo "== lightning: exit $? ($(date +%T))"; tail -3 "$out/lightning.log"
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv > "$out/after.txt" 2>&1
 echo "left on the cards after the run:"; cat "$out/after.txt"
