@@ -290,11 +290,6 @@ status event_writer::session_end(session_status status, double wall_time) {
   return write(session_end_event(status, wall_time));
 }
 
-status event_writer::scalars(std::span<const std::string_view> tags, std::span<const double> values, int64_t step,
-                             double wall_time) {
-  return write(scalars_event(tags, values, step, wall_time));
-}
-
 status event_writer::scalars(std::span<const std::string> prefixes, std::span<const double> values, int64_t step,
                              double wall_time) {
   append_scalars_record(buffer_, prefixes, values, step, wall_time);

@@ -82,9 +82,7 @@ class event_writer {
   event_writer& operator=(const event_writer&) = delete;
 
   status scalar(std::string_view tag, int64_t step, double value, double wall_time);
-  status scalars(std::span<const std::string_view> tags, std::span<const double> values, int64_t step,
-                 double wall_time);
-  // With the tags' prefixes (scalar_prefixes).
+  // Several scalars of a step, from their tags' prefixes (scalar_prefixes).
   status scalars(std::span<const std::string> prefixes, std::span<const double> values, int64_t step, double wall_time);
   status session_start(const std::vector<hparam>& hparams, std::string_view group, double wall_time);
   status session_end(session_status status, double wall_time);
