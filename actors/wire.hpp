@@ -161,6 +161,9 @@ using trial_stop_atom = caf::atom_constant<caf::atom("trialstop")>;
 using trial_kill_atom = caf::atom_constant<caf::atom("trialkill")>;
 using trial_pause_atom = caf::atom_constant<caf::atom("trialpause")>;
 using trial_resume_atom = caf::atom_constant<caf::atom("trialresum")>;
+// Owner -> trial actor: ask the worker for a checkpoint now (SIGURG to the worker: a
+// callback's should_checkpoint; tune/trial/PROTOCOL.md).
+using trial_save_atom = caf::atom_constant<caf::atom("trialsave")>;
 using trial_started_atom = caf::atom_constant<caf::atom("trialrun")>;
 using trial_checkpoint_atom = caf::atom_constant<caf::atom("trialckpt")>;
 using trial_done_atom = caf::atom_constant<caf::atom("trialdone")>;
@@ -306,6 +309,8 @@ using since_checkpoint_atom = caf::atom_constant<caf::atom("sinceckpt")>;
 using controller_flush_atom = caf::atom_constant<caf::atom("ctlflush")>;
 using controller_lost_atom = caf::atom_constant<caf::atom("ctllost")>;
 using controller_reconnect_atom = caf::atom_constant<caf::atom("ctlreconn")>;
+// The hooks' host (tune/tuner/hooks.hpp) has answers to take (controller_hooks.cpp).
+using controller_hooks_atom = caf::atom_constant<caf::atom("ctlhooks")>;
 using ckpt_copy_atom = caf::atom_constant<caf::atom("ckcopy")>;
 using ckpt_check_atom = caf::atom_constant<caf::atom("ckcheck")>;
 

@@ -30,6 +30,7 @@ using trial_from_owner_iface = caf::typed_actor<caf::reacts_to<wire::route_atom,
                                            caf::reacts_to<wire::trial_kill_atom>,
                                            caf::reacts_to<wire::trial_pause_atom>,
                                            caf::reacts_to<wire::trial_resume_atom>,
+                                           caf::reacts_to<wire::trial_save_atom>,
                                            caf::reacts_to<trial_greet_wait_atom, uint64_t>>;
 // From its watcher thread, its node and the node's GPU audit:
 using trial_from_node_iface = caf::typed_actor<
@@ -150,7 +151,8 @@ using controller_head_iface = caf::typed_actor<
     caf::reacts_to<wire::pg_move_atom, std::string, std::vector<std::string>, std::string>,
     caf::reacts_to<wire::node_event_atom, std::string, std::string, std::string>,
     caf::reacts_to<controller_lost_atom, std::string, uint64_t, std::string>,
-    caf::reacts_to<controller_reconnect_atom>, caf::reacts_to<controller_flush_atom>>;
+    caf::reacts_to<controller_reconnect_atom>, caf::reacts_to<controller_flush_atom>,
+    caf::reacts_to<controller_hooks_atom>>;
 using controller_iface = controller_trials_iface::extend_with<controller_head_iface>;
 
 }  // namespace tune

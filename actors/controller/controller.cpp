@@ -243,9 +243,12 @@ controller_head_iface::behavior_type head_handlers(controller_actor self) {
       },
       [self](controller_lost_atom, const std::string& id, actor_handle h, const std::string& why) { lost(self, id, h, why); },
       [self](controller_reconnect_atom) { reconnect(self); },
+      [self](controller_hooks_atom) { take_hook_answers(self); },
       [self](controller_flush_atom) {
         if (self->state.over) return;
         if (!flush(self) || !commit(self)) return;
+        hooks_tick(self);
+        if (self->state.over) return;
         advance(self);
         if (self->state.over) return;
         show(self, false);
@@ -307,6 +310,7 @@ controller_iface::behavior_type controller(controller_actor self, controller_set
   self->send(self, controller_flush_atom::value);
   self->send(st.setup.head, wire::subscribe_atom::value, st.setup.token);  // node deaths
   if (st.setup.head_port != 0) self->monitor(st.setup.head);
+  open_hooks(self);
   if (!st.setup.initial_actions.empty()) act(self, std::exchange(st.setup.initial_actions, {}));
   return typed_union<controller_iface>(trial_handlers(self), head_handlers(self));
 }
@@ -348,6 +352,7 @@ void drain(controller_actor self) {
 void finish(controller_actor self, expected<experiment_summary> out) {
   auto& st = self->state;
   if (st.over) return;
+  close_hooks(self, static_cast<bool>(out));  // on_experiment_end, the searcher's last state
   close_sinks(self);  // first: the trackers' last runs and links reach the final report
   board_report(self, true, out ? "done" : "failed", out ? "" : out.error().message());
   for (auto& [id, r] : st.records) drop_standby(self, id);

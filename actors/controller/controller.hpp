@@ -29,6 +29,8 @@
 #include "tune/trial/command.hpp"
 #include "tune/tuner/auto_share.hpp"
 #include "tune/tuner/engine.hpp"
+#include "tune/tuner/hooks.hpp"
+#include "tune/tuner/plan.hpp"
 #include "tune/tuner/progress.hpp"
 #include "tune/tuner/resume.hpp"
 #include "tune/tuner/store.hpp"
@@ -78,6 +80,19 @@ struct experiment_run_options {
   // result.json (tune/tuner/trial_logs.hpp); and these sinks (trackers) get them too.
   bool trial_files = true;
   std::vector<std::shared_ptr<trial_sink>> sinks;
+  // User code in the decisions (tune/tuner/hooks.hpp, controller_hooks.cpp): the host that
+  // runs it (none: no user code). The engine's hooks_* options say what it answers.
+  std::shared_ptr<hook_host> hooks;
+  // Where a C++ program's searcher keeps its state (the hooks' save), for a resume.
+  std::string hooks_state_file;
+  std::chrono::milliseconds hooks_save_every{10000};
+  // Which checkpoint copies of each trial the experiment folder keeps.
+  checkpoint_rules checkpoints;
+  // Lines for the program's standard error beside the progress (trials' output with
+  // log_to_driver, each result with show_results), on the controller's thread.
+  std::function<void(const std::string&)> on_output;
+  bool log_to_driver = false;
+  bool show_results = false;
 };
 
 struct experiment_summary {

@@ -14,14 +14,19 @@ namespace {
 constexpr std::chrono::milliseconds claim_wait{8000};
 
 // The placement group every trial of the experiment asks for, with this id (empty: the
-// head names it).
+// head names it), or the trial's own (the hooks' resources_fn).
 // With auto-packing the trial's bundle has its measured share (again: the one it had).
 wire::wire_group_spec group_spec(controller_actor self, const std::string& id, const std::string& trial, bool again) {
   auto& opt = self->state.setup.options;
   wire::wire_group_spec spec;
   spec.id = id;
-  spec.strategy = std::string{to_string(opt.strat)};
   spec.experiment = self->state.run_key;  // the user's share is split fairly between their experiments
+  if (auto r = self->state.records.find(trial); r != self->state.records.end() && r->second.request) {
+    spec.strategy = std::string{to_string(r->second.request->strat)};
+    for (auto& b : r->second.request->bundles) spec.bundles.push_back(wire::to_wire_request(b));
+    return spec;
+  }
+  spec.strategy = std::string{to_string(opt.strat)};
   for (auto& b : opt.bundles) spec.bundles.push_back(wire::to_wire_request(b));
   if (self->state.packing && !opt.bundles.empty()) {
     auto b = opt.bundles[0];

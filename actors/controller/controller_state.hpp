@@ -53,6 +53,7 @@ struct trial_record {
   int64_t standby_iteration = -1, standby_tried = -1;
   std::set<std::string> reported;  // the metrics its results named (what an error says it reported)
   std::optional<wire::wire_trial_end> end;  // its end, while it is being handled
+  std::optional<trial_resources> request;     // its own resources (the hooks' resources_fn)
   // What happened beside it that its record should say (another program appeared on
   // one of its cards), and why its group waits (the head's latest reason).
   std::vector<std::string> notes;
@@ -84,6 +85,10 @@ struct controller_state {
   std::optional<auto_share> packing;  // auto-packing's share (options.auto_packing)
   std::vector<std::shared_ptr<trial_sink>> sinks;  // trial files, trackers (controller_sinks.cpp)
   std::vector<double> row;  // one result's values, for the sinks
+  // The hooks (controller_hooks.cpp): one failed (the experiment ends); when their state
+  // was last saved.
+  bool hooks_failed = false;
+  live_clock::time_point last_hooks_save{};
   // Trial ids on the wire are `<id>@<run key>`: unique in the cluster, so that two
   // experiments' trial-00001 on one node are two trials with two folders.
   std::string run_key;
@@ -149,6 +154,17 @@ void sinks_result(controller_actor self, const std::string& trial, const logged_
 void sinks_ended(controller_actor self, const std::string& trial);
 void sinks_flush(controller_actor self);  // and their warnings into the store and on standard error
 void close_sinks(controller_actor self);
+
+// controller_hooks.cpp: the host of the user's code (options.hooks): events to it, its
+// answers to the engine.
+void open_hooks(controller_actor self);
+const hook::interest& hooks_want(controller_actor self);  // nothing when there is no host
+void hooks_post(controller_actor self, hook::event e);
+void take_hook_answers(controller_actor self);
+void hooks_tick(controller_actor self);  // its state saved now and then; a host that is gone ends it
+// The trial ended (terminated, error or paused), or failed and starts again (recovering).
+void hooks_trial_end(controller_actor self, const std::string& id, bool recovering);
+void close_hooks(controller_actor self, bool ok);
 
 // controller_checkpoints.cpp
 // A checkpoint the trial reported: recorded, told to the engine, copied into the

@@ -33,13 +33,48 @@ void append_number(std::string& out, double v) {
   if (std::find_if(buf, end, [](char c) { return c == '.' || c == 'e' || c == 'n' || c == 'i'; }) == end) out += ".0";
 }
 
+// A running trial is asked for a checkpoint now (a callback's should_checkpoint): its
+// actor signals the worker, which makes one after its current step if it can.
+void ask_checkpoint(controller_actor self, const std::string& id, const std::string& reason) {
+  auto& st = self->state;
+  auto* t = st.table.find(id);
+  if (!t || t->state != live_state::running || !t->actor) return;
+  if (auto a = actor_of(self, t->actor)) self->send(a, wire::trial_save_atom::value);
+  (void)st.setup.store->add_event(id, "checkpoint_asked", {{"reason", reason}});
+}
+
+nlohmann::json request_json(const trial_resources& r) {
+  auto bundles = nlohmann::json::array();
+  for (auto& b : r.bundles) bundles.push_back(nlohmann::json::parse(b.to_json()));
+  return {{"bundles", bundles}, {"strategy", std::string{to_string(r.strat)}}};
+}
+
+std::string result_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
+// A result as one line (show_results): "trial-00001 at 3: acc=0.91, loss=0.2".
+void show_result(controller_actor self, const std::string& id, int64_t it, const std::string& text) {
+  auto& o = self->state.setup.options;
+  if (!o.show_results || !o.on_output) return;
+  std::string line = id + " at " + std::to_string(it) + ":";
+  auto m = nlohmann::json::parse(text, nullptr, false);
+  if (m.is_object())
+    for (auto& [k, v] : m.items()) line += " " + k + "=" + (v.is_number_float() ? result_number(v.get<double>()) : json_text(v));
+  o.on_output(line);
+}
+
 // One result the engine has heard: to the dashboard's feed, to the store with the next
-// flush; then what the engine wants now.
+// flush, to the hooks (`fresh`: one that counts, not a replay); then what the engine
+// wants now.
 // `seen`: its numbers (and its parsed metrics, when they hold more), for the sinks.
 void recorded(controller_actor self, const std::string& id, int64_t it, std::optional<double> value, std::string text,
-              expected<std::vector<engine_action>> more, bool last, logged_result seen) {
+              expected<std::vector<engine_action>> more, bool last, logged_result seen, bool fresh) {
   auto& st = self->state;
   ++st.ingested;
+  show_result(self, id, it, text);
   if (st.feed) {
     if (value) st.feed->point(id, it, *value);
     if (last) st.feed->last_result(id, text);
@@ -51,6 +86,7 @@ void recorded(controller_actor self, const std::string& id, int64_t it, std::opt
     seen.metrics_json = text;
     sinks_result(self, id, seen);
   }
+  if (fresh) hooks_post(self, hook::result{id, it, now, text});
   st.pending.push_back({id, it, now, std::move(text)});
   if (!more) return finish(self, more.error());
   if (!more->empty()) act(self, std::move(*more));
@@ -217,19 +253,44 @@ void send_start(controller_actor self, const live::start_trial& c, std::string r
 
 }  // namespace
 
+// What the hooks are asked (a configuration, a preparation, an explore) and what a
+// running trial is asked besides its way (a checkpoint now): not the table's.
+bool asked_of_hooks(controller_actor self, engine_action& a) {
+  using k = engine_action::kind;
+  switch (a.what) {
+    case k::suggest: hooks_post(self, hook::suggest{a.trial}); return true;
+    case k::prepare: hooks_post(self, hook::prepare{a.trial, std::move(a.cfg)}); return true;
+    case k::explore:
+      hooks_post(self, hook::explore{a.trial, a.restore_from, std::move(a.cfg), std::move(a.resample)});
+      return true;
+    case k::checkpoint: ask_checkpoint(self, a.trial, a.reason); return true;
+    default: return false;
+  }
+}
+
 void act(controller_actor self, std::vector<engine_action> actions) {
   auto& st = self->state;
+  std::vector<engine_action> way;  // the trials' way: the live table's
+  way.reserve(actions.size());
   for (auto& a : actions) {
     if (st.over) return;
+    if (asked_of_hooks(self, a)) continue;
     if (a.what == engine_action::kind::start) {
       if (auto s = st.setup.store->add_trial(a.trial, a.cfg, trial_state::pending); !s && s.code() != errc::already_exists)
         return finish(self, s);
+      if (a.request) {
+        auto& r = st.records[a.trial];
+        if (!r.request) (void)st.setup.store->add_event(a.trial, "resources", request_json(*a.request));
+        r.request = a.request;
+      }
       sinks_started(self, a.trial, a.cfg);
+      if (hooks_want(self).trials) hooks_post(self, hook::trial_start{a.trial, a.cfg, a.restore_from.empty() ? -1 : a.restore_iteration});
     } else {
       (void)st.setup.store->add_event(a.trial, a.what == engine_action::kind::stop ? "stop" : "pause", {{"reason", a.reason}});
     }
+    way.push_back(std::move(a));
   }
-  st.table.act(actions);
+  st.table.act(way);
   drain(self);
 }
 
@@ -242,14 +303,15 @@ void ingest_results(controller_actor self, const std::string& id, const wire::wi
   std::vector<std::string> keys;
   auto& reported = st.records[id].reported;
   const auto& eo = st.setup.engine->options();
-  // The other objectives' and the constraints' columns, when the experiment has them.
+  // The columns of what the engine watches besides its metric (other objectives,
+  // constraints, what its stop rules read), when it watches anything.
   std::vector<std::optional<size_t>> other_cols;
-  for (const auto* names : {&eo.other_objectives, &eo.constraints})
-    for (const auto& n : *names) {
-      other_cols.emplace_back();
-      for (size_t i = 0; i < k; ++i)
-        if (r.names[i] == n) other_cols.back() = i;
-    }
+  for (const auto& n : st.setup.engine->watched()) {
+    other_cols.emplace_back();
+    for (size_t i = 0; i < k; ++i)
+      if (r.names[i] == n) other_cols.back() = i;
+  }
+  const bool results_wanted = hooks_want(self).results;
   for (size_t i = 0; i < k; ++i) {
     if (reported.size() < 64) reported.insert(r.names[i]);
     if (r.names[i] == eo.metric) col = i;
@@ -270,14 +332,16 @@ void ingest_results(controller_actor self, const std::string& id, const wire::wi
     logged_result seen;
     seen.names = r.names;
     seen.values = st.row;
+    bool fresh = results_wanted && st.setup.engine->counts(id, it);
     if (other_cols.empty()) {
-      recorded(self, id, it, value, std::move(text), st.setup.engine->on_metric(id, it, value), row + 1 == r.rows(), seen);
+      recorded(self, id, it, value, std::move(text), st.setup.engine->on_metric(id, it, value), row + 1 == r.rows(), seen,
+               fresh);
       continue;
     }
     std::vector<std::optional<double>> others;
     for (auto c : other_cols) others.push_back(c ? std::optional<double>{r.value(row * k + *c)} : std::nullopt);
     recorded(self, id, it, value, std::move(text), st.setup.engine->on_metric(id, it, value, others), row + 1 == r.rows(),
-             seen);
+             seen, fresh);
   }
   if (st.packing && !st.over) packing_measured(self, id, r.gpu_memory_peak, r.gpu_util, r.rows());
   if (st.pending.size() >= 8192) flush(self);
@@ -300,7 +364,9 @@ void ingest_result(controller_actor self, const std::string& id, const wire::wir
   seen.names = names;
   seen.values = st.row;
   seen.parsed = &metrics;
-  recorded(self, id, r.iteration, value, r.metrics_json, st.setup.engine->on_result(id, r.iteration, metrics), true, seen);
+  bool fresh = hooks_want(self).results && st.setup.engine->counts(id, r.iteration);
+  recorded(self, id, r.iteration, value, r.metrics_json, st.setup.engine->on_result(id, r.iteration, metrics), true, seen,
+           fresh);
   if (st.packing && !st.over) packing_measured(self, id, r.gpu_memory_peak, r.gpu_util, 1);
   if (st.pending.size() >= 8192) flush(self);
 }
@@ -338,6 +404,7 @@ void start_failed(controller_actor self, const std::string& id, const std::strin
   sinks_ended(self, id);
   if (t.failures > failures_before)  // tried again (max_failures)
     (void)st.setup.store->add_event(id, "restart", {{"attempt", t.failures + 1}, {"after", why}});
+  hooks_trial_end(self, id, t.failures > failures_before);
   act(self, std::move(*more));
   advance(self);
 }
@@ -376,6 +443,7 @@ void trial_ended(controller_actor self, const std::string& id, bool moved) {
   if (!more) return finish(self, more.error());
   store_end(self, id, end, failures_before);
   if (st.over) return;
+  hooks_trial_end(self, id, engine.trials().at(id).failures > failures_before);
   act(self, std::move(*more));
   advance(self);
 }

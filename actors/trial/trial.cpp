@@ -454,6 +454,9 @@ trial_from_owner_iface::behavior_type owner_handlers(trial_actor self) {
       [self, from_owner](wire::trial_pause_atom) {
         if (from_owner()) self->state.ctl->post(control_channel::kind::pause);
       },
+      [self, from_owner](wire::trial_save_atom) {
+        if (from_owner()) self->state.ctl->post(control_channel::kind::save);
+      },
       [self, from_owner](wire::trial_resume_atom) {
         if (from_owner()) self->state.ctl->post(control_channel::kind::resume);
       },

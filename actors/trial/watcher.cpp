@@ -218,6 +218,7 @@ class watcher {
           if (cg_) cg_->freeze(false);
           w.resume();
           break;
+        case control_channel::kind::save: w.ask_checkpoint(); break;
         case control_channel::kind::hold: held_ = c.value != 0; break;
       }
     if (kill_at_ && clock::now() >= *kill_at_) {

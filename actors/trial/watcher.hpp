@@ -33,6 +33,7 @@ class control_channel {
     kill,     // SIGKILL (for good: its end is near)
     pause,    // SIGSTOP, its cgroup frozen
     resume,
+    save,     // ask the worker for a checkpoint now (SIGURG; tune/trial/PROTOCOL.md)
     hold,     // flow control: stop reading the worker (value 1) or read on (0)
   };
   struct command {

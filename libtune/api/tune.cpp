@@ -43,6 +43,7 @@
 #include "tune/host/local_heads.hpp"
 #include "tune/host/nvml.hpp"
 #include "tune/trial/error_headline.hpp"
+#include "tune/tuner/driver_link.hpp"
 #include "tune/tuner/trackers.hpp"
 #include "tune/trial/output_metrics.hpp"
 #include "tune/trial/workdir.hpp"
@@ -610,10 +611,14 @@ expected<std::string> fresh_experiment_dir(const std::string& base) {
 
 // The progress display: the table redrawn in place on a terminal, else the changes
 // as plain lines. On stderr, so that a program's own output stays clean.
+// The progress on standard error (a table redrawn in place on a terminal, or lines), and
+// the lines beside it (trials' output, results): those go above the table, which is
+// drawn again below them.
 struct progress_printer {
   progress_style style;
   progress_snapshot last;
   int drawn_lines = 0;
+  std::string table;  // the table last drawn
   void operator()(const progress_snapshot& s) {
     if (style == progress_style::table) {
       int width = 100;  // the terminal's width, else $COLUMNS, else 100
@@ -621,17 +626,23 @@ struct progress_printer {
       if (::ioctl(2, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) width = std::max(40, static_cast<int>(ws.ws_col));
       else if (const char* c = std::getenv("COLUMNS")) width = std::max(40, std::atoi(c));
       auto text = render_progress(s, width, 20);
-      std::string out;
-      if (drawn_lines > 0) out += "\x1b[" + std::to_string(drawn_lines) + "F\x1b[J";
-      out += text;
+      std::cerr << shown_utf8(erase() + text) << std::flush;  // configs and errors hold outside text
+      table = text;
       drawn_lines = static_cast<int>(std::count(text.begin(), text.end(), '\n'));
-      std::cerr << shown_utf8(out) << std::flush;  // configs and errors hold outside text
     } else if (style == progress_style::lines) {
       for (auto& line : progress_changes(last, s)) std::cerr << shown_utf8(line) << "\n";
       std::cerr << std::flush;
     }
     last = s;
   }
+  void line(const std::string& text) {
+    std::string out = erase() + text + "\n";
+    if (style == progress_style::table) out += table;
+    std::cerr << shown_utf8(out) << std::flush;
+  }
+
+ private:
+  std::string erase() const { return drawn_lines > 0 ? "\x1b[" + std::to_string(drawn_lines) + "F\x1b[J" : ""; }
 };
 
 // The progress display's style: automatic is the table on a terminal, else lines.
@@ -832,6 +843,11 @@ struct fit_run {
   std::optional<checked_program> checked;     // a program trial, checked before anything is written
   std::unique_ptr<experiment_store> store;
   std::string self_path;                      // this program's file (the trainable's worker)
+  // The user's code in the decisions (tune/tuner/hooks.hpp): a C++ program's hooks, or the
+  // Python driver's; what they answer; the host, once the folder is known.
+  std::optional<local_hooks_setup> local;
+  hook::interest hooks_want;
+  std::shared_ptr<hook_host> hooks;
 };
 
 status make_search_and_scheduler(fit_run& r, const search_space& space) {
@@ -891,10 +907,36 @@ status size_on_cluster(fit_run& r, const cluster& c) {
   return status::ok();
 }
 
+// Where the plan's user code runs: its own C++ hooks (started once the folder is known,
+// with a resumed experiment's searcher state), or the Python driver that ran tune run.
+void plan_hooks(fit_run& r) {
+  const auto& c = r.plan.config;
+  if (c.driver.fd >= 0) {
+    r.hooks_want = c.driver.serves;
+    auto timeout = std::chrono::milliseconds(static_cast<int64_t>(c.driver.timeout_s * 1000));
+    r.hooks = std::make_shared<driver_link>(c.driver.fd, c.driver.serves, timeout);
+    return;
+  }
+  r.local = local_hooks_of(r.plan);
+  if (r.local) r.hooks_want = local_hooks::interest_of(*r.local);
+}
+
+std::string hooks_state_file(const fit_run& r) { return r.dir + "/hooks_state"; }
+
+void start_local_hooks(fit_run& r) {
+  if (!r.local) return;
+  if (r.replay) {  // a resumed experiment: its searcher's saved state
+    std::ifstream in(hooks_state_file(r), std::ios::binary);
+    r.local->saved_state.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  r.hooks = std::make_shared<local_hooks>(std::move(*r.local));
+  r.local.reset();
+}
+
 // The engine over the search and scheduler. Auto-packing: as many at once as hold the
 // probe share until the share is decided; the controller then sets the cap to what the
 // cluster holds at that share.
-status make_engine(fit_run& r) {
+status make_engine(fit_run& r, const search_space& space) {
   const auto& c = r.plan.config;
   engine_options eo;
   eo.metric = c.metric;
@@ -908,6 +950,14 @@ status make_engine(fit_run& r) {
   eo.max_failures = c.max_failures;
   eo.stop = c.stop;
   eo.time_budget_s = c.time_budget_s;
+  eo.stoppers = c.stoppers;  // the engine decides libtune's own; a user's stopper is the hooks'
+  eo.hooks_suggest = r.hooks_want.suggests;
+  eo.hooks_prepare = r.hooks_want.prepares;
+  eo.hooks_explore = r.hooks_want.explores && std::holds_alternative<pbt>(c.scheduler);
+  if (eo.hooks_suggest) {
+    eo.max_suggestions = c.num_samples;
+    eo.accept_suggestion = suggestion_check(space);
+  }
   auto engine = experiment_engine::make(*r.search, *r.scheduler, eo);
   if (!engine) return engine.error();
   r.engine = std::move(engine).value();
@@ -1052,6 +1102,11 @@ experiment_run_options run_options(const fit_run& r) {
   ro.reuse_workers = c.reuse_workers;  // a program that does not speak the protocol just exits
   ro.trial_files = c.trial_files;
   if (!c.mlflow.is_null() || !c.wandb.is_null()) ro.sinks.push_back(start_trackers(r));
+  ro.hooks = r.hooks;
+  ro.hooks_state_file = hooks_state_file(r);
+  ro.checkpoints = c.checkpoints;
+  ro.log_to_driver = c.log_to_driver;
+  ro.show_results = c.show_results;
   if (r.plan.gpu_auto) {
     ro.auto_packing = c.auto_packing;
     ro.card_memory = r.card_memory;
@@ -1059,7 +1114,9 @@ experiment_run_options run_options(const fit_run& r) {
   }
   ro.min_move_interval = std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, c.min_move_interval_s) * 1000));
   auto style = progress_shown(c.progress);
-  if (style != progress_style::none) ro.on_progress = progress_printer{style, {}, 0};
+  auto printer = std::make_shared<progress_printer>(progress_printer{style, {}, 0, {}});
+  if (style != progress_style::none) ro.on_progress = [printer](const progress_snapshot& s) { (*printer)(s); };
+  ro.on_output = [printer](const std::string& line) { printer->line(line); };
   return ro;
 }
 
@@ -1101,10 +1158,12 @@ expected<result_grid> tuner::fit() {
   fit_run r;
   r.plan = std::move(*plan);
   if (auto s = make_search_and_scheduler(r, space_); !s) return s;
+  plan_hooks(r);
   if (auto s = open_resumed(r, trainable_); !s) return s;
   if (auto s = size_on_cluster(r, cluster_); !s) return s;
-  if (auto s = make_engine(r); !s) return s;
+  if (auto s = make_engine(r, space_); !s) return s;
   if (auto s = choose_dir_and_replay(r); !s) return s;
+  start_local_hooks(r);
   if (program_)
     if (auto s = check_trials_program(r, cluster_, *program_, space_); !s) return s;
   if (auto s = open_store_and_self(r); !s) return s;

@@ -277,4 +277,8 @@ void worker_process::kill() { signal_group(SIGKILL); }  // a paused group dies t
 void worker_process::pause() { signal_group(SIGSTOP); }
 void worker_process::resume() { signal_group(SIGCONT); }
 
+void worker_process::ask_checkpoint() {
+  if (pid_ > 0 && !exit_) ::kill(pid_, SIGURG);
+}
+
 }  // namespace tune

@@ -151,6 +151,9 @@ class worker_process {
   void kill();       // SIGKILL to the group
   void pause();      // SIGSTOP to the group
   void resume();     // SIGCONT to the group
+  // SIGURG to the worker alone (ignored unless it asks for it): make a checkpoint now,
+  // if you can (tune/trial/PROTOCOL.md).
+  void ask_checkpoint();
 
   // The last bytes it wrote (at most 16 KiB each).
   const std::string& stdout_tail() const { return out_tail_; }

@@ -73,13 +73,21 @@ class pbt_scheduler final : public trial_scheduler {
     if (!lower || q == 0) return {};
     const std::string donor = *ranked[n - q + rng_.below(q)];
     const auto& d = trials_.at(donor);
-    config fresh = explore(d.cfg);
+    std::vector<std::string> resample;
+    config fresh = explore(d.cfg, resample);
     me.cfg = fresh;
     me.last_perturbation = d.last_perturbation;
     me.last_iteration = d.last_iteration;
     queue_resume(id);
-    return {decision::pause, exploit_instruction{id, donor, d.last_iteration, std::move(fresh)}};
+    return {decision::pause, exploit_instruction{id, donor, d.last_iteration, std::move(fresh), std::move(resample)}};
   }
+
+ public:
+  void update_config(const std::string& id, const config& cfg) override {
+    if (auto it = trials_.find(id); it != trials_.end()) it->second.cfg = cfg;
+  }
+
+ protected:
 
   void do_end(const std::string& id, bool errored) override {
     if (!errored) return;  // a completed trial stays a possible donor
@@ -87,12 +95,24 @@ class pbt_scheduler final : public trial_scheduler {
   }
 
  private:
-  config explore(const config& from) {
+  // The donor's configuration explored; the keys whose new values the user's functions
+  // draw (where hooks run) go to `resample`.
+  config explore(const config& from, std::vector<std::string>& resample) {
     config out = from;
     for (auto& mu : o_.hyperparameter_mutations) {
       nlohmann::json* v = find_key(out, mu.key);
       if (!v) continue;
       const double u = rng_.uniform();
+      if (mu.drawn_by_function()) {
+        if (u < o_.resample_probability || !v->is_number() || v->is_boolean()) {
+          resample.push_back(mu.key);
+        } else {
+          const double f = o_.perturbation_factors[rng_.below(o_.perturbation_factors.size())];
+          if (v->is_number_integer()) *v = static_cast<int64_t>(std::llround(v->get<double>() * f));  // as Ray's int(round())
+          else *v = v->get<double>() * f;
+        }
+        continue;
+      }
       if (!mu.options.empty()) {
         const auto pos = std::find(mu.options.begin(), mu.options.end(), *v);
         if (u < o_.resample_probability || pos == mu.options.end()) {
@@ -158,7 +178,7 @@ expected<std::unique_ptr<trial_scheduler>> make_pbt(const pbt& o, std::string me
   for (auto& mu : o.hyperparameter_mutations) {
     const std::string name = "hyperparameter_mutations['" + mu.key + "']";
     if (mu.key.empty()) return invalid("pbt", "hyperparameter_mutations key", "non-empty", "\"\"");
-    if (!mu.options.empty()) continue;
+    if (!mu.options.empty() || mu.drawn_by_function()) continue;
     if (!std::isfinite(mu.low) || !std::isfinite(mu.high) || !(mu.low < mu.high))
       return invalid("pbt", name, "a non-empty options list or a range with low < high",
                      "[" + num(mu.low) + ", " + num(mu.high) + "]");

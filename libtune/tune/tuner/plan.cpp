@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "tune/core/json_text.hpp"
+
 namespace tune {
 
 resources::resources(std::initializer_list<std::pair<std::string_view, amount>> values) {
@@ -81,6 +83,42 @@ expected<resource_set> bundle_of(const resources& r, const std::string& what, co
   return b;
 }
 
+// The user code of the plan and the driver's part: a driver serves what the experiment
+// file says it does, a C++ program's hooks are its own; the two do not mix (a Python
+// driver's experiment runs no C++ of the user's).
+status check_hooks(const tune_config& c) {
+  for (auto& s : c.stoppers)
+    if (auto st = check_stopper(s); !st) return st;
+  for (auto& cb : c.callbacks)
+    if (!cb) return status{errc::invalid_argument, "callbacks: one of them is null: give an object (std::make_shared)"};
+  if (auto* s = std::get_if<std::shared_ptr<searcher>>(&c.search); s && !*s)
+    return status{errc::invalid_argument, "search: the searcher is null: give an object (std::make_shared)"};
+  if (auto* s = std::get_if<std::shared_ptr<user_scheduler>>(&c.scheduler); s && !*s)
+    return status{errc::invalid_argument, "scheduler: the scheduler is null: give an object (std::make_shared)"};
+  if (c.resources_fn && (!c.bundles.empty() || c.resources_per_trial.gpu_auto))
+    return status{errc::invalid_argument,
+                  "resources_fn gives each trial its resources: leave out bundles and resources_per_trial's gpu \"auto\""};
+  if (c.checkpoints.num_to_keep < 0)
+    return status{errc::invalid_argument, "checkpoints.num_to_keep must be 0 (keep every checkpoint) or more"};
+  if (!c.checkpoints.score_attribute.empty() && c.checkpoints.num_to_keep == 0)
+    return status{errc::invalid_argument, "checkpoints.score_attribute (" + c.checkpoints.score_attribute +
+                                              ") chooses which checkpoints num_to_keep keeps: give num_to_keep too"};
+  const auto& d = c.driver;
+  if (d.fd < 0 && d.serves.any())
+    return status{errc::invalid_argument,
+                  "this experiment's user code (its callbacks, stoppers, searcher or scheduler) runs in the Python "
+                  "program that started it: run it from Python (Tuner(...).fit(), or Tuner.restore(path, trainable) to "
+                  "continue it), not on its own"};
+  if (d.fd >= 0 && !(d.timeout_s > 0)) return status{errc::invalid_argument, "driver.timeout_s must be above 0"};
+  bool cpp = !c.callbacks.empty() || !user_stoppers(c.stoppers).empty() || c.resources_fn ||
+             std::holds_alternative<std::shared_ptr<searcher>>(c.search) ||
+             std::holds_alternative<std::shared_ptr<user_scheduler>>(c.scheduler);
+  if (cpp && d.serves.any())
+    return status{errc::invalid_argument, "an experiment's hooks are a C++ program's or a Python driver's, not both"};
+  if (d.serves.suggests && d.searcher.empty()) return status{errc::invalid_argument, "driver: name its searcher"};
+  return status::ok();
+}
+
 }  // namespace
 
 status resolve_objectives(tune_config& c) {
@@ -150,6 +188,7 @@ expected<experiment_plan> make_plan(tune_config c) {
     if (auto s = check_tracker(t, std::string_view{t} == "mlflow" ? c.mlflow : c.wandb); !s) return s;
   if ((!c.mlflow.is_null() || !c.wandb.is_null()) && c.tracker_python.empty())
     return status{errc::invalid_argument, "tracker_python is empty: give the Python that has mlflow or wandb"};
+  if (auto s = check_hooks(c); !s) return s;
   experiment_plan plan;
   plan.gpu_auto = c.bundles.empty() && c.resources_per_trial.gpu_auto;
   if (c.bundles.empty()) {
@@ -166,8 +205,41 @@ expected<experiment_plan> make_plan(tune_config c) {
   return plan;
 }
 
+namespace {
+
+// The searcher where hooks run (a C++ program's, the Python driver's), as the engine
+// holds it: its name and mode; the engine never asks it (with hooks_suggest, its
+// configurations come from the hooks).
+class hooks_search final : public search_algorithm {
+ public:
+  hooks_search(std::string name, mode m) : search_algorithm(m), name_(std::move(name)) {}
+  bool finished() const override { return false; }
+  std::string name() const override { return name_; }
+
+ protected:
+  expected<std::optional<config>> next_config(const std::string&) override {
+    return status{errc::inconsistent, name_ + " runs where the hooks run: the engine asks it through them"};
+  }
+
+ private:
+  std::string name_;
+};
+
+expected<std::unique_ptr<search_algorithm>> make_hooks_search(const std::string& name, mode m) {
+  if (name.empty()) return status{errc::invalid_argument, "the searcher has no name (searcher::name())"};
+  return std::unique_ptr<search_algorithm>(new hooks_search(name, m));
+}
+
+}  // namespace
+
 expected<std::unique_ptr<search_algorithm>> make_search(const experiment_plan& plan, const search_space& space) {
   const auto& c = plan.config;
+  if (c.driver.serves.suggests) {
+    if (space.grid().size() > 1)
+      return status{errc::invalid_argument, c.driver.searcher + " suggests every configuration: grid_search is for "
+                                                                "libtune's random search (BasicVariantGenerator)"};
+    return make_hooks_search(c.driver.searcher, c.mode);
+  }
   return std::visit(
       [&](const auto& spec) -> expected<std::unique_ptr<search_algorithm>> {
         using T = std::decay_t<decltype(spec)>;
@@ -176,6 +248,8 @@ expected<std::unique_ptr<search_algorithm>> make_search(const experiment_plan& p
               space, {.num_samples = c.num_samples, .seed = c.seed, .points_to_evaluate = spec.points_to_evaluate});
         else if constexpr (std::is_same_v<T, grid_search_alg>)
           return make_grid_search(space, {.num_samples = c.num_samples});
+        else if constexpr (std::is_same_v<T, std::shared_ptr<searcher>>)
+          return make_hooks_search(spec->name(), c.mode);
         else {  // TPE, the GP and BOHB: the experiment's mode, samples and seed
           auto o = spec;
           o.metric_mode = c.mode;
@@ -193,6 +267,67 @@ scheduler_spec scheduler_of(const experiment_plan& plan) {
   auto spec = plan.config.scheduler;
   if (auto* p = std::get_if<pbt>(&spec); p && p->seed == 0) p->seed = plan.config.seed;
   return spec;
+}
+
+std::optional<local_hooks_setup> local_hooks_of(const experiment_plan& plan, std::string saved_state) {
+  const auto& c = plan.config;
+  local_hooks_setup s;
+  s.callbacks = c.callbacks;
+  s.stoppers = user_stoppers(c.stoppers);
+  if (auto* p = std::get_if<std::shared_ptr<searcher>>(&c.search)) s.search = *p;
+  if (auto* p = std::get_if<std::shared_ptr<user_scheduler>>(&c.scheduler)) s.scheduler = *p;
+  if (c.resources_fn)
+    s.resources = [fn = c.resources_fn](const config& cfg) -> nlohmann::json {
+      auto r = fn(cfg);
+      if (!r.error.empty()) return {{"error", r.error}};
+      if (r.gpu_auto) return {{"error", "gpu \"auto\" is for resources_per_trial, not a trial's own request"}};
+      if (!r.set || r.set->empty()) return {{"error", "it asks for nothing: ask for at least one CPU or GPU"}};
+      return nlohmann::json::parse(r.set->to_json());
+    };
+  if (auto* p = std::get_if<pbt>(&c.scheduler)) {
+    s.explore = p->custom_explore;
+    for (auto& m : p->hyperparameter_mutations)
+      if (m.sample) s.samplers[m.key] = m.sample;
+  }
+  bool any = !s.callbacks.empty() || !s.stoppers.empty() || s.search || s.scheduler || s.resources || s.explore ||
+             !s.samplers.empty();
+  if (!any) return std::nullopt;
+  s.saved_state = std::move(saved_state);
+  return s;
+}
+
+expected<std::optional<trial_resources>> trial_resources_of(const nlohmann::json& j, const std::string& trial) {
+  auto bad = [&](const std::string& why) { return status{errc::invalid_argument, trial + "'s resources: " + why}; };
+  if (j.is_null()) return std::optional<trial_resources>{};
+  if (!j.is_object()) return bad("give a mapping of amounts ({\"cpu\": 1, \"gpu\": 0.5}), not " + json_text(j));
+  if (j.contains("error") && j["error"].is_string()) return bad(j["error"].get<std::string>());
+  trial_resources out;
+  auto one = [&](const nlohmann::json& b, const std::string& what) -> status {
+    auto set = resource_set::from_json(json_text(b));
+    if (!set) return bad(what + set.error().message());
+    if (set->empty()) return bad(what + "it asks for nothing: ask for at least one CPU or GPU");
+    if (auto st = check_request(*set); !st) return bad(what + st.message());
+    out.bundles.push_back(std::move(*set));
+    return {};
+  };
+  if (j.contains("bundles")) {
+    const auto& bundles = j["bundles"];
+    if (!bundles.is_array() || bundles.empty()) return bad("bundles must be a non-empty list of mappings of amounts");
+    for (size_t i = 0; i < bundles.size(); ++i)
+      if (auto st = one(bundles[i], "bundle " + std::to_string(i) + ": "); !st) return st;
+    if (j.contains("strategy")) {
+      auto st = j["strategy"].is_string() ? parse_strategy(j["strategy"].get<std::string>()) : expected<strategy>(errc::invalid_argument, "not a text");
+      if (!st) return bad("strategy: " + st.error().message());
+      out.strat = *st;
+    }
+    return std::optional<trial_resources>{std::move(out)};
+  }
+  if (auto st = one(j, ""); !st) return st;
+  return std::optional<trial_resources>{std::move(out)};
+}
+
+std::function<expected<config>(const config&)> suggestion_check(const search_space& space) {
+  return [space](const config& cfg) { return space.accept(cfg); };
 }
 
 std::optional<progress_style> parse_progress_style(const std::string& text) {

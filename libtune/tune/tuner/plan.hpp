@@ -17,6 +17,7 @@
 #include "tune/trial/command.hpp"
 #include "tune/tuner/auto_share.hpp"
 #include "tune/tuner/engine.hpp"
+#include "tune/tuner/hooks.hpp"
 #include "tune/tuner/scheduler.hpp"
 #include "tune/tuner/search.hpp"
 #include "tune/tuner/space.hpp"
@@ -62,7 +63,10 @@ struct grid_search_alg {};    // every grid point, num_samples times; random dom
 using tpe_search = tpe_options;  // TPE (metric_mode, num_samples and seed are the experiment's)
 using gp_search = gp_options;    // GP-based Bayesian optimisation (the same three are the experiment's)
 using bohb_search = bohb_options;  // BOHB: TPE per budget, with scheduler = hyperband{} (the same)
-using search_spec = std::variant<random_search_alg, grid_search_alg, tpe_search, gp_search, bohb_search>;
+// Or a searcher of the user's own (tune/tuner/hooks.hpp): run where hooks run, asked for
+// each new trial's configuration.
+using search_spec = std::variant<random_search_alg, grid_search_alg, tpe_search, gp_search, bohb_search,
+                                 std::shared_ptr<searcher>>;
 
 enum class progress_style { automatic, table, lines, none };  // automatic: table on a terminal
 
@@ -88,6 +92,26 @@ struct resources {
   std::string error;
 };
 
+// Which checkpoints of each trial the experiment folder keeps (Ray's CheckpointConfig):
+// the num_to_keep best by score_attribute (the newest when none; 0: every one). A
+// checkpoint a trial reported is kept until this rule removes it.
+struct checkpoint_rules {
+  int num_to_keep = 0;
+  std::string score_attribute;
+  tune::mode score_order = tune::mode::max;
+};
+
+// What the Python driver that started this experiment serves of its decisions
+// (docs/hooks.md): it holds the user's code and answers over the socket `fd`.
+struct driver_hooks {
+  int fd = -1;                  // -1: no driver
+  hook::interest serves;
+  std::string searcher;         // the name of its searcher (suggests), for the store and messages
+  std::string scheduler;        // of its scheduler (schedules)
+  double timeout_s = 600;       // a hook that does not answer this long ends the experiment, named
+  std::string state_file;       // where it keeps its hooks' state (a resumed experiment's)
+};
+
 struct tune_config {
   std::string metric;                     // the reported metric to tune
   tune::mode mode = tune::mode::max;
@@ -106,6 +130,23 @@ struct tune_config {
   std::vector<resources> bundles;         // several bundles per trial (then not resources_per_trial)
   tune::strategy strategy = tune::strategy::pack;  // for several bundles
   stop_criteria stop;                     // max_iterations, metric_threshold
+  // Stoppers (tune/tuner/stoppers.hpp): libtune's (maximum_iteration_stopper,
+  // trial_plateau_stopper, experiment_plateau_stopper, timeout_stopper, metric_at_least)
+  // and your own (std::make_shared<my_stopper>()).
+  std::vector<stopper_spec> stoppers;
+  // Experiment and trial events (tune::callback): yours, run on libtune's hook thread.
+  std::vector<std::shared_ptr<callback>> callbacks;
+  // Each trial's resources as a function of its configuration (instead of the same
+  // resources_per_trial for all); a request that is not valid, or can never fit, is
+  // that trial's error.
+  std::function<resources(const config&)> resources_fn;
+  checkpoint_rules checkpoints;
+  // Every trial's standard output and error on this program's standard error, each line
+  // prefixed with the trial (Ray's log_to_driver); and each result as a line (Ray's
+  // verbose=2).
+  bool log_to_driver = true;
+  bool show_results = false;
+  driver_hooks driver;                    // tune run's, for a Python driver
   std::optional<double> time_budget_s;    // the whole experiment
   scheduler_spec scheduler = fifo{};
   search_spec search = random_search_alg{};
@@ -174,12 +215,25 @@ struct experiment_plan {
 };
 
 // Checks `c` (objectives, num_samples, max_concurrent_trials, max_failures, the timeouts,
-// each bundle) and makes its plan; the error names the setting and what to give.
+// each bundle, the stoppers, the checkpoint rules, the hooks) and makes its plan; the error
+// names the setting and what to give.
 expected<experiment_plan> make_plan(tune_config c);
+
+// The user code of the plan as C++ hooks (none: it has none, or its hooks are a Python
+// driver's). `saved_state`: a resumed experiment's searcher state.
+std::optional<local_hooks_setup> local_hooks_of(const experiment_plan& plan, std::string saved_state = {});
+// A trial's own resources as the hooks gave them (null: the experiment's; an object of
+// amounts; {"bundles": [...], "strategy": "pack"}), checked as the plan's bundles are:
+// the error names `trial` and what is wrong.
+expected<std::optional<trial_resources>> trial_resources_of(const nlohmann::json& resources, const std::string& trial);
+// A searcher's configuration made the trial's (the space's constants added, each value
+// it gives checked against its domain): accept_suggestion of the engine's options.
+std::function<expected<config>(const config&)> suggestion_check(const search_space& space);
 
 // The plan's search algorithm over `space` (the search's own options, with the
 // experiment's mode, num_samples and seed), and its scheduler's spec (PBT's seed, when
-// not its own, the experiment's).
+// not its own, the experiment's). A searcher of the user's own (or the driver's) is a
+// stand-in that the engine does not ask (its configurations come from the hooks).
 expected<std::unique_ptr<search_algorithm>> make_search(const experiment_plan& plan, const search_space& space);
 scheduler_spec scheduler_of(const experiment_plan& plan);
 

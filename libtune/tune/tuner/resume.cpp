@@ -1,6 +1,7 @@
 #include "tune/tuner/resume.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -14,7 +15,7 @@ namespace {
 // trial's results before its checkpoint before its end).
 struct happening {
   double time = 0;
-  int order = 0;  // 0 result, 1 checkpoint, 2 ended
+  int order = 0;  // 0 result, 1 checkpoint, 2 ended, 3 stop, 4 pause (decided)
   int64_t seq = 0;
   std::string trial;
   int64_t iteration = 0;
@@ -46,18 +47,61 @@ expected<resume_plan> replay_experiment(experiment_engine& engine, const experim
       timeline.push_back({e.time, 1, e.seq, e.trial, e.body["iteration"].get<int64_t>(), &e.body});
     else if (e.kind == "ended")
       timeline.push_back({e.time, 2, e.seq, e.trial, 0, &e.body});
+    else if (e.kind == "stop" || e.kind == "pause")  // a decision: the hooks' are not made again
+      timeline.push_back({e.time, e.kind == "stop" ? 3 : 4, e.seq, e.trial, 0, &e.body});
   }
   std::stable_sort(timeline.begin(), timeline.end(), [](const happening& a, const happening& b) {
     if (a.time != b.time) return a.time < b.time;
-    if (a.trial == b.trial && a.order != b.order) return a.order < b.order;
+    if (a.trial == b.trial && a.order != b.order) return (a.order >= 3 ? 1 : a.order) < (b.order >= 3 ? 1 : b.order);
     return a.seq < b.seq;
   });
 
+  // What the hooks answered for the stored trials, from the store: a trial's own
+  // resources (its "resources" event), PBT's explored configurations (its "exploit"
+  // events, in order).
+  std::map<std::string, nlohmann::json> requests;
+  std::map<std::string, std::vector<config>> explored;
+  for (auto& e : *events) {
+    if (e.kind == "resources") requests[e.trial] = e.body;
+    if (e.kind == "exploit" && e.body.contains("config")) explored[e.trial].push_back(e.body["config"]);
+  }
+  std::map<std::string, size_t> explores_taken;
+  // A hook's ask about a stored trial, answered as the hooks answered it then (the
+  // hooks' own state is theirs to restore); about another, asked again after the replay.
+  auto answered = [&](const engine_action& a) -> expected<std::vector<engine_action>> {
+    auto s = stored.find(a.trial);
+    using k = engine_action::kind;
+    if (a.what == k::suggest) return engine.on_suggestion(a.trial, s->second->config);
+    if (a.what == k::prepare) {
+      std::optional<trial_resources> r;
+      if (auto q = requests.find(a.trial); q != requests.end()) {
+        trial_resources req;
+        for (auto& b : q->second.value("bundles", nlohmann::json::array()))
+          if (auto set = resource_set::from_json(json_text(b))) req.bundles.push_back(*set);
+        if (auto st = parse_strategy(q->second.value("strategy", std::string{"pack"}))) req.strat = *st;
+        r = std::move(req);
+      }
+      return engine.on_prepared(a.trial, s->second->config, std::move(r));
+    }
+    auto& taken = explores_taken[a.trial];
+    auto& list = explored[a.trial];
+    return engine.on_explored(a.trial, taken < list.size() ? list[taken++] : a.cfg);
+  };
+
   resume_plan plan;
   std::set<std::string> begun;  // stored trials the replay has started
-  auto take = [&](expected<std::vector<engine_action>> acts) -> status {
+  std::function<status(expected<std::vector<engine_action>>)> take = [&](expected<std::vector<engine_action>> acts) -> status {
     if (!acts) return acts.error();
     for (auto& a : *acts) {
+      using k = engine_action::kind;
+      if (a.what == k::suggest || a.what == k::prepare || a.what == k::explore) {
+        if (!stored.count(a.trial)) {
+          plan.actions.push_back(a);  // asked of the hooks again once the experiment runs
+          continue;
+        }
+        if (auto st = take(answered(a)); !st) return st;
+        continue;
+      }
       if (a.what != engine_action::kind::start) continue;  // its end is in the history (or it was interrupted)
       auto s = stored.find(a.trial);
       if (s == stored.end()) {
@@ -82,6 +126,9 @@ expected<resume_plan> replay_experiment(experiment_engine& engine, const experim
       if (auto s = take(engine.on_result(h.trial, h.iteration, *h.body)); !s) return s;
     } else if (h.order == 1) {
       engine.on_checkpoint(h.trial, h.iteration);
+    } else if (h.order >= 3) {  // what the engine decided itself it has decided again: nothing changes
+      auto what = h.order == 3 ? engine_action::kind::stop : engine_action::kind::pause;
+      if (auto s = take(engine.on_decision(h.trial, what, h.body->value("reason", std::string{}))); !s) return s;
     } else {
       bool ok = h.body->value("ok", false) || h.body->value("stopped", false);
       if (auto s = take(engine.on_ended(h.trial, ok, h.body->value("error", std::string{}))); !s) return s;

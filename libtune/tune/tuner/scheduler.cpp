@@ -216,7 +216,8 @@ status invalid(const char* scheduler, const std::string& option, const std::stri
 expected<std::unique_ptr<trial_scheduler>> make_scheduler(const scheduler_spec& spec, std::string metric, mode m) {
   if (metric.empty()) return status{errc::invalid_argument, "scheduler: the metric name must not be empty"};
   using ptr = std::unique_ptr<trial_scheduler>;
-  if (std::holds_alternative<fifo>(spec)) return ptr(new fifo_scheduler(std::move(metric), m));
+  if (std::holds_alternative<fifo>(spec) || std::holds_alternative<std::shared_ptr<user_scheduler>>(spec))
+    return ptr(new fifo_scheduler(std::move(metric), m));
   if (auto* o = std::get_if<asha>(&spec)) {
     using detail::invalid;
     if (o->max_t < 1) return invalid("asha", "max_t", ">= 1", std::to_string(o->max_t));

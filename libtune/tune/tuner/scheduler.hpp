@@ -35,6 +35,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,6 +55,9 @@ struct exploit_instruction {
   int64_t donor_iteration = 0;  // the iteration of B's result that triggered it (its
                                 // checkpoint should be at least that recent)
   config new_config;            // A continues from that checkpoint with this config
+  // The mutations (their keys) to draw anew with the user's functions, where hooks run
+  // (tune/tuner/hooks.hpp): new_config keeps the donor's value there until they answer.
+  std::vector<std::string> resample{};
 };
 
 // A scheduler's answer to one result.
@@ -86,6 +90,9 @@ class trial_scheduler {
   void on_no_more_trials();
   std::optional<std::string> choose_trial_to_resume();
   std::vector<std::string> take_paused_to_stop();
+  // The trial's configuration changed outside the scheduler (PBT's explore finished by
+  // the hooks): a scheduler that keeps configurations takes the new one.
+  virtual void update_config(const std::string& id, const config& cfg) { (void)id, (void)cfg; }
 
   enum class trial_state { running, paused, ended };
   // The scheduler's view of a trial (not_found when unknown).
@@ -184,6 +191,14 @@ struct mutation {
   double low = 0, high = 0;
   bool log = false;
   bool integer = false;
+  // Or drawn by a function of the user's (Ray's lambda in hyperparam_mutations), which
+  // runs where hooks run (tune/tuner/hooks.hpp): a resample is left to it, a perturbation
+  // multiplies the value by a factor (rounded for an integer, as Ray's). `sample` is a
+  // C++ tuning script's; `by_hooks` says the hooks' host has the function (the Python
+  // driver's lambda).
+  std::function<nlohmann::json()> sample{};
+  bool by_hooks = false;
+  bool drawn_by_function() const { return by_hooks || static_cast<bool>(sample); }
 };
 
 // Population based training (Jaderberg et al. 2017; Ray's PopulationBasedTraining,
@@ -196,9 +211,24 @@ struct pbt {
   std::vector<double> perturbation_factors{1.2, 0.8};
   std::vector<mutation> hyperparameter_mutations;
   uint64_t seed = 0;
+  // Ray's custom_explore_fn: applied to every new configuration after the mutations,
+  // where hooks run; `explore_by_hooks`: the hooks' host has it (the Python driver's).
+  std::function<config(const config&)> custom_explore{};
+  bool explore_by_hooks = false;
+  // Whether the hooks finish each explore (a function among the mutations, or a custom
+  // explore).
+  bool explores_by_hooks() const {
+    if (explore_by_hooks || custom_explore) return true;
+    for (auto& m : hyperparameter_mutations)
+      if (m.drawn_by_function()) return true;
+    return false;
+  }
 };
 
-using scheduler_spec = std::variant<fifo, asha, hyperband, median_stopping, pbt>;
+// Or a scheduler of the user's own (tune/tuner/hooks.hpp), which decides where hooks run:
+// the engine's own is then FIFO.
+class user_scheduler;
+using scheduler_spec = std::variant<fifo, asha, hyperband, median_stopping, pbt, std::shared_ptr<user_scheduler>>;
 
 expected<std::unique_ptr<trial_scheduler>> make_scheduler(const scheduler_spec& spec,
                                                           std::string metric, mode m);

@@ -628,7 +628,35 @@ status check_space(const search_space& s, const config& cfg, const std::string& 
   return status::ok();
 }
 
+expected<config> accept_space(const search_space& s, const config& cfg, const std::string& prefix) {
+  if (!cfg.is_object())
+    return status{errc::invalid_argument, "the configuration" + (prefix.empty() ? "" : " at " + quote(prefix)) +
+                                              " must be a JSON object of parameter names to values, not " + json_text(cfg)};
+  config out = cfg;
+  for (const auto& [name, d] : s.params()) {
+    const auto dotted = join(prefix, name);
+    if (d.what() == domain::kind::nested) {
+      auto inner = accept_space(d.subspace(), cfg.contains(name) ? cfg[name] : config::object(), dotted);
+      if (!inner) return inner.error();
+      out[name] = std::move(*inner);
+    } else if (!cfg.contains(name)) {
+      if (d.what() != domain::kind::constant)
+        return status{errc::invalid_argument, "it gives no value for parameter " + quote(dotted) + " (" + d.describe() +
+                                                  " in the space): a searcher suggests every parameter of the space"};
+      out[name] = d.constant_value();
+    } else if (d.what() != domain::kind::constant) {  // a searcher's value overrides a constant, as Ray's merge
+      if (auto st = check_value(d, cfg[name], dotted, false); !st) return st;
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+expected<config> search_space::accept(const config& suggested) const {
+  if (auto st = validate(); !st) return st;
+  return accept_space(*this, suggested, "");
+}
 
 search_space& search_space::add(std::string name, domain d) {
   params_.emplace_back(std::move(name), std::move(d));

@@ -219,6 +219,12 @@ class search_space {
   // Checks a configuration written by hand (e.g. a starting point) against the space:
   // unknown names, missing names, values outside their domain.
   status check(const config& cfg) const;
+  // A searcher's configuration (a searcher of the user's own, which may have a space of
+  // its own): the space's constants added where it gives none, each value it gives for
+  // a parameter the space declares checked against its domain; a random domain it gives
+  // no value for is an error naming it. Names the space does not have are the
+  // searcher's own, kept.
+  expected<config> accept(const config& suggested) const;
 
   // A configuration that keeps every value `partial` gives (each checked against its
   // domain; for a choice, the first option that could produce it is the one taken) and
