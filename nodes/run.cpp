@@ -175,6 +175,10 @@ status apply_run_flags(const po::variables_map& vm, experiment_spec& e) {
   }
   if (vm.count("experiment-dir")) c.experiment_dir = vm["experiment-dir"].as<std::string>();
   if (vm.count("name")) c.name = vm["name"].as<std::string>();
+  if (vm.count("driver-fd")) {
+    if (vm["driver-fd"].as<int>() < 3) return bad_flag("--driver-fd", "give the socket's descriptor (3 or more)");
+    c.driver.fd = vm["driver-fd"].as<int>();
+  }
   return status::ok();
 }
 
@@ -253,11 +257,19 @@ po::options_description cluster_flags() {
   return where;
 }
 
+po::options_description driver_flags() {
+  po::options_description d("libtune's Python API");
+  d.add_options()("driver-fd", po::value<int>(),
+                  "the socket on which the Python program that started this experiment answers for its user code "
+                  "(Tuner.fit() passes it; docs/hooks.md)");
+  return d;
+}
+
 po::options_description run_flags() {
   po::options_description desc("tune run options");
   desc.add_options()("help,h", "show this help")("keys", "list the experiment file's keys")(
       "file", po::value<std::string>(), "the experiment file (YAML or JSON)");
-  desc.add(experiment_flags()).add(program_flags()).add(cluster_flags());
+  desc.add(experiment_flags()).add(program_flags()).add(cluster_flags()).add(driver_flags());
   return desc;
 }
 

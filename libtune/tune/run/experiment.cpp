@@ -289,6 +289,13 @@ status read_mutations(const reader& r, const YAML::Node& n, const std::string& p
         m.high = (*lohi)[1];
         m.log = kind == "loguniform";
         m.integer = kind == "randint";
+      } else if (kind == "function") {
+        // A function of the Python driver's (Ray's lambda in hyperparam_mutations): it
+        // draws the resamples (docs/hooks.md).
+        auto f = r.flag(arg, at + ".function");
+        if (!f) return f.error();
+        if (!*f) return r.error(arg, at + ".function", "write function: true (the driver's function draws it), or a range");
+        m.by_hooks = true;
       } else {
         return r.error(v, at, "give {uniform: [lo, hi]}, {loguniform: [lo, hi]}, {randint: [lo, hi]}, {choice: [...]} or a list");
       }
@@ -345,6 +352,12 @@ expected<scheduler_spec> scheduler_from(const reader& r, const YAML::Node& n, co
       return read_mutations(r, v, at, p.hyperparameter_mutations);
     });
     opts.add("seed", int_field(r, p.seed, 0));
+    opts.add("custom_explore", [&](const YAML::Node& v, const std::string& at) -> status {
+      auto f = r.flag(v, at);
+      if (!f) return f.error();
+      p.explore_by_hooks = *f;  // the Python driver's custom_explore_fn
+      return status::ok();
+    });
     if (auto s = opts.read(r, *t, path); !s) return s;
     out = p;
   }

@@ -234,13 +234,22 @@ status read_strategy(const key_input& in, const YAML::Node& v) {
 
 status read_stop(const key_input& in, const YAML::Node& v) {
   if (!v.IsMap()) return in.r.error(v, in.key, "give a mapping, e.g. {max_iterations: 20, metric_threshold: 0.95}");
-  if (auto s = known_keys(in.r, v, in.key, {"max_iterations", "metric_threshold", "max_time_s"},
+  if (auto s = known_keys(in.r, v, in.key, {"max_iterations", "metric_threshold", "max_time_s", "at_least"},
                           {{"training_iteration", "max_iterations"}});
       !s)
     return s;
   auto& stop = in.out.config.stop;
   for (auto e = v.begin(); e != v.end(); ++e) {
     auto k = e->first.Scalar();
+    if (k == "at_least") {  // Ray's stop={"metric": value}: a trial stops once it reports metric >= value
+      if (!e->second.IsMap()) return in.r.error(e->second, "stop.at_least", "give a mapping of metric to value, e.g. {mean_accuracy: 0.98}");
+      for (auto m = e->second.begin(); m != e->second.end(); ++m) {
+        auto x = in.r.number(m->second, "stop.at_least." + m->first.Scalar());
+        if (!x) return x.error();
+        in.out.config.stoppers.push_back(metric_at_least{m->first.Scalar(), *x});
+      }
+      continue;
+    }
     if (k == "max_iterations") {
       auto n = in.r.integer(e->second, "stop." + k, 1);
       if (!n) return n.error();
@@ -251,6 +260,144 @@ status read_stop(const key_input& in, const YAML::Node& v) {
     if (!x) return x.error();
     if (k == "max_time_s" && !(*x > 0)) return in.r.error(e->second, "stop." + k, "give a time above 0");
     (k == "max_time_s" ? stop.max_time_s : stop.metric_threshold) = *x;
+  }
+  return status::ok();
+}
+
+// stoppers: libtune's own (Ray's built-in stoppers), each {type: ..., options}.
+expected<stopper_spec> stopper_from(const reader& r, const YAML::Node& n, const std::string& at) {
+  if (!n.IsMap() || !n["type"])
+    return r.error(n, at, "give {type: maximum_iteration | trial_plateau | experiment_plateau | timeout, ...options}");
+  auto type = r.one_of(n["type"], at + ".type", {"maximum_iteration", "trial_plateau", "experiment_plateau", "timeout"});
+  if (!type) return type.error();
+  auto number = [&](const char* k, double& field) -> status {
+    if (!n[k]) return status::ok();
+    auto x = r.number(n[k], at + "." + k);
+    if (!x) return x.error();
+    field = *x;
+    return status::ok();
+  };
+  auto whole_of = [&](const char* k, int64_t& field, int64_t least) -> status {
+    if (!n[k]) return status::ok();
+    auto x = r.integer(n[k], at + "." + k, least);
+    if (!x) return x.error();
+    field = *x;
+    return status::ok();
+  };
+  auto text_of = [&](const char* k, std::string& field) -> status {
+    if (!n[k]) return r.error(n, at, std::string{"say which metric ("} + k + ")");
+    auto t = r.text(n[k], at + "." + k);
+    if (!t) return t.error();
+    field = *t;
+    return status::ok();
+  };
+  auto mode_of = [&](const char* k, std::optional<mode>& field) -> status {
+    if (!n[k]) return status::ok();
+    auto t = r.one_of(n[k], at + "." + k, {"min", "max"});
+    if (!t) return t.error();
+    field = *t == "max" ? mode::max : mode::min;
+    return status::ok();
+  };
+  stopper_spec out;
+  status st;
+  std::vector<std::string> keys{"type"};
+  if (*type == "maximum_iteration") {
+    maximum_iteration_stopper m;
+    keys.insert(keys.end(), {"max_iter"});
+    st = whole_of("max_iter", m.max_iter, 1);
+    out = m;
+  } else if (*type == "trial_plateau") {
+    trial_plateau_stopper t;
+    keys.insert(keys.end(), {"metric", "std", "num_results", "grace_period", "metric_threshold", "mode"});
+    double threshold = 0;
+    if (!(st = text_of("metric", t.metric)) || !(st = number("std", t.std)) || !(st = whole_of("num_results", t.num_results, 1)) ||
+        !(st = whole_of("grace_period", t.grace_period, 0)) || !(st = number("metric_threshold", threshold)) ||
+        !(st = mode_of("mode", t.mode)))
+      return st;
+    if (n["metric_threshold"]) t.metric_threshold = threshold;
+    out = t;
+  } else if (*type == "experiment_plateau") {
+    experiment_plateau_stopper e;
+    keys.insert(keys.end(), {"metric", "std", "top", "mode", "patience"});
+    std::optional<mode> m;
+    if (!(st = text_of("metric", e.metric)) || !(st = number("std", e.std)) || !(st = whole_of("top", e.top, 2)) ||
+        !(st = mode_of("mode", m)) || !(st = whole_of("patience", e.patience, 0)))
+      return st;
+    if (m) e.mode = *m;
+    out = e;
+  } else {
+    timeout_stopper t;
+    keys.insert(keys.end(), {"timeout_s"});
+    if (!n["timeout_s"]) return r.error(n, at, "give timeout_s (seconds)");
+    st = number("timeout_s", t.timeout_s);
+    out = t;
+  }
+  if (!st) return st;
+  if (auto s = known_keys(r, n, at, keys, {}); !s) return s;
+  if (auto s = check_stopper(out); !s) return r.error(n, at, s.message());
+  return out;
+}
+
+status read_stoppers(const key_input& in, const YAML::Node& v) {
+  if (!v.IsSequence()) return in.r.error(v, in.key, "give a list, e.g. [{type: trial_plateau, metric: loss}]");
+  for (size_t i = 0; i < v.size(); ++i) {
+    auto s = stopper_from(in.r, v[i], in.key + "[" + std::to_string(i) + "]");
+    if (!s) return s.error();
+    in.out.config.stoppers.push_back(std::move(*s));
+  }
+  return status::ok();
+}
+
+status read_checkpoints(const key_input& in, const YAML::Node& v) {
+  if (!v.IsMap()) return in.r.error(v, in.key, "give a mapping, e.g. {num_to_keep: 2, score_attribute: acc, score_order: max}");
+  if (auto s = known_keys(in.r, v, in.key, {"num_to_keep", "score_attribute", "score_order"}, {}); !s) return s;
+  auto& c = in.out.config.checkpoints;
+  if (v["num_to_keep"]) {
+    auto n = in.r.integer(v["num_to_keep"], in.key + ".num_to_keep", 0);
+    if (!n) return n.error();
+    c.num_to_keep = static_cast<int>(*n);
+  }
+  if (v["score_attribute"]) {
+    auto t = in.r.text(v["score_attribute"], in.key + ".score_attribute");
+    if (!t) return t.error();
+    c.score_attribute = *t;
+  }
+  if (v["score_order"]) {
+    auto t = in.r.one_of(v["score_order"], in.key + ".score_order", {"max", "min"});
+    if (!t) return t.error();
+    c.score_order = *t == "max" ? mode::max : mode::min;
+  }
+  if (!c.score_attribute.empty() && c.num_to_keep == 0)
+    return in.r.error(v, in.key, "score_attribute chooses which checkpoints num_to_keep keeps: give num_to_keep too");
+  return status::ok();
+}
+
+// driver: what the Python driver that runs this experiment serves (written by libtune's
+// Python API; docs/hooks.md).
+status read_driver(const key_input& in, const YAML::Node& v) {
+  if (!v.IsMap()) return in.r.error(v, in.key, "give a mapping (libtune's Python API writes it)");
+  if (auto s = known_keys(in.r, v, in.key, {"results", "trials", "searcher", "scheduler", "prepare", "explore", "timeout_s"}, {}); !s)
+    return s;
+  auto& d = in.out.config.driver;
+  for (auto [k, field] : {std::pair{"results", &d.serves.results}, {"trials", &d.serves.trials},
+                          {"prepare", &d.serves.prepares}, {"explore", &d.serves.explores}}) {
+    if (!v[k]) continue;
+    auto b = in.r.flag(v[k], in.key + "." + k);
+    if (!b) return b.error();
+    *field = *b;
+  }
+  for (auto [k, field] : {std::pair{"searcher", &d.searcher}, {"scheduler", &d.scheduler}}) {
+    if (!v[k]) continue;
+    auto t = in.r.text(v[k], in.key + "." + k);
+    if (!t || t->empty()) return in.r.error(v[k], in.key + "." + k, "give its name");
+    *field = *t;
+  }
+  d.serves.suggests = !d.searcher.empty();
+  d.serves.schedules = !d.scheduler.empty();
+  if (v["timeout_s"]) {
+    auto x = in.r.number(v["timeout_s"], in.key + ".timeout_s");
+    if (!x || !(*x > 0)) return in.r.error(v["timeout_s"], in.key + ".timeout_s", "give seconds above 0");
+    d.timeout_s = *x;
   }
   return status::ok();
 }
@@ -375,7 +522,26 @@ const std::vector<key_row> key_table{
         "n_startup_trials: 10, n_ei_candidates: 24, gamma: 0.1, max_below: 25, prior_weight: 1.0, multivariate: true, "
         "constant_liar: true, points_to_evaluate: [{lr: 0.01}]}`; `{type: random, points_to_evaluate: [...]}`",
         into(&tune_config::search, search_from)),
-    row("stop", "mapping", note("none"), "`{max_iterations: N, metric_threshold: X, max_time_s: S}`", read_stop),
+    row("stop", "mapping", note("none"),
+        "`{max_iterations: N, metric_threshold: X, max_time_s: S, at_least: {metric: X}}`; `at_least` stops a trial "
+        "once it reports that metric >= X, whatever the mode (Ray's `stop={metric: X}`)",
+        read_stop),
+    row("stoppers", "list of mappings", note("none"),
+        "libtune's stoppers (Ray's built-in ones): `{type: maximum_iteration, max_iter: N}`, `{type: trial_plateau, "
+        "metric, std: 0.01, num_results: 4, grace_period: 4, metric_threshold, mode}`, `{type: experiment_plateau, "
+        "metric, std: 0.001, top: 10, mode: min, patience: 0}`, `{type: timeout, timeout_s}` ([hooks.md](hooks.md))",
+        read_stoppers),
+    row("checkpoints", "mapping", value("{num_to_keep: 0}"),
+        "which checkpoints of each trial the experiment folder keeps: `{num_to_keep: N, score_attribute: metric, "
+        "score_order: max}` (the N best by the metric, else the N newest; 0: every one)",
+        read_checkpoints),
+    flag("log_to_driver", &tune_config::log_to_driver, value("true"),
+         "every trial's standard output and error on `tune run`'s standard error, each line prefixed with the trial"),
+    flag("show_results", &tune_config::show_results, value("false"), "each result as a line on standard error"),
+    row("driver", "mapping", note("none"),
+        "written by libtune's Python API: what the Python program that started the experiment answers (its callbacks, "
+        "stoppers, searcher, scheduler, functions; [hooks.md](hooks.md)); such a file runs only from that program",
+        read_driver),
     whole("max_concurrent_trials", &tune_config::max_concurrent_trials, 0, value("0"),
           "trials at once; 0: as many as the cluster holds"),
     whole("max_failures", &tune_config::max_failures, 0, value("0"),
