@@ -50,8 +50,8 @@ class LoggerCallbacksTest(unittest.TestCase):
     def test_a_callback_libtune_does_not_run_is_named(self):
         class Mine:
             pass
-        with self.assertRaisesRegex(ValueError, r"callbacks=\[Mine\(\.\.\.\)\]\): libtune runs no callbacks in the driver; "
-                                                r"it has MLflowLoggerCallback and WandbLoggerCallback"):
+        with self.assertRaisesRegex(TypeError, r"callbacks=\[Mine\(\.\.\.\)\]\): give tune.Callback objects .*"
+                                               r"MLflowLoggerCallback and WandbLoggerCallback"):
             tune.RunConfig(callbacks=[Mine()])
         with self.assertRaisesRegex(ValueError, "MLflowLoggerCallback is given twice"):
             tune.RunConfig(callbacks=[MLflowLoggerCallback(), MLflowLoggerCallback()])

@@ -339,13 +339,10 @@ class BadInput(unittest.TestCase):
         with self.assertRaises(ValueError) as e:
             tune.with_resources(quadratic, {"gpu": 1.5})
         self.assertIn("with_resources(quadratic): gpu=1.5", str(e.exception))
-        with self.assertRaises(TypeError) as e:
-            tune.with_resources(quadratic, lambda config: {"gpu": 1})
-        self.assertIn("function of the config is not supported", str(e.exception))
 
     def test_unknown_and_unsupported_ray_arguments_are_named(self):
         cases = [
-            (lambda: tune.TuneConfig(trial_dirname_creator=str), "trial_dirname_creator"),
+            (lambda: tune.TuneConfig(trial_dirname_creator="x"), "trial_dirname_creator"),
             (lambda: tune.RunConfig(callbacks=[object()]), "callbacks"),
             (lambda: tune.RunConfig(sync_config=object()), "sync_config"),
             (lambda: tune.CheckpointConfig(num_to_keep=0), "num_to_keep must be a whole number of at least 1"),
@@ -356,7 +353,6 @@ class BadInput(unittest.TestCase):
             (lambda: libtune.init(address="ray://head:10001"), "without a scheme"),
             (lambda: libtune.init(num_gpus=0.5), "num_gpus=0.5): give a whole number"),
             (lambda: tune.Tuner(quadratic, tune_config=tune.TuneConfig(metric="loss")).fit(), "give mode='min'"),
-            (lambda: OptunaSearch(space={"x": 1}), "param_space"),
         ]
         for make, named in cases:
             with self.assertRaises((TypeError, ValueError), msg=named) as e:
@@ -364,8 +360,8 @@ class BadInput(unittest.TestCase):
             self.assertIn(named, str(e.exception))
         with self.assertRaises(ValueError) as e:
             tune.Tuner(quadratic, tune_config=tune.TuneConfig(metric="loss", mode="min"),
-                       run_config=tune.RunConfig(stop={"loss": 0.1})).fit()
-        self.assertIn("Ray stops a trial when loss >= 0.1", str(e.exception))
+                       run_config=tune.RunConfig(stop={"loss": "low"})).fit()
+        self.assertIn("give a number (the trial stops once it reports loss >= it)", str(e.exception))
 
     def test_report_outside_a_trial(self):
         with self.assertRaises(RuntimeError) as e:

@@ -29,12 +29,8 @@ def experiment_keys(callbacks, where="RunConfig"):
     """The experiment file's keys and the environment the engine needs for these
     callbacks (a ValueError names one that libtune does not run)."""
     keys, env = {}, {}
-    for cb in callbacks or ():
-        if not isinstance(cb, LoggerCallback):
-            raise ValueError(f"{where}(callbacks=[{type(cb).__name__}(...)]): libtune runs no callbacks in the driver; "
-                             f"it has MLflowLoggerCallback and WandbLoggerCallback (libtune.air.integrations.mlflow, "
-                             f".wandb), and writes TensorBoard's files, progress.csv and result.json for every trial "
-                             f"by itself (docs/tracking.md)")
+    trackers, _ = split_callbacks(callbacks, where)
+    for cb in trackers:
         if cb.key in keys:
             raise ValueError(f"{where}(callbacks=...): {type(cb).__name__} is given twice")
         keys[cb.key] = dict(cb.options)
@@ -42,6 +38,23 @@ def experiment_keys(callbacks, where="RunConfig"):
     if keys:
         keys["tracker_python"] = sys.executable
     return keys, env
+
+
+def split_callbacks(callbacks, where="RunConfig"):
+    """(the trackers libtune runs itself, the tune.Callbacks the driver runs); a
+    TypeError names anything else."""
+    from ..tune.callback import Callback
+    trackers, others = [], []
+    for cb in callbacks or ():
+        if isinstance(cb, LoggerCallback):
+            trackers.append(cb)
+        elif isinstance(cb, Callback):
+            others.append(cb)
+        else:
+            raise TypeError(f"{where}(callbacks=[{type(cb).__name__}(...)]): give tune.Callback objects (a subclass "
+                            f"of libtune.tune.Callback, or ray.tune.logger's LoggerCallback) or the trackers' "
+                            f"MLflowLoggerCallback and WandbLoggerCallback, not {type(cb).__name__}")
+    return trackers, others
 
 
 def flatten(d, prefix=""):

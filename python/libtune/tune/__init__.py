@@ -8,7 +8,9 @@ the driver's modules (its start is part of every trial's)."""
 import importlib
 
 _WHERE = {
-    "schedulers": None, "search": None,
+    "schedulers": None, "search": None, "logger": None, "stopper": None, "callback": None, "result": None,
+    "experiment": None, "utils": None,
+    "Callback": "callback", "Stopper": "stopper",
     "Tuner": "tuner",
     "TuneConfig": "config", "RunConfig": "config", "CheckpointConfig": "config", "FailureConfig": "config",
     "ResultGrid": "result_grid", "Result": "result_grid", "TrialError": "result_grid",

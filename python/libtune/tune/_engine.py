@@ -47,7 +47,7 @@ def _first_error(experiment_dir):
         db.close()
 
 
-def run(file, resume=False, quiet=False, fail_fast=False, env=None):
+def run(file, resume=False, quiet=False, fail_fast=False, env=None, driver=None):
     """Runs ``tune run FILE`` (the experiment folder's tuner/experiment.json) and returns
     its JSON summary (None when fail_fast ended it); raises TuneError when the engine
     refused the experiment (or, with fail_fast="raise", when a trial failed),
@@ -59,7 +59,16 @@ def run(file, resume=False, quiet=False, fail_fast=False, env=None):
     env.pop("TUNE_RESUME_DIR", None)
     if resume:
         env["TUNE_RESUME_DIR"] = experiment_dir
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    fds = ()
+    if driver is not None:  # the user's hooks: the engine asks, this process answers (_driver.py)
+        argv += ["--driver-fd", str(driver.engine_fd)]
+        fds = (driver.engine_fd,)
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=env, pass_fds=fds)
+    finally:
+        if driver is not None:
+            driver.close_engine_end()
     tail = bytearray()
     out = bytearray()
 
@@ -106,7 +115,7 @@ def run(file, resume=False, quiet=False, fail_fast=False, env=None):
     interrupted = False
     while True:
         try:
-            code = proc.wait()
+            code = driver.serve(proc) if driver is not None and not interrupted else proc.wait()
             break
         except KeyboardInterrupt:
             # From a terminal the engine got SIGINT too; from kill(1) it did not.

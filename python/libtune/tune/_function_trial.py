@@ -8,6 +8,7 @@ line is the trial's error headline."""
 
 import os
 import pickle
+import signal
 import sys
 
 import libtune
@@ -65,8 +66,20 @@ def _save(trainable, iteration):
     return folder
 
 
+_checkpoint_asked = False
+
+
+def _ask_checkpoint(signum, frame):
+    """SIGURG: the experiment asks for a checkpoint now (a callback's should_checkpoint):
+    made after the step in progress."""
+    global _checkpoint_asked
+    _checkpoint_asked = True
+
+
 def _run_class(cls, config, params, options):
+    global _checkpoint_asked
     libtune.should_stop()  # stop-aware: a stop ends the step in progress, then the loop
+    signal.signal(signal.SIGURG, _ask_checkpoint)
     trainable = cls(config, **params)
     start = libtune.restore_dir()
     if start:
@@ -86,7 +99,8 @@ def _run_class(cls, config, params, options):
             trainable._iteration += 1
             iteration = trainable._iteration
             done = bool(result.get("done", False))
-            save = (every and iteration % every == 0) or (done and at_end)
+            save = (every and iteration % every == 0) or (done and at_end) or _checkpoint_asked
+            _checkpoint_asked = False
             if save:
                 _save(trainable, iteration)
                 libtune.report_checkpoint(iteration)  # before its result, which may end the trial
@@ -108,6 +122,9 @@ def main(argv):
     path, paths = _args(argv)
     payload = _load(path, paths)
     config = libtune.config()
+    if payload.get("objects"):  # the param_space's constants that JSON cannot hold
+        from .search.sample import fill_objects
+        config = fill_objects(config, payload["objects"])
     trainable, params = payload["trainable"], payload.get("parameters", {})
     _session.add_training_iteration = payload.get("add_training_iteration", False)
     _session.max_iterations = payload.get("max_iterations")

@@ -64,10 +64,13 @@ def ray_metrics(result):
 
 
 class Checkpoint:
-    """A checkpoint: a folder of files (Ray's ``Checkpoint``, local folders only)."""
+    """A checkpoint: a folder of files (Ray's ``Checkpoint``, local folders only).
+    ``iteration``: the training iteration it is from, for one libtune stored (None for
+    one made by hand)."""
 
-    def __init__(self, path):
+    def __init__(self, path, iteration=None):
         self.path = os.fspath(path)
+        self.iteration = iteration
 
     @classmethod
     def from_directory(cls, path):
@@ -116,7 +119,9 @@ class Checkpoint:
         yield self.path
 
     def __repr__(self):
-        return f"Checkpoint(path={self.path!r})"
+        if self.iteration is None:
+            return f"Checkpoint(path={self.path!r})"
+        return f"Checkpoint(path={self.path!r}, iteration={self.iteration})"
 
     def __eq__(self, other):
         return isinstance(other, Checkpoint) and os.path.abspath(self.path) == os.path.abspath(other.path)

@@ -49,10 +49,11 @@ class TuneConfig:
         if trial_name_creator is not None and not callable(trial_name_creator):
             raise ValueError(f"{where}: trial_name_creator must be a function of the trial, not {trial_name_creator!r}")
         self.trial_name_creator = trial_name_creator
-        _refuse(where, "trial_dirname_creator", trial_dirname_creator, None,
-                "libtune names each trial's folder by its id (trials/<trial id>, checkpoints/<trial id>); "
-                "trial_name_creator names the trial itself")
-        self.trial_dirname_creator = None
+        if trial_dirname_creator is not None and not callable(trial_dirname_creator):
+            raise ValueError(f"{where}: trial_dirname_creator must be a function of the trial, not "
+                             f"{trial_dirname_creator!r}")
+        # The trial's folder stays trials/<id>; this name links to it (the driver makes the link).
+        self.trial_dirname_creator = trial_dirname_creator
         _refuse(where, "chdir_to_trial_dir", chdir_to_trial_dir, "DEPRECATED",
                 "each trial runs in its own folder (tune.get_context().get_trial_dir()); Ray deprecated it too")
 
@@ -124,7 +125,7 @@ class RunConfig:
                 "libtune's progress is a table on a terminal, lines otherwise (verbose=0: none)")
         _refuse(where, "log_to_file", log_to_file, False,
                 "a failed trial's standard error is kept in <experiment>/trials/<id>/stderr")
-        if callbacks:  # the trackers' (MLflowLoggerCallback, WandbLoggerCallback); any other is refused
+        if callbacks:  # the trackers' (MLflowLoggerCallback, WandbLoggerCallback) and tune.Callback's
             from ..integrations._trackers import experiment_keys
             experiment_keys(callbacks, where)
         self.callbacks = list(callbacks or ())
@@ -140,8 +141,8 @@ class RunConfig:
         if verbose is not None and verbose not in (0, 1, 2, 3):
             raise ValueError(f"{where}: verbose must be 0, 1, 2 or 3, not {verbose!r}")
         self.verbose = verbose
-        if stop is not None and not isinstance(stop, dict):
-            raise ValueError(f"{where}(stop={stop!r}): libtune's stop criteria are a dict: "
-                             f"{{'training_iteration': N, 'time_total_s': S, '<your metric>': threshold}} "
-                             f"(a function or a Stopper runs no code of yours in libtune's engine)")
+        if stop is not None and not isinstance(stop, dict) and not callable(stop):
+            raise ValueError(f"{where}(stop={stop!r}): give a dict ({{'training_iteration': N, '<metric>': "
+                             f"threshold}}: a trial stops once a result reaches any of them), a function "
+                             f"(trial_id, result) -> bool, or a tune.Stopper")
         self.stop = stop

@@ -102,7 +102,7 @@ class Result:
     @property
     def checkpoint(self):
         found = self._checkpoints()
-        return Checkpoint(found[-1][1]) if found else None
+        return Checkpoint(found[-1][1], iteration=found[-1][0]) if found else None
 
     @property
     def best_checkpoints(self):
@@ -111,7 +111,7 @@ class Result:
         out = []
         for iteration, path in self._checkpoints():
             r = by_iteration.get(iteration)
-            out.append((Checkpoint(path), dict(r["metrics"]) if r else {}))
+            out.append((Checkpoint(path, iteration=iteration), dict(r["metrics"]) if r else {}))
         return out
 
     def __repr__(self):

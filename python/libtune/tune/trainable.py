@@ -179,16 +179,14 @@ class PlacementGroupFactory:
 
 def with_resources(trainable, resources):
     """The trainable with the resources each of its trials holds: a dict
-    ({"cpu": 1, "gpu": 0.25}) or a PlacementGroupFactory. (Ray's callable of the config
-    is not supported: libtune places every trial of an experiment with the same request;
-    give ``{"gpu": "auto"}`` for a measured share.)"""
+    ({"cpu": 1, "gpu": 0.25}), a PlacementGroupFactory, or (Ray's) a function of the
+    trial's config returning either, which the driver calls for each new trial before it
+    is placed (docs/hooks.md)."""
     where = f"with_resources({trainable_name(trainable)})"
     _check_trainable(trainable, where)
     if callable(resources) and not isinstance(resources, (dict, PlacementGroupFactory)):
-        raise TypeError(f"{where}: resources as a function of the config is not supported: libtune gives every trial of "
-                        f"an experiment the same request. Give a dict ({{'gpu': 0.25}}), a PlacementGroupFactory, or "
-                        f"{{'gpu': 'auto'}} to have each trial's share measured (docs/auto_packing.md)")
-    if isinstance(resources, PlacementGroupFactory):
+        request = resources
+    elif isinstance(resources, PlacementGroupFactory):
         request = resources
     else:
         request = resources_to_json(resources, where)
@@ -203,8 +201,6 @@ def with_parameters(trainable, **kwargs):
     and shipped with it to every node, not put in each trial's config."""
     where = f"with_parameters({trainable_name(trainable)})"
     _check_trainable(trainable, where)
-    if not kwargs:
-        raise TypeError(f"{where}: give the objects as keywords, e.g. with_parameters(train, data=data)")
     inner, resources, params = unwrap(trainable)
     return _Trainable(inner, resources, {**params, **kwargs})
 

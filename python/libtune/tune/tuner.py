@@ -6,6 +6,7 @@ and dashboard as every libtune experiment) and reads the results from the store.
 trial runs ``python -m libtune.tune._function_trial`` with the driver's interpreter."""
 
 import json
+import math
 import os
 import sys
 import time
@@ -14,8 +15,10 @@ from . import _engine
 from .config import CheckpointConfig, RunConfig, TuneConfig
 from .result_grid import ResultGrid
 from .schedulers import PopulationBasedTraining, TrialScheduler
-from .search.sample import space_to_json
-from .search.searcher import Searcher
+from ._driver import Driver, Hooks
+from .search.sample import Holes, space_to_json
+from .search.searcher import ConcurrencyLimiter, Searcher
+from .stopper import native_parts
 from .trainable import (PlacementGroupFactory, Trainable, TrialInfo, _check_trainable, is_user_path, script_dirs, trainable_name,
                         unwrap)
 
@@ -36,26 +39,25 @@ def _same(where, what, a, b):
 
 
 def _stop_to_json(stop, metric, mode):
-    out = {}
+    """A stop dict (Ray's: a trial stops once a result reaches any value, ``>=``) as the
+    experiment's ``stop``."""
+    out, at_least = {}, {}
     for key, value in (stop or {}).items():
         if key == "done" and value is True:
             continue  # a result with done: True ends its trial anyway
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"RunConfig(stop={{{key!r}: ...}}): give a reported metric's name")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"RunConfig(stop={{{key!r}: {value!r}}}): give a number")
+            raise ValueError(f"RunConfig(stop={{{key!r}: {value!r}}}): give a number (the trial stops once it "
+                             f"reports {key} >= it)")
         if key == "training_iteration":
-            out["max_iterations"] = int(value)
+            out["max_iterations"] = max(1, math.ceil(value))
         elif key == "time_total_s":
             out["max_time_s"] = float(value)
-        elif key == metric and mode == "max":
-            out["metric_threshold"] = float(value)
-        elif key == metric:
-            raise ValueError(f"RunConfig(stop={{{key!r}: {value}}}): Ray stops a trial when {key} >= {value}, even with "
-                             f"mode='min', which would stop a trial whose {key} is still high; libtune does not copy "
-                             f"that. To stop when {key} falls to {value}, run `tune run` with stop: "
-                             f"{{metric_threshold: {value}}}, or stop on training_iteration")
         else:
-            raise ValueError(f"RunConfig(stop={{{key!r}: ...}}): libtune stops trials on training_iteration, "
-                             f"time_total_s and the tuned metric ({metric!r}), not on {key!r}")
+            at_least[key] = float(value)  # as Ray: >= whatever the mode
+    if at_least:
+        out["at_least"] = at_least
     return out
 
 
@@ -205,17 +207,20 @@ class Tuner:
         where = f"Tuner({name})"
         scheduler, search = tc.scheduler, tc.search_alg
         if scheduler is not None and not isinstance(scheduler, TrialScheduler):
-            raise TypeError(f"TuneConfig(scheduler=...): give one of libtune.tune.schedulers' (ASHAScheduler, ...), "
-                            f"not {type(scheduler).__name__}")
+            raise TypeError(f"TuneConfig(scheduler=...): give one of libtune.tune.schedulers' (ASHAScheduler, ...) "
+                            f"or a subclass of tune.schedulers.TrialScheduler, not {type(scheduler).__name__}")
         if search is not None and not isinstance(search, Searcher):
             raise TypeError(f"TuneConfig(search_alg=...): give one of libtune.tune.search's (OptunaSearch, "
-                            f"TPESearch, ...), not {type(search).__name__}")
+                            f"TPESearch, ...) or a subclass of tune.search.Searcher, not {type(search).__name__}")
         metric, mode = tc.metric, tc.mode
         for other in (scheduler, search):
             if other is not None:
+                if isinstance(other.metric, (list, tuple)) or isinstance(other.mode, (list, tuple)):
+                    continue  # several objectives of Optuna's own, in the driver
                 metric = _same("TuneConfig", "metric", metric, other.metric)
                 mode = _same("TuneConfig", "mode", mode, other.mode)
-        space = space_to_json(self._space)
+        holes = Holes()
+        space = space_to_json(self._space, holes=holes)
         experiment = {
             "name": rc.name or self._name,
             "command": [sys.executable, "-m", "libtune.tune._function_trial", "trainable.pkl"],
@@ -239,16 +244,26 @@ class Tuner:
             experiment["metric"], experiment["mode"] = "training_iteration", "max"
         else:
             experiment["metric"], experiment["mode"] = metric, mode
+        resources_fn = None
         if isinstance(resources, PlacementGroupFactory):
             experiment["bundles"] = resources.bundles
             experiment["strategy"] = resources.strategy.lower()
+        elif callable(resources) and not isinstance(resources, dict):
+            resources_fn = resources  # each trial's, from its config, in the driver
         elif resources is not None:
             experiment["resources_per_trial"] = resources
-        if scheduler is not None:
+        user_scheduler = None
+        if scheduler is not None and scheduler._in_driver:
+            user_scheduler = scheduler  # the engine runs FIFO; its decisions come from the driver
+        elif scheduler is not None:
             experiment["scheduler"] = scheduler.to_json()
         limit = tc.max_concurrent_trials or 0
+        user_searcher = None
         if search is not None:
-            experiment["search"] = search.to_json()
+            if search._in_driver:
+                user_searcher = search.searcher if isinstance(search, ConcurrencyLimiter) else search
+            else:
+                experiment["search"] = search.to_json()
             if search.seed is not None:
                 experiment["seed"] = search.seed
             if search.max_concurrent:
@@ -257,15 +272,25 @@ class Tuner:
             experiment["max_concurrent_trials"] = limit
         if tc.time_budget_s is not None:
             experiment["time_budget_s"] = tc.time_budget_s
-        stop = _stop_to_json(rc.stop, metric, mode)
+        user_stoppers = []
+        if isinstance(rc.stop, dict):
+            stop = _stop_to_json(rc.stop, metric, mode)
+        else:
+            stop = {}
+            if rc.stop is not None:
+                native, user_stoppers = native_parts(rc.stop)
+                if native:
+                    experiment["stoppers"] = native
         if stop:
             experiment["stop"] = stop
         if rc.failure_config.max_failures:
             experiment["max_failures"] = rc.failure_config.max_failures
         is_class = isinstance(inner, type) and issubclass(inner, Trainable)
-        from ..integrations._trackers import experiment_keys
+        from ..integrations._trackers import experiment_keys, split_callbacks
         trackers, self._tracker_env = experiment_keys(rc.callbacks)
         experiment.update(trackers)
+        # Ray's CSV, JSON and TensorBoard loggers are the trial files the engine writes.
+        user_callbacks = [c for c in split_callbacks(rc.callbacks)[1] if not getattr(c, "_native", False)]
         if os.environ.get("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS") == "1":  # Ray's switch for its default loggers
             experiment["trial_files"] = False
         if tc.reuse_actors:  # as Ray 2.60, off by default
@@ -281,7 +306,17 @@ class Tuner:
                    "checkpoint_frequency": every, "checkpoint_at_end": bool(cc.checkpoint_at_end),
                    "add_training_iteration": no_metric, "trial_name_creator": tc.trial_name_creator,
                    "max_iterations": stop.get("max_iterations"),
-                   "experiment_name": experiment["name"]}
+                   "experiment_name": experiment["name"], "objects": holes.objects}
+        pbt = scheduler if isinstance(scheduler, PopulationBasedTraining) else None
+        self._hooks = Hooks(metric=metric, mode=mode, trainable_name=name, callbacks=user_callbacks,
+                            stoppers=user_stoppers, searcher=user_searcher, scheduler=user_scheduler,
+                            sample_from=holes.functions, resources_fn=resources_fn,
+                            mutations=pbt._functions if pbt is not None else None,
+                            explore_fn=pbt.custom_explore_fn if pbt is not None else None, stop=rc.stop,
+                            space=self._space, trial_name_creator=tc.trial_name_creator,
+                            dirname_creator=tc.trial_dirname_creator, objects=holes.objects)
+        if self._hooks.any():
+            experiment["driver"] = self._hooks.serves()
         return experiment, payload, metric, mode
 
     @property
@@ -316,10 +351,21 @@ class Tuner:
         else:
             path = _new_folder(os.path.join(_storage(self._run_config), experiment["name"]))
         file = self._write(path, experiment, payload, data, metric, mode)
+        hooks = getattr(self, "_hooks", None)
+        if hooks is not None and hooks.any() and not self._resume:
+            _write_hooks(path, hooks, payload["name"])
         self._path = path
-        _engine.run(file, resume=self._resume, quiet=experiment["progress"] == "none",
-                    env=getattr(self, "_tracker_env", None),
-                    fail_fast=self._run_config.failure_config.fail_fast)
+        driver = Driver(hooks, path) if hooks is not None and hooks.any() else None
+        try:
+            _engine.run(file, resume=self._resume, quiet=experiment["progress"] == "none",
+                        env=getattr(self, "_tracker_env", None),
+                        fail_fast=self._run_config.failure_config.fail_fast, driver=driver)
+        except _engine.TuneError:
+            if driver is not None and driver.failed is not None:
+                driver.raise_failure()  # the user's own exception, not the engine's account of it
+            raise
+        if driver is not None:
+            driver.raise_failure()
         self._results = ResultGrid(path, metric, mode, _settings_known=True)
         creator = payload["trial_name_creator"]
         if creator is not None:
@@ -383,11 +429,47 @@ def _settings(path):
         return {}
 
 
+def _write_hooks(path, hooks, name):
+    """The experiment's user code (callbacks, stoppers, searcher, ...) pickled beside it,
+    for Tuner.restore, which gets only the trainable again."""
+    import cloudpickle
+    try:
+        data = cloudpickle.dumps(hooks)
+    except Exception as e:
+        sys.stderr.write(f"libtune: Tuner({name})'s callbacks, stoppers, searcher or scheduler cannot be pickled "
+                         f"({type(e).__name__}: {e}): Tuner.restore of this experiment will refuse to continue it\n")
+        return
+    temp = os.path.join(path, _TUNER_FOLDER, ".hooks_spec.pkl.tmp")
+    with open(temp, "wb") as f:
+        f.write(data)
+    os.replace(temp, os.path.join(path, _TUNER_FOLDER, "hooks_spec.pkl"))
+
+
+def _read_hooks(path):
+    import pickle
+    file = os.path.join(path, _TUNER_FOLDER, "hooks_spec.pkl")
+    try:
+        with open(file, "rb") as f:
+            return pickle.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"Tuner.restore({path!r}): the experiment ran user code of its own (callbacks, a "
+                                f"stopper, a searcher ...) that could not be kept ({file} is missing); it cannot "
+                                f"continue without it") from None
+    except Exception as e:
+        raise RuntimeError(f"Tuner.restore({path!r}): {file} cannot be read ({type(e).__name__}: {e}); the code it "
+                           f"needs must import as when the experiment started") from e
+
+
 def _restored_plan(self):
     experiment, settings = self._restored
     inner, _, parameters = unwrap(self._trainable)
     name = trainable_name(inner)
+    if "driver" in experiment:
+        self._hooks = _read_hooks(self._path)
     payload = {"trainable": inner, "parameters": parameters, "name": name, "trial_name_creator": None,
                "experiment_name": experiment["name"], **{k: settings.get(k) for k in _RUNNER_OPTIONS}}
+    if getattr(self, "_hooks", None) is not None:
+        payload["objects"] = self._hooks.objects
+        payload["trial_name_creator"] = self._hooks.trial_name_creator
     return experiment, payload, settings.get("metric"), settings.get("mode")
 

@@ -67,18 +67,87 @@ def _unsupported(name, key, value, default, instead):
 
 class TrialScheduler:
     """The base of the schedulers: ``metric`` and ``mode`` (or TuneConfig's), and the
-    scheduler's entry in libtune's experiment (``to_json()``)."""
+    scheduler's entry in libtune's experiment (``to_json()``).
+
+    A scheduler of your own (Ray's TrialScheduler API) subclasses this and writes
+    ``on_trial_result(tune_controller, trial, result)`` returning CONTINUE, PAUSE or STOP,
+    and as it needs ``on_trial_add``, ``on_trial_complete``, ``on_trial_error``,
+    ``choose_trial_to_run`` (which PAUSED trial runs again). It runs in the driver
+    (docs/hooks.md); its decisions reach the trial a moment after the result."""
 
     _name = "TrialScheduler"
+    CONTINUE = "CONTINUE"
+    PAUSE = "PAUSE"
+    STOP = "STOP"
+    NOOP = "NOOP"
 
     def __init__(self, metric=None, mode=None):
-        _check_mode(self._name, metric, mode)
-        self.metric, self.mode = metric, mode
+        _check_mode(self._name if type(self).to_json is not TrialScheduler.to_json else type(self).__name__,
+                    metric, mode)
+        self._metric, self._mode = metric, mode
+
+    @property
+    def metric(self):
+        return self._metric
+
+    @metric.setter
+    def metric(self, value):
+        self._metric = value
+
+    @property
+    def mode(self):
+        return self._mode
+
+    @mode.setter
+    def mode(self, value):
+        self._mode = value
+
+    @property
+    def _in_driver(self):
+        """A scheduler of the user's (its decisions run in the driver), not libtune's."""
+        return type(self).to_json is TrialScheduler.to_json or \
+            type(self).on_trial_result is not TrialScheduler.on_trial_result
 
     def to_json(self):
         raise NotImplementedError
 
+    # -- Ray's TrialScheduler API, for a scheduler of your own -----------------------
+
+    def set_search_properties(self, metric, mode, **spec):
+        if self._metric is None and metric is not None:
+            self._metric = metric
+        if self._mode is None and mode is not None:
+            self._mode = mode
+        return True
+
+    def on_trial_add(self, tune_controller, trial):
+        pass
+
+    def on_trial_error(self, tune_controller, trial):
+        pass
+
+    def on_trial_result(self, tune_controller, trial, result):
+        return TrialScheduler.CONTINUE
+
+    def on_trial_complete(self, tune_controller, trial, result):
+        pass
+
+    def on_trial_remove(self, tune_controller, trial):
+        pass
+
+    def choose_trial_to_run(self, tune_controller):
+        """A PAUSED trial to run again (None: none now)."""
+        for t in tune_controller.get_trials():
+            if t.status == "PAUSED":
+                return t
+        return None
+
+    def debug_string(self):
+        return type(self).__name__
+
     def __repr__(self):
+        if self._in_driver:
+            return f"{type(self).__name__}()"
         return f"{type(self).__name__}({self.to_json()})"
 
 
@@ -193,7 +262,8 @@ class PopulationBasedTraining(TrialScheduler):
                              f"e.g. {{'lr': tune.loguniform(1e-4, 0.1), 'batch_size': [16, 32, 64]}}")
         if not isinstance(hyperparam_mutations, dict):
             raise ValueError(f"{self._name}: hyperparam_mutations must be a dict, not {hyperparam_mutations!r}")
-        self.hyperparam_mutations = space_to_json(hyperparam_mutations, "hyperparam_mutations")
+        self._functions = {}  # the mutations the driver draws: key -> function
+        self.hyperparam_mutations = _mutations(hyperparam_mutations, "hyperparam_mutations", "", self._functions)
         self.quantile_fraction = _fraction(self._name, "quantile_fraction", quantile_fraction, 0, 0.5)
         self.resample_probability = _fraction(self._name, "resample_probability", resample_probability, 0, 1)
         factors = list(perturbation_factors) if isinstance(perturbation_factors, (list, tuple)) else None
@@ -202,8 +272,10 @@ class PopulationBasedTraining(TrialScheduler):
             raise ValueError(f"{self._name}: perturbation_factors must be two numbers above 0, "
                              f"e.g. (1.2, 0.8), not {perturbation_factors!r}")
         self.perturbation_factors = [float(f) for f in factors]
-        _unsupported(self._name, "custom_explore_fn", custom_explore_fn, None,
-                     "libtune's PBT perturbs and resamples hyperparam_mutations itself; express the choices there")
+        if custom_explore_fn is not None and not callable(custom_explore_fn):
+            raise ValueError(f"{self._name}: custom_explore_fn must be a function of the config, not "
+                             f"{custom_explore_fn!r}")
+        self.custom_explore_fn = custom_explore_fn  # runs in the driver (docs/hooks.md)
         _unsupported(self._name, "synch", synch, False, "libtune's PBT is asynchronous (Ray's synch=False)")
         _unsupported(self._name, "log_config", log_config, True,
                      "libtune always keeps each trial's configuration (trials.json, the store)")
@@ -215,4 +287,26 @@ class PopulationBasedTraining(TrialScheduler):
                 "burn_in_period": self.burn_in_period, "quantile_fraction": self.quantile_fraction,
                 "resample_probability": self.resample_probability,
                 "perturbation_factors": self.perturbation_factors,
-                "hyperparam_mutations": self.hyperparam_mutations}
+                "hyperparam_mutations": self.hyperparam_mutations,
+                **({"custom_explore": True} if self.custom_explore_fn is not None else {})}
+
+
+def _mutations(value, where, pointer, functions):
+    """PBT's hyperparam_mutations as libtune's experiment writes them; a function (Ray
+    calls it for a new value) becomes ``{function: true}``, drawn by the driver, kept in
+    ``functions`` by its parameter's name."""
+    from ..search.sample import Domain, Function
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} must be a dict, not {value!r}")
+    out = {}
+    for key, inner in value.items():
+        if not isinstance(key, str):
+            raise ValueError(f"{where}: the key {key!r} is not a string")
+        if isinstance(inner, Function):
+            inner = inner.func
+        if callable(inner) and not isinstance(inner, Domain):
+            functions[key] = inner
+            out[key] = {"function": True}
+        else:
+            out[key] = space_to_json(inner, f"{where}.{key}")
+    return out

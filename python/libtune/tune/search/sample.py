@@ -5,6 +5,7 @@ from here. The numbers are checked where the domain is made, as Ray does, so a b
 bound is an error at the line that wrote it."""
 
 import math
+import types
 import numbers
 import random as _random
 
@@ -257,10 +258,48 @@ def _has_domain(value):
     return False
 
 
-def space_to_json(space, where="param_space"):
+SAMPLE_FROM = "__libtune_sample_from__"
+OBJECT = "__libtune_object__"
+
+
+class Holes:
+    """What a param_space holds that libtune's space cannot: sample_from functions (run
+    by the driver, docs/hooks.md) and constants JSON cannot hold (objects, classes: given
+    to the trials in the trainable's pickle). Each stands in the space as a constant
+    placeholder, ``{"__libtune_sample_from__": i}`` or ``{"__libtune_object__": i}``."""
+
+    def __init__(self):
+        self.functions = []
+        self.objects = []
+
+    def function(self, fn):
+        self.functions.append(fn)
+        return {"constant": {SAMPLE_FROM: len(self.functions) - 1}}
+
+    def object(self, value):
+        self.objects.append(value)
+        return {"constant": {OBJECT: len(self.objects) - 1}}
+
+
+def fill_objects(cfg, objects):
+    """A configuration with the objects' placeholders replaced by the objects."""
+    if isinstance(cfg, dict):
+        if len(cfg) == 1 and OBJECT in cfg and isinstance(cfg[OBJECT], int) and 0 <= cfg[OBJECT] < len(objects):
+            return objects[cfg[OBJECT]]
+        return {k: fill_objects(v, objects) for k, v in cfg.items()}
+    if isinstance(cfg, list):
+        return [fill_objects(v, objects) for v in cfg]
+    return cfg
+
+
+def space_to_json(space, where="param_space", holes=None):
     """``space`` (a Ray-style param_space: dicts, domains, grid_search, constants) as
     libtune's search space (JSON types only). A value that JSON cannot hold, a dict key
-    that is not a string, or sample_from is a ValueError naming where it is."""
+    that is not a string, or sample_from is a ValueError naming where it is; given
+    ``holes`` (a Holes), sample_from and plain functions (Ray resolves both per trial)
+    and other objects become its placeholders instead."""
+    if holes is not None and (isinstance(space, Function) or isinstance(space, types.FunctionType)):
+        return holes.function(space.func if isinstance(space, Function) else space)
     if isinstance(space, Function):
         try:
             space.to_json()
@@ -281,8 +320,8 @@ def space_to_json(space, where="param_space"):
                     value = _values("grid_search", value)
                 except ValueError:
                     raise ValueError(f"{where}: grid_search needs a non-empty list of values, not {value!r}") from None
-                return {"grid_search": [space_to_json(v, f"{inner}[{i}]") for i, v in enumerate(value)]}
-            out[key] = space_to_json(value, inner)
+                return {"grid_search": [space_to_json(v, f"{inner}[{i}]", holes) for i, v in enumerate(value)]}
+            out[key] = space_to_json(value, inner, holes)
         # A dict that libtune's space would read as a domain ({"choice": [...]}, a weighted
         # choice): as a constant it is written as one; with a domain inside it cannot be said.
         if (len(out) == 1 and next(iter(out)) in _DOMAIN_KEYS) or set(out) == {"choice", "weights"}:
@@ -292,7 +331,7 @@ def space_to_json(space, where="param_space"):
             return {"constant": out}
         return out
     if isinstance(space, (list, tuple)):
-        return [space_to_json(v, f"{where}[{i}]") for i, v in enumerate(space)]
+        return [space_to_json(v, f"{where}[{i}]", holes) for i, v in enumerate(space)]
     if space is None or isinstance(space, (bool, str)):
         return space
     if isinstance(space, numbers.Integral):
@@ -301,6 +340,8 @@ def space_to_json(space, where="param_space"):
         if not math.isfinite(space):
             raise ValueError(f"{where}: {space!r} cannot be a constant of the space (JSON has no NaN or infinity)")
         return float(space)
+    if holes is not None:
+        return holes.object(space)
     if callable(space):
         raise ValueError(f"{where}: a function ({getattr(space, '__name__', space)!r}) cannot go in the search space: "
                          f"libtune's search and schedulers run in its engine, not in Python. Give one of tune's "

@@ -5,6 +5,7 @@ random (``BasicVariantGenerator``), grid, TPE, GP and BOHB, each turning into th
 its BOHB. Arguments libtune cannot honour are errors naming them."""
 
 import numbers
+import pickle
 
 from .._checks import say_once, whole
 from .sample import space_to_json
@@ -37,28 +38,100 @@ def _real(name, key, value, low=None, high=None):
 
 class Searcher:
     """The base of the search algorithms: ``metric``, ``mode`` (or TuneConfig's), the
-    seed, and the entry in libtune's experiment (``to_json()``)."""
+    seed, and the entry in libtune's experiment (``to_json()``).
+
+    A searcher of your own (Ray's Searcher API) subclasses this and writes
+    ``suggest(trial_id)`` (a config, None for not now, or ``Searcher.FINISHED``), and as it
+    needs ``on_trial_result(trial_id, result)``, ``on_trial_complete(trial_id,
+    result=None, error=False)``, ``set_search_properties(metric, mode, config, **spec)``.
+    It runs in the driver (docs/hooks.md); the searcher object is pickled with the
+    experiment, so Tuner.restore continues it where it was."""
 
     _name = "Searcher"
     _type = None
+    FINISHED = "FINISHED"
+    CKPT_FILE_TMPL = "searcher-state-{}.pkl"
 
     def __init__(self, metric=None, mode=None, points_to_evaluate=None, seed=None, **options):
+        name = self._name if self._type is not None else type(self).__name__
         if mode not in (None, "min", "max"):
-            raise ValueError(f"{self._name}: mode must be 'min' or 'max', not {mode!r}")
+            raise ValueError(f"{name}: mode must be 'min' or 'max', not {mode!r}")
         if metric is not None and not isinstance(metric, str):
-            raise ValueError(f"{self._name}: metric must be a metric's name, not {metric!r}")
-        self.metric, self.mode = metric, mode
-        self.seed = whole(self._name, "seed", seed, 0, allow_none=True)
+            raise ValueError(f"{name}: metric must be a metric's name, not {metric!r}")
+        self._metric, self._mode = metric, mode
+        self.seed = whole(name, "seed", seed, 0, allow_none=True)
         self._options = {k: v for k, v in options.items() if v is not None}
-        points = _points(self._name, points_to_evaluate)
+        points = _points(name, points_to_evaluate)
         if points:
             self._options["points_to_evaluate"] = points
         self.max_concurrent = None
 
+    @property
+    def metric(self):
+        return self._metric
+
+    @metric.setter
+    def metric(self, value):
+        self._metric = value
+
+    @property
+    def mode(self):
+        return self._mode
+
+    @mode.setter
+    def mode(self, value):
+        self._mode = value
+
+    @property
+    def _in_driver(self):
+        """Whether this searcher is code that runs in the driver (a user's subclass, or
+        a library run there) rather than one of libtune's own."""
+        return type(self).suggest is not Searcher.suggest
+
     def to_json(self):
         return {"type": self._type, **self._options} if self._options else self._type
 
+    # -- Ray's Searcher API, for a searcher of your own -----------------------------
+
+    def set_search_properties(self, metric, mode, config, **spec):
+        """Given the experiment's metric, mode and param_space before the first suggest;
+        fills metric and mode where the searcher has none."""
+        if self._metric is None and metric is not None:
+            self._metric = metric
+        if self._mode is None and mode is not None:
+            self._mode = mode
+        return True
+
+    def suggest(self, trial_id):
+        raise NotImplementedError(f"{type(self).__name__}.suggest(trial_id): return a config (a dict), None (not "
+                                  f"now) or Searcher.FINISHED")
+
+    def on_trial_result(self, trial_id, result):
+        pass
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        pass
+
+    def add_evaluated_point(self, parameters, value, error=False, pruned=False, intermediate_values=None):
+        raise NotImplementedError(f"{type(self).__name__}.add_evaluated_point is not implemented")
+
+    def get_state(self):
+        return dict(self.__dict__)
+
+    def set_state(self, state):
+        self.__dict__.update(state)
+
+    def save(self, checkpoint_path):
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump(self.get_state(), f)
+
+    def restore(self, checkpoint_path):
+        with open(checkpoint_path, "rb") as f:
+            self.set_state(pickle.load(f))
+
     def __repr__(self):
+        if self._in_driver:
+            return f"{type(self).__name__}()"
         return f"{type(self).__name__}({self.to_json()!r})"
 
 
@@ -137,22 +210,55 @@ class BOHBSearch(Searcher):
 
 
 class OptunaSearch(TPESearch):
-    """Ray's OptunaSearch: libtune's TPE, which matches or beats Optuna's TPESampler
-    (bench/results). Said once."""
+    """Ray's OptunaSearch. As Ray's examples mostly use it (no sampler, the space in
+    param_space): libtune's own TPE, which matches or beats Optuna's TPESampler
+    (bench/results), said once; Optuna is not needed. Given a ``sampler`` of Optuna's
+    (any: CmaEsSampler, NSGAIISampler, ...), a define-by-run ``space`` function (or a dict
+    of Optuna's distributions), ``evaluated_rewards``, or several metrics, Optuna itself
+    runs in the driver (docs/hooks.md) and decides each configuration."""
     _name = "OptunaSearch"
 
     def __init__(self, space=None, metric=None, mode=None, points_to_evaluate=None, sampler=None, seed=None,
                  evaluated_rewards=None):
-        _no_space(self._name, space)
-        if sampler is not None and type(sampler).__name__ != "TPESampler":
-            raise ValueError(f"OptunaSearch(sampler={type(sampler).__name__}) is not supported: libtune runs its own "
-                             f"TPE (or GPSearch for a Gaussian process); leave sampler out")
-        if evaluated_rewards is not None:
-            raise ValueError("OptunaSearch(evaluated_rewards=...) is not supported: give points_to_evaluate only; "
-                             "libtune evaluates them as trials")
-        say_once("optuna", "OptunaSearch: libtune runs its own TPE (Optuna's algorithm), not Optuna; Optuna is not "
-                            "needed")
-        super().__init__(metric, mode, points_to_evaluate, seed)
+        several = isinstance(metric, (list, tuple)) or isinstance(mode, (list, tuple))
+        self._study = None
+        if space is None and sampler is None and evaluated_rewards is None and not several:
+            say_once("optuna", "OptunaSearch: libtune runs its own TPE (Optuna's algorithm), not Optuna; Optuna is "
+                                "not needed (give OptunaSearch(sampler=...) to run Optuna's own)")
+            super().__init__(metric, mode, points_to_evaluate, seed)
+            return
+        from ._optuna import OptunaStudy
+        Searcher.__init__(self, None, None, None, seed)
+        self._study = OptunaStudy(space, metric, mode, points_to_evaluate, sampler, seed, evaluated_rewards)
+        self._metric = metric if not several else None
+        self._mode = mode if not several else None
+
+    @property
+    def _in_driver(self):
+        return self._study is not None
+
+    def set_search_properties(self, metric, mode, config, **spec):
+        if self._study is None:
+            return super().set_search_properties(metric, mode, config, **spec)
+        return self._study.set_search_properties(metric, mode, config)
+
+    def suggest(self, trial_id):
+        if self._study is None:
+            return super().suggest(trial_id)
+        return self._study.suggest(trial_id)
+
+    def on_trial_result(self, trial_id, result):
+        if self._study is not None:
+            self._study.on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        if self._study is not None:
+            self._study.on_trial_complete(trial_id, result, error)
+
+    def add_evaluated_point(self, parameters, value, error=False, pruned=False, intermediate_values=None):
+        if self._study is None:
+            return super().add_evaluated_point(parameters, value, error, pruned, intermediate_values)
+        self._study.add_evaluated_point(parameters, value, error, pruned, intermediate_values)
 
 
 class HyperOptSearch(TPESearch):
@@ -218,6 +324,10 @@ class ConcurrencyLimiter(Searcher):
         self.max_concurrent = whole(self._name, "max_concurrent", max_concurrent, 1, allow_none=True)
         if searcher.max_concurrent:
             self.max_concurrent = min(self.max_concurrent, searcher.max_concurrent)
+
+    @property
+    def _in_driver(self):
+        return self.searcher._in_driver
 
     def to_json(self):
         return self.searcher.to_json()

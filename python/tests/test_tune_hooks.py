@@ -1,0 +1,279 @@
+"""User code in the engine's decisions (docs/hooks.md), through the real engine: each
+test runs `tune run` (LIBTUNE_TUNE) with this process as its driver, answering over the
+socket: callbacks, stoppers, sample_from, objects in param_space, a searcher and a
+scheduler of the user's, PBT's functions, per-trial resources, and what a failing hook
+does to the experiment.
+
+Run from the repository root:
+  LIBTUNE_TUNE=build/nodes/tune PYTHONPATH=python python3 -m unittest python/tests/test_tune_hooks.py -v
+"""
+
+import argparse
+import os
+import subprocess
+import tempfile
+import time
+import unittest
+
+import libtune
+from libtune import tune
+from libtune.tune import Callback, Stopper
+from libtune.tune.logger import CSVLoggerCallback, LoggerCallback
+from libtune.tune.result import SHOULD_CHECKPOINT
+from libtune.tune.schedulers import PopulationBasedTraining, TrialScheduler
+from libtune.tune.search import ConcurrencyLimiter, Searcher
+
+ENGINE = os.environ.get("LIBTUNE_TUNE")
+try:
+    import cloudpickle  # noqa: F401
+    HAVE_CLOUDPICKLE = True
+except ImportError:
+    HAVE_CLOUDPICKLE = False
+
+needs_engine = unittest.skipUnless(ENGINE and HAVE_CLOUDPICKLE, "LIBTUNE_TUNE (the tune CLI) or cloudpickle missing")
+
+
+def steps(config):
+    for i in range(config.get("n", 6)):
+        time.sleep(config.get("sleep", 0.05))
+        tune.report({"score": (i + 1) * config["a"]})
+
+
+class Recorder(Callback):
+    def __init__(self):
+        self.events = []
+        self.results = 0
+
+    def setup(self, stop=None, num_samples=None, total_num_samples=None, **info):
+        self.events.append(("setup", num_samples))
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.events.append(("start", trial.trial_id))
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.results += 1
+        assert result["trial_id"] == trial.trial_id and "training_iteration" in result
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.events.append(("complete", trial.trial_id))
+
+    def on_experiment_end(self, trials, **info):
+        self.events.append(("end", len(trials)))
+
+
+class Lines(LoggerCallback):
+    def __init__(self, path):
+        self.path = path
+
+    def log_trial_result(self, iteration, trial, result):
+        with open(self.path, "a") as f:
+            f.write(f"{trial} {result['training_iteration']}\n")
+
+
+class AtScore(Stopper):
+    def __init__(self, at):
+        self.at = at
+        self.seen = 0
+
+    def __call__(self, trial_id, result):
+        self.seen += 1
+        return result["score"] >= self.at
+
+    def stop_all(self):
+        return False
+
+
+class Counting(Searcher):
+    """Suggests a = 1, 2, 3, then is finished; counts what it was told."""
+
+    def __init__(self):
+        super().__init__(metric="score", mode="max")
+        self.next = 1
+        self.completed = []
+
+    def suggest(self, trial_id):
+        if self.next > 3:
+            return Searcher.FINISHED
+        self.next += 1
+        return {"a": float(self.next - 1), "n": 3}
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        self.completed.append((trial_id, result["score"] if result else None, error))
+
+
+class StopOdd(TrialScheduler):
+    def on_trial_result(self, tune_controller, trial, result):
+        if trial.config["a"] == 1 and result["training_iteration"] >= 2:
+            return TrialScheduler.STOP
+        return TrialScheduler.CONTINUE
+
+
+class Checkpointed(tune.Trainable):
+    def setup(self, config):
+        self.i = 0
+
+    def step(self):
+        time.sleep(0.1)
+        self.i += 1
+        return {"score": self.i}
+
+    def save_checkpoint(self, folder):
+        with open(os.path.join(folder, "i"), "w") as f:
+            f.write(str(self.i))
+
+
+class AskCheckpoint(Callback):
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if result["training_iteration"] == 3:
+            result[SHOULD_CHECKPOINT] = True
+
+
+class Raising(Callback):
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        raise KeyError("boom in the callback")
+
+
+class Hooks(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        os.chmod(self.tmp, 0o755)
+        os.environ["TUNE_SHARED_DIR"] = os.path.join(self.tmp, "shared")
+        libtune.init(num_cpus=4)
+        self.rc = lambda **kw: tune.RunConfig(storage_path=self.tmp, verbose=0, **kw)
+
+    def tearDown(self):
+        libtune.shutdown()
+        subprocess.run(["rm", "-rf", self.tmp])
+
+    @needs_engine
+    def test_callbacks_see_every_event_and_a_stopper_stops(self):
+        rec, lines = Recorder(), os.path.join(self.tmp, "lines.txt")
+        stopper = AtScore(3)
+        grid = tune.Tuner(steps, param_space={"a": tune.grid_search([1.0, 2.0])},
+                          tune_config=tune.TuneConfig(metric="score", mode="max"),
+                          run_config=self.rc(name="cb", stop=stopper,
+                                             callbacks=[rec, Lines(lines), CSVLoggerCallback()])).fit()
+        self.assertEqual(rec.events[0], ("setup", 1))
+        self.assertEqual(rec.events[-1], ("end", 2))
+        self.assertEqual(sorted(e for e in rec.events if e[0] == "complete"),
+                         sorted(("complete", r.metrics["trial_id"]) for r in grid))
+        self.assertGreaterEqual(rec.results, 4)
+        for r in grid:  # stopped at score >= 3, not at the end (6 steps of 50 ms)
+            self.assertLess(r.metrics["training_iteration"], 6, r.metrics)
+        with open(lines) as f:
+            self.assertIn("steps_trial-0000", f.read())
+
+    @needs_engine
+    def test_a_dict_stop_on_another_metric_is_at_least_as_ray(self):
+        grid = tune.Tuner(steps, param_space={"a": 1.0, "n": 20, "sleep": 0.01},
+                          tune_config=tune.TuneConfig(metric="score", mode="min"),
+                          run_config=self.rc(name="dict", stop={"score": 4})).fit()
+        self.assertEqual(grid[0].metrics["score"], 4.0)
+
+    @needs_engine
+    def test_sample_from_lambdas_and_objects_in_the_space(self):
+        seen = os.path.join(self.tmp, "seen.txt")
+
+        def train(config):
+            with open(seen, "a") as f:
+                f.write(f"{config['b'] == config['a'] * 2} {type(config['ns']).__name__} {config['ns'].lr} "
+                        f"{config['c']}\n")
+            tune.report({"score": config["b"]})
+
+        space = {"a": tune.uniform(1, 2), "b": tune.sample_from(lambda spec: spec.config.a * 2),
+                 "c": lambda spec: 2 ** 3, "ns": argparse.Namespace(lr=0.5)}
+        tune.Tuner(tune.with_parameters(train), param_space=space,
+                   tune_config=tune.TuneConfig(metric="score", mode="max", num_samples=3),
+                   run_config=self.rc(name="sf")).fit()
+        with open(seen) as f:
+            self.assertEqual(f.read().splitlines(), ["True Namespace 0.5 8"] * 3)
+
+    @needs_engine
+    def test_a_searcher_and_a_scheduler_of_the_users(self):
+        searcher = Counting()
+        grid = tune.Tuner(steps, tune_config=tune.TuneConfig(search_alg=ConcurrencyLimiter(searcher, 2),
+                                                             scheduler=StopOdd(), num_samples=10),
+                          run_config=self.rc(name="searcher")).fit()
+        self.assertEqual(sorted(r.config["a"] for r in grid), [1.0, 2.0, 3.0])
+        by_a = {r.config["a"]: r.metrics["training_iteration"] for r in grid}
+        self.assertEqual(by_a[3.0], 3)
+        self.assertLess(by_a[1.0], 3)
+
+    @needs_engine
+    def test_pbt_draws_with_the_users_function(self):
+        drawn = os.path.join(self.tmp, "drawn.txt")
+
+        def draw():
+            with open(drawn, "a") as f:
+                f.write("x\n")
+            return 0.123
+
+        def forever(config):  # ends at the stop (8 iterations); restored trials go on from their donor's
+            for i in range(1000):
+                time.sleep(0.05)
+                with tempfile.TemporaryDirectory() as d:
+                    tune.report({"score": config["a"] * (i + 1)}, checkpoint=tune.Checkpoint.from_directory(d))
+
+        pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2,
+                                      resample_probability=1.0, hyperparam_mutations={"a": draw},
+                                      custom_explore_fn=lambda c: dict(c, explored=True))
+        grid = tune.Tuner(forever, param_space={"a": tune.grid_search([0.5, 1.0, 2.0, 4.0])},
+                          tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=pbt),
+                          run_config=self.rc(name="pbt", stop={"training_iteration": 8})).fit()
+        self.assertTrue(os.path.exists(drawn), "the mutation's function was never called")
+        import json
+        import sqlite3
+        db = sqlite3.connect(os.path.join(grid.experiment_path, "experiment.db"))
+        exploits = [json.loads(b)["config"] for (b,) in db.execute("SELECT body FROM events WHERE kind = 'exploit'")]
+        db.close()
+        self.assertTrue(exploits, "PBT never exploited")
+        self.assertTrue(all(c.get("explored") and c["a"] == 0.123 for c in exploits), exploits)
+
+    @needs_engine
+    def test_resources_by_function_and_a_bad_request_is_that_trials_error(self):
+        def resources(config):
+            return {"cpu": 1, "gpu": 1.5} if config["a"] > 1.5 else {"cpu": 2}
+
+        grid = tune.Tuner(tune.with_resources(steps, resources), param_space={"a": tune.grid_search([1.0, 2.0])},
+                          tune_config=tune.TuneConfig(metric="score", mode="max"),
+                          run_config=self.rc(name="res")).fit()
+        errors = [str(e) for e in grid.errors]
+        self.assertEqual(len(errors), 1, errors)
+        self.assertIn("gpu=1.5", errors[0])
+
+    @needs_engine
+    def test_should_checkpoint_from_a_callback_makes_a_checkpoint(self):
+        grid = tune.Tuner(Checkpointed, tune_config=tune.TuneConfig(metric="score", mode="max"),
+                          run_config=self.rc(name="ckpt", stop={"training_iteration": 6},
+                                             callbacks=[AskCheckpoint()])).fit()
+        ckpt = grid[0].checkpoint
+        self.assertIsNotNone(ckpt, "the callback's should_checkpoint made no checkpoint")
+        with open(os.path.join(ckpt.path, "i")) as f:
+            self.assertGreaterEqual(int(f.read()), 3)
+
+    @needs_engine
+    def test_a_raising_callback_ends_the_experiment_with_its_exception(self):
+        started = time.time()
+        with self.assertRaises(KeyError) as caught:
+            tune.Tuner(steps, param_space={"a": 1.0, "n": 200},
+                       tune_config=tune.TuneConfig(metric="score", mode="max"),
+                       run_config=self.rc(name="raise", callbacks=[Raising()])).fit()
+        self.assertIn("boom in the callback", str(caught.exception))
+        notes = " ".join(getattr(caught.exception, "__notes__", []))
+        self.assertIn("Raising.on_trial_result", notes)
+        self.assertLess(time.time() - started, 8, "the trial (200 x 50 ms) should have been stopped")
+
+
+class BadInput(unittest.TestCase):
+    def test_a_callback_that_is_not_one_is_named(self):
+        with self.assertRaises(TypeError) as caught:
+            tune.RunConfig(callbacks=[object()])
+        self.assertIn("tune.Callback", str(caught.exception))
+
+    def test_a_stop_that_is_neither_dict_nor_function(self):
+        with self.assertRaises(ValueError):
+            tune.RunConfig(stop=3)
+
+
+if __name__ == "__main__":
+    unittest.main()
