@@ -33,3 +33,31 @@ def whole(where, key, value, least, unit="", allow_none=False):
             or value != int(value) or value < least:
         raise ValueError(f"{where}: {key} must be a whole number of at least {least}{unit}, not {value!r}")
     return int(value)
+
+
+class MetricMode:
+    """``metric`` and ``mode`` of a searcher or scheduler (Ray's ``_metric``/``_mode``
+    underneath, as Ray's own subclasses use them); TuneConfig's fill what it left out."""
+
+    @property
+    def metric(self):
+        return self._metric
+
+    @metric.setter
+    def metric(self, value):
+        self._metric = value
+
+    @property
+    def mode(self):
+        return self._mode
+
+    @mode.setter
+    def mode(self, value):
+        self._mode = value
+
+    def _fill(self, metric, mode):
+        if self._metric is None and metric is not None:
+            self._metric = metric
+        if self._mode is None and mode is not None:
+            self._mode = mode
+        return True

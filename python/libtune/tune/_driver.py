@@ -144,11 +144,9 @@ def resolve_sample_from(cfg, functions):
             spec = _Spec({"config": out})
             try:
                 value = fn(spec)
-            except (_Unresolved, AttributeError, KeyError) as e:
-                if isinstance(e, _Unresolved) or _reads_pending(e, pending):
-                    left.append((path, index))
-                    continue
-                raise
+            except _Unresolved:  # it read one not drawn yet: called again after it
+                left.append((path, index))
+                continue
             where = "param_space[" + "][".join(repr(p) for p in path) + "]"
             _set(out, path, _jsonable(_plain(value) if isinstance(value, dict) else value,
                                       f"{where} (sample_from {getattr(fn, '__name__', fn)})"))
@@ -158,11 +156,6 @@ def resolve_sample_from(cfg, functions):
                              f"so none can be drawn first: make one of them not depend on the others")
         pending = left
     return out
-
-
-def _reads_pending(error, pending):
-    key = error.args[0] if error.args else None
-    return any(path and path[-1] == key for path, _ in pending)
 
 
 class _Controller:
@@ -241,7 +234,6 @@ class Driver:
         self.trials = {}
         self.iteration = 0
         self.failed = None  # (hook, trial, the exception)
-        self.started = False
         self.stopped_all = False
         self.resumed = False
         self.timeout = hook_timeout()

@@ -8,7 +8,7 @@ An argument libtune cannot honour is an error naming it, never ignored."""
 
 import numbers
 
-from .._checks import say_once, whole
+from .._checks import MetricMode, say_once, whole
 from ..search.sample import space_to_json
 
 __all__ = ["TrialScheduler", "FIFOScheduler", "AsyncHyperBandScheduler", "ASHAScheduler", "HyperBandScheduler",
@@ -65,7 +65,7 @@ def _unsupported(name, key, value, default, instead):
         raise ValueError(f"{name}: {key}={value!r} is not supported: {instead}")
 
 
-class TrialScheduler:
+class TrialScheduler(MetricMode):
     """The base of the schedulers: ``metric`` and ``mode`` (or TuneConfig's), and the
     scheduler's entry in libtune's experiment (``to_json()``).
 
@@ -87,22 +87,6 @@ class TrialScheduler:
         self._metric, self._mode = metric, mode
 
     @property
-    def metric(self):
-        return self._metric
-
-    @metric.setter
-    def metric(self, value):
-        self._metric = value
-
-    @property
-    def mode(self):
-        return self._mode
-
-    @mode.setter
-    def mode(self, value):
-        self._mode = value
-
-    @property
     def _in_driver(self):
         """A scheduler of the user's (its decisions run in the driver), not libtune's."""
         return type(self).to_json is TrialScheduler.to_json or \
@@ -114,11 +98,7 @@ class TrialScheduler:
     # -- Ray's TrialScheduler API, for a scheduler of your own -----------------------
 
     def set_search_properties(self, metric, mode, **spec):
-        if self._metric is None and metric is not None:
-            self._metric = metric
-        if self._mode is None and mode is not None:
-            self._mode = mode
-        return True
+        return self._fill(metric, mode)
 
     def on_trial_add(self, tune_controller, trial):
         pass

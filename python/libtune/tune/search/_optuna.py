@@ -20,11 +20,11 @@ def _optuna():
     return optuna
 
 
-def _flatten(space, prefix, out, constants):
+def _flatten(space, prefix, out):
     for key, value in space.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict) and not (len(value) == 1 and "grid_search" in value):
-            _flatten(value, name + "/", out, constants)
+            _flatten(value, name + "/", out)
         else:
             out[name] = value
 
@@ -108,7 +108,7 @@ class OptunaStudy:
             self._mode = mode
         if self._space is None:
             flat = {}
-            _flatten(config or {}, "", flat, None)
+            _flatten(config or {}, "", flat)
             space = {}
             for name, value in flat.items():
                 dist = _distribution(self._optuna, name, value)
@@ -140,7 +140,7 @@ class OptunaStudy:
         self._study = self._optuna.create_study(sampler=sampler, directions=directions)
         for i, point in enumerate(self._points):
             flat = {}
-            _flatten(point, "", flat, None)
+            _flatten(point, "", flat)
             if self._rewards is not None:
                 self.add_evaluated_point(point, self._rewards[i])
             else:
@@ -195,7 +195,7 @@ class OptunaStudy:
             raise ValueError("OptunaSearch.add_evaluated_point: needs a space of distributions (not a define-by-run "
                              "function)")
         flat = {}
-        _flatten(parameters, "", flat, None)
+        _flatten(parameters, "", flat)
         dists = {k: v for k, v in self._space.items() if k in flat}
         state = self._optuna.trial.TrialState
         st = state.FAIL if error else (state.PRUNED if pruned else state.COMPLETE)

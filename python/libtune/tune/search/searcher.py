@@ -7,7 +7,7 @@ its BOHB. Arguments libtune cannot honour are errors naming them."""
 import numbers
 import pickle
 
-from .._checks import say_once, whole
+from .._checks import MetricMode, say_once, whole
 from .sample import space_to_json
 
 __all__ = ["Searcher", "BasicVariantGenerator", "ConcurrencyLimiter", "RandomSearch", "GridSearch", "TPESearch",
@@ -36,7 +36,7 @@ def _real(name, key, value, low=None, high=None):
     return float(value)
 
 
-class Searcher:
+class Searcher(MetricMode):
     """The base of the search algorithms: ``metric``, ``mode`` (or TuneConfig's), the
     seed, and the entry in libtune's experiment (``to_json()``).
 
@@ -67,22 +67,6 @@ class Searcher:
         self.max_concurrent = None
 
     @property
-    def metric(self):
-        return self._metric
-
-    @metric.setter
-    def metric(self, value):
-        self._metric = value
-
-    @property
-    def mode(self):
-        return self._mode
-
-    @mode.setter
-    def mode(self, value):
-        self._mode = value
-
-    @property
     def _in_driver(self):
         """Whether this searcher is code that runs in the driver (a user's subclass, or
         a library run there) rather than one of libtune's own."""
@@ -96,11 +80,7 @@ class Searcher:
     def set_search_properties(self, metric, mode, config, **spec):
         """Given the experiment's metric, mode and param_space before the first suggest;
         fills metric and mode where the searcher has none."""
-        if self._metric is None and metric is not None:
-            self._metric = metric
-        if self._mode is None and mode is not None:
-            self._mode = mode
-        return True
+        return self._fill(metric, mode)
 
     def suggest(self, trial_id):
         raise NotImplementedError(f"{type(self).__name__}.suggest(trial_id): return a config (a dict), None (not "
