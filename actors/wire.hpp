@@ -69,6 +69,8 @@
 //                  numbers, as columns (the fast path), in order with the trial's other messages
 //   trial -> client (trial_result_atom, trial_id, wire_result)   a result with a metric that
 //                  is not a number (its metrics as the worker's JSON)
+//   trial -> client (trial_output_atom, trial_id, lines)   lines of its standard output and
+//                  error, when its spec asks (forward_output: Ray's log_to_driver)
 //   trial -> client (trial_ended_atom, trial_id, wire_trial_end)   its end, its last message
 //   client -> trial (trial_stop_atom, grace_ms) | (trial_kill_atom) | (trial_pause_atom) | (trial_resume_atom)
 //   client -> trial (trial_ack_atom, received)   how many of its messages came (every
@@ -168,6 +170,7 @@ using trial_started_atom = caf::atom_constant<caf::atom("trialrun")>;
 using trial_checkpoint_atom = caf::atom_constant<caf::atom("trialckpt")>;
 using trial_done_atom = caf::atom_constant<caf::atom("trialdone")>;
 using trial_beside_atom = caf::atom_constant<caf::atom("trialbside")>;
+using trial_output_atom = caf::atom_constant<caf::atom("trialout")>;
 using trial_results_atom = caf::atom_constant<caf::atom("trialres")>;
 using trial_result_atom = caf::atom_constant<caf::atom("trialres1")>;
 using trial_ended_atom = caf::atom_constant<caf::atom("trialend")>;
@@ -291,10 +294,11 @@ using trial_greet_wait_atom = caf::atom_constant<caf::atom("tgreetw")>;
 
 // A trial's watcher thread to its actor (trial/watcher.hpp), in this order:
 // (worker_started_atom, pid, group, error, cgroup): it runs (pid > 0) or could not start;
-// (worker_lines_atom, lines): all one read gave; (worker_host_atom, host_usage): its cgroup's
-// usage; (worker_ended_atom, exited, code, how, stderr tail, overlong lines, end): the last.
+// (worker_lines_atom, lines): all one read gave; (worker_output_atom, lines): its output's
+// lines to forward; (worker_host_atom, host_usage): its cgroup's usage; (worker_ended_atom, exited, code, how, stderr tail, overlong lines, end): the last.
 using worker_started_atom = caf::atom_constant<caf::atom("tstarted")>;
 using worker_lines_atom = caf::atom_constant<caf::atom("tline")>;
+using worker_output_atom = caf::atom_constant<caf::atom("toutput")>;
 using worker_host_atom = caf::atom_constant<caf::atom("thost")>;
 using worker_ended_atom = caf::atom_constant<caf::atom("tended")>;
 

@@ -18,6 +18,7 @@ using trial_events_iface = caf::typed_actor<
     caf::reacts_to<wire::trial_done_atom, std::string, std::string>,
     caf::reacts_to<wire::trial_checkpoint_atom, std::string, wire::wire_checkpoint>,
     caf::reacts_to<wire::trial_beside_atom, std::string, wire::wire_beside>,
+    caf::reacts_to<wire::trial_output_atom, std::string, std::vector<std::string>>,
     caf::reacts_to<wire::trial_results_atom, std::string, wire::wire_results>,
     caf::reacts_to<wire::trial_result_atom, std::string, wire::wire_result>,
     caf::reacts_to<wire::trial_ended_atom, std::string, wire::wire_trial_end>,
@@ -35,7 +36,8 @@ using trial_from_owner_iface = caf::typed_actor<caf::reacts_to<wire::route_atom,
 // From its watcher thread, its node and the node's GPU audit:
 using trial_from_node_iface = caf::typed_actor<
     caf::reacts_to<worker_started_atom, int, int, std::string, std::string>,
-    caf::reacts_to<worker_lines_atom, std::vector<std::string>>, caf::reacts_to<worker_host_atom, host_usage>,
+    caf::reacts_to<worker_lines_atom, std::vector<std::string>>,
+    caf::reacts_to<worker_output_atom, std::vector<std::string>>, caf::reacts_to<worker_host_atom, host_usage>,
     caf::reacts_to<worker_ended_atom, bool, int, std::string, std::string, int64_t, wire::wire_trial_end>,
     caf::reacts_to<trial_hold_atom>, caf::reacts_to<audit_usage_atom, int64_t, int64_t, int32_t>,
     caf::reacts_to<audit_violation_atom, std::string, bool>, caf::reacts_to<audit_foreign_atom, wire::wire_beside>,

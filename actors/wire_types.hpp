@@ -181,13 +181,15 @@ struct wire_trial_spec {
   // A C++ trainable's worker may run the experiment's next trial on the same cards when
   // this one ends well (tune/trial/reuse.hpp), and this trial may run in such a worker.
   bool reuse_worker = false;
+  // Its standard output and error go to the owner line by line (trial_output_atom).
+  bool forward_output = false;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_trial_spec& x) {
   return f(caf::meta::type_name("wire_trial_spec"), x.trial_id, x.group, x.bundle, x.program_name, x.program_sha256,
            x.program_size, x.args, x.config_json, x.restore_dir, x.restore_files, x.command, x.workdir_sha256,
-           x.workdir_size, x.workdir_path, x.env, x.output_patterns, x.metric, x.account, x.reuse_worker);
+           x.workdir_size, x.workdir_path, x.env, x.output_patterns, x.metric, x.account, x.reuse_worker, x.forward_output);
 }
 
 // Results of one trial that name the same metrics, as columns: row r's metric k is

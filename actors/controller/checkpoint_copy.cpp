@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -53,20 +55,23 @@ void failed(const job_ptr& job, const std::string& why) {
   job->answer.deliver(wire::refusal(errc::invalid_argument, why));
 }
 
+// Why a stream's write failed, as the system said (errno), when it said.
+std::string why_not() { return errno ? std::strerror(errno) : "the write failed"; }
+
 // Complete: its manifest written, the folder moved into place.
 void complete(const job_ptr& job) {
   double secs = std::chrono::duration<double>(clock_type::now() - job->t0).count();
   nlohmann::json m{{"trial", job->trial}, {"iteration", job->iteration}, {"files", job->manifest},
                    {"bytes", job->bytes},  {"seconds", secs}};
+  errno = 0;
   std::ofstream manifest(job->part + "/MANIFEST.json");
   manifest << json_text(m, 1) << "\n";
   manifest.close();
+  if (!manifest) return failed(job, "cannot write the copy's MANIFEST.json: " + why_not());
   std::error_code ec;
-  if (manifest) {
-    fs::remove_all(job->dest, ec);
-    fs::rename(job->part, job->dest, ec);
-  }
-  if (!manifest || ec) return failed(job, "cannot write the copy's manifest or move it into place");
+  fs::remove_all(job->dest, ec);
+  fs::rename(job->part, job->dest, ec);
+  if (ec) return failed(job, "cannot move the copy into place at " + job->dest + ": " + ec.message());
   nlohmann::json stat = nlohmann::json::object();
   for (auto& f : job->manifest) stat[f["name"].get<std::string>()] = file_identity(job->dest + "/" + f["name"].get<std::string>());
   m["stat"] = std::move(stat);
@@ -85,12 +90,15 @@ void step(copier_actor self, const job_ptr& job) {
     std::error_code ec;
     auto to = fs::path(job->part) / name;
     fs::create_directories(to.parent_path(), ec);
+    errno = 0;
     job->out.open(to, std::ios::binary | std::ios::trunc);
-    if (!job->out) return failed(job, "cannot write " + to.string());
+    if (!job->out) return failed(job, "cannot write " + to.string() + ": " + why_not());
     job->sha = std::make_unique<sha256_stream>();
   }
   if (job->offset >= size) {
-    job->out.close();
+    errno = 0;
+    job->out.close();  // what was buffered is written now: a full disk may only show here
+    if (!job->out) return failed(job, "cannot write " + (fs::path(job->part) / name).string() + ": " + why_not());
     job->manifest.push_back({{"name", name.string()}, {"size", size}, {"sha256", job->sha->hex()}});
     job->bytes += size;
     ++job->index;
@@ -103,8 +111,9 @@ void step(copier_actor self, const job_ptr& job) {
       .then(
           [self, job, length](wire::ckpt_read_atom, const std::string& bytes) {
             if (bytes.size() != length) return failed(job, "the file changed on its node while it was copied");
+            errno = 0;
             job->out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-            if (!job->out) return failed(job, "cannot write a checkpoint file");
+            if (!job->out) return failed(job, "cannot write a checkpoint file: " + why_not());
             job->sha->add(bytes);
             job->offset += length;
             step(self, job);

@@ -200,6 +200,10 @@ controller_trials_iface::behavior_type trial_handlers(controller_actor self) {
         auto id = self->state.from_wire(wire_id);
         if (heard(self, id, false)) on_foreign(self, id, beside);
       },
+      [self](wire::trial_output_atom, const std::string& wire_id, const std::vector<std::string>& lines) {
+        auto id = self->state.from_wire(wire_id);
+        if (heard(self, id, false)) on_output(self, id, lines);
+      },
       [self](wire::trial_results_atom, const std::string& wire_id, const wire::wire_results& r) {
         auto id = self->state.from_wire(wire_id);
         if (heard(self, id, false) && r.well_formed()) ingest_results(self, id, r);

@@ -1,11 +1,14 @@
 // The controller's checkpoints of each trial: copied into the experiment folder as its
-// trial reports them (the two newest kept, and any a start on its way restores from), a
+// trial reports them (every one, kept by the experiment's checkpoint rule, and any a start
+// on its way restores from; one that cannot be stored is said at once), a
 // standby copy of the newest staged on another node, the copy a restart restores from
 // picked and checked, and a resumed experiment's copies read back.
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include "checkpoint_copy.hpp"
+#include "tune/tuner/checkpoint_keep.hpp"
 #include "controller_state.hpp"
 #include "tune/core/json_text.hpp"
 
@@ -13,7 +16,44 @@ namespace tune {
 
 namespace {
 
-void copy_checkpoint(controller_actor self, const std::string& id);
+bool copy_checkpoint(controller_actor self, const std::string& id);
+
+// The iterations that are always kept: the newest reported, the newest stored, and any
+// a start on its way restores from.
+std::set<int64_t> always_kept(const trial_record& r) {
+  std::set<int64_t> out;
+  if (!r.checkpoints.empty()) out.insert(std::prev(r.checkpoints.end())->first);
+  if (!r.stored.empty()) out.insert(std::prev(r.stored.end())->first);
+  for (auto& [at, n] : r.pinned) out.insert(at);
+  return out;
+}
+
+std::vector<int64_t> stored_iterations(const trial_record& r) {
+  std::vector<int64_t> out;
+  for (auto& [at, c] : r.stored) out.push_back(at);
+  return out;
+}
+
+}  // namespace
+
+// The experiment's checkpoint rule applied (controller_state.hpp).
+void keep_by_rule(controller_actor self, const std::string& id) {
+  auto& st = self->state;
+  auto& r = st.records[id];
+  auto kept = checkpoints_kept(st.setup.options.checkpoints, stored_iterations(r), r.scores, always_kept(r));
+  std::error_code ec;
+  for (auto k = r.stored.begin(); k != r.stored.end();) {
+    if (kept.count(k->first)) {
+      ++k;
+      continue;
+    }
+    std::filesystem::remove_all(k->second.dir, ec);
+    r.scores.erase(k->first);
+    k = r.stored.erase(k);
+  }
+}
+
+namespace {
 
 // The manifest that drops a standby copy (no files).
 const std::string drop_manifest = R"({"iteration":0,"files":[]})";
@@ -50,8 +90,40 @@ void staged(controller_actor self, const std::string& id, int64_t it, bool ok, c
   stage_checkpoint(self, id);
 }
 
-// A copy is done (or failed): kept (the two newest of a trial: the older one is the
-// fallback should the newer be found corrupt), and the next one started.
+// A copy that could not be stored: said on the terminal and in the store at once; the
+// trial's error (at its end) when it leaves the trial with no stored checkpoint at all.
+void store_failed(controller_actor self, const std::string& id, int64_t it, const std::string& dest,
+                  const std::string& why) {
+  auto& st = self->state;
+  auto& r = st.records[id];
+  (void)st.setup.store->add_event(id, "checkpoint_copy_failed", {{"iteration", it}, {"dir", dest}, {"error", why}});
+  std::string left = r.stored.empty() ? "it has no stored checkpoint"
+                                      : "its newest stored checkpoint is iteration " +
+                                            std::to_string(std::prev(r.stored.end())->first);
+  if (why != r.store_failed)
+    std::cerr << "tune: warning: " << id << ": its checkpoint of iteration " << it << " could not be stored in "
+              << dest << ": " << why << " (" << left << ")\n";
+  r.store_failed = why;
+  if (!r.stored.empty() || !r.lost_all.empty() || st.over) return;
+  auto why_all = "its checkpoint of iteration " + std::to_string(it) + " could not be stored (" + why +
+                 ") and it has no other: free space or fix the permissions of " + dest;
+  r.lost_all = why_all;
+  // Running: stopped now, its end is its error; ended already: its error now.
+  auto& engine = *st.setup.engine;
+  auto t = engine.trials().find(id);
+  if (t == engine.trials().end()) return;
+  if (t->second.state == trial_state::running) {
+    auto more = engine.on_decision(id, engine_action::kind::stop, why_all);
+    if (!more) return finish(self, more.error());
+    return act(self, std::move(*more));
+  }
+  if (engine.fail_ended(id, why_all)) {
+    (void)st.setup.store->update_trial(id, trial_state::error, why_all);
+    std::cerr << "tune: " << id << ": error: " << why_all << "\n";
+  }
+}
+
+// A copy is done (or failed): kept by the checkpoint rule, and the next one started.
 void copied(controller_actor self, const std::string& id, int64_t it, const std::string& dest, bool ok,
             const std::string& text, uint64_t bytes) {
   auto& st = self->state;
@@ -59,50 +131,52 @@ void copied(controller_actor self, const std::string& id, int64_t it, const std:
   auto& r = st.records[id];
   r.copying = false;
   if (!ok) {
-    (void)st.setup.store->add_event(id, "checkpoint_copy_failed", {{"iteration", it}, {"error", text}});
+    store_failed(self, id, it, dest, text);
   } else {
     auto m = nlohmann::json::parse(text, nullptr, false);
     r.stored[it] = {dest, m};
+    r.store_failed.clear();
     for (auto& s : st.sinks) s->checkpoint(id, it, dest);  // a tracker's artifact, when asked for
-    // Beyond the two newest, copies go, but not one a start on its way restores from
-    // (its node is fetching its files).
-    std::error_code ec;
-    for (auto k = r.stored.begin(); r.stored.size() > 2 && k != std::prev(r.stored.end(), 2);) {
-      if (r.pinned.count(k->first)) {
-        ++k;
-        continue;
-      }
-      std::filesystem::remove_all(k->second.dir, ec);
-      k = r.stored.erase(k);
-    }
+    keep_by_rule(self, id);
     (void)st.setup.store->add_event(id, "checkpoint_stored",
                                     {{"iteration", it}, {"bytes", bytes}, {"files", m.value("files", nlohmann::json::array()).size()},
                                      {"seconds", m.value("seconds", 0.0)}, {"dir", dest}});
     stage_checkpoint(self, id);
   }
   if (st.over) return;
-  if (r.copy_next > it) return copy_checkpoint(self, id);
+  if (copy_checkpoint(self, id)) return;
   advance(self);  // the experiment may have waited for this copy
 }
 
-// Copies a trial's newest reported checkpoint into the experiment folder (older ones
-// not copied yet are skipped), one copy per trial at a time.
-void copy_checkpoint(controller_actor self, const std::string& id) {
+// Copies a trial's reported checkpoints into the experiment folder, one per trial at a
+// time, the newest first (a restart restores from it); none is skipped, but one the
+// checkpoint rule would remove at once beside those stored is not copied.
+bool copy_checkpoint(controller_actor self, const std::string& id) {
   auto& st = self->state;
   auto& r = st.records[id];
-  auto c = r.checkpoints.find(r.copy_next);
-  if (c == r.checkpoints.end() || !c->second.server || r.copying) return;
-  r.copying = true;
-  ++st.copies;
-  int64_t it = c->first;
-  auto dest = st.setup.store->checkpoint_dir(id) + "/" + std::to_string(it);
-  self->request(st.copier, caf::infinite, ckpt_copy_atom::value, st.on_wire(id), it, c->second.path, c->second.server, dest,
-                c->second.access)
-      .then([self, id, it, dest](ckpt_copy_atom, const std::string& text,
-                                 uint64_t bytes) { copied(self, id, it, dest, true, text, bytes); },
-            [self, id, it, dest](caf::error& err) {
-              copied(self, id, it, dest, false, words(self->system(), err, ""), 0);
-            });
+  if (r.copying) return true;
+  while (!r.to_copy.empty()) {
+    int64_t it = *std::prev(r.to_copy.end());
+    r.to_copy.erase(it);
+    auto c = r.checkpoints.find(it);
+    if (c == r.checkpoints.end() || !c->second.server) continue;
+    if (checkpoint_needless(st.setup.options.checkpoints, it, stored_iterations(r), r.scores, always_kept(r))) {
+      r.scores.erase(it);
+      continue;
+    }
+    r.copying = true;
+    ++st.copies;
+    auto dest = st.setup.store->checkpoint_dir(id) + "/" + std::to_string(it);
+    self->request(st.copier, caf::infinite, ckpt_copy_atom::value, st.on_wire(id), it, c->second.path, c->second.server,
+                  dest, c->second.access)
+        .then([self, id, it, dest](ckpt_copy_atom, const std::string& text,
+                                   uint64_t bytes) { copied(self, id, it, dest, true, text, bytes); },
+              [self, id, it, dest](caf::error& err) {
+                copied(self, id, it, dest, false, words(self->system(), err, ""), 0);
+              });
+    return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -156,7 +230,9 @@ void drop_standby(controller_actor self, const std::string& id) {
 void pin(controller_actor self, const std::string& trial, int64_t at, int by) {
   if (at < 0) return;
   auto& pinned = self->state.records[trial].pinned;
-  if ((pinned[at] += by) <= 0) pinned.erase(at);
+  if ((pinned[at] += by) > 0) return;
+  pinned.erase(at);
+  keep_by_rule(self, trial);  // what the pin kept may go now
 }
 
 void pick_copy(controller_actor self, std::string trial, int64_t iteration,
@@ -191,9 +267,9 @@ void on_checkpoint(controller_actor self, const std::string& id, const wire::wir
   r.checkpoints[it] = {c.path, r.node_actor, r.access};
   st.setup.engine->on_checkpoint(id, it);
   (void)st.setup.store->add_event(id, "checkpoint", wire::to_json(c));
-  if (r.node_actor && it > r.copy_next) {
-    r.copy_next = it;
-    copy_checkpoint(self, id);
+  if (r.node_actor) {
+    r.to_copy.insert(it);
+    (void)copy_checkpoint(self, id);
   }
 }
 

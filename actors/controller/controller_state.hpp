@@ -44,7 +44,10 @@ struct trial_record {
   std::map<int64_t, stored_checkpoint> stored;     // iteration -> copy in the experiment folder
   std::map<int64_t, int> pinned;                   // copies starts on their way restore from: how many
   bool copying = false;
-  int64_t copy_next = -1;          // the newest checkpoint not copied yet (-1: none)
+  std::set<int64_t> to_copy;       // reported, not copied yet: copied in order, none skipped
+  std::map<int64_t, double> scores;  // the checkpoint score attribute's value at each iteration
+  std::string store_failed;        // why its latest copy could not be stored (empty: it was)
+  std::string lost_all;            // why no copy of its could be stored: its error at its end
   // Its standby copy (wire.hpp, stage_atom): the node that holds it and its iteration;
   // one staging at a time; why the last one failed (said once), and the newest copy
   // that failed to be staged (tried again only with a newer one, or once it restarted).
@@ -58,6 +61,7 @@ struct trial_record {
   // one of its cards), and why its group waits (the head's latest reason).
   std::vector<std::string> notes;
   std::string waiting;
+  int64_t pid = 0;  // its worker's, once started (what its forwarded output is prefixed with)
 };
 
 struct controller_state {
@@ -138,6 +142,8 @@ void ingest_result(controller_actor self, const std::string& id, const wire::wir
 // Another program appeared on one of the trial's cards (the node's GPU audit): an event,
 // a note in its record, a line on standard error. Nothing is done to it (not ours).
 void on_foreign(controller_actor self, const std::string& id, const wire::wire_beside& beside);
+// Lines of its output (log_to_driver): to the program's standard error, prefixed "(trial pid=N) ".
+void on_output(controller_actor self, const std::string& id, const std::vector<std::string>& lines);
 // Why a trial's group waits (the head's reason): an event, said once on standard error.
 void on_waiting(controller_actor self, const std::string& id, const std::string& reason);
 void start_failed(controller_actor self, const std::string& id, const std::string& why);
@@ -173,6 +179,9 @@ void on_checkpoint(controller_actor self, const std::string& id, const wire::wir
 // Stages a standby copy of the trial's newest copy on another node (standby_copies), one
 // at a time, unless that one is staged already or failed to be.
 void stage_checkpoint(controller_actor self, const std::string& id);
+// The experiment's checkpoint rule (checkpoint_keep.hpp) applied to the trial's copies:
+// those it removes go from the experiment folder.
+void keep_by_rule(controller_actor self, const std::string& id);
 // Asks the node that holds the trial's standby copy to drop it (no answer awaited).
 void drop_standby(controller_actor self, const std::string& id);
 // A copy a start restores from is kept until the start is answered: `by` +1 when a

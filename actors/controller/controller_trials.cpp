@@ -66,6 +66,22 @@ void show_result(controller_actor self, const std::string& id, int64_t it, const
   o.on_output(line);
 }
 
+// The checkpoint score attribute's value in a result (checkpoint_keep.hpp ranks the
+// trial's checkpoints by it); only iterations that have a checkpoint, or may still get
+// one, are remembered.
+void note_score(controller_actor self, const std::string& id, int64_t it, const std::string& text) {
+  auto& attr = self->state.setup.options.checkpoints.score_attribute;
+  if (attr.empty()) return;
+  auto m = nlohmann::json::parse(text, nullptr, false);
+  auto v = m.is_object() ? m.find(attr) : m.end();
+  if (!m.is_object() || v == m.end() || !v->is_number()) return;
+  auto& r = self->state.records[id];
+  r.scores[it] = v->get<double>();
+  if (r.stored.count(it)) keep_by_rule(self, id);  // stored before its score came
+  for (auto k = r.scores.begin(); k != r.scores.end() && k->first < it - 64;)
+    k = r.checkpoints.count(k->first) ? std::next(k) : r.scores.erase(k);
+}
+
 // One result the engine has heard: to the dashboard's feed, to the store with the next
 // flush, to the hooks (`fresh`: one that counts, not a replay); then what the engine
 // wants now.
@@ -75,6 +91,7 @@ void recorded(controller_actor self, const std::string& id, int64_t it, std::opt
   auto& st = self->state;
   ++st.ingested;
   show_result(self, id, it, text);
+  note_score(self, id, it, text);
   if (st.feed) {
     if (value) st.feed->point(id, it, *value);
     if (last) st.feed->last_result(id, text);
@@ -168,6 +185,7 @@ void started(controller_actor self, const std::string& id, const wire::wire_tria
              const engine_action& a) {
   auto& st = self->state;
   auto info = wire::to_json(started);
+  st.records[id].pid = started.pid;
   if (auto& r = st.records[id]; !r.standby_node.empty() && started.node == r.standby_node) {
     drop_standby(self, id);  // it runs where its standby copy was: one elsewhere
     r.standby_tried = -1;
@@ -218,6 +236,7 @@ void send_start(controller_actor self, const live::start_trial& c, std::string r
   wire::wire_trial_spec spec{st.on_wire(a.trial), c.group,  0,           opt.program.name, opt.program.sha256,
                              opt.program.size, opt.args, json_text(a.cfg), restore,          files};
   spec.reuse_worker = opt.reuse_workers;
+  spec.forward_output = opt.log_to_driver && opt.on_output != nullptr;
   if (!opt.command.empty()) {  // a program trial: its configuration in its command line
     auto argv = render_command(opt.command, a.cfg, opt.command_args);
     if (!argv) {
@@ -382,6 +401,14 @@ void on_foreign(controller_actor self, const std::string& id, const wire::wire_b
   std::cerr << "tune: " << id << ": " << note << "\n";
 }
 
+void on_output(controller_actor self, const std::string& id, const std::vector<std::string>& lines) {
+  auto& o = self->state.setup.options;
+  if (!o.log_to_driver || !o.on_output) return;
+  auto pid = self->state.records[id].pid;
+  auto prefix = "(" + id + (pid > 0 ? " pid=" + std::to_string(pid) : std::string{}) + ") ";
+  for (auto& line : lines) o.on_output(prefix + line);
+}
+
 void on_waiting(controller_actor self, const std::string& id, const std::string& reason) {
   auto& st = self->state;
   auto& r = st.records[id];
@@ -440,6 +467,7 @@ void trial_ended(controller_actor self, const std::string& id, bool moved) {
   bool ok = end.ok || end.stopped;
   int failures_before = engine.trials().at(id).failures;
   auto more = engine.on_ended(id, ok, ok ? what_it_reported(self, r, end) : end.error);
+  if (more && !r.lost_all.empty()) (void)engine.fail_ended(id, r.lost_all);  // none of its checkpoints stored
   if (!more) return finish(self, more.error());
   store_end(self, id, end, failures_before);
   if (st.over) return;

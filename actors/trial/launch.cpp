@@ -189,6 +189,7 @@ launch make_launch(const trial_options& opt) {
   // only if it speaks the hand-over protocol (a C++ trainable's, a Python script run by
   // the warm interpreter); any other program ignores TUNE_REUSE_DIR and ends as usual.
   auto at = opt.spec.trial_id.rfind('@');
+  l.forward_output = opt.spec.forward_output;
   l.reuse = opt.spec.reuse_worker && opt.idle && at != std::string::npos && !opt.reuse_root.empty();
   if (l.reuse) {
     l.reuse_key = reuse::key_of(l.spec, opt.spec.trial_id.substr(at + 1), l.limits);

@@ -40,6 +40,7 @@ struct launch {
   bool reuse = false;
   std::string reuse_key, reuse_root;
   std::set<std::string> cards;
+  bool forward_output = false;  // its output's lines to the owner (Ray's log_to_driver)
 };
 
 // How to start the worker: its command (a program trial's, in its working copy; or the

@@ -471,6 +471,9 @@ trial_from_node_iface::behavior_type node_handlers(trial_actor self) {
         on_started(self, pid, group, error, cgroup);
       },
       [self](worker_lines_atom, const std::vector<std::string>& lines) { on_lines(self, lines); },
+      [self](worker_output_atom, std::vector<std::string>& lines) {
+        tell_owner(self, wire::trial_output_atom::value, std::move(lines));
+      },
       [self](worker_host_atom, const host_usage& usage) {  // its cgroup's usage, for the node's report
         auto& st = self->state;
         if (st.opt.node) self->send(st.opt.node, trial_host_atom::value, st.opt.spec.trial_id, usage);

@@ -18,6 +18,7 @@
 //   (trial_results_atom, trial_id, wire_results): results whose metrics are all numbers,
 //     those that came together naming the same metrics, as columns
 //   (trial_result_atom, trial_id, wire_result): a result with a metric that is not a number
+//   (trial_output_atom, trial_id, lines): lines of its output (its spec's forward_output)
 //   (trial_ended_atom, trial_id, wire_trial_end): its end, the last message (wire.hpp: how
 //     it ended, its error, its results and latest checkpoint, what its cgroup measured —
 //     containment, host memory and its peak, CPU seconds, OOM kills, refused forks — what

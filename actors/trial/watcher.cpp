@@ -78,6 +78,7 @@ class watcher {
   void run() {
     if (!start()) return;
     auto& w = *owned_;
+    w.forward_output(l_.forward_output);
     caf::anon_send(self_, worker_started_atom::value, w.pid(), w.group(), std::string{}, cg_ ? cg_->path() : std::string{});
     next_sample_ = clock::now() + std::chrono::milliseconds(200);
     if (watch_until_end()) return;  // kept for the experiment's next trial
@@ -165,8 +166,37 @@ class watcher {
     reuse_dir_.clear();
   }
 
+  // Its output's lines to the actor, to forward (log_to_driver): at most
+  // forward_per_second a second (a burst as big); what is over is counted and said once
+  // the rate allows again, so a trial that prints without end cannot flood its owner.
+  void forward() {
+    auto lines = owned_->take_forwarded();
+    auto now = clock::now();
+    budget_ = std::min<double>(forward_per_second,
+                               budget_ + forward_per_second * std::chrono::duration<double>(now - refilled_).count());
+    refilled_ = now;
+    std::vector<std::string> out;
+    for (auto& line : lines) {
+      if (budget_ < 1) {
+        ++not_forwarded_;
+        continue;
+      }
+      if (not_forwarded_ > 0) {
+        out.push_back("(" + std::to_string(not_forwarded_) + " lines of its output not shown: more than " +
+                      std::to_string(forward_per_second) + " a second; the end of its standard error is kept in "
+                      "its trial folder when it fails)");
+        not_forwarded_ = 0;
+        budget_ -= 1;
+      }
+      out.push_back(std::move(line));
+      budget_ -= 1;
+    }
+    if (!out.empty()) caf::anon_send(self_, worker_output_atom::value, std::move(out));
+  }
+
   // What one read gave, to the actor (output lines that are metrics become reports).
   void hand_over() {
+    if (l_.forward_output) forward();
     for (auto& o : output_)
       if (auto r = metrics_->report_line(o)) lines_.push_back(std::move(*r));
     output_.clear();
@@ -287,7 +317,7 @@ class watcher {
     auto* output_lines = metrics_ ? &output_ : nullptr;
     for (int round = 0; round < last_word_rounds; ++round) {
       bool open = owned_->poll(std::chrono::milliseconds(0), lines_, output_lines);
-      bool got = !lines_.empty() || !output_.empty();
+      bool got = !lines_.empty() || !output_.empty() || owned_->has_forwarded();
       if (!reuse_dir_.empty()) take_line(lines_, reuse::idle_line);
       hand_over();
       if (!open || !got) break;
@@ -313,6 +343,10 @@ class watcher {
   std::unique_ptr<worker_process> owned_;
   std::unique_ptr<trial_cgroup> cg_;
   std::vector<std::string> lines_, output_;
+  static constexpr int forward_per_second = 2000;
+  double budget_ = forward_per_second;
+  clock::time_point refilled_ = clock::now();
+  int64_t not_forwarded_ = 0;
   host_usage before_;
   std::string reuse_dir_;  // its hand-over folder (empty: not reusable)
   bool reused_ = false;

@@ -18,7 +18,6 @@ _state = None
 
 _NO_EFFECT = {
     "ignore_reinit_error": "libtune's init can always be called again",
-    "log_to_driver": "a trial's standard error is kept in <experiment>/trials/<id>/stderr when it fails",
     "configure_logging": "libtune's progress goes to standard error",
     "logging_level": "libtune's progress goes to standard error",
     "namespace": "libtune has no namespaces",
@@ -26,10 +25,13 @@ _NO_EFFECT = {
 
 
 def init(address=None, *, num_cpus=None, num_gpus=None, include_dashboard=None, dashboard_port=None,
-         runtime_env=None, token_file=None, **kwargs):
+         runtime_env=None, token_file=None, log_to_driver=True, **kwargs):
     """Ray's ``ray.init``: which cluster fit() uses (see the module). Arguments libtune
     does not have are errors naming what to use instead, except those without effect
-    in libtune (ignore_reinit_error, log_to_driver, logging_level, ...)."""
+    in libtune (ignore_reinit_error, logging_level, ...). log_to_driver (as Ray's): every
+    trial's standard output and error on this program's standard error, each line
+    prefixed with "(trial-00001 pid=N) "; False keeps them to the trial (the end of a
+    failed trial's standard error is kept in <experiment>/trials/<id>/stderr either way)."""
     global _state
     for key, value in kwargs.items():
         if key in _NO_EFFECT:
@@ -41,6 +43,8 @@ def init(address=None, *, num_cpus=None, num_gpus=None, include_dashboard=None, 
                             f"processes")
         raise TypeError(f"libtune.init() got an unexpected argument {key!r}: it takes address, num_cpus, num_gpus, "
                         f"include_dashboard, dashboard_port, runtime_env, token_file")
+    if not isinstance(log_to_driver, bool):
+        raise TypeError(f"libtune.init(log_to_driver={log_to_driver!r}): give True or False")
     if address is not None and not isinstance(address, str):
         raise TypeError(f"libtune.init(address=...): give 'HOST:PORT', 'auto' or 'local', not {address!r}")
     if address and address.startswith(("ray://", "http://", "https://")):
@@ -71,7 +75,8 @@ def init(address=None, *, num_cpus=None, num_gpus=None, include_dashboard=None, 
         raise ValueError("libtune.init(token_file=...): the token is for a cluster at an address; give address= too")
     _state = {"address": None if address in (None, "auto", "local") else address, "local": local,
               "token_file": None if token_file is None else str(token_file),
-              "num_cpus": num_cpus, "num_gpus": num_gpus, "dashboard_port": dashboard_port, "env_vars": env_vars}
+              "num_cpus": num_cpus, "num_gpus": num_gpus, "dashboard_port": dashboard_port, "env_vars": env_vars,
+              "log_to_driver": log_to_driver}
     return _state
 
 
@@ -87,6 +92,11 @@ def is_initialized():
 
 def env_vars():
     return dict(_state["env_vars"]) if _state else {}
+
+
+def log_to_driver():
+    """Whether trials' output comes to this program's standard error (init's log_to_driver)."""
+    return _state["log_to_driver"] if _state else True
 
 
 def describe():

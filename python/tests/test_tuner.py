@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -46,6 +47,12 @@ def forever(config):
     while True:  # ends when the stop criterion stops it: report does not return then
         i += 1
         tune.report({"score": config["x"] * i})
+
+
+def talking(config):
+    print("out", config["x"])
+    print("err", config["x"], file=sys.stderr)
+    tune.report({"score": 1})
 
 
 def checkpointing(config):
@@ -138,10 +145,10 @@ class Fit(unittest.TestCase):
         with result.checkpoint.as_directory() as d:
             with open(os.path.join(d, "step.txt")) as f:
                 self.assertEqual(f.read(), "3")
-        # At most two kept, the newest last, each with its own result's metrics (a copy may
-        # skip one reported while another was being copied: the newest wins).
+        # Every one kept (CheckpointConfig's default), the newest last, each with its own
+        # result's metrics.
         kept = result.best_checkpoints
-        self.assertLessEqual(len(kept), 2)
+        self.assertEqual([c.iteration for c, _ in kept], [1, 2, 3])
         self.assertEqual(kept[-1][1]["acc"], 6)
         for checkpoint, metrics in kept:
             with open(os.path.join(checkpoint.path, "step.txt")) as f:
@@ -228,6 +235,22 @@ class Fit(unittest.TestCase):
         with self.assertRaises(ValueError):
             grid.get_best_result()
         self.assertEqual(grid.get_best_result("loss", "min").metrics["training_iteration"], 4)
+
+    def test_trials_output_comes_to_the_driver_prefixed_unless_asked_not_to(self):
+        said = io.StringIO()
+        with contextlib.redirect_stderr(said):
+            tune.Tuner(talking, param_space={"x": tune.grid_search([1, 2])}, run_config=self.run_config()).fit()
+        lines = said.getvalue().splitlines()
+        for x in (1, 2):
+            self.assertTrue(any(re.match(r"^\(trial-\d+ pid=\d+\) out %d$" % x, line) for line in lines), lines)
+            self.assertTrue(any(re.match(r"^\(trial-\d+ pid=\d+\) err %d$" % x, line) for line in lines), lines)
+        libtune.init(num_cpus=4, log_to_driver=False)
+        said = io.StringIO()
+        with contextlib.redirect_stderr(said):
+            tune.Tuner(talking, param_space={"x": 3}, run_config=self.run_config()).fit()
+        self.assertNotIn("out 3", said.getvalue())
+        with self.assertRaises(TypeError):
+            libtune.init(log_to_driver="no")
 
     def test_an_existing_experiment_is_not_overwritten(self):
         first = tune.Tuner(quadratic, param_space={"x": 0.5}, run_config=self.run_config(name="same")).fit()

@@ -348,6 +348,30 @@ status read_stoppers(const key_input& in, const YAML::Node& v) {
   return status::ok();
 }
 
+status read_checkpoints(const key_input& in, const YAML::Node& v) {
+  if (!v.IsMap()) return in.r.error(v, in.key, "give a mapping, e.g. {num_to_keep: 2, score_attribute: acc, score_order: max}");
+  if (auto s = known_keys(in.r, v, in.key, {"num_to_keep", "score_attribute", "score_order"}, {}); !s) return s;
+  auto& c = in.out.config.checkpoints;
+  if (v["num_to_keep"]) {
+    auto n = in.r.integer(v["num_to_keep"], in.key + ".num_to_keep", 0);
+    if (!n) return n.error();
+    c.num_to_keep = static_cast<int>(*n);
+  }
+  if (v["score_attribute"]) {
+    auto t = in.r.text(v["score_attribute"], in.key + ".score_attribute");
+    if (!t) return t.error();
+    c.score_attribute = *t;
+  }
+  if (v["score_order"]) {
+    auto t = in.r.one_of(v["score_order"], in.key + ".score_order", {"max", "min"});
+    if (!t) return t.error();
+    c.score_order = *t == "max" ? mode::max : mode::min;
+  }
+  if (!c.score_attribute.empty() && c.num_to_keep == 0)
+    return in.r.error(v, in.key, "score_attribute chooses which checkpoints num_to_keep keeps: give num_to_keep too");
+  return status::ok();
+}
+
 // driver: what the Python driver that runs this experiment serves (written by libtune's
 // Python API; docs/hooks.md).
 status read_driver(const key_input& in, const YAML::Node& v) {
@@ -507,6 +531,12 @@ const std::vector<key_row> key_table{
         "metric, std: 0.01, num_results: 4, grace_period: 4, metric_threshold, mode}`, `{type: experiment_plateau, "
         "metric, std: 0.001, top: 10, mode: min, patience: 0}`, `{type: timeout, timeout_s}` ([hooks.md](hooks.md))",
         read_stoppers),
+    row("checkpoints", "mapping", value("{num_to_keep: 0}"),
+        "which checkpoints of each trial the experiment folder keeps: `{num_to_keep: N, score_attribute: metric, "
+        "score_order: max}` (the N best by the metric, else the N newest, and the newest always; 0: every one). A reported checkpoint is kept until this removes it; one that cannot be stored is a warning and an event, and the trial's error when it has none stored",
+        read_checkpoints),
+    flag("log_to_driver", &tune_config::log_to_driver, value("true"),
+         "every trial's standard output and error on `tune run`'s standard error, each line prefixed with `(trial-00001 pid=N) `, at most 2,000 lines a second per trial"),
     flag("show_results", &tune_config::show_results, value("false"), "each result as a line on standard error"),
     row("driver", "mapping", note("none"),
         "written by libtune's Python API: what the Python program that started the experiment answers (its callbacks, "

@@ -76,8 +76,8 @@ TEST(ExperimentKeys, AnUnknownKeyListsEveryKeyInTheTablesOrder) {
   EXPECT_EQ(e.error().message(),
             "exp.yaml:1:1: schedular: unknown key (did you mean scheduler?); an experiment has: name, command, "
             "working_dir, working_dir_limit, env, config_args, metric_pattern, space, metric, mode, metrics, constraints, "
-            "num_samples, resources_per_trial, bundles, strategy, scheduler, search, stop, stoppers, show_results, "
-            "driver, max_concurrent_trials, "
+            "num_samples, resources_per_trial, bundles, strategy, scheduler, search, stop, stoppers, checkpoints, "
+            "log_to_driver, show_results, driver, max_concurrent_trials, "
             "max_failures, time_budget_s, experiment_dir, seed, stop_grace_s, group_timeout_s, auto_rebalance, "
             "min_move_interval_s, progress, standby_copies, auto_packing, reuse_workers, trial_files, mlflow, wandb, "
             "tracker_python, in_place");

@@ -152,8 +152,10 @@ void worker_process::take(const int& fd, const char* data, size_t n, std::vector
   if (&fd == &out_) {
     keep_tail(out_tail_, data, n);
     if (output_lines) split_lines(data, n, out_partial_, out_skipping_, max_output_line, *output_lines, overlong_);
+    if (forward_) split_lines(data, n, fwd_out_partial_, fwd_out_skipping_, max_forwarded_line, forwarded_, fwd_overlong_);
   } else if (&fd == &err_) {
     keep_tail(err_tail_, data, n);
+    if (forward_) split_lines(data, n, fwd_err_partial_, fwd_err_skipping_, max_forwarded_line, forwarded_, fwd_overlong_);
   } else {
     split_lines(data, n, rep_partial_, rep_skipping_, max_report_line, reports, overlong_);
   }
@@ -202,6 +204,8 @@ bool worker_process::poll(std::chrono::milliseconds timeout, std::vector<std::st
     output_lines->push_back(std::move(out_partial_));
     out_partial_.clear();
   }
+  for (auto [fd, partial] : {std::pair{out_, &fwd_out_partial_}, std::pair{err_, &fwd_err_partial_}})
+    if (fd < 0 && !partial->empty()) forwarded_.push_back(std::exchange(*partial, {}));  // a last line without its newline
   return out_ >= 0 || err_ >= 0 || rep_ >= 0;
 }
 

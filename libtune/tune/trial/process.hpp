@@ -37,6 +37,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tune/core/status.hpp"
@@ -155,6 +156,15 @@ class worker_process {
   // if you can (tune/trial/PROTOCOL.md).
   void ask_checkpoint();
 
+  // Forwarding (Ray's log_to_driver): complete lines of its standard output and error,
+  // in the order read, kept for take_forwarded() (a line over max_forwarded_line is
+  // dropped whole and counted: forwarded_overlong()).
+  void forward_output(bool on) { forward_ = on; }
+  std::vector<std::string> take_forwarded() { return std::exchange(forwarded_, {}); }
+  bool has_forwarded() const { return !forwarded_.empty(); }
+  static constexpr size_t max_forwarded_line = 16 * 1024;
+  size_t forwarded_overlong() const { return fwd_overlong_; }
+
   // The last bytes it wrote (at most 16 KiB each).
   const std::string& stdout_tail() const { return out_tail_; }
   const std::string& stderr_tail() const { return err_tail_; }
@@ -194,6 +204,11 @@ class worker_process {
   std::string out_tail_, err_tail_, rep_partial_, out_partial_;
   bool rep_skipping_ = false, out_skipping_ = false;  // inside an overlong line, until its newline
   size_t overlong_ = 0;
+  bool forward_ = false;
+  std::vector<std::string> forwarded_;
+  std::string fwd_out_partial_, fwd_err_partial_;
+  bool fwd_out_skipping_ = false, fwd_err_skipping_ = false;
+  size_t fwd_overlong_ = 0;
   int left_behind_ = -1;
   std::optional<exit_info> exit_;
 };

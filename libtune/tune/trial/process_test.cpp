@@ -6,6 +6,8 @@
 #include "harness.hpp"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -89,6 +91,31 @@ TEST_P(WorkerProcess, OutputLinesAreSplitAndOverlongLinesDroppedWhole) {
   EXPECT_EQ(reports, std::vector<std::string>{"good"});
   EXPECT_EQ(output, (std::vector<std::string>{"acc=1", "acc=2"}));
   EXPECT_EQ(p->overlong_lines(), 2u);
+}
+
+// Forwarding (log_to_driver): both streams' lines, a last one without its newline, an
+// overlong one dropped whole and counted; reports are not forwarded.
+TEST_P(WorkerProcess, ForwardedOutputHoldsBothStreamsLines) {
+  auto p = sh("echo out1; echo err1 >&2; echo report >&3; head -c 20000 /dev/zero | tr '\\0' z >&2; echo >&2; "
+              "printf out2");
+  p->forward_output(true);
+  std::vector<std::string> reports, forwarded;
+  std::optional<exit_info> e;
+  auto until = std::chrono::steady_clock::now() + 10s;
+  auto take = [&] {
+    for (auto& l : p->take_forwarded()) forwarded.push_back(l);
+  };
+  while (!(e = p->try_wait()) && std::chrono::steady_clock::now() < until) {
+    if (!p->poll(20ms, reports)) std::this_thread::sleep_for(5ms);
+    take();
+  }
+  ASSERT_TRUE(e && e->ok());
+  while (p->poll(0ms, reports)) take();
+  take();
+  std::sort(forwarded.begin(), forwarded.end());  // the two pipes are read in either order
+  EXPECT_EQ(forwarded, (std::vector<std::string>{"err1", "out1", "out2"}));
+  EXPECT_EQ(reports, std::vector<std::string>{"report"});
+  EXPECT_EQ(p->forwarded_overlong(), 1u);
 }
 
 // A worker that writes reports as fast as they are read: one poll reads at most

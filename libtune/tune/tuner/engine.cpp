@@ -548,6 +548,14 @@ void experiment_engine::on_checkpoint(const std::string& id, int64_t iteration) 
   if (auto it = trials_.find(id); it != trials_.end()) it->second.checkpoint = std::max(it->second.checkpoint, iteration);
 }
 
+bool experiment_engine::fail_ended(const std::string& id, const std::string& error) {
+  auto it = trials_.find(id);
+  if (it == trials_.end() || it->second.state != trial_state::terminated) return false;
+  set_state(it->second, trial_state::error);
+  it->second.error = error;
+  return true;
+}
+
 expected<std::vector<engine_action>> experiment_engine::on_ended(const std::string& id, bool ok, const std::string& error) {
   auto it = trials_.find(id);
   if (it == trials_.end()) return status{errc::not_found, "the end of unknown trial " + id};

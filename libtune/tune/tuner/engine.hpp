@@ -158,6 +158,9 @@ class experiment_engine {
   // latest checkpoint, not counted as a failure; one asked to stop or pause is
   // stopped or paused now.
   expected<std::vector<engine_action>> on_interrupted(const std::string& id);
+  // A trial that ended well fails after all (none of the checkpoints it was asked for
+  // could be stored): false when it had not ended well.
+  bool fail_ended(const std::string& id, const std::string& error);
 
   // The hooks' answers. A configuration for the trial asked for (nullopt: not now; with
   // `finished`: never again): an error when the searcher's configuration is not one

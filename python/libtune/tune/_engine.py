@@ -47,6 +47,11 @@ def _first_error(experiment_dir):
         db.close()
 
 
+# What a quiet run (verbose=0) still shows of the engine's standard error: the trials'
+# forwarded lines ("(trial-00001 pid=N) ...") and warnings.
+_SHOWN_QUIET = re.compile(rb"^(\([^ ()]+ pid=\d+\) |tune: warning: )")
+
+
 def run(file, resume=False, quiet=False, fail_fast=False, env=None, driver=None):
     """Runs ``tune run FILE`` (the experiment folder's tuner/experiment.json) and returns
     its JSON summary (None when fail_fast ended it); raises TuneError when the engine
@@ -72,6 +77,8 @@ def run(file, resume=False, quiet=False, fail_fast=False, env=None, driver=None)
     tail = bytearray()
     out = bytearray()
 
+    partial = bytearray()
+
     def forward():
         err = sys.stderr
         while True:
@@ -80,8 +87,13 @@ def run(file, resume=False, quiet=False, fail_fast=False, env=None, driver=None)
                 return
             tail.extend(chunk)
             del tail[:-16384]
-            if quiet:
-                continue
+            if quiet:  # verbose=0: no progress, but the trials' own lines and warnings (as Ray)
+                partial.extend(chunk)
+                *lines, rest = bytes(partial).split(b"\n")
+                partial[:] = rest[-65536:]
+                chunk = b"".join(line + b"\n" for line in lines if _SHOWN_QUIET.match(line))
+                if not chunk:
+                    continue
             try:
                 err.buffer.write(chunk) if hasattr(err, "buffer") else err.write(chunk.decode("utf-8", "replace"))
                 err.flush()

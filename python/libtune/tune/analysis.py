@@ -84,8 +84,8 @@ class ExperimentAnalysis:
 
 
 _RUN_UNSUPPORTED = {
-    "local_dir": "storage_path", "keep_checkpoints_num": "libtune keeps the two newest",
-    "checkpoint_score_attr": "libtune keeps the newest checkpoints", "sync_config": None, "progress_reporter": None,
+    "local_dir": "storage_path", "keep_checkpoints_num": "checkpoint_config=CheckpointConfig(num_to_keep=...)",
+    "checkpoint_score_attr": "checkpoint_config=CheckpointConfig(checkpoint_score_attribute=...)", "sync_config": None, "progress_reporter": None,
     "log_to_file": None, "trial_dirname_creator": None,
     "resume": "Tuner.restore(path, trainable)", "server_port": None,
     "export_formats": None, "restore": "Tuner.restore(path, trainable)",

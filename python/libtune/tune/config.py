@@ -59,10 +59,13 @@ class TuneConfig:
 
 
 class CheckpointConfig:
-    """How a Trainable class is checkpointed (Ray's ``CheckpointConfig``):
-    checkpoint_frequency (every N iterations) and checkpoint_at_end. A function
-    trainable checkpoints itself (tune.report(..., checkpoint=)). libtune keeps each
-    trial's two newest checkpoints."""
+    """Which checkpoints each trial keeps and how a Trainable class is checkpointed
+    (Ray's ``CheckpointConfig``): num_to_keep (None: every one), ranked by
+    checkpoint_score_attribute in checkpoint_score_order (the newest when there is no
+    score attribute; the newest is always kept besides); checkpoint_frequency (every N
+    iterations) and checkpoint_at_end for a Trainable class. A function trainable
+    checkpoints itself (tune.report(..., checkpoint=)). Every checkpoint a trial
+    reports is kept until this rule removes it."""
 
     def __init__(self, num_to_keep=None, checkpoint_score_attribute=None, checkpoint_score_order="max",
                  checkpoint_frequency=0, checkpoint_at_end=None, _checkpoint_keep_all_ranks="DEPRECATED",
@@ -70,17 +73,14 @@ class CheckpointConfig:
         where = "CheckpointConfig"
         if num_to_keep is not None:
             whole(where, "num_to_keep", num_to_keep, 1, allow_none=True)
-        if (num_to_keep not in (None, 2)) or checkpoint_score_attribute is not None:
-            # Which checkpoints stay on disk, not what is tuned: said, not refused.
-            say_once("CheckpointConfig", f"{where}(num_to_keep={num_to_keep!r}, checkpoint_score_attribute="
-                                          f"{checkpoint_score_attribute!r}): libtune keeps each trial's two newest "
-                                          f"checkpoints (the newest, and the one before as a fallback should it be "
-                                          f"found corrupt), whatever these say; Result.best_checkpoints lists them "
-                                          f"with their metrics")
+        if checkpoint_score_attribute is not None and not isinstance(checkpoint_score_attribute, str):
+            raise TypeError(f"{where}: checkpoint_score_attribute must be a metric's name (a str), not "
+                            f"{checkpoint_score_attribute!r}")
         if checkpoint_score_order not in ("max", "min"):
             raise ValueError(f"{where}: checkpoint_score_order must be 'max' or 'min', not {checkpoint_score_order!r}")
         self.num_to_keep = num_to_keep
         self.checkpoint_score_attribute = checkpoint_score_attribute
+        self.checkpoint_score_order = checkpoint_score_order
         self.checkpoint_frequency = whole(where, "checkpoint_frequency", checkpoint_frequency, 0)
         if checkpoint_at_end is not None and not isinstance(checkpoint_at_end, bool):
             raise ValueError(f"{where}: checkpoint_at_end must be True or False, not {checkpoint_at_end!r}")

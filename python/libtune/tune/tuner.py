@@ -233,6 +233,8 @@ class Tuner:
         }
         from .. import _cluster
         experiment["env"].update(_cluster.env_vars())
+        if not _cluster.log_to_driver():
+            experiment["log_to_driver"] = False
         experiment["env"]["LIBTUNE_EXPERIMENT_NAME"] = experiment["name"]
         for folder in script_dirs():
             experiment["command"] += ["--sys-path", folder]
@@ -299,6 +301,12 @@ class Tuner:
         if not is_class and (cc.checkpoint_frequency or cc.checkpoint_at_end):
             raise ValueError(f"{where}: CheckpointConfig(checkpoint_frequency, checkpoint_at_end) are for Trainable "
                              f"classes; a function checkpoints itself with tune.report(metrics, checkpoint=...)")
+        if cc.num_to_keep is not None:  # Ray's default: every checkpoint kept
+            keep = {"num_to_keep": cc.num_to_keep}
+            if cc.checkpoint_score_attribute is not None:
+                keep["score_attribute"] = cc.checkpoint_score_attribute
+                keep["score_order"] = cc.checkpoint_score_order
+            experiment["checkpoints"] = keep
         every = cc.checkpoint_frequency
         if is_class and not every and isinstance(scheduler, PopulationBasedTraining):
             every = scheduler.to_json().get("perturbation_interval", 1)  # PBT's exploit needs a checkpoint
