@@ -127,7 +127,8 @@ mode: min
 num_samples: 1
 EOF2
 : > "$work/sleeper" && chmod 666 "$work/sleeper"  # the trial (nobody) writes its sleeper's pid
-  "$tune" run "$work/escape.yaml" --address "127.0.0.1:$port" --token-file "$token" --experiment-dir "$work/exp" \
+  # From its own folder: the working directory (the current one) is shipped to the node.
+  (cd "$work" && "$tune" run "$work/escape.yaml" --address "127.0.0.1:$port" --token-file "$token" --experiment-dir "$work/exp") \
     > "$work/run.log" 2>&1 || { say "FAILED: tune run under the delegated node"; cat "$work/run.log"; exit 1; }
   sleeper=$(cat "$work/sleeper")
   for _ in $(seq 1 50); do kill -0 "$sleeper" 2>/dev/null || break; sleep 0.1; done
