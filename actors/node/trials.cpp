@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "audit.hpp"
 #include "log.hpp"
@@ -75,16 +76,15 @@ expected<unix_account> trial_folder_for(node_actor self, const wire::wire_trial_
 }
 
 // The secret its owner reads its checkpoints with (a user's token is not the node's),
-// where the trial cannot reach it.
+// where the trial cannot reach it. A trial started again in its folder (a resume, PBT's
+// exploit) keeps the secret it had: its owner may still be copying a checkpoint of the
+// run before with it.
 expected<std::string> write_access(node_actor self, const std::string& trial) {
-  auto access = random_token();
   auto access_dir = self->state.opt.work_dir + "/access";
-  std::error_code ec;
-  std::filesystem::create_directories(access_dir, ec);
-  ::chmod(access_dir.c_str(), 0700);
-  if (!access || !write_token_file(access_dir + "/" + trial, *access))
-    return status{errc::invalid_argument, "cannot write the trial's access secret in " + access_dir};
-  return *access;
+  auto access = ensure_token(access_dir + "/" + trial);  // the one there, else a new one (0600, folder 0700)
+  if (!access) return status{errc::invalid_argument, "cannot keep the trial's access secret in " + access_dir + ": " +
+                                                         access.error().message()};
+  return access->token;
 }
 
 // How trial `spec` runs in the bundle it holds, with what was fetched for it.

@@ -212,6 +212,8 @@ class Hooks(unittest.TestCase):
             for i in range(1000):
                 time.sleep(0.05)
                 with tempfile.TemporaryDirectory() as d:
+                    with open(os.path.join(d, "weights"), "wb") as f:  # copies that take a moment
+                        f.write(b"w" * (8 << 20))
                     tune.report({"score": config["a"] * (i + 1)}, checkpoint=tune.Checkpoint.from_directory(d))
 
         pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2,
@@ -225,8 +227,13 @@ class Hooks(unittest.TestCase):
         import sqlite3
         db = sqlite3.connect(os.path.join(grid.experiment_path, "experiment.db"))
         exploits = [json.loads(b)["config"] for (b,) in db.execute("SELECT body FROM events WHERE kind = 'exploit'")]
+        kinds = dict(db.execute("SELECT kind, count(*) FROM events GROUP BY kind").fetchall())
         db.close()
         self.assertTrue(exploits, "PBT never exploited")
+        # A trial started again after an exploit keeps its folder's access secret: the
+        # copies of checkpoints it reported before are still allowed (they were refused).
+        self.assertNotIn("checkpoint_copy_failed", kinds, kinds)
+        self.assertEqual(kinds.get("checkpoint_stored"), kinds.get("checkpoint"), kinds)
         self.assertTrue(all(c.get("explored") and c["a"] == 0.123 for c in exploits), exploits)
 
     @needs_engine
@@ -262,6 +269,29 @@ class Hooks(unittest.TestCase):
         notes = " ".join(getattr(caught.exception, "__notes__", []))
         self.assertIn("Raising.on_trial_result", notes)
         self.assertLess(time.time() - started, 8, "the trial (200 x 50 ms) should have been stopped")
+
+    @needs_engine
+    def test_a_hung_stopper_is_named_after_the_timeout_and_the_trials_stop(self):
+        class Hangs(Stopper):
+            def __call__(self, trial_id, result):
+                if result["training_iteration"] == 2:
+                    time.sleep(60)
+                return False
+
+            def stop_all(self):
+                return False
+
+        started = time.time()
+        os.environ["LIBTUNE_HOOK_TIMEOUT_S"] = "1"
+        try:
+            with self.assertRaises(TimeoutError) as caught:
+                tune.Tuner(steps, param_space={"a": 1.0, "n": 400},
+                           tune_config=tune.TuneConfig(metric="score", mode="max"),
+                           run_config=self.rc(name="hang", stop=Hangs())).fit()
+        finally:
+            del os.environ["LIBTUNE_HOOK_TIMEOUT_S"]
+        self.assertIn("Stopper Hangs did not return within 1 s", str(caught.exception))
+        self.assertLess(time.time() - started, 12, "the hook's timeout should have ended it (the trial: 20 s)")
 
 
 class BadInput(unittest.TestCase):
