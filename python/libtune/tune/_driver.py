@@ -242,6 +242,11 @@ class Driver:
         self._controller = _Controller(self)
         self._searcher_finished = False
         self._rng = random.Random()
+        self._trial_objs = []  # self.trials' values, the list every callback is given (Ray's live list)
+        self._running = None  # (the hook, when it began) while user code runs
+        self._overrun = None
+        self._hook_names = {}
+        self._stoppers = [(s, _stopper_name(s)) for s in hooks.stoppers]
 
     # -- the loop -------------------------------------------------------------------
 
@@ -258,6 +263,13 @@ class Driver:
         sock = self.mine
         sock.setblocking(False)
         interrupted = 0
+        watching = threading.current_thread() is threading.main_thread()
+        if watching:
+            previous = signal.signal(signal.SIGALRM, self._alarm)
+            done = threading.Event()
+            watchdog = threading.Thread(target=self._watch_hooks, args=(threading.get_ident(), done),
+                                        name="libtune-hook-watchdog", daemon=True)
+            watchdog.start()
         try:
             while True:
                 try:
@@ -270,6 +282,10 @@ class Driver:
                     if proc.poll() is None:
                         proc.send_signal(signal.SIGINT)
         finally:
+            if watching:
+                done.set()
+                watchdog.join()
+                signal.signal(signal.SIGALRM, previous)
             sock.close()
         code = proc.wait()
         if interrupted:
@@ -351,15 +367,12 @@ class Driver:
 
     def _call(self, hook, for_trial, fn, *args, **kwargs):
         """fn(*args, **kwargs) within the hook's time; on an exception the experiment's
-        failure is kept and None returned."""
+        failure is kept and None returned. While serve() runs, its watchdog thread
+        interrupts a hook that overruns (no timer is set per call: a result's hooks cost
+        only the calls themselves)."""
         if self.failed is not None:
             return None
-        alarm = threading.current_thread() is threading.main_thread()
-        if alarm:
-            def expired(signum, frame):
-                raise _HookTimeout()
-            previous = signal.signal(signal.SIGALRM, expired)
-            signal.setitimer(signal.ITIMER_REAL, self.timeout)
+        self._running = (hook, time.monotonic())
         try:
             return fn(*args, **kwargs)
         except _HookTimeout:
@@ -368,10 +381,23 @@ class Driver:
         except Exception as e:
             self.failed = (hook, for_trial, e, traceback.format_exc())
         finally:
-            if alarm:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                signal.signal(signal.SIGALRM, previous)
+            self._running = None
         return None
+
+    def _watch_hooks(self, main_thread_id, done):
+        """The watchdog: a hook running past the timeout gets SIGALRM in the main thread,
+        whose handler (set by serve) raises _HookTimeout inside it."""
+        period = min(0.5, self.timeout / 4)
+        while not done.wait(period):
+            running = self._running
+            if running is not None and time.monotonic() - running[1] > self.timeout and running is self._running:
+                self._overrun = running
+                signal.pthread_kill(main_thread_id, signal.SIGALRM)
+
+    def _alarm(self, signum, frame):
+        running = self._running
+        if running is not None and running is self._overrun:
+            raise _HookTimeout()
 
     def _failure_answer(self):
         hook, trial, e, tb = self.failed
@@ -391,12 +417,16 @@ class Driver:
             method = getattr(c, name, None)
             if method is None:
                 continue
-            self._call(f"Callback {type(c).__name__}.{name}", for_trial, method, **kwargs)
+            key = (id(c), name)
+            hook = self._hook_names.get(key)
+            if hook is None:
+                hook = self._hook_names[key] = f"Callback {type(c).__name__}.{name}"
+            self._call(hook, for_trial, method, **kwargs)
             if self.failed is not None:
                 return
 
     def _trial_list(self):
-        return list(self.trials.values())
+        return self._trial_objs
 
     def _config(self, config):
         if config is None or not self.hooks.objects:
@@ -416,6 +446,7 @@ class Driver:
                 if name is not None:
                     t.custom_trial_name = str(name)
             self.trials[trial_id] = t
+            self._trial_objs.append(t)
         elif config is not None:
             t.config = config
         return t
@@ -588,9 +619,8 @@ class Driver:
         result = self._result_of(t, e)
         h = self.hooks
         decision = None
-        for s in h.stoppers:
-            name = type(s).__name__ if not _is_function(s) else getattr(s, "__name__", "stop")
-            if self._call(f"Stopper {name}", t.trial_id, s, t.trial_id, result):
+        for s, name in self._stoppers:
+            if self._call(name, t.trial_id, s, t.trial_id, result):
                 decision = "stop"
                 break
         if self.failed is not None:
@@ -737,6 +767,10 @@ class Driver:
 def _is_function(s):
     from .stopper import Stopper
     return not isinstance(s, Stopper)
+
+
+def _stopper_name(s):
+    return "Stopper " + (getattr(s, "__name__", "stop") if _is_function(s) else type(s).__name__)
 
 
 def _reason(decision, hooks, t):
