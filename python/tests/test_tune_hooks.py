@@ -233,6 +233,9 @@ class Hooks(unittest.TestCase):
         # A trial started again after an exploit keeps its folder's access secret: the
         # copies of checkpoints it reported before are still allowed (they were refused).
         self.assertNotIn("checkpoint_copy_failed", kinds, kinds)
+        # An exploited trial's Result has the configuration it ran with last (Ray's).
+        last = [r.config for r in grid if r.config.get("explored")]
+        self.assertTrue(last and all(c["a"] == 0.123 for c in last), [r.config for r in grid])
         self.assertEqual(kinds.get("checkpoint_stored"), kinds.get("checkpoint"), kinds)
         self.assertTrue(all(c.get("explored") and c["a"] == 0.123 for c in exploits), exploits)
 

@@ -150,6 +150,16 @@ def _load(experiment_path):
             info = json.loads(info or "{}")
             info.setdefault("created", created)
             trials.append({"id": tid, "config": json.loads(config), "state": state, "error": error, "info": info})
+        # PBT's exploits change a trial's configuration (the store's trials keep the
+        # first): a Result's config is the one the trial ran with last, as Ray's.
+        explored = {}
+        for tid, body in db.execute("SELECT trial, body FROM events WHERE kind = 'exploit' ORDER BY seq"):
+            config = json.loads(body).get("config")
+            if isinstance(config, dict):
+                explored[tid] = config
+        for t in trials:
+            if t["id"] in explored:
+                t["config"] = explored[t["id"]]
         history = {t["id"]: [] for t in trials}
         for tid, iteration, when, metrics in db.execute(
                 "SELECT trial, iteration, time, metrics FROM results ORDER BY trial, iteration"):
