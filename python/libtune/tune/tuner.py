@@ -293,6 +293,10 @@ class Tuner:
         experiment.update(trackers)
         # Ray's CSV, JSON and TensorBoard loggers are the trial files the engine writes.
         user_callbacks = [c for c in split_callbacks(rc.callbacks)[1] if not getattr(c, "_native", False)]
+        observer = getattr(scheduler, "_observer", None)  # PB2's model learns from every result
+        if observer is not None:
+            scheduler._fill(metric, mode)
+            user_callbacks.append(observer)
         if os.environ.get("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS") == "1":  # Ray's switch for its default loggers
             experiment["trial_files"] = False
         if tc.reuse_actors:  # as Ray 2.60, off by default

@@ -11,7 +11,7 @@ import numbers
 from .._checks import MetricMode, say_once, whole
 from ..search.sample import space_to_json
 
-__all__ = ["TrialScheduler", "FIFOScheduler", "AsyncHyperBandScheduler", "ASHAScheduler", "HyperBandScheduler",
+__all__ = ["PB2", "TrialScheduler", "FIFOScheduler", "AsyncHyperBandScheduler", "ASHAScheduler", "HyperBandScheduler",
            "HyperBandForBOHB", "MedianStoppingRule", "PopulationBasedTraining"]
 
 _ITERATION = "training_iteration"
@@ -290,3 +290,6 @@ def _mutations(value, where, pointer, functions):
         else:
             out[key] = space_to_json(inner, f"{where}.{key}")
     return out
+
+
+from .pb2 import PB2  # noqa: E402  (pb2 builds on PopulationBasedTraining above)

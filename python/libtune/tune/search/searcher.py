@@ -2,7 +2,10 @@
 random (``BasicVariantGenerator``), grid, TPE, GP and BOHB, each turning into the
 ``search`` of libtune's experiment (``to_json()``). Ray's ``OptunaSearch`` and
 ``HyperOptSearch`` are libtune's TPE (said once), ``BayesOptSearch`` its GP, ``TuneBOHB``
-its BOHB. Arguments libtune cannot honour are errors naming them."""
+its BOHB, unless given the library's own space or options: then the library itself runs
+in the driver (_optuna.py, _libraries.py), as ``NevergradSearch`` always does.
+``Repeater`` repeats a driver searcher's configurations. Arguments libtune cannot honour
+are errors naming them."""
 
 import numbers
 import pickle
@@ -11,7 +14,8 @@ from .._checks import MetricMode, say_once, whole
 from .sample import space_to_json
 
 __all__ = ["Searcher", "BasicVariantGenerator", "ConcurrencyLimiter", "RandomSearch", "GridSearch", "TPESearch",
-           "GPSearch", "BOHBSearch", "OptunaSearch", "HyperOptSearch", "BayesOptSearch", "TuneBOHB"]
+           "GPSearch", "BOHBSearch", "OptunaSearch", "HyperOptSearch", "BayesOptSearch", "NevergradSearch", "AxSearch",
+           "TuneBOHB", "Repeater"]
 
 def _points(name, points):
     if points is None:
@@ -241,31 +245,111 @@ class OptunaSearch(TPESearch):
         self._study.add_evaluated_point(parameters, value, error, pruned, intermediate_values)
 
 
-class HyperOptSearch(TPESearch):
-    """Ray's HyperOptSearch: libtune's TPE. Said once."""
+class _RunsLibrary:
+    """A Ray searcher that may run its library in the driver (self._lib, made in
+    __init__ when asked for) or else be libtune's own (self._lib None)."""
+
+    _lib = None
+
+    @property
+    def _in_driver(self):
+        return self._lib is not None
+
+    def set_search_properties(self, metric, mode, config, **spec):
+        if self._lib is None:
+            return super().set_search_properties(metric, mode, config, **spec)
+        return self._lib.set_search_properties(metric, mode, config)
+
+    def suggest(self, trial_id):
+        if self._lib is None:
+            return super().suggest(trial_id)
+        return self._lib.suggest(trial_id)
+
+    def on_trial_result(self, trial_id, result):
+        if self._lib is not None:
+            self._lib.on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        if self._lib is not None:
+            self._lib.on_trial_complete(trial_id, result, error)
+
+
+class HyperOptSearch(_RunsLibrary, TPESearch):
+    """Ray's HyperOptSearch. Without a space of its own: libtune's TPE (Hyperopt's
+    algorithm; Hyperopt is not needed), said once. Given ``space`` (hyperopt's ``hp``
+    expressions, conditional ones too), Hyperopt itself runs in the driver."""
     _name = "HyperOptSearch"
 
     def __init__(self, space=None, metric=None, mode=None, points_to_evaluate=None, n_initial_points=20,
                  random_state_seed=None, gamma=0.25):
-        _no_space(self._name, space)
+        if space is not None:
+            from ._libraries import HyperoptLibrary
+            Searcher.__init__(self, None, None, None, random_state_seed)
+            whole(self._name, "n_initial_points", n_initial_points, 1)
+            self._lib = HyperoptLibrary(space, metric, mode, points_to_evaluate, n_initial_points,
+                                        random_state_seed, _real(self._name, "gamma", gamma, 0, 1))
+            self._metric, self._mode = metric, mode
+            say_once("hyperopt", "HyperOptSearch(space=...): Hyperopt runs in this program (the driver)")
+            return
         say_once("hyperopt", "HyperOptSearch: libtune runs its own TPE (Hyperopt's algorithm), not Hyperopt; "
-                              "Hyperopt is not needed")
+                              "Hyperopt is not needed (give space=... of hyperopt's hp to run Hyperopt itself)")
         super().__init__(metric, mode, points_to_evaluate, random_state_seed,
                          n_startup_trials=n_initial_points, gamma=gamma)
 
 
-class BayesOptSearch(GPSearch):
-    """Ray's BayesOptSearch: libtune's Gaussian-process search. Said once."""
+class BayesOptSearch(_RunsLibrary, GPSearch):
+    """Ray's BayesOptSearch. Without a space or utility of its own: libtune's
+    Gaussian-process search, said once. Given ``space`` ({name: (lower, upper)}) or
+    ``utility_kwargs``, bayes_opt itself runs in the driver (``pip install
+    bayesian-optimization``); with only utility_kwargs and bayes_opt missing, libtune's GP
+    runs and says so."""
     _name = "BayesOptSearch"
 
     def __init__(self, space=None, metric=None, mode=None, points_to_evaluate=None, utility_kwargs=None,
                  random_state=42, random_search_steps=10, verbose=0, patience=5, skip_duplicate=True):
-        _no_space(self._name, space)
-        if utility_kwargs is not None:
-            say_once("bayesopt.utility", f"BayesOptSearch(utility_kwargs={utility_kwargs!r}): libtune's GP uses "
-                                          f"expected improvement, whatever the utility given; leave it out")
-        say_once("bayesopt", "BayesOptSearch: libtune runs its own Gaussian-process search, not bayes_opt")
-        super().__init__(metric, mode, points_to_evaluate, random_state, n_startup_trials=random_search_steps)
+        steps = whole(self._name, "random_search_steps", random_search_steps, 0)
+        library = space is not None
+        if utility_kwargs is not None and not library:
+            import importlib.util
+            library = importlib.util.find_spec("bayes_opt") is not None
+            if not library:
+                say_once("bayesopt.utility", f"BayesOptSearch(utility_kwargs={utility_kwargs!r}): bayes_opt is not "
+                                              f"installed, so libtune's own GP runs (expected improvement); pip "
+                                              f"install bayesian-optimization to run bayes_opt with that utility")
+        if library:
+            from ._libraries import BayesOptLibrary
+            Searcher.__init__(self, None, None, None, random_state)
+            self._lib = BayesOptLibrary(space, metric, mode, points_to_evaluate, utility_kwargs, random_state, steps)
+            self._metric, self._mode = metric, mode
+            say_once("bayesopt", "BayesOptSearch: bayes_opt runs in this program (the driver)")
+            return
+        say_once("bayesopt", "BayesOptSearch: libtune runs its own Gaussian-process search, not bayes_opt (give "
+                             "space=... or utility_kwargs=... with bayes_opt installed to run bayes_opt itself)")
+        super().__init__(metric, mode, points_to_evaluate, random_state, n_startup_trials=max(1, steps))
+
+
+class NevergradSearch(_RunsLibrary, Searcher):
+    """Ray's NevergradSearch: a Nevergrad optimizer (``optimizer=ng.optimizers.OnePlusOne``
+    or one made already) runs in the driver over ``space`` (nevergrad's parameters) or
+    param_space's domains. ``pip install nevergrad``."""
+    _name = "NevergradSearch"
+
+    def __init__(self, optimizer=None, optimizer_kwargs=None, space=None, metric=None, mode=None,
+                 points_to_evaluate=None):
+        from ._libraries import NevergradLibrary
+        Searcher.__init__(self, None, None)
+        self._lib = NevergradLibrary(optimizer, optimizer_kwargs, space, metric, mode, points_to_evaluate)
+        self._metric, self._mode = metric, mode
+
+
+class AxSearch(Searcher):
+    """Ray's AxSearch: not supported (refused where it is made, naming what to use)."""
+    _name = "AxSearch"
+
+    def __init__(self, *args, **kwargs):
+        raise ValueError("AxSearch is not supported by libtune: Ax is not run in the driver yet. Use GPSearch "
+                         "(libtune's own Gaussian process), BayesOptSearch, or OptunaSearch(sampler=...) with one of "
+                         "Optuna's samplers (e.g. optuna.samplers.GPSampler)")
 
 
 class TuneBOHB(BOHBSearch):
@@ -311,3 +395,70 @@ class ConcurrencyLimiter(Searcher):
 
     def to_json(self):
         return self.searcher.to_json()
+
+
+class Repeater(Searcher):
+    """Ray's Repeater: each configuration the wrapped searcher suggests runs ``repeat``
+    times (with ``__trial_index__`` 0..repeat-1 in the config when ``set_index``); once
+    every repeat ended, the searcher is told the group's mean of the metric. It runs in
+    the driver, so it wraps a searcher that runs there too (a Searcher subclass,
+    OptunaSearch(sampler=...), HyperOptSearch(space=...), NevergradSearch, ...)."""
+    _name = "Repeater"
+
+    def __init__(self, searcher, repeat=1, set_index=True):
+        if not isinstance(searcher, Searcher) or isinstance(searcher, ConcurrencyLimiter):
+            raise TypeError(f"Repeater: wrap a searcher (not {type(searcher).__name__}); put a ConcurrencyLimiter "
+                            f"around the Repeater instead")
+        if not searcher._in_driver:
+            raise ValueError(f"Repeater({type(searcher).__name__}): libtune's own searchers run in the engine, which "
+                             f"does not repeat configurations; wrap a searcher that runs in the driver (a Searcher "
+                             f"subclass, OptunaSearch(sampler=...), HyperOptSearch(space=...), NevergradSearch), or "
+                             f"repeat inside the trainable")
+        super().__init__(searcher.metric, searcher.mode)
+        self.searcher = searcher
+        self.repeat = whole(self._name, "repeat", repeat, 1)
+        self.set_index = bool(set_index)
+        self._groups = {}  # group number -> {"config", "left" (repeats still to start), "live", "scores"}
+        self._of_trial = {}  # trial id -> group number
+        self._next_group = 0
+        self._current = None
+
+    def set_search_properties(self, metric, mode, config, **spec):
+        self._fill(metric, mode)
+        return self.searcher.set_search_properties(metric, mode, config, **spec)
+
+    def suggest(self, trial_id):
+        group = self._groups.get(self._current) if self._current is not None else None
+        if group is None or group["left"] == 0:
+            cfg = self.searcher.suggest(f"repeat-group-{self._next_group}")
+            if cfg is None or cfg == Searcher.FINISHED or not isinstance(cfg, dict):
+                return cfg
+            self._current = self._next_group
+            self._next_group += 1
+            group = self._groups[self._current] = {"config": cfg, "left": self.repeat, "live": 0, "scores": []}
+        index = self.repeat - group["left"]
+        group["left"] -= 1
+        group["live"] += 1
+        self._of_trial[trial_id] = self._current
+        cfg = dict(group["config"])
+        if self.set_index:
+            cfg["__trial_index__"] = index
+        return cfg
+
+    def on_trial_result(self, trial_id, result):
+        pass
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        number = self._of_trial.pop(trial_id, None)
+        group = self._groups.get(number)
+        if group is None:
+            return
+        group["live"] -= 1
+        value = (result or {}).get(self.metric) if not error else None
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            group["scores"].append(float(value))
+        if group["live"] == 0 and group["left"] == 0:
+            del self._groups[number]
+            scores = group["scores"]
+            mean = {self.metric: sum(scores) / len(scores)} if scores else None
+            self.searcher.on_trial_complete(f"repeat-group-{number}", mean, error=mean is None)
