@@ -11,6 +11,7 @@
 // metrics, constraints,
 // wall_s. results.csv (every result) and trials.json (every trial) are written into the
 // experiment folder.
+#include <csignal>
 #include "run.hpp"
 
 #include <boost/program_options.hpp>
@@ -414,6 +415,10 @@ int run_on(const cluster& c, const experiment_spec& e) {
 }  // namespace
 
 int cmd_run(const std::vector<std::string>& all_args) {
+  // A reader of its output that is gone (the driver that ran it, killed; `| head`) is a
+  // write that fails, not a SIGPIPE that ends it at once: it ends as it should, its
+  // trials stopped and its embedded cluster's folder removed.
+  std::signal(SIGPIPE, SIG_IGN);
   // Everything after "--" is the command, untouched.
   std::vector<std::string> args, command;
   bool after = false;
