@@ -104,7 +104,8 @@ void store_failed(controller_actor self, const std::string& id, int64_t it, cons
     std::cerr << "tune: warning: " << id << ": its checkpoint of iteration " << it << " could not be stored in "
               << dest << ": " << why << " (" << left << ")\n";
   r.store_failed = why;
-  if (!r.stored.empty() || !r.lost_all.empty() || st.over) return;
+  // Judged once no copy of its is waiting: a newer one reported meanwhile may be stored.
+  if (!r.stored.empty() || !r.lost_all.empty() || !r.to_copy.empty() || st.over) return;
   auto why_all = "its checkpoint of iteration " + std::to_string(it) + " could not be stored (" + why +
                  ") and it has no other: free space or fix the permissions of " + dest;
   r.lost_all = why_all;
@@ -136,6 +137,7 @@ void copied(controller_actor self, const std::string& id, int64_t it, const std:
     auto m = nlohmann::json::parse(text, nullptr, false);
     r.stored[it] = {dest, m};
     r.store_failed.clear();
+    r.lost_all.clear();  // it has a checkpoint now
     for (auto& s : st.sinks) s->checkpoint(id, it, dest);  // a tracker's artifact, when asked for
     keep_by_rule(self, id);
     (void)st.setup.store->add_event(id, "checkpoint_stored",

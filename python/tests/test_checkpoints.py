@@ -10,11 +10,13 @@ Run from the repository root:
 
 import contextlib
 import io
+import json
 import os
 import shutil
 import sqlite3
 import subprocess
 import tempfile
+import time
 import unittest
 
 from libtune import tune
@@ -144,6 +146,37 @@ class FullDisk(unittest.TestCase):
             else:  # what it hands back says which iteration it is
                 self.assertEqual(r.checkpoint.path.rsplit("/", 1)[1], str(r.checkpoint.iteration))
         self.assertTrue(any(r.error for r in grid) or all(r.checkpoint for r in grid))
+
+    def test_a_trial_whose_first_copy_failed_but_a_newer_was_stored_is_no_error(self):
+        folder = tempfile.mkdtemp(prefix="libtune-full-")
+        self.addCleanup(shutil.rmtree, folder, True)
+        full = os.path.join(folder, "big", "checkpoints")
+        os.makedirs(full)
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", full]).returncode != 0:
+            self.skipTest("cannot mount a tmpfs here")
+        self.addCleanup(subprocess.run, ["umount", "-l", full])
+        with contextlib.redirect_stderr(io.StringIO()):
+            grid = tune.Tuner(big_then_small, tune_config=tune.TuneConfig(metric="score", mode="max"),
+                              run_config=tune.RunConfig(storage_path=folder, name="big", verbose=0)).fit()
+        self.assertTrue(events(grid.experiment_path, "checkpoint_copy_failed"), "the big one should not fit")
+        r = grid[0]
+        self.assertIsNone(r.error, "a newer checkpoint was stored: the trial has one")
+        self.assertIsNotNone(r.checkpoint)
+        # (It may have been stopped when the big one failed with none stored yet: the
+        # small ones reported before the stop are stored, the newest is its checkpoint.)
+        self.assertGreaterEqual(r.checkpoint.iteration, 2)
+        stored = [json.loads(b)["iteration"] for _, b in events(grid.experiment_path, "checkpoint_stored")]
+        self.assertEqual(r.checkpoint.iteration, max(stored))
+
+
+def big_then_small(config):
+    """A checkpoint of 2 MB (no room for it), then four small ones right after it."""
+    for i in range(1, 6):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "state"), "wb") as f:
+                f.write(b"x" * (2_000_000 if i == 1 else 10))
+            tune.report({"score": float(i)}, checkpoint=tune.Checkpoint.from_directory(d))
+    time.sleep(0.5)
 
 
 if __name__ == "__main__":
