@@ -620,6 +620,97 @@ TEST_F(TuneEmbedded, ATrialThatCannotEverFitFailsWithTheReason) {
   for (auto& tr : *trials) EXPECT_NE(tr.error.find("infeasible"), std::string::npos) << tr.error;
 }
 
+// The tuning script's own code in the engine's decisions (tune/tuner/hooks.hpp): its
+// searcher gives every configuration (then is finished), its stopper stops each trial at
+// iteration 3, its callback sees every event and asks for a checkpoint, and its
+// resources function gives each trial its request (one that can never fit is that
+// trial's error). Every hook runs on libtune's hook thread, one call at a time.
+struct script_searcher : tune::searcher {
+  int given = 0;
+  std::vector<std::pair<std::string, bool>> completed;  // trial, error
+  std::optional<tune::config> suggest(const std::string&) override {
+    if (given == 4) return std::nullopt;
+    ++given;
+    return tune::config{{"x", 0.2 * given}, {"cpus", given == 4 ? 64 : 1}};
+  }
+  bool finished() const override { return given == 4; }
+  void on_trial_complete(const std::string& id, const nlohmann::json&, bool error) override {
+    completed.emplace_back(id, error);
+  }
+  std::string name() const override { return "script_searcher"; }
+};
+struct at_three : tune::stopper {
+  int calls = 0;
+  bool operator()(const std::string&, const nlohmann::json& result) override {
+    ++calls;
+    return result.value("training_iteration", 0) >= 3;
+  }
+  std::string name() const override { return "at_three"; }
+};
+struct recorder : tune::callback {
+  int setups = 0, starts = 0, results = 0, completes = 0, errors = 0, ends = 0;
+  size_t ended_with = 0;
+  void setup(const experiment_info&) override { ++setups; }
+  void on_trial_start(const tune::trial_info&) override { ++starts; }
+  void on_trial_result(const tune::trial_info& t, nlohmann::json& result) override {
+    ++results;
+    EXPECT_EQ(result.value("trial_id", std::string{}), t.id) << result.dump();
+  }
+  void on_trial_complete(const tune::trial_info&) override { ++completes; }
+  void on_trial_error(const tune::trial_info&) override { ++errors; }
+  void on_experiment_end(const std::vector<tune::trial_info>& trials) override { ++ends, ended_with = trials.size(); }
+};
+
+TEST_F(TuneEmbedded, TheScriptsOwnSearcherStopperCallbackAndResourcesDecide) {
+  auto c = tune::cluster::start(options(2));
+  ASSERT_TRUE(c) << c.error().message();
+  auto search = std::make_shared<script_searcher>();
+  auto stop = std::make_shared<at_three>();
+  auto rec = std::make_shared<recorder>();
+  auto cfg = config(10);
+  cfg.search = search;
+  cfg.stoppers = {stop};
+  cfg.callbacks = {rec};
+  cfg.resources_fn = [](const tune::config& x) { return tune::resources{{"cpu", x["cpus"].get<double>()}}; };
+  tune::tuner t{*c, "curve", tune::search_space{{"x", tune::uniform(0, 1)}, {"cpus", tune::choice({1, 64})},
+                                               {"iterations", 10}}, cfg};
+  auto r = t.fit();
+  ASSERT_TRUE(r) << r.error().message();
+  auto trials = r->trials();
+  ASSERT_TRUE(trials);
+  ASSERT_EQ(trials->size(), 4u) << "the searcher finished after 4, whatever num_samples";
+  std::set<double> xs;
+  int errors = 0;
+  for (auto& tr : *trials) {
+    xs.insert(tr.config["x"].get<double>());
+    if (tr.config["cpus"] == 64) {  // more than the cluster has: its error, at once
+      ++errors;
+      EXPECT_EQ(tr.state, "error");
+      EXPECT_NE(tr.error.find("asks 64 CPUs"), std::string::npos) << tr.error;
+      continue;
+    }
+    EXPECT_EQ(tr.state, "terminated") << tr.error;
+    auto h = r->history(tr.id);
+    ASSERT_TRUE(h);
+    EXPECT_GE(h->back().iteration, 3);
+    EXPECT_LT(h->back().iteration, 10) << "the stopper stopped it at 3 (a result or two may follow)";
+  }
+  EXPECT_EQ(errors, 1);
+  EXPECT_EQ(xs, (std::set<double>{0.2, 0.4, 0.6000000000000001, 0.8}));
+  EXPECT_EQ(search->completed.size(), 4u);
+  EXPECT_EQ(rec->setups, 1);
+  EXPECT_EQ(rec->starts, 4) << "each trial the engine starts, the one that cannot fit too (then its error)";
+  // Each result up to the stop went through the callback and the stopper; one that came
+  // after the decision is stored, and not given to the hooks once the stop took effect.
+  EXPECT_GE(rec->results, 9);
+  EXPECT_LE(rec->results, r->results);
+  EXPECT_EQ(stop->calls, rec->results);
+  EXPECT_EQ(rec->completes, 3);
+  EXPECT_EQ(rec->errors, 1);
+  EXPECT_EQ(rec->ends, 1);
+  EXPECT_EQ(rec->ended_with, 4u);
+}
+
 // A cluster of processes: a head and a node daemon with 4 logical GPUs; the tuning
 // program connects with --address, as a user's would.
 class TuneConnected : public ::testing::Test {
