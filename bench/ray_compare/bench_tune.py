@@ -6,6 +6,9 @@ the ideal is ceil(200 / 16) x 10 x 50 ms = 6.5 s. Usage:
 
     python bench_tune.py STORAGE_DIR        (or BENCH_STORAGE=DIR python bench_tune.py)
 
+BENCH_SEARCH=optuna: the search is OptunaSearch with Optuna's own TPESampler (seed 0),
+which both systems run in their driver (Optuna must be installed beside each).
+
 Last line of stdout: one JSON object, {"system", "version", "import_s", "init_s",
 "wall_s" (tuner.fit() alone), "ideal_s", "overhead_s" (wall_s - ideal_s),
 "first_report_s" (from just before fit() to the earliest report of any trial),
@@ -50,10 +53,20 @@ def main():
     ray.init(num_cpus=16)
     init_s = time.time() - t
 
+    search = os.environ.get("BENCH_SEARCH", "")
+    search_alg = None
+    if search == "optuna":  # Optuna's own TPESampler, run by each system's OptunaSearch in its driver
+        import importlib
+        import optuna
+        OptunaSearch = importlib.import_module(tune.__name__ + ".search.optuna").OptunaSearch
+        search_alg = OptunaSearch(sampler=optuna.samplers.TPESampler(seed=0))
+    elif search:
+        sys.exit(f"BENCH_SEARCH={search!r}: give optuna, or leave it unset (random search)")
     tuner = tune.Tuner(
         tune.with_resources(train, {"cpu": 1}),
         param_space={"x": tune.uniform(0, 1)},
-        tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=TRIALS, max_concurrent_trials=AT_ONCE),
+        tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=TRIALS, max_concurrent_trials=AT_ONCE,
+                                    search_alg=search_alg),
         run_config=tune.RunConfig(storage_path=os.path.abspath(storage), name="bench_tune", verbose=0),
     )
     b0 = _busy()
@@ -80,6 +93,7 @@ def main():
     ideal_s = math.ceil(TRIALS / AT_ONCE) * REPORTS * SLEEP_S
     out = {
         "system": ray.__name__,
+        "search": search or "random",
         "version": getattr(ray, "__version__", None),
         "import_s": round(import_s, 3),
         "init_s": round(init_s, 3),

@@ -5,7 +5,10 @@
 #
 #   bench/ray_compare/run.sh [--repeat N] [--only ray|libtune] [--out FILE]
 #                            [--logs DIR] [--run-timeout SEC] [--delete-netns]
-#                            [--quiet-wait SEC] [--quiet-pct P]
+#                            [--quiet-wait SEC] [--quiet-pct P] [--search optuna]
+#
+# --search optuna: both run OptunaSearch(sampler=optuna.samplers.TPESampler(seed=0))
+# (BENCH_SEARCH=optuna; Optuna installed in the Ray venv and beside LIBTUNE_PYTHON).
 #
 # Ray: Ray Tune from the virtual environment $RAY_VENV (/var/tmp/libtune-bench-ray,
 # made with `python3 -m venv` + `pip install "ray[tune]==2.60.*" pandas`), run inside
@@ -28,7 +31,7 @@ ray_venv=${RAY_VENV:-/var/tmp/libtune-bench-ray}
 ns=${RAY_NETNS:-raybench}
 
 die() { echo "run.sh: $*" >&2; exit 2; }
-usage() { sed -n '6,8p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '6,11p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case $1 in
     --repeat) repeat=${2:?--repeat needs a number}; shift 2 ;;
@@ -39,6 +42,7 @@ while [ $# -gt 0 ]; do
     --delete-netns) delete_netns=1; shift ;;
     --quiet-wait) quiet_wait=${2:?}; shift 2 ;;
     --quiet-pct) quiet_pct=${2:?}; shift 2 ;;
+    --search) [ "${2:-}" = optuna ] || die "--search takes optuna"; export BENCH_SEARCH=optuna; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
