@@ -65,9 +65,10 @@ class Engine(unittest.TestCase):
                                               {"kind": "mlp", "width": hp.quniform("width", 8, 64, 8)}])}
         search = HyperOptSearch(space, metric="loss", mode="min", n_initial_points=3, random_state_seed=1,
                                 points_to_evaluate=[{"x": 0.3, "model": 0}])  # Ray's: a choice's index
-        grid = self.fit(objective, "hyperopt", search, 8)
+        grid = self.fit(objective, "hyperopt", search, 8, param_space={"const": 7})
         self.assertEqual(grid.num_errors, 0)
-        configs = [r.config for r in grid]
+        self.assertTrue(all(r.config["const"] == 7 for r in grid), "param_space's constants are added")
+        configs = [{k: v for k, v in r.config.items() if k != "const"} for r in grid]
         self.assertEqual(len(configs), 8)
         self.assertIn({"x": 0.3, "model": {"kind": "linear"}}, configs, "points_to_evaluate came first")
         for c in configs:
@@ -197,6 +198,8 @@ class BadInput(unittest.TestCase):
         from hyperopt import hp
         s = HyperOptSearch({"x": hp.uniform("x", 0, 1)}, metric="loss", mode="min")
         self.assertTrue(s._in_driver)
+        with self.assertRaisesRegex(ValueError, "param_space has domains \\(y\\) but HyperOptSearch was given"):
+            s.set_search_properties("loss", "min", {"y": tune.uniform(0, 1), "n": 3})
 
     def test_a_missing_library_is_named_with_its_pip_name(self):
         if importlib.util.find_spec("nevergrad"):

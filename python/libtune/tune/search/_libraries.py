@@ -58,6 +58,14 @@ class _Library:
         self._from_param_space(config)
         return True
 
+    def _own_space_and(self, config):
+        """With a space of the library's own: param_space may add constants, not domains
+        (as Ray's searchers refuse them)."""
+        domains, self._constants = _domains(self.who, config)
+        if domains:
+            raise ValueError(f"{self.who}: param_space has domains ({', '.join(sorted(domains))}) but {self.who} "
+                             f"was given a space of its own: put every parameter in one of the two")
+
     def _check(self):
         if self._metric is None or self._mode not in ("min", "max"):
             raise ValueError(f"{self.who}: give metric and mode ('min' or 'max') to {self.who} or TuneConfig")
@@ -96,7 +104,7 @@ class HyperoptLibrary(_Library):
 
     def _from_param_space(self, config):
         if self._space is not None:
-            return
+            return self._own_space_and(config)
         domains, self._constants = _domains(self.who, config)
         self._space = {name: self._hp_of(name, d) for name, d in domains.items()}
 
@@ -243,7 +251,7 @@ class NevergradLibrary(_Library):
 
     def _from_param_space(self, config):
         if self._space is not None or isinstance(self._optimizer_arg, self._ng.optimizers.base.Optimizer):
-            return
+            return self._own_space_and(config)
         domains, self._constants = _domains(self.who, config)
         if not domains:
             raise ValueError(f"{self.who}: param_space has no domain to search (tune.uniform, tune.choice, ...)")
@@ -362,7 +370,7 @@ class BayesOptLibrary(_Library):
 
     def _from_param_space(self, config):
         if self._bounds is not None:
-            return
+            return self._own_space_and(config)
         domains, self._constants = _domains(self.who, config)
         bounds = {}
         for name, d in domains.items():
