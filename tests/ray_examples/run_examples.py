@@ -87,6 +87,10 @@ def main():
     p.add_argument("--timeout", type=float, default=300)
     p.add_argument("--json", help="write the results here")
     a = p.parse_args()
+    # The scripts run in folders of their own: paths given relative to here made absolute.
+    a.examples, a.tune = os.path.abspath(a.examples), os.path.abspath(a.tune)
+    if os.sep in a.python:
+        a.python = os.path.abspath(a.python)
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     expected = None
     if a.expect:
@@ -102,8 +106,8 @@ def main():
     for name in names:
         r = run_one(name, a.examples, a.python, a.tune, a.timeout, repo)
         results.append(r)
-        print(f"{'PASS' if r['ok'] else 'FAIL'} {name} ({r['wall_s']} s{', exit ' + str(r['code']) if not r['ok'] else ''})",
-              flush=True)
+        how = "" if r["ok"] else f", exit {r['code']}"
+        print(f"{'PASS' if r['ok'] else 'FAIL'} {name} ({r['wall_s']} s{how})", flush=True)
         if not r["ok"]:
             print("    " + "\n    ".join(r["tail"]), flush=True)
     passed = sum(r["ok"] for r in results)
