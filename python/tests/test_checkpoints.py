@@ -15,6 +15,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -22,14 +23,8 @@ import unittest
 from libtune import tune
 from libtune.tune import Checkpoint, CheckpointConfig
 
-ENGINE = os.environ.get("LIBTUNE_TUNE")
-try:
-    import cloudpickle  # noqa: F401
-    HAVE_CLOUDPICKLE = True
-except ImportError:
-    HAVE_CLOUDPICKLE = False
-
-needs_engine = unittest.skipUnless(ENGINE and HAVE_CLOUDPICKLE, "LIBTUNE_TUNE (the tune CLI) or cloudpickle missing")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # engine_tests.py beside this file
+from engine_tests import needs_engine  # noqa: E402
 
 SCORES = [3, 9, 1, 7, 5, 2]  # what each iteration reports, in order
 
@@ -120,16 +115,21 @@ class Kept(unittest.TestCase):
 @needs_engine
 @unittest.skipUnless(os.geteuid() == 0, "a full disk is a small tmpfs: mounting one needs root")
 class FullDisk(unittest.TestCase):
-    def test_a_checkpoint_that_cannot_be_stored_is_said_and_one_left_with_none_fails(self):
+    def storage_with_a_full_disk(self, name):
+        """A storage folder whose experiment `name` keeps its checkpoints on a disk of
+        1 MiB (the store beside them has room); removed after the test."""
         folder = tempfile.mkdtemp(prefix="libtune-full-")
         self.addCleanup(shutil.rmtree, folder, True)
-        # The experiment folder's checkpoints on a disk of 1 MiB (the store beside them
-        # has room): three checkpoints of 300 kB fit, not the 18 the trials report.
-        full = os.path.join(folder, "full", "checkpoints")
+        full = os.path.join(folder, name, "checkpoints")
         os.makedirs(full)
         if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", full]).returncode != 0:
             self.skipTest("cannot mount a tmpfs here")
         self.addCleanup(subprocess.run, ["umount", "-l", full])
+        return folder
+
+    def test_a_checkpoint_that_cannot_be_stored_is_said_and_one_left_with_none_fails(self):
+        # Three checkpoints of 300 kB fit on the 1 MiB, not the 18 the trials report.
+        folder = self.storage_with_a_full_disk("full")
         said = io.StringIO()
         with contextlib.redirect_stderr(said):
             grid = tune.Tuner(every_iteration, param_space={"size": 300_000, "x": tune.grid_search([1, 2, 3])},
@@ -148,13 +148,7 @@ class FullDisk(unittest.TestCase):
         self.assertTrue(any(r.error for r in grid) or all(r.checkpoint for r in grid))
 
     def test_a_trial_whose_first_copy_failed_but_a_newer_was_stored_is_no_error(self):
-        folder = tempfile.mkdtemp(prefix="libtune-full-")
-        self.addCleanup(shutil.rmtree, folder, True)
-        full = os.path.join(folder, "big", "checkpoints")
-        os.makedirs(full)
-        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", full]).returncode != 0:
-            self.skipTest("cannot mount a tmpfs here")
-        self.addCleanup(subprocess.run, ["umount", "-l", full])
+        folder = self.storage_with_a_full_disk("big")
         with contextlib.redirect_stderr(io.StringIO()):
             grid = tune.Tuner(big_then_small, tune_config=tune.TuneConfig(metric="score", mode="max"),
                               run_config=tune.RunConfig(storage_path=folder, name="big", verbose=0)).fit()

@@ -8,7 +8,6 @@ Run from the repository root:
   LIBTUNE_TUNE=build/nodes/tune PYTHONPATH=python python3 -m unittest python/tests/test_driver_killed.py -v
 """
 
-import importlib.util
 import json
 import os
 import pickle
@@ -21,7 +20,8 @@ import textwrap
 import time
 import unittest
 
-ENGINE = os.environ.get("LIBTUNE_TUNE")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # engine_tests.py beside this file
+from engine_tests import needs_engine  # noqa: E402
 
 DRIVER = textwrap.dedent('''
     import json, os, sys, tempfile, time
@@ -90,7 +90,7 @@ def _processes_naming(text):
     return out
 
 
-@unittest.skipUnless(ENGINE and importlib.util.find_spec("cloudpickle"), "LIBTUNE_TUNE or cloudpickle missing")
+@needs_engine
 class DriverKilled(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="libtune-killed-")

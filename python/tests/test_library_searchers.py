@@ -14,6 +14,7 @@ import json
 import os
 import sqlite3
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -23,9 +24,8 @@ from libtune import tune
 from libtune.tune.schedulers import PB2
 from libtune.tune.search import AxSearch, NevergradSearch, Repeater, Searcher, TPESearch
 
-ENGINE = os.environ.get("LIBTUNE_TUNE")
-needs_engine = unittest.skipUnless(ENGINE and importlib.util.find_spec("cloudpickle"),
-                                   "LIBTUNE_TUNE (the tune CLI) or cloudpickle missing")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # engine_tests.py beside this file
+from engine_tests import needs_engine  # noqa: E402
 
 
 def has(module):

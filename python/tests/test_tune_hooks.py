@@ -11,6 +11,7 @@ Run from the repository root:
 import argparse
 import os
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -23,14 +24,8 @@ from libtune.tune.result import SHOULD_CHECKPOINT
 from libtune.tune.schedulers import PopulationBasedTraining, TrialScheduler
 from libtune.tune.search import ConcurrencyLimiter, Searcher
 
-ENGINE = os.environ.get("LIBTUNE_TUNE")
-try:
-    import cloudpickle  # noqa: F401
-    HAVE_CLOUDPICKLE = True
-except ImportError:
-    HAVE_CLOUDPICKLE = False
-
-needs_engine = unittest.skipUnless(ENGINE and HAVE_CLOUDPICKLE, "LIBTUNE_TUNE (the tune CLI) or cloudpickle missing")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # engine_tests.py beside this file
+from engine_tests import needs_engine  # noqa: E402
 
 
 def steps(config):

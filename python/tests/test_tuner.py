@@ -27,14 +27,8 @@ from libtune import train, tune
 from libtune.tune.schedulers import ASHAScheduler
 from libtune.tune.search import ConcurrencyLimiter, OptunaSearch
 
-ENGINE = os.environ.get("LIBTUNE_TUNE")
-try:
-    import cloudpickle  # noqa: F401
-    HAVE_CLOUDPICKLE = True
-except ImportError:
-    HAVE_CLOUDPICKLE = False
-
-needs_engine = unittest.skipUnless(ENGINE and HAVE_CLOUDPICKLE, "LIBTUNE_TUNE (the tune CLI) or cloudpickle missing")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # engine_tests.py beside this file
+from engine_tests import HAVE_CLOUDPICKLE, needs_engine  # noqa: E402
 
 
 def quadratic(config):

@@ -193,58 +193,6 @@ class BOHBSearch(Searcher):
                          n_ei_candidates=whole(n, "n_ei_candidates", n_ei_candidates, 1, allow_none=True))
 
 
-class OptunaSearch(TPESearch):
-    """Ray's OptunaSearch. As Ray's examples mostly use it (no sampler, the space in
-    param_space): libtune's own TPE, which matches or beats Optuna's TPESampler
-    (bench/results), said once; Optuna is not needed. Given a ``sampler`` of Optuna's
-    (any: CmaEsSampler, NSGAIISampler, ...), a define-by-run ``space`` function (or a dict
-    of Optuna's distributions), ``evaluated_rewards``, or several metrics, Optuna itself
-    runs in the driver (docs/hooks.md) and decides each configuration."""
-    _name = "OptunaSearch"
-
-    def __init__(self, space=None, metric=None, mode=None, points_to_evaluate=None, sampler=None, seed=None,
-                 evaluated_rewards=None):
-        several = isinstance(metric, (list, tuple)) or isinstance(mode, (list, tuple))
-        self._study = None
-        if space is None and sampler is None and evaluated_rewards is None and not several:
-            say_once("optuna", "OptunaSearch: libtune runs its own TPE (Optuna's algorithm), not Optuna; Optuna is "
-                                "not needed (give OptunaSearch(sampler=...) to run Optuna's own)")
-            super().__init__(metric, mode, points_to_evaluate, seed)
-            return
-        from ._optuna import OptunaStudy
-        Searcher.__init__(self, None, None, None, seed)
-        self._study = OptunaStudy(space, metric, mode, points_to_evaluate, sampler, seed, evaluated_rewards)
-        self._metric = metric if not several else None
-        self._mode = mode if not several else None
-
-    @property
-    def _in_driver(self):
-        return self._study is not None
-
-    def set_search_properties(self, metric, mode, config, **spec):
-        if self._study is None:
-            return super().set_search_properties(metric, mode, config, **spec)
-        return self._study.set_search_properties(metric, mode, config)
-
-    def suggest(self, trial_id):
-        if self._study is None:
-            return super().suggest(trial_id)
-        return self._study.suggest(trial_id)
-
-    def on_trial_result(self, trial_id, result):
-        if self._study is not None:
-            self._study.on_trial_result(trial_id, result)
-
-    def on_trial_complete(self, trial_id, result=None, error=False):
-        if self._study is not None:
-            self._study.on_trial_complete(trial_id, result, error)
-
-    def add_evaluated_point(self, parameters, value, error=False, pruned=False, intermediate_values=None):
-        if self._study is None:
-            return super().add_evaluated_point(parameters, value, error, pruned, intermediate_values)
-        self._study.add_evaluated_point(parameters, value, error, pruned, intermediate_values)
-
-
 class _RunsLibrary:
     """A Ray searcher that may run its library in the driver (self._lib, made in
     __init__ when asked for) or else be libtune's own (self._lib None)."""
@@ -272,6 +220,35 @@ class _RunsLibrary:
     def on_trial_complete(self, trial_id, result=None, error=False):
         if self._lib is not None:
             self._lib.on_trial_complete(trial_id, result, error)
+
+
+class OptunaSearch(_RunsLibrary, TPESearch):
+    """Ray's OptunaSearch. As Ray's examples mostly use it (no sampler, the space in
+    param_space): libtune's own TPE, which matches or beats Optuna's TPESampler
+    (bench/results), said once; Optuna is not needed. Given a ``sampler`` of Optuna's
+    (any: CmaEsSampler, NSGAIISampler, ...), a define-by-run ``space`` function (or a dict
+    of Optuna's distributions), ``evaluated_rewards``, or several metrics, Optuna itself
+    runs in the driver (docs/hooks.md) and decides each configuration."""
+    _name = "OptunaSearch"
+
+    def __init__(self, space=None, metric=None, mode=None, points_to_evaluate=None, sampler=None, seed=None,
+                 evaluated_rewards=None):
+        several = isinstance(metric, (list, tuple)) or isinstance(mode, (list, tuple))
+        if space is None and sampler is None and evaluated_rewards is None and not several:
+            say_once("optuna", "OptunaSearch: libtune runs its own TPE (Optuna's algorithm), not Optuna; Optuna is "
+                                "not needed (give OptunaSearch(sampler=...) to run Optuna's own)")
+            super().__init__(metric, mode, points_to_evaluate, seed)
+            return
+        from ._optuna import OptunaStudy
+        Searcher.__init__(self, None, None, None, seed)
+        self._lib = OptunaStudy(space, metric, mode, points_to_evaluate, sampler, seed, evaluated_rewards)
+        self._metric = metric if not several else None
+        self._mode = mode if not several else None
+
+    def add_evaluated_point(self, parameters, value, error=False, pruned=False, intermediate_values=None):
+        if self._lib is None:
+            return super().add_evaluated_point(parameters, value, error, pruned, intermediate_values)
+        self._lib.add_evaluated_point(parameters, value, error, pruned, intermediate_values)
 
 
 class HyperOptSearch(_RunsLibrary, TPESearch):
