@@ -909,16 +909,30 @@ status size_on_cluster(fit_run& r, const cluster& c) {
 
 // Where the plan's user code runs: its own C++ hooks (started once the folder is known,
 // with a resumed experiment's searcher state), or the Python driver that ran tune run.
-void plan_hooks(fit_run& r) {
+// A C++ searcher learns the experiment's metric, mode, space, num_samples and seed here,
+// before anything runs (an error it gives is fit()'s).
+status plan_hooks(fit_run& r, const search_space& space) {
   const auto& c = r.plan.config;
   if (c.driver.fd >= 0) {
     r.hooks_want = c.driver.serves;
     auto timeout = std::chrono::milliseconds(static_cast<int64_t>(c.driver.timeout_s * 1000));
     r.hooks = std::make_shared<driver_link>(c.driver.fd, c.driver.serves, timeout);
-    return;
+    return status::ok();
   }
   r.local = local_hooks_of(r.plan);
-  if (r.local) r.hooks_want = local_hooks::interest_of(*r.local);
+  if (!r.local) return status::ok();
+  r.hooks_want = local_hooks::interest_of(*r.local);
+  if (auto& s = r.local->search) {
+    search_properties p{c.metric, c.mode, c.metrics, c.constraints, space, c.num_samples, c.seed};
+    status st;
+    try {
+      st = s->set_search_properties(p);
+    } catch (const std::exception& e) {
+      st = status{errc::invalid_argument, std::string{"raised "} + e.what()};
+    }
+    if (!st) return status{st.code(), "the searcher '" + s->name() + "' (set_search_properties): " + st.message()};
+  }
+  return status::ok();
 }
 
 std::string hooks_state_file(const fit_run& r) { return r.dir + "/hooks_state"; }
@@ -1158,7 +1172,7 @@ expected<result_grid> tuner::fit() {
   fit_run r;
   r.plan = std::move(*plan);
   if (auto s = make_search_and_scheduler(r, space_); !s) return s;
-  plan_hooks(r);
+  if (auto s = plan_hooks(r, space_); !s) return s;
   if (auto s = open_resumed(r, trainable_); !s) return s;
   if (auto s = size_on_cluster(r, cluster_); !s) return s;
   if (auto s = make_engine(r, space_); !s) return s;

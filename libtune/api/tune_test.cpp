@@ -711,6 +711,81 @@ TEST_F(TuneEmbedded, TheScriptsOwnSearcherStopperCallbackAndResourcesDecide) {
   EXPECT_EQ(rec->ended_with, 4u);
 }
 
+// libtune's own TPE as a part of the script's searcher (tune/tuner/searchers.hpp): the
+// script's searcher runs the first trial at a point of its choosing, then hands every
+// call to TPE, and keeps count. TPE learns the space, mode and seed from the experiment.
+struct first_then_tpe : tune::searcher {
+  std::shared_ptr<tune::searcher> tpe = tune::tpe_searcher({.n_startup_trials = 3});
+  int suggested = 0, results = 0, completed = 0;
+  tune::status set_search_properties(const tune::search_properties& p) override {
+    EXPECT_EQ(p.metric, "score");
+    EXPECT_EQ(p.num_samples, 8);
+    return tpe->set_search_properties(p);
+  }
+  std::optional<tune::config> suggest(const std::string& id) override {
+    ++suggested;
+    if (suggested == 1) return tune::config{{"x", 0.95}, {"iterations", 4}};
+    return tpe->suggest(id);
+  }
+  bool finished() const override { return tpe->finished(); }
+  void on_trial_result(const std::string& id, const nlohmann::json& r) override { ++results, tpe->on_trial_result(id, r); }
+  void on_trial_complete(const std::string& id, const nlohmann::json& last, bool error) override {
+    ++completed;
+    tpe->on_trial_complete(id, last, error);
+  }
+  std::string save() const override { return tpe->save(); }
+  tune::status restore(const std::string& s) override { return tpe->restore(s); }
+  std::string name() const override { return "first_then_tpe"; }
+};
+
+TEST_F(TuneEmbedded, LibtunesTpeServesAsAPartOfTheScriptsSearcher) {
+  auto c = tune::cluster::start(options(2));
+  ASSERT_TRUE(c) << c.error().message();
+  auto search = std::make_shared<first_then_tpe>();
+  auto cfg = config(8);
+  cfg.search = search;
+  tune::tuner t{*c, "curve", tune::search_space{{"x", tune::uniform(0, 1)}, {"iterations", 4}}, cfg};
+  auto r = t.fit();
+  ASSERT_TRUE(r) << r.error().message();
+  auto trials = r->trials();
+  ASSERT_TRUE(trials);
+  ASSERT_EQ(trials->size(), 8u);
+  std::set<double> xs;
+  for (auto& tr : *trials) {
+    EXPECT_EQ(tr.state, "terminated") << tr.error;
+    xs.insert(tr.config["x"].get<double>());
+  }
+  EXPECT_EQ(xs.size(), 8u) << "TPE suggested 7 configurations of its own";
+  EXPECT_TRUE(xs.count(0.95));
+  EXPECT_EQ(search->suggested, 8);
+  EXPECT_EQ(search->completed, 8);
+  EXPECT_EQ(search->results, r->results);
+  // The searcher's state, kept in the experiment folder: TPE's seven suggestions and the
+  // value each trial ended with (its last score), the script's own first one unknown to it.
+  std::ifstream in(files.dir() + "/exp/hooks_state");
+  auto state = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_TRUE(state.is_object()) << "no hooks_state";
+  int s = 0, e = 0;
+  for (auto& entry : state["log"]) s += entry.contains("s"), e += entry.contains("e") && entry.contains("v");
+  EXPECT_EQ(s, 7);
+  EXPECT_EQ(e, 7);
+}
+
+TEST_F(TuneEmbedded, ASearcherThatCannotWorkWithTheExperimentEndsFitBeforeItStarts) {
+  auto c = tune::cluster::start(options(1));
+  ASSERT_TRUE(c) << c.error().message();
+  auto cfg = config(4);
+  cfg.search = tune::gp_searcher();
+  tune::tuner t{*c, "curve", tune::search_space{{"x", tune::uniform(0, 1)},
+                                               {"y", tune::conditional([](const tune::config&) -> tune::domain { return 1; })}},
+                cfg};
+  auto r = t.fit();
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message().find("the searcher 'gp' (set_search_properties)"), std::string::npos) << r.error().message();
+  EXPECT_NE(r.error().message().find("\"y\" is conditional"), std::string::npos) << r.error().message();
+  EXPECT_FALSE(std::filesystem::exists(files.dir() + "/exp")) << "nothing written";
+}
+
 // A cluster of processes: a head and a node daemon with 4 logical GPUs; the tuning
 // program connects with --address, as a user's would.
 class TuneConnected : public ::testing::Test {

@@ -46,6 +46,7 @@
 #include "tune/tuner/export.hpp"
 #include "tune/tuner/scheduler.hpp"
 #include "tune/tuner/search.hpp"
+#include "tune/tuner/searchers.hpp"
 #include "tune/tuner/space.hpp"
 #include "tune/tuner/store.hpp"
 

@@ -38,6 +38,7 @@
 
 #include "tune/core/status.hpp"
 #include "tune/tuner/common.hpp"
+#include "tune/tuner/space.hpp"
 #include "tune/tuner/stoppers.hpp"
 #include "tune/tuner/trial_state.hpp"
 
@@ -85,13 +86,35 @@ class callback {
   virtual std::string name() const { return "callback"; }
 };
 
+// What the experiment gives its searcher before the first suggest (Ray's
+// set_search_properties): the metric and mode (metrics: every objective, the first
+// being metric's; constraints: metrics that must be <= 0), the space that tune::tuner
+// was given, num_samples (the engine asks no more than that many configurations) and the
+// experiment's seed.
+struct search_properties {
+  std::string metric;
+  tune::mode mode = tune::mode::max;
+  std::vector<objective> metrics;
+  std::vector<std::string> constraints;
+  search_space space;
+  int num_samples = 1;
+  uint64_t seed = 0;
+};
+
 // The configurations (Ray's Searcher). suggest() answers a configuration for the new
 // trial, nothing (wait: asked again once something changes), or, once finished() is
 // true, nothing ever again. The configuration's parameters that the experiment's space
-// declares must lie in their domains; the space's constants are added to it.
+// declares must lie in their domains; the space's constants are added to it. Trials
+// suggested and not yet completed are the pending ones: a searcher that models results
+// should allow for them (libtune's TPE counts them as the worst value so far).
+// libtune's own algorithms are searchers too (tune/tuner/searchers.hpp: tpe_searcher(),
+// gp_searcher(), bohb_searcher(), random_searcher()), to use as they are, wrap or extend.
 class searcher {
  public:
   virtual ~searcher() = default;
+  // Called once, on the tuning program's thread, before anything runs; an error ends
+  // fit() with it (naming the searcher) before the experiment starts.
+  virtual status set_search_properties(const search_properties& p) { (void)p; return {}; }
   virtual std::optional<config> suggest(const std::string& trial_id) = 0;
   virtual bool finished() const { return false; }
   virtual void on_trial_result(const std::string& trial_id, const nlohmann::json& result) {
