@@ -1,6 +1,7 @@
 """Ray's searchers as their libraries, run in the driver (docs/hooks.md), through the
 real engine: HyperOptSearch with hyperopt's own (conditional) space, NevergradSearch,
-BayesOptSearch with bayes_opt, Repeater around a searcher of the user's, PB2; and what
+BayesOptSearch with bayes_opt, AxSearch with Ax (its AxClient; Ax needs PyTorch, so
+only where both are installed), Repeater around a searcher of the user's, PB2; and what
 each refuses. A library's tests skip where it is not installed (Debian's python3 in
 the python_module test); the CTest test python_library_searchers runs them in the
 Ray examples' virtual environment (tests/ray_examples/requirements.txt).
@@ -109,6 +110,40 @@ class Engine(unittest.TestCase):
         self.assertTrue(all(0 <= r.config["x"] <= 1 for r in grid))
 
     @needs_engine
+    @has("ax")
+    def test_ax_runs_with_its_constraints_and_is_told_every_trial(self):
+        import pickle
+        import warnings
+        warnings.simplefilter("ignore")  # Ax's and pandas' deprecation notices
+
+        def trainable(config):
+            if config["x2"] > 0.9:
+                raise RuntimeError("too far")  # Ax is told the trial failed
+            tune.report({"loss": (config["x1"] - 0.2) ** 2 + config["x2"], "size": config["x1"] * 2,
+                         "n": config["n"]})
+
+        search = AxSearch(parameter_constraints=["x1 + x2 <= 1.0"], outcome_constraints=["size <= 1.5"],
+                          random_seed=4)
+        grid = self.fit(trainable, "ax", search, 8, max_concurrent_trials=2,
+                        param_space={"x1": tune.uniform(0, 1), "x2": tune.uniform(0, 1), "n": 5,
+                                     "k": tune.choice([1, 2]), "lr": tune.loguniform(1e-4, 1e-1)})
+        self.assertEqual(len(grid), 8)
+        for r in grid:
+            self.assertLessEqual(r.config["x1"] + r.config["x2"], 1.0 + 1e-9, r.config)
+            self.assertEqual(r.config["n"], 5, "a constant of param_space stays")
+            self.assertIn(r.config["k"], (1, 2))
+            self.assertTrue(1e-4 <= r.config["lr"] <= 1e-1, r.config)
+        ax = search._lib._ax
+        statuses = [t.status.name for t in ax.experiment.trials.values()]
+        self.assertEqual(len(statuses), 8)
+        self.assertEqual(statuses.count("COMPLETED") + statuses.count("FAILED"), 8, statuses)
+        self.assertEqual(statuses.count("FAILED"), grid.num_errors, statuses)
+        # Kept as Ax's own snapshot (Tuner.restore), and it goes on suggesting after.
+        again = pickle.loads(pickle.dumps(search._lib))
+        self.assertEqual(len(again._ax.experiment.trials), 8)
+        self.assertIn("x1", again.suggest("after-restore"))
+
+    @needs_engine
     def test_repeater_runs_each_config_repeat_times_and_tells_the_mean(self):
         class Steps(Searcher):
             def __init__(self):
@@ -167,8 +202,8 @@ class Engine(unittest.TestCase):
 
 class BadInput(unittest.TestCase):
     def test_refusals_name_the_problem(self):
-        with self.assertRaisesRegex(ValueError, "AxSearch is not supported"):
-            AxSearch(metric="loss", mode="min")
+        with self.assertRaisesRegex(ValueError, "AxSearch: give one metric and mode"):
+            AxSearch(metric=["a", "b"], mode=["min", "max"])
         with self.assertRaisesRegex(ValueError, "libtune's own searchers run in the engine"):
             Repeater(TPESearch(), repeat=2)
         with self.assertRaisesRegex(ValueError, "repeat must be"):
@@ -200,6 +235,25 @@ class BadInput(unittest.TestCase):
         self.assertTrue(s._in_driver)
         with self.assertRaisesRegex(ValueError, "param_space has domains \\(y\\) but HyperOptSearch was given"):
             s.set_search_properties("loss", "min", {"y": tune.uniform(0, 1), "n": 3})
+
+    @has("ax")
+    def test_ax_refuses_what_it_cannot_model(self):
+        s = AxSearch(metric="loss", mode="min")
+        with self.assertRaisesRegex(ValueError, "Ax has no parameter for"):
+            s.set_search_properties("loss", "min", {"x": tune.quniform(0, 1, 0.1)})
+        with self.assertRaisesRegex(ValueError, "grid_search"):
+            AxSearch(metric="loss", mode="min").set_search_properties("loss", "min", {"x": tune.grid_search([1, 2])})
+        s = AxSearch(space=[{"name": "x", "type": "range", "bounds": [0.0, 1.0]}], metric="loss", mode="min")
+        with self.assertRaisesRegex(ValueError, r"param_space has domains \(y\) but AxSearch was given"):
+            s.set_search_properties("loss", "min", {"y": tune.uniform(0, 1)})
+        with self.assertRaisesRegex(TypeError, "give Ax's parameters"):
+            AxSearch(space={"x": (0, 1)}, metric="loss", mode="min")
+
+    def test_ax_missing_is_named_with_its_pip_name(self):
+        if importlib.util.find_spec("ax"):
+            self.skipTest("ax is installed")
+        with self.assertRaisesRegex(ImportError, "pip install ax-platform"):
+            AxSearch(metric="loss", mode="min")
 
     def test_a_missing_library_is_named_with_its_pip_name(self):
         if importlib.util.find_spec("nevergrad"):

@@ -434,3 +434,150 @@ class BayesOptLibrary(_Library):
             return
         self._opt.register(params=params, target=-loss)  # bayes_opt maximises
         self._told += 1
+
+
+# -- Ax -------------------------------------------------------------------------------
+
+
+class AxLibrary(_Library):
+    """Ax's AxClient (Meta's adaptive experimentation: Sobol, then BoTorch's Gaussian
+    processes), asked with ``get_next_trial`` and told with ``complete_trial``, as Ray's
+    AxSearch: param_space's domains become Ax's parameters (or ``space`` is Ax's own list
+    of parameter dicts, or ``ax_client`` an AxClient whose experiment you made), with
+    ``parameter_constraints`` and ``outcome_constraints`` as Ax writes them."""
+
+    who = "AxSearch"
+
+    def __init__(self, space, metric, mode, points_to_evaluate, parameter_constraints, outcome_constraints,
+                 ax_client, ax_kwargs):
+        super().__init__(metric, mode, points_to_evaluate)
+        self._ax_module = _need("ax", self.who, "ax-platform")
+        if space is not None and not isinstance(space, (list, tuple)):
+            raise TypeError(f"{self.who}(space=...): give Ax's parameters, a list of dicts like {{'name': 'x', "
+                            f"'type': 'range', 'bounds': [0.0, 1.0]}}, not {type(space).__name__}")
+        self._space = list(space) if space is not None else None
+        self._parameter_constraints = list(parameter_constraints or [])
+        self._outcome_constraints = list(outcome_constraints or [])
+        self._ax = ax_client
+        self._ax_kwargs = dict(ax_kwargs or {})
+        self._own_experiment = ax_client is not None and _has_experiment(ax_client)
+        if self._own_experiment and (space is not None or parameter_constraints or outcome_constraints
+                                     or metric is not None or mode is not None):
+            raise ValueError(f"{self.who}: the AxClient given already has an experiment: give AxSearch no space, "
+                             f"constraints, metric or mode then (they are the experiment's)")
+        self._ready = False
+
+    def _from_param_space(self, config):
+        if self._space is not None or self._own_experiment:
+            return self._own_space_and(config)
+        domains, self._constants = _domains(self.who, config)
+        if not domains:
+            raise ValueError(f"{self.who}: param_space has no domain to search (tune.uniform, tune.choice, ...)")
+        self._space = [self._parameter(name, d) for name, d in domains.items()]
+
+    def _parameter(self, name, d):
+        k, a = d.kind, d.args
+        if isinstance(d, Categorical):
+            return {"name": name, "type": "choice", "values": list(d.categories)}
+        if isinstance(d, Float) and k in ("uniform", "loguniform"):
+            return {"name": name, "type": "range", "bounds": [float(a[0]), float(a[1])], "value_type": "float",
+                    "log_scale": k == "loguniform"}
+        if isinstance(d, Integer) and k in ("randint", "lograndint"):  # upper bound exclusive in Tune, inclusive in Ax
+            return {"name": name, "type": "range", "bounds": [int(a[0]), int(a[1]) - 1], "value_type": "int",
+                    "log_scale": k == "lograndint"}
+        raise ValueError(f"{self.who}: {name} is {d!r}, which Ax has no parameter for (uniform, loguniform, randint, "
+                         f"lograndint and choice it has; Ax does not quantize)")
+
+    def _start(self):
+        if self._ready:
+            return
+        if self._ax is None:
+            from ax.service.ax_client import AxClient
+            kwargs = dict(self._ax_kwargs)
+            kwargs.setdefault("verbose_logging", False)
+            self._ax = AxClient(**kwargs)
+        if not _has_experiment(self._ax):
+            self._check()
+            if not self._space:
+                raise ValueError(f"{self.who}: no space: give param_space domains, space=[...] of Ax's parameters, "
+                                 f"or an ax_client whose experiment you made")
+            from ax.service.ax_client import ObjectiveProperties
+            self._ax.create_experiment(parameters=self._space,
+                                       objectives={self._metric: ObjectiveProperties(minimize=self._mode == "min")},
+                                       parameter_constraints=self._parameter_constraints or None,
+                                       outcome_constraints=self._outcome_constraints or None)
+        opt = self._ax.experiment.optimization_config
+        objective = opt.objective
+        names = _metric_names(objective)
+        if len(names) != 1 or getattr(objective, "is_multi_objective", False):
+            raise ValueError(f"{self.who}: the experiment's objective has metrics {names}; libtune's AxSearch tells "
+                             f"Ax one (use OptunaSearch with a list of metrics for several)")
+        self._metric = names[0]
+        self._mode = "min" if objective.minimize else "max"
+        self._told = [self._metric] + [n for c in opt.outcome_constraints for n in _metric_names(c)]
+        self._ready = True
+
+    def suggest(self, trial_id):
+        self._start()
+        if self._points:
+            flat = {}
+            _flatten(self._points.pop(0), "", flat)
+            parameters, index = self._ax.attach_trial(parameters=flat)
+        else:
+            try:
+                parameters, index = self._ax.get_next_trial()
+            except Exception as e:  # Ax waits: too many trials in flight, or data it needs first
+                if type(e).__name__ in ("MaxParallelismReachedException", "DataRequiredError"):
+                    return None
+                raise
+        self._live[trial_id] = index
+        return self._config({k: _plain(v) for k, v in parameters.items()})
+
+    def on_trial_result(self, trial_id, result):
+        pass
+
+    def on_trial_complete(self, trial_id, result, error):
+        index = self._live.pop(trial_id, None)
+        if index is None:
+            return
+        data = {}
+        for name in (self._told if result and not error else []):
+            value = result.get(name)
+            if not _number(value) or not math.isfinite(float(value)):
+                data = None
+                break
+            data[name] = (float(value), None)
+        if data:
+            self._ax.complete_trial(trial_index=index, raw_data=data)
+        else:  # failed, or without a value Ax needs: Ax no longer waits for it
+            self._ax.log_trial_failure(trial_index=index)
+
+    def __getstate__(self):
+        """Kept (Tuner.restore) as Ax's own JSON snapshot of the client."""
+        state = dict(self.__dict__)
+        state.pop("_ax_module", None)
+        if state.get("_ax") is not None:
+            state["_ax"] = self._ax.to_json_snapshot()
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._ax_module = _need("ax", self.who, "ax-platform")
+        if isinstance(self._ax, dict):
+            from ax.service.ax_client import AxClient
+            self._ax = AxClient.from_json_snapshot(self._ax)
+
+
+def _metric_names(o):
+    """The metrics of an Ax objective or outcome constraint (Ax 1.x: metric_names; 0.x: metric)."""
+    if hasattr(o, "metric_names"):
+        return list(o.metric_names)
+    return [o.metric.name]
+
+
+def _has_experiment(client):
+    try:
+        client.experiment
+        return True
+    except Exception:  # Ax raises (ValueError, or its own) while there is none
+        return False

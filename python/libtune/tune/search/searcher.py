@@ -319,14 +319,25 @@ class NevergradSearch(_RunsLibrary, Searcher):
         self._metric, self._mode = metric, mode
 
 
-class AxSearch(Searcher):
-    """Ray's AxSearch: not supported (refused where it is made, naming what to use)."""
+class AxSearch(_RunsLibrary, Searcher):
+    """Ray's AxSearch: Ax itself (``pip install ax-platform``) runs in the driver, its
+    AxClient over param_space's domains (or ``space``, Ax's own parameter dicts, or an
+    ``ax_client`` whose experiment you made), with Ax's ``parameter_constraints``
+    ("x1 + x2 <= 2.0") and ``outcome_constraints`` ("l2norm <= 1.25"); ``ax_kwargs`` go to
+    AxClient."""
     _name = "AxSearch"
 
-    def __init__(self, *args, **kwargs):
-        raise ValueError("AxSearch is not supported by libtune: Ax is not run in the driver yet. Use GPSearch "
-                         "(libtune's own Gaussian process), BayesOptSearch, or OptunaSearch(sampler=...) with one of "
-                         "Optuna's samplers (e.g. optuna.samplers.GPSampler)")
+    def __init__(self, space=None, metric=None, mode=None, points_to_evaluate=None, parameter_constraints=None,
+                 outcome_constraints=None, ax_client=None, **ax_kwargs):
+        from ._libraries import AxLibrary
+        if isinstance(metric, (list, tuple)) or isinstance(mode, (list, tuple)):
+            raise ValueError("AxSearch: give one metric and mode (Ray's AxSearch tells Ax one objective); for "
+                             "several use OptunaSearch(metric=[...], mode=[...])")
+        Searcher.__init__(self, None, None)
+        self._lib = AxLibrary(space, metric, mode, points_to_evaluate, parameter_constraints, outcome_constraints,
+                              ax_client, ax_kwargs)
+        self._metric, self._mode = metric, mode
+        say_once("ax", "AxSearch: Ax runs in this program (the driver)")
 
 
 class TuneBOHB(BOHBSearch):
