@@ -28,6 +28,11 @@ std::optional<double> number_at(const nlohmann::json& result, const std::string&
   return v;
 }
 
+// A trial it never suggested (one suggested after the state it was restored from), or
+// one it was told of as complete already: nothing to learn, and no reason to end the
+// experiment (the values it is given are checked before: finite, one per objective).
+bool ignorable(const status& s) { return s.code() == errc::not_found || s.code() == errc::invalid_argument; }
+
 class algorithm_searcher final : public searcher {
  public:
   // several: it models several objectives and constraints (TPE); per_budget: it learns
@@ -67,7 +72,7 @@ class algorithm_searcher final : public searcher {
     if (!per_budget_) return;
     int64_t iteration = result.value("training_iteration", int64_t{0});
     auto s = algorithm().on_result(trial_id, iteration, *v);
-    if (s.code() == errc::not_found) return;  // suggested after the state it was restored from
+    if (ignorable(s)) return;
     if (!s) throw std::runtime_error(s.message());
     log_.push_back({{"r", trial_id}, {"i", iteration}, {"v", *v}});
   }
@@ -97,7 +102,7 @@ class algorithm_searcher final : public searcher {
       if (v) entry["v"] = *v;
     }
     last_.erase(trial_id);
-    if (s.code() == errc::not_found) return;
+    if (ignorable(s)) return;
     if (!s) throw std::runtime_error(s.message());
     log_.push_back(std::move(entry));
   }

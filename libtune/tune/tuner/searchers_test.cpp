@@ -100,7 +100,16 @@ TEST(Searchers, ResultsOfTrialsItNeverSuggestedAreIgnored) {
   ASSERT_TRUE(s->set_search_properties(props(space2())));
   s->on_trial_result("unknown", {{"loss", 1.0}});
   s->on_trial_complete("unknown", {{"loss", 1.0}}, false);
-  EXPECT_TRUE(s->suggest("t0"));
+  auto c = s->suggest("t0");
+  ASSERT_TRUE(c);
+  s->on_trial_complete("t0", result(*c, 1), false);
+  s->on_trial_complete("t0", result(*c, 1), false);  // told twice: the second is ignored
+  auto b = bohb_searcher();
+  ASSERT_TRUE(b->set_search_properties(props(space2())));
+  auto d = b->suggest("t0");
+  b->on_trial_complete("t0", result(*d, 1), false);
+  b->on_trial_result("t0", result(*d, 2));  // a result after its end
+  EXPECT_EQ(nlohmann::json::parse(s->save())["log"].size(), 2u);
 }
 
 TEST(Searchers, AFailedTrialCountsWithItsLastValueOrIsForgotten) {
