@@ -14,7 +14,8 @@
 #
 # Root only: trials run as an account of their own with a home (useradd), as a node
 # run by root runs them (docs/users.md); a head and a node of this machine are started
-# with `tune start` (the script's ray.init() joins them) and stopped at the end.
+# with `tune start` (the script's ray.init() joins them) and stopped at the end. Then
+# gpu_hooks_torch.py (beside this) on the same cluster: the hooks with PyTorch trials.
 set -euo pipefail
 wheel=$1 examples=$2 data=$3 out=$4
 shift 4
@@ -61,9 +62,16 @@ nvidia-smi --query-gpu=index,name,memory.used --format=csv || true
 cd "$work"
 start=$(date +%s%N)
 rc=0
-"$python" mnist_pytorch.py "${args[@]}" || rc=$?
+timeout "${MNIST_TIMEOUT:-900}" "$python" mnist_pytorch.py "${args[@]}" || rc=$?
 end=$(date +%s%N)
-echo "exit $rc, wall $(( (end - start) / 1000000 )) ms"
+echo "mnist_pytorch.py: exit $rc, wall $(( (end - start) / 1000000 )) ms"
 nvidia-smi --query-gpu=index,memory.used --format=csv || true
 if [ -f "$HOME/libtune_results/exp/trials.json" ]; then cp "$HOME/libtune_results/exp/trials.json" "$out/"; fi
-exit $rc
+# Then the hooks with PyTorch trials on the cards (gpu_hooks_torch.py beside this).
+start=$(date +%s%N)
+rc2=0
+"$python" "$here/gpu_hooks_torch.py" || rc2=$?
+end=$(date +%s%N)
+echo "gpu_hooks_torch.py: exit $rc2, wall $(( (end - start) / 1000000 )) ms"
+nvidia-smi --query-gpu=index,memory.used --format=csv || true
+[ $rc -eq 0 ] && [ $rc2 -eq 0 ]
