@@ -303,5 +303,25 @@ class BadInput(unittest.TestCase):
             tune.RunConfig(stop=3)
 
 
+class RayExamplesPackage(unittest.TestCase):
+    def test_tune_examples_finds_the_module_beside_the_script(self):
+        # Ray's pbt_convnet_function_example calls ray.tune.examples.mnist_pytorch.train_func
+        # after `from ray.tune.examples.mnist_pytorch import ...` became `from mnist_pytorch import`.
+        import shutil
+        import libtune as ray
+        d = tempfile.mkdtemp()
+        try:
+            with open(os.path.join(d, "beside_script_mod.py"), "w") as f:
+                f.write("def train_func():\n    return 7\n")
+            sys.path.insert(0, d)
+            self.assertEqual(ray.tune.examples.beside_script_mod.train_func(), 7)
+            with self.assertRaisesRegex(AttributeError, "libtune ships no examples; put no_such_example.py"):
+                ray.tune.examples.no_such_example
+        finally:
+            sys.path.remove(d)
+            sys.modules.pop("beside_script_mod", None)
+            shutil.rmtree(d)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -9,7 +9,7 @@ import importlib
 
 _WHERE = {
     "schedulers": None, "search": None, "logger": None, "stopper": None, "callback": None, "result": None,
-    "experiment": None, "utils": None,
+    "experiment": None, "utils": None, "examples": None,
     "Callback": "callback", "Stopper": "stopper",
     "Tuner": "tuner",
     "TuneConfig": "config", "RunConfig": "config", "CheckpointConfig": "config", "FailureConfig": "config",
