@@ -502,6 +502,8 @@ void show(controller_actor self, bool force) {
   s.direction = st.setup.engine->options().direction;
   s.elapsed_s = elapsed(self);
   for (auto& [id, t] : st.setup.engine->trials()) {
+    // Its configuration not final yet (the hooks prepare it: sample_from): shown once it is.
+    if (st.setup.engine->preparing(id)) continue;
     std::string state{to_string(t.state)};
     // Started by the engine, but its group not placed yet: it waits (and said why).
     if (auto* live = st.table.find(id); live && (live->state == live_state::placing || live->state == live_state::waiting))

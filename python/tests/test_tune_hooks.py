@@ -184,6 +184,25 @@ class Hooks(unittest.TestCase):
             self.assertEqual(f.read().splitlines(), ["True Namespace 0.5 8"] * 3)
 
     @needs_engine
+    def test_progress_shows_a_sample_from_value_not_its_placeholder(self):
+        # Each trial's configuration on the progress lines is the one it runs with: the
+        # driver's sample_from value, never the placeholder that stands for it meanwhile.
+        script = os.path.join(self.tmp, "sf_progress.py")
+        with open(script, "w") as f:
+            f.write("import libtune\nfrom libtune import tune\n"
+                    "import time\n"
+                    "def train(config):\n    time.sleep(1.5)\n    tune.report({'score': config['b']})\n"
+                    "libtune.init(num_cpus=2)\n"
+                    "tune.Tuner(train, param_space={'b': tune.sample_from(lambda spec: 7 + 1)},\n"
+                    "           tune_config=tune.TuneConfig(metric='score', mode='max', num_samples=3),\n"
+                    f"           run_config=tune.RunConfig(storage_path={self.tmp!r}, name='sfp', verbose=1)).fit()\n")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        out = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr[-2000:])
+        self.assertNotIn("__libtune_sample_from__", out.stderr)
+        self.assertIn("(b=8)", out.stderr)
+
+    @needs_engine
     def test_a_searcher_and_a_scheduler_of_the_users(self):
         searcher = Counting()
         grid = tune.Tuner(steps, tune_config=tune.TuneConfig(search_alg=ConcurrencyLimiter(searcher, 2),

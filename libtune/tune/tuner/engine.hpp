@@ -197,6 +197,8 @@ class experiment_engine {
   // Nothing runs and nothing more will start.
   bool finished() const;
   const std::map<std::string, engine_trial>& trials() const { return trials_; }
+  // A trial whose configuration the hooks are still preparing (sample_from not drawn yet).
+  bool preparing(const std::string& id) const { return preparing_.count(id) > 0; }
   // The trial meets every constraint by its latest values (one not reported yet is not
   // met); true without constraints.
   bool meets_constraints(const engine_trial& t) const;
