@@ -117,24 +117,10 @@ class algorithm_searcher final : public searcher {
     auto fresh = make_(props_);
     if (!fresh) return fresh.error();
     auto a = std::move(fresh).value();
-    for (auto& e : j["log"]) {
-      status s;
-      if (e.contains("s")) {
-        auto id = e["s"].get<std::string>();
-        auto c = a->suggest(id);
-        if (!c) return c.error();
-        if (!c->has_value() || **c != e["c"])
-          return {errc::inconsistent, name_ + ": replaying its saved state, trial " + id +
-                                          " got another configuration than it had: the space or the seed changed"};
-      } else if (e.contains("r")) {
-        s = a->on_result(e["r"].get<std::string>(), e["i"].get<int64_t>(), e["v"].get<double>());
-      } else if (e.contains("e")) {
-        auto id = e["e"].get<std::string>();
-        if (!e.contains("v")) s = a->on_complete(id, std::nullopt);
-        else if (e.contains("k")) s = a->on_complete(id, e["v"].get<std::vector<double>>(), e["k"].get<std::vector<double>>());
-        else s = a->on_complete(id, e["v"].get<double>());
-      }
-      if (!s) return {s.code(), name_ + ": replaying its saved state: " + s.message()};
+    try {
+      if (auto s = replay(*a, j["log"]); !s) return s;
+    } catch (const nlohmann::json::exception& e) {
+      return {errc::invalid_argument, name_ + ": its saved state is damaged (" + e.what() + ")"};
     }
     algo_ = std::move(a);
     log_ = j["log"];
@@ -145,6 +131,31 @@ class algorithm_searcher final : public searcher {
   std::string name() const override { return name_; }
 
  private:
+  // The saved log told again, in order, to a new algorithm `a`.
+  status replay(search_algorithm& algo, const nlohmann::json& log) const {
+    auto* a = &algo;  // a damaged entry throws (at()), which restore() says
+    for (auto& e : log) {
+      status s;
+      if (e.contains("s")) {
+        auto id = e.at("s").get<std::string>();
+        auto c = a->suggest(id);
+        if (!c) return c.error();
+        if (!c->has_value() || **c != e.at("c"))
+          return {errc::inconsistent, name_ + ": replaying its saved state, trial " + id +
+                                          " got another configuration than it had: the space or the seed changed"};
+      } else if (e.contains("r")) {
+        s = a->on_result(e.at("r").get<std::string>(), e.at("i").get<int64_t>(), e.at("v").get<double>());
+      } else if (e.contains("e")) {
+        auto id = e.at("e").get<std::string>();
+        if (!e.contains("v")) s = a->on_complete(id, std::nullopt);
+        else if (e.contains("k")) s = a->on_complete(id, e.at("v").get<std::vector<double>>(), e.at("k").get<std::vector<double>>());
+        else s = a->on_complete(id, e.at("v").get<double>());
+      }
+      if (!s) return {s.code(), name_ + ": replaying its saved state: " + s.message()};
+    }
+    return {};
+  }
+
   search_algorithm& algorithm() {
     if (!algo_) throw std::runtime_error(name_ + " was asked before set_search_properties() (the experiment calls it)");
     return *algo_;

@@ -150,6 +150,12 @@ TEST(Searchers, BadUseIsNamed) {
   ASSERT_TRUE(t->set_search_properties(props(space2())));
   EXPECT_FALSE(t->restore("not json"));
   EXPECT_FALSE(t->restore(gp_searcher()->save())) << "another searcher's state";
+  for (auto bad : {R"({"searcher": "tpe", "log": [{"s": 3}]})", R"({"searcher": "tpe", "log": [{"s": "t9"}]})",
+                   R"({"searcher": "tpe", "log": [{"r": "t9", "v": 1}]})"}) {
+    auto damaged = t->restore(bad);
+    EXPECT_FALSE(damaged) << bad;
+    EXPECT_TRUE(has(damaged.message(), "its saved state is damaged")) << damaged.message();
+  }
   EXPECT_TRUE(t->suggest("t0")) << "a refused state leaves it as it was";
 }
 
