@@ -303,12 +303,15 @@ expected<std::unique_ptr<dashboard_server>> dashboard_server::bind(caf::actor_sy
   p->front = std::move(*front);
   p->port = p->front->port();
   // httplib behind it, on a Unix socket in a folder only this process's user can enter.
-  char dir[] = "/tmp/libtune-dashboard-XXXXXX";
-  if (!::mkdtemp(dir)) return status{errc::invalid_argument, std::string{"the dashboard: mkdtemp: "} + std::strerror(errno)};
+  sockaddr_un a{};
+  std::string dir = "/libtune-dashboard-XXXXXX";
+  bool fits = !o.socket_parent.empty() && o.socket_parent.size() + dir.size() + 10 < sizeof a.sun_path;
+  dir.insert(0, fits ? o.socket_parent : std::string{"/tmp"});
+  if (!::mkdtemp(dir.data()))
+    return status{errc::invalid_argument, "the dashboard: mkdtemp " + dir + ": " + std::strerror(errno)};
   p->socket_dir = dir;
   p->socket_path = p->socket_dir + "/http.sock";
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un a{};
   a.sun_family = AF_UNIX;
   std::snprintf(a.sun_path, sizeof a.sun_path, "%s", p->socket_path.c_str());
   if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 256) != 0) {

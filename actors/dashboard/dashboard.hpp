@@ -27,6 +27,10 @@ struct dashboard_options {
   bool any_port_if_taken = false;  // the default port in use: take any free one instead of failing
   // HTTPS with the cluster's certificate (the head's --tls-*), cookies marked Secure; null: HTTP.
   std::shared_ptr<tls::context> tls{};
+  // Where the folder of the socket behind the port is made (the head's runtime dir, the
+  // embedded cluster's folder: what a killed process leaves is there, not in /tmp);
+  // /tmp when empty or too long for a socket's address. Removed when the server ends.
+  std::string socket_parent{};
   // No token here: every request's token goes to the head, which says who it is and
   // what they may see (docs/users.md).
 };

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -169,6 +170,30 @@ TEST_F(DashboardTest, APortInUseIsAClearError) {
   ASSERT_TRUE(other);  // the default port taken: any free one
   EXPECT_NE((*other)->port(), server->port());
   EXPECT_FALSE(dashboard_server::bind(sys, {"127.0.0.1", 70000, false}));
+}
+
+// The socket behind the port: in a folder of its own in socket_parent (a killed head's
+// is left in its runtime dir, not in /tmp), removed when the server ends.
+TEST_F(DashboardTest, TheSocketsFolderIsInItsParentAndGoesWithTheServer) {
+  char tmpl[] = "/tmp/dashboard-test-XXXXXX";
+  struct removed {
+    std::string path;
+    ~removed() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } parent{::mkdtemp(tmpl)};
+  dashboard_options opt{"127.0.0.1", 0, false};
+  opt.socket_parent = parent.path;
+  auto bound = dashboard_server::bind(sys, opt);
+  ASSERT_TRUE(bound) << bound.error().message();
+  std::vector<std::string> inside;
+  for (auto& e : std::filesystem::directory_iterator(parent.path)) inside.push_back(e.path().filename().string());
+  ASSERT_EQ(inside.size(), 1u);
+  EXPECT_TRUE(inside[0].starts_with("libtune-dashboard-")) << inside[0];
+  EXPECT_TRUE(std::filesystem::exists(parent.path + "/" + inside[0] + "/http.sock"));
+  bound->reset();
+  EXPECT_TRUE(std::filesystem::is_empty(parent.path)) << "the socket's folder outlived the server";
 }
 
 }  // namespace

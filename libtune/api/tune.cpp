@@ -207,7 +207,8 @@ status open_work_dir(cluster::impl& st, const cluster_options& opt) {
 status start_embedded_head(cluster::impl& st, const cluster_options& opt, const std::string& token) {
   head_options hopt{token, "embedded", wire::heartbeat_timeout, {}};
   std::optional<dashboard_options> dopt;
-  if (opt.dashboard_port) dopt = dashboard_options{"127.0.0.1", *opt.dashboard_port, false};
+  if (opt.dashboard_port)  // its socket's folder in the cluster's: one folder left, not two, if the process is killed
+    dopt = dashboard_options{"127.0.0.1", *opt.dashboard_port, false, {}, std::filesystem::absolute(st.work_dir).string()};
   auto service = start_head_service(*st.sys, hopt, dopt, "127.0.0.1");
   if (!service) return service.error();
   st.head = service->head;

@@ -106,6 +106,8 @@ std::variant<head_plan, int> plan_head(const po::variables_map& vm, const std::s
     return fail("start", "--orphan-grace must be between 0 and 86400 seconds", 2);
   p.orphan_grace = std::chrono::milliseconds(static_cast<int64_t>(orphan_grace_s * 1000));
   p.dashboard = dashboard_from(vm, p.host);
+  if (p.dashboard)  // a killed head's socket folder is left there, not in /tmp
+    p.dashboard->socket_parent = std::filesystem::absolute(p.dir).lexically_normal().string();
   if (int rc = open_tls(vm, p); rc >= 0) return rc;
   p.block = vm.count("block") > 0;
   return p;
