@@ -14,14 +14,22 @@
 #include <csignal>
 #include "run.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
+#include "controller/controller.hpp"
 #include "services/services.hpp"
 #include "tune/core/json_text.hpp"
 #include "tune/core/utf8.hpp"
@@ -393,6 +401,55 @@ nlohmann::json summary(const tune_config& c, const result_grid& results, const s
   return out;
 }
 
+// --- stop signals ------------------------------------------------------------------------
+
+// SIGINT and SIGTERM (a terminal's Ctrl-C, kill, the Python driver's Ctrl-C and
+// fail_fast): the first ends the experiment through its usual end, as an error would:
+// its controller stops its trials (the store keeps them as interrupted, for a resume),
+// fit() returns, the embedded cluster ends and removes its folder, and the exit code is
+// 128 + the signal. Another one meanwhile changes nothing (a terminal's Ctrl-C reaches
+// the Python driver too, which passes it on); a stop that hangs ends after a minute.
+std::atomic<int> stop_signal{0};
+int stop_pipe[2] = {-1, -1};
+
+std::string signal_name(int sig) { return std::string{"SIG"} + sigabbrev_np(sig); }
+
+void on_stop_signal(int sig) {
+  int none = 0;
+  stop_signal.compare_exchange_strong(none, sig);
+  int saved = errno;
+  char byte = 0;
+  (void)!::write(stop_pipe[1], &byte, 1);
+  errno = saved;
+}
+
+// From the start: a signal that comes while the cluster starts is acted on once it runs.
+void catch_stop_signals() {
+  if (::pipe2(stop_pipe, O_CLOEXEC) != 0) return;  // then they end it at once, as before
+  ::fcntl(stop_pipe[1], F_SETFL, O_NONBLOCK);
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int s : {SIGINT, SIGTERM}) ::sigaction(s, &sa, nullptr);  // exec resets it: no trial inherits it
+}
+
+// The thread that acts on the first, once the cluster runs (after the embedded node's
+// spawner was forked, which wants no thread beside it).
+void act_on_stop_signals() {
+  if (stop_pipe[0] < 0) return;
+  std::thread([] {
+    char byte;
+    while (::read(stop_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    int sig = stop_signal.load();
+    interrupt_experiments("stopped by " + signal_name(sig));
+    std::this_thread::sleep_for(std::chrono::minutes(1));
+    std::cerr << "tune run: the stop after " << signal_name(sig) << " took over a minute; exiting now\n";
+    std::_Exit(128 + sig);
+  }).detach();
+}
+
 // Runs the experiment on the cluster; the exit code.
 int run_on(const cluster& c, const experiment_spec& e) {
   std::cerr << "tune run: " << e.config.num_samples << " trial(s) of `";
@@ -400,6 +457,11 @@ int run_on(const cluster& c, const experiment_spec& e) {
   std::cerr << "` on " << c.description() << "\n";
   tuner t{c, e.prog, e.space, e.config};
   auto results = t.fit();
+  if (int sig = stop_signal.load(); sig && !results) {
+    std::cerr << "tune run: stopped by " << signal_name(sig) << ": its trials were stopped; the experiment "
+              << "folder keeps what they did (tune resume DIR continues it)\n";
+    return 128 + sig;
+  }
   if (!results) return fail(results.error().message());
   auto best = results->best();
   if (!best) return fail(best.error().message());
@@ -419,6 +481,7 @@ int cmd_run(const std::vector<std::string>& all_args) {
   // write that fails, not a SIGPIPE that ends it at once: it ends as it should, its
   // trials stopped and its embedded cluster's folder removed.
   std::signal(SIGPIPE, SIG_IGN);
+  catch_stop_signals();
   // Everything after "--" is the command, untouched.
   std::vector<std::string> args, command;
   bool after = false;
@@ -450,6 +513,7 @@ int cmd_run(const std::vector<std::string>& all_args) {
   if (!opt) return fail(opt.error().message(), 2);
   auto c = cluster::start(*opt);
   if (!c) return fail(c.error().message());
+  act_on_stop_signals();
   return run_on(*c, *spec);
 }
 

@@ -119,6 +119,44 @@ class ProgramTest : public ::testing::Test {
     write(name, "working_dir: .\nexperiment_dir: " + exp + "\nmetric: val_acc\nmode: max\nprogress: lines\n" + body);
     return project + "/" + name;
   }
+
+  // What the background tune run printed (for failure messages).
+  std::string driver_log() const { return files.dir() + "/driver.log"; }
+  std::string driver_output() const {
+    std::ifstream in{driver_log()};
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+  // tune run in the background, with `env` besides this test's; its pid.
+  pid_t start_driver(const std::vector<std::string>& args, const std::map<std::string, std::string>& env = {}) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setpgid(0, 0);
+      if (::chdir(project.c_str()) != 0) ::_exit(127);
+      int log = ::open(driver_log().c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);  // shown when a test fails
+      ::dup2(log, 1);
+      ::dup2(log, 2);
+      for (auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+      std::vector<std::string> argv{tune_binary(), "run"};
+      argv.insert(argv.end(), args.begin(), args.end());
+      std::vector<char*> c;
+      for (auto& a : argv) c.push_back(a.data());
+      c.push_back(nullptr);
+      ::execv(c[0], c.data());
+      ::_exit(127);
+    }
+    return pid;
+  }
+
+  int64_t stored() {
+    if (!fs::exists(exp + "/experiment.db")) return 0;
+    auto s = experiment_store::open(exp);
+    if (!s) return 0;
+    auto n = (*s)->result_count();
+    return n ? *n : 0;
+  }
 };
 
 TEST_F(ProgramTest, ALibtuneScriptReportsCheckpointsAndIsStoppedEarlyByAsha) {
@@ -590,6 +628,49 @@ TEST_F(ProgramTest, ATrialThatIgnoresSigtermIsKilledAfterTheGracePeriod) {
   EXPECT_EQ(ended, "did not stop within the grace period: killed");
 }
 
+// Ctrl-C (SIGINT; SIGTERM alike): tune run stops its trials and ends through its usual
+// end, with 130; the store keeps its trials as interrupted (tune resume goes on from
+// them), and its embedded cluster's folder is gone, with the dashboard's socket folder,
+// which is inside it.
+TEST_F(ProgramTest, SigintStopsTheTrialsAndRemovesTheEmbeddedClustersFolder) {
+  auto file = experiment("int.yaml", "command: [" + py() + ", trial.py, --record, " + rec + R"(]
+num_samples: 2
+space:
+  x: {uniform: [0.0, 1.0]}
+  epochs: 300
+  sleep: 0.1
+)");
+  auto scratch = files.dir() + "/tmpdir";  // TMPDIR: where the embedded cluster's folder goes
+  fs::create_directories(scratch);
+  auto listing = [&](bool deep) {
+    std::string out;
+    if (deep)
+      for (auto& e : fs::recursive_directory_iterator(scratch)) out += e.path().string() + "\n";
+    else
+      for (auto& e : fs::directory_iterator(scratch)) out += e.path().string() + "\n";
+    return out;
+  };
+  pid_t driver = start_driver({file, "--num-cpus", "2", "--dashboard-port", "0"},
+                              {{"TMPDIR", scratch}, {"CUDA_VISIBLE_DEVICES", ""}});
+  ASSERT_TRUE(wait_until([&] { return stored() >= 4; }, 60s, 50ms)) << driver_output();
+  ASSERT_GT(processes_running({"--record", rec}), 0) << "the check below would see nothing";
+  EXPECT_TRUE(contains(listing(true), "/libtune-dashboard-")) << "the dashboard's socket folder is not in the cluster's";
+  ::kill(driver, SIGINT);
+  ::kill(driver, SIGINT);  // a terminal's Ctrl-C and the Python driver's after it: one stop
+  int st = 0;
+  ASSERT_EQ(::waitpid(driver, &st, 0), driver);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGINT) << st << "\n" << driver_output();
+  EXPECT_TRUE(contains(driver_output(), "tune run: stopped by SIGINT")) << driver_output();
+  EXPECT_EQ(listing(false), "") << "left behind in TMPDIR";
+  EXPECT_TRUE(wait_until([&] { return processes_running({"--record", rec}) == 0; }, 5s)) << "its trials run on";
+  auto s = store();
+  ASSERT_TRUE(s);
+  auto trials = s->trials();
+  ASSERT_TRUE(trials);
+  EXPECT_EQ(trials->size(), 2u);
+  for (auto& t : *trials) EXPECT_EQ(t.state, "running") << t.id << ": kept as interrupted, for tune resume";
+}
+
 TEST_F(ProgramTest, WorkingDirectoryProblemsAreErrorsBeforeAnyTrial) {
   auto missing = tune_run({"--metric", "val_acc", "--experiment-dir", exp, "--working-dir", files.dir() + "/nowhere", "--",
                            py(), "trial.py"});
@@ -871,42 +952,6 @@ class ProgramClusterTest : public ProgramTest {
     return args;
   }
 
-  // What the background tune run printed (for failure messages).
-  std::string driver_log() const { return files.dir() + "/driver.log"; }
-  std::string driver_output() const {
-    std::ifstream in{driver_log()};
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-
-  // tune run in the background; its pid.
-  pid_t start_driver(const std::vector<std::string>& args) {
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::setpgid(0, 0);
-      if (::chdir(project.c_str()) != 0) ::_exit(127);
-      int log = ::open(driver_log().c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);  // shown when a test fails
-      ::dup2(log, 1);
-      ::dup2(log, 2);
-      std::vector<std::string> argv{tune_binary(), "run"};
-      argv.insert(argv.end(), args.begin(), args.end());
-      std::vector<char*> c;
-      for (auto& a : argv) c.push_back(a.data());
-      c.push_back(nullptr);
-      ::execv(c[0], c.data());
-      ::_exit(127);
-    }
-    return pid;
-  }
-
-  int64_t stored() {
-    if (!fs::exists(exp + "/experiment.db")) return 0;
-    auto s = experiment_store::open(exp);
-    if (!s) return 0;
-    auto n = (*s)->result_count();
-    return n ? *n : 0;
-  }
 };
 
 TEST_F(ProgramClusterTest, ATrialWhoseNodeIsKilledGoesOnElsewhereFromItsCheckpoint) {

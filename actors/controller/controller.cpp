@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include <future>
+#include <mutex>
 
 #include "checkpoint_copy.hpp"
 #include "transport/dial.hpp"
@@ -411,6 +412,29 @@ void advance(controller_actor self) {
   finish(self, sum);
 }
 
+namespace {
+
+// The controllers run_experiment waits for, for interrupt_experiments (never destroyed:
+// a signal's thread may use it while the process exits).
+struct running_experiments {
+  std::mutex m;
+  std::vector<caf::actor> controllers;
+  std::string interrupted;  // why, once interrupt_experiments was called
+  static running_experiments& get() {
+    static auto* r = new running_experiments;
+    return *r;
+  }
+};
+
+}  // namespace
+
+void interrupt_experiments(const std::string& why) {
+  auto& r = running_experiments::get();
+  std::lock_guard lock{r.m};
+  if (r.interrupted.empty()) r.interrupted = why;
+  for (auto& c : r.controllers) caf::anon_send_exit(c, caf::exit_reason::user_shutdown);
+}
+
 caf::actor spawn_controller(caf::actor_system& sys, controller_setup setup) {
   if (!setup.own_thread) return caf::actor_cast<caf::actor>(sys.spawn(controller, std::move(setup)));
   return caf::actor_cast<caf::actor>(sys.spawn<caf::detached>(controller, std::move(setup)));
@@ -420,6 +444,11 @@ expected<experiment_summary> run_experiment(cluster_client& client, experiment_e
                                             experiment_store& store, const experiment_run_options& opt,
                                             resume_plan* resumed) {
   if (!client.program_server()) return status{errc::invalid_argument, "run_experiment: serve the program first"};
+  auto& running = running_experiments::get();
+  {
+    std::lock_guard lock{running.m};
+    if (!running.interrupted.empty()) return status{errc::inconsistent, running.interrupted};
+  }
   // Answered once: by the controller's end (on_done), or by its exit when it ended
   // without one (an exception in a handler), with the reason.
   struct answer {
@@ -453,7 +482,16 @@ expected<experiment_summary> run_experiment(cluster_client& client, experiment_e
     done->give(status{errc::inconsistent, "the experiment's controller ended before the experiment (" + sys.render(reason) +
                                               "): its store keeps what it recorded; tune resume continues it"});
   });
-  return result.get();
+  {
+    std::lock_guard lock{running.m};
+    if (running.interrupted.empty()) running.controllers.push_back(ctl);
+    else caf::anon_send_exit(ctl, caf::exit_reason::user_shutdown);
+  }
+  auto out = result.get();
+  std::lock_guard lock{running.m};
+  std::erase(running.controllers, ctl);
+  if (!out && !running.interrupted.empty()) return status{out.error().code(), running.interrupted};
+  return out;
 }
 
 }  // namespace tune

@@ -137,4 +137,11 @@ expected<experiment_summary> run_experiment(cluster_client& client, experiment_e
                                             experiment_store& store, const experiment_run_options& opt,
                                             resume_plan* resumed = nullptr);
 
+// Ends the experiments run_experiment runs in this process, and refuses the ones asked
+// for after (tune run's SIGINT or SIGTERM): each controller gets an exit message, so
+// that its trials stop and its run_experiment returns an error (`why`); the store keeps
+// the trials that ran as interrupted, for a resume. From any thread, not from a signal
+// handler.
+void interrupt_experiments(const std::string& why);
+
 }  // namespace tune

@@ -303,7 +303,10 @@ class Interrupted(unittest.TestCase):
                                    tune_config=tune.TuneConfig(metric="i", mode="max"),
                                    run_config=tune.RunConfig(storage_path=sys.argv[1], name="exp", verbose=0)).fit()
                 """))
-            env = dict(os.environ, TUNE_SHARED_DIR=os.path.join(tmp, "shared"))
+            # TMPDIR: the trials' checkpoint folders and the embedded cluster's go there.
+            scratch = os.path.join(tmp, "scratch")
+            os.makedirs(scratch)
+            env = dict(os.environ, TUNE_SHARED_DIR=os.path.join(tmp, "shared"), TMPDIR=scratch)
             first = subprocess.Popen([sys.executable, script, tmp], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, env=env, start_new_session=True)
             results = os.path.join(tmp, "exp", "experiment.db")
@@ -317,6 +320,8 @@ class Interrupted(unittest.TestCase):
             self.assertIn("KeyboardInterrupt", err)
             self.assertIn("Tuner.restore", err)
             self.assertTrue(os.path.exists(results))
+            left = [f for f in os.listdir(scratch) if f.startswith("libtune-embedded-")]
+            self.assertEqual(left, [], "the interrupted engine left its embedded cluster's folder")
             second = subprocess.run([sys.executable, script, tmp], capture_output=True, text=True, env=env, timeout=120)
             self.assertEqual(second.returncode, 0, second.stderr)
             self.assertIn("RESUMED [(20, True), (20, True)]", second.stdout, second.stderr)
