@@ -5,6 +5,7 @@ as test_libtune.py's own tests run them.
 Run from the repository root:  PYTHONPATH=python python3 -m unittest discover -s python/tests -v
 """
 
+import json
 import os
 import signal
 import unittest
@@ -52,6 +53,22 @@ class InsideATrial(TrialTestCase):
         """, env=self.env(TUNE_RESTORE_DIR=restore), prelude=PRELUDE)
         self.assertEqual(out.strip(), "[7, true]")
         self.assertEqual(self.lines(report)[0]["iteration"], 8)
+
+    def test_a_dict_checkpoints_folder_is_removed_once_reported(self):
+        out, _, report = self.run_script("""
+            ck = tune.Checkpoint.from_dict({"step": 3})
+            made = ck.path
+            tune.report({"loss": 0.5}, checkpoint=ck)
+            print(json.dumps([os.path.exists(made), ck.path, ck.to_dict()]))
+            lost = tune.Checkpoint.from_dict({"step": 4}).path  # never reported: gone with the checkpoint
+            print(json.dumps(os.path.exists(lost)))
+        """, prelude=PRELUDE)
+        first, second = out.splitlines()
+        stored = os.path.join(self.trial_dir, "checkpoints", "1")
+        self.assertEqual(json.loads(first), [False, stored, {"step": 3}])
+        self.assertEqual(json.loads(second), False)
+        self.assertEqual([l["type"] for l in self.lines(report)], ["checkpoint", "result"])
+        self.assertEqual([f for f in os.listdir(self.tmp) if f.startswith("checkpoint-")], [])
 
     def test_a_stopped_loop_does_not_return_from_report(self):
         child = Child(PRELUDE + "i = 0\nwhile True:\n    i += 1\n    tune.report({'i': i})\n    import time; "

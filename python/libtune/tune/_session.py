@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import tempfile
+import weakref
 
 import libtune as _trial
 
@@ -85,14 +86,18 @@ class Checkpoint:
     @classmethod
     def from_dict(cls, data):
         """A checkpoint holding a dict (Ray 2.0-2.6's ``Checkpoint.from_dict``), pickled
-        into a new folder."""
+        into a new temporary folder of libtune's own: removed once tune.report() stored
+        it (the checkpoint is then the stored copy), else with the checkpoint (garbage, or
+        the process's end)."""
         import pickle
         if not isinstance(data, dict):
             raise TypeError(f"Checkpoint.from_dict: give a dict, not {type(data).__name__}")
         folder = tempfile.mkdtemp(prefix="checkpoint-")
         with open(os.path.join(folder, cls.DICT_FILE), "wb") as f:
             pickle.dump(data, f)
-        return cls(folder)
+        checkpoint = cls(folder)
+        checkpoint._remove_folder = weakref.finalize(checkpoint, shutil.rmtree, folder, True)
+        return checkpoint
 
     def to_dict(self):
         """The dict of a checkpoint made with from_dict."""
@@ -159,6 +164,10 @@ def report(metrics, *, checkpoint=None):
         target = _trial.checkpoint_dir(iteration)
         if os.path.realpath(checkpoint.path) != os.path.realpath(target):
             shutil.copytree(checkpoint.path, target, dirs_exist_ok=True)
+        remove = getattr(checkpoint, "_remove_folder", None)
+        if remove is not None:  # from_dict's temporary folder: the stored copy stands in for it
+            checkpoint.path = target
+            remove()
     if checkpoint is not None:
         # Before the result: the result may end the trial (a stop criterion, the
         # scheduler), whose SIGTERM would otherwise come between the two lines.
