@@ -199,7 +199,12 @@ def main():
         if args.tls:  # the test's own CA, unknown to this browser: its certificate is checked by urllib above
             opts.add_argument("--ignore-certificate-errors")
         opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-        driver = webdriver.Chrome(service=Service(args.chromedriver), options=opts)
+        # TMPDIR: Chromium's profile and its singleton's socket folder (org.chromium.Chromium.*,
+        # which it can leave behind) go into the work folder, removed at the end.
+        browser_tmp = os.path.join(work, "browser-tmp")
+        os.makedirs(browser_tmp)
+        service = Service(args.chromedriver, env=dict(os.environ, TMPDIR=browser_tmp))
+        driver = webdriver.Chrome(service=service, options=opts)
         driver.set_page_load_timeout(30)
 
         def load(hash_, name):

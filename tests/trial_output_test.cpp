@@ -182,7 +182,11 @@ libtune.report_checkpoint(1)
 libtune.report(acc=1.0)
 )");
   auto r = tune_run({"--metric", "acc", "--experiment-dir", exp, "--progress", "lines", "--", py(), "ckpt.py"}, 60s);
-  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  // Its only checkpoint lost makes the trial's error (rc 1) when the copy fails before the
+  // experiment's end; when the trial's end comes first and the copy had not started, the
+  // experiment ends without waiting for it (rc 0): a known race (issue 52's closing note).
+  // Either way the copy's failure is said, and why.
+  ASSERT_TRUE(r.rc == 0 || r.rc == 1) << r.out << r.err;
   auto s = experiment_store::open(exp);
   ASSERT_TRUE(s);
   auto events = (*s)->events("trial-00001");

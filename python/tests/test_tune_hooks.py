@@ -222,10 +222,12 @@ class Hooks(unittest.TestCase):
                 f.write("x\n")
             return 0.123
 
+        scratch = self.tmp  # a stop's SIGTERM may come while a folder is made or removed
+
         def forever(config):  # ends at the stop (8 iterations); restored trials go on from their donor's
             for i in range(1000):
                 time.sleep(0.05)
-                with tempfile.TemporaryDirectory() as d:
+                with tempfile.TemporaryDirectory(dir=scratch) as d:
                     with open(os.path.join(d, "weights"), "wb") as f:  # copies that take a moment
                         f.write(b"w" * (8 << 20))
                     tune.report({"score": config["a"] * (i + 1)}, checkpoint=tune.Checkpoint.from_directory(d))

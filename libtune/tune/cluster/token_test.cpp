@@ -4,19 +4,29 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
 namespace tune {
 namespace {
 
-std::string temp_dir() {
-  char tmpl[] = "/tmp/tune-token-test-XXXXXX";
-  return ::mkdtemp(tmpl);
-}
+// A folder of the test's own, removed at its end.
+struct temp_dir {
+  std::string path;
+  temp_dir() {
+    char tmpl[] = "/tmp/tune-token-test-XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
 
 TEST(Token, HeadCreatesAPrivateFileOnce) {
-  auto dir = temp_dir();
+  temp_dir tmp;
+  const std::string& dir = tmp.path;
   auto path = dir + "/sub/token";
   auto made = ensure_token(path);
   ASSERT_TRUE(made) << made.error().message();
@@ -38,7 +48,8 @@ TEST(Token, HeadCreatesAPrivateFileOnce) {
 }
 
 TEST(Token, MissingOrBadFilesSayWhatToDo) {
-  auto dir = temp_dir();
+  temp_dir tmp;
+  const std::string& dir = tmp.path;
   auto missing = read_token(dir + "/nope");
   ASSERT_FALSE(missing);
   EXPECT_NE(missing.error().message().find("copy the head's token file"), std::string::npos);
