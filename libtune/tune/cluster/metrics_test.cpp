@@ -83,6 +83,7 @@ TEST(PrometheusText, PromtoolAcceptsIt) {
   char buf[512];
   while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
   int rc = ::pclose(p);
+  std::remove(file.c_str());
   EXPECT_EQ(WEXITSTATUS(rc), 0) << out;
   EXPECT_EQ(out, "") << "promtool's remarks on the page";
 }
