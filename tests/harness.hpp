@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -71,6 +72,22 @@ std::set<std::string> workers_of_node(const std::string& id);
 // How many processes have these arguments in a row in their command line (read from
 // /proc: no procps needed).
 int processes_running(const std::vector<std::string>& args);
+
+// A folder of the test's own under /tmp (`prefix` names it), removed with everything in
+// it when the test ends.
+struct scratch_dir {
+  std::string path;
+  explicit scratch_dir(const std::string& prefix = "libtune-test") {
+    std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
+    path = ::mkdtemp(tmpl.data());
+  }
+  ~scratch_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  scratch_dir(const scratch_dir&) = delete;
+  scratch_dir& operator=(const scratch_dir&) = delete;
+};
 
 // One test cluster's files: a runtime directory and a token file, and the commands to
 // run tune against them. `prefix` runs every command through e.g. `ip netns exec NS`.

@@ -1,5 +1,7 @@
 #include "tune/cluster/token.hpp"
 
+#include "harness.hpp"
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -12,16 +14,8 @@ namespace tune {
 namespace {
 
 // A folder of the test's own, removed at its end.
-struct temp_dir {
-  std::string path;
-  temp_dir() {
-    char tmpl[] = "/tmp/tune-token-test-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
+struct temp_dir : test::scratch_dir {
+  temp_dir() : scratch_dir("tune-token-test") {}
 };
 
 TEST(Token, HeadCreatesAPrivateFileOnce) {

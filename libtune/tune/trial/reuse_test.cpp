@@ -18,16 +18,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-struct folder {
-  std::string path;
-  folder() {
-    char t[] = "/tmp/reuse-test-XXXXXX";
-    path = ::mkdtemp(t);
-  }
-  ~folder() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
+// A folder of the test's own, removed at its end.
+struct folder : test::scratch_dir {
+  folder() : scratch_dir("reuse-test") {}
 };
 
 TEST(Reuse, AWaitingWorkerTakesTheNextTrialTheMomentItIsWritten) {

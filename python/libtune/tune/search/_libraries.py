@@ -79,6 +79,9 @@ class _Library:
             return None
         return -float(value) if self._mode == "max" else float(value)
 
+    def on_trial_result(self, trial_id, result):
+        """Each library is told a trial's outcome at its end (on_trial_complete) only."""
+
     def _config(self, flat):
         out = dict(self._constants)
         out.update(flat)
@@ -199,9 +202,6 @@ class HyperoptLibrary(_Library):
         _flatten(value if isinstance(value, dict) else {"value": value}, "", flat)
         return self._config(flat)
 
-    def on_trial_result(self, trial_id, result):
-        pass
-
     def on_trial_complete(self, trial_id, result, error):
         tid = self._live.pop(trial_id, None)
         if tid is None:
@@ -310,9 +310,6 @@ class NevergradLibrary(_Library):
         flat = {}
         _flatten({k: _plain(v) for k, v in value.items()}, "", flat)
         return self._config(flat)
-
-    def on_trial_result(self, trial_id, result):
-        pass
 
     def on_trial_complete(self, trial_id, result, error):
         candidate = self._live.pop(trial_id, None)
@@ -424,9 +421,6 @@ class BayesOptLibrary(_Library):
         self._live[trial_id] = params
         return self._config(params)
 
-    def on_trial_result(self, trial_id, result):
-        pass
-
     def on_trial_complete(self, trial_id, result, error):
         params = self._live.pop(trial_id, None)
         loss = self._loss(result, error)
@@ -532,9 +526,6 @@ class AxLibrary(_Library):
                 raise
         self._live[trial_id] = index
         return self._config({k: _plain(v) for k, v in parameters.items()})
-
-    def on_trial_result(self, trial_id, result):
-        pass
 
     def on_trial_complete(self, trial_id, result, error):
         index = self._live.pop(trial_id, None)
