@@ -445,7 +445,7 @@ class AxLibrary(_Library):
     def __init__(self, space, metric, mode, points_to_evaluate, parameter_constraints, outcome_constraints,
                  ax_client, ax_kwargs):
         super().__init__(metric, mode, points_to_evaluate)
-        self._ax_module = _need("ax", self.who, "ax-platform")
+        _need("ax", self.who, "ax-platform")
         if space is not None and not isinstance(space, (list, tuple)):
             raise TypeError(f"{self.who}(space=...): give Ax's parameters, a list of dicts like {{'name': 'x', "
                             f"'type': 'range', 'bounds': [0.0, 1.0]}}, not {type(space).__name__}")
@@ -546,14 +546,13 @@ class AxLibrary(_Library):
     def __getstate__(self):
         """Kept (Tuner.restore) as Ax's own JSON snapshot of the client."""
         state = dict(self.__dict__)
-        state.pop("_ax_module", None)
         if state.get("_ax") is not None:
             state["_ax"] = self._ax.to_json_snapshot()
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._ax_module = _need("ax", self.who, "ax-platform")
+        _need("ax", self.who, "ax-platform")
         if isinstance(self._ax, dict):
             from ax.service.ax_client import AxClient
             self._ax = AxClient.from_json_snapshot(self._ax)
