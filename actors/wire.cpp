@@ -315,12 +315,19 @@ nlohmann::json to_json(const wire_trial_card& c) {
           {"share", c.share},          {"memory_quota", c.memory_quota}, {"logical", c.logical}};
 }
 
+nlohmann::json to_json(const wire_gang& g) {
+  return {{"rank", g.rank},           {"world_size", g.world_size}, {"local_rank", g.local_rank},
+          {"local_world_size", g.local_world_size}, {"node_rank", g.node_rank}, {"nodes", g.nodes},
+          {"master_addr", g.master_addr}, {"master_port", g.master_port}};
+}
+
 nlohmann::json to_json(const wire_trial_started& s) {
   nlohmann::json gpus = nlohmann::json::array();
   for (auto& c : s.gpus) gpus.push_back(to_json(c));
   nlohmann::json j{{"trial_id", s.trial_id}, {"pid", s.pid}, {"node", s.node}, {"gpus", std::move(gpus)},
                    {"trial_dir", s.trial_dir}};
   if (!s.restore_dir.empty()) j["restore_dir"] = s.restore_dir;
+  if (s.gang.world_size > 0) j["worker"] = to_json(s.gang);
   return j;
 }
 

@@ -63,6 +63,8 @@
 //   trial -> client (trial_started_atom, trial_id, wire_trial_started)   its worker runs
 //   trial -> client (trial_checkpoint_atom, trial_id, wire_checkpoint)   it saved a checkpoint
 //   trial -> client (trial_done_atom, trial_id, message)   it said it is done
+//   trial -> client (trial_joined_atom, trial_id)   a gang's worker said it joined its
+//                  peers (its process group made: docs/workers.md)
 //   trial -> client (trial_beside_atom, trial_id, wire_beside)   another program appeared
 //                  on one of its cards (left alone)
 //   trial -> client (trial_results_atom, trial_id, wire_results)   results whose metrics are all
@@ -169,6 +171,7 @@ using trial_save_atom = caf::atom_constant<caf::atom("trialsave")>;
 using trial_started_atom = caf::atom_constant<caf::atom("trialrun")>;
 using trial_checkpoint_atom = caf::atom_constant<caf::atom("trialckpt")>;
 using trial_done_atom = caf::atom_constant<caf::atom("trialdone")>;
+using trial_joined_atom = caf::atom_constant<caf::atom("trialjoin")>;
 using trial_beside_atom = caf::atom_constant<caf::atom("trialbside")>;
 using trial_output_atom = caf::atom_constant<caf::atom("trialout")>;
 using trial_results_atom = caf::atom_constant<caf::atom("trialres")>;
@@ -244,6 +247,18 @@ inline caf::error start_refusal(std::string why, caf::actor running = {}) {
   return refusal(errc::invalid_argument, std::move(why));
 }
 
+// A gang's worker of rank r > 0 (wire_gang) is started as a trial of its own id,
+// <trial>~w<r> (its folder, cgroup, secret and audit entry on its node its own, beside
+// another rank's on the same node); rank 0 as the trial. The trial of such an id (the
+// id itself when it is no worker's), and the worker's id.
+inline std::string trial_of_worker(const std::string& id) {
+  auto at = id.rfind("~w");
+  return at == std::string::npos ? id : id.substr(0, at);
+}
+inline std::string worker_id(const std::string& trial, uint32_t rank) {
+  return rank == 0 ? trial : trial + "~w" + std::to_string(rank);
+}
+
 // The CAF configuration of every libtune process: message types registered, the
 // application identifier, and connection heartbeats so that a silent peer is dropped.
 // `network` false leaves the middleman out (actor tests on the deterministic scheduler).
@@ -313,6 +328,8 @@ using since_checkpoint_atom = caf::atom_constant<caf::atom("sinceckpt")>;
 using controller_flush_atom = caf::atom_constant<caf::atom("ctlflush")>;
 using controller_lost_atom = caf::atom_constant<caf::atom("ctllost")>;
 using controller_reconnect_atom = caf::atom_constant<caf::atom("ctlreconn")>;
+// A gang's timer (controller_gang.cpp): trial, attempt, which (gang_timer), a worker's handle.
+using controller_gang_atom = caf::atom_constant<caf::atom("ctlgang")>;
 // The hooks' host (tune/tuner/hooks.hpp) has answers to take (controller_hooks.cpp).
 using controller_hooks_atom = caf::atom_constant<caf::atom("ctlhooks")>;
 using ckpt_copy_atom = caf::atom_constant<caf::atom("ckcopy")>;

@@ -16,6 +16,7 @@ namespace tune {
 using trial_events_iface = caf::typed_actor<
     caf::reacts_to<wire::trial_started_atom, std::string, wire::wire_trial_started>,
     caf::reacts_to<wire::trial_done_atom, std::string, std::string>,
+    caf::reacts_to<wire::trial_joined_atom, std::string>,
     caf::reacts_to<wire::trial_checkpoint_atom, std::string, wire::wire_checkpoint>,
     caf::reacts_to<wire::trial_beside_atom, std::string, wire::wire_beside>,
     caf::reacts_to<wire::trial_output_atom, std::string, std::vector<std::string>>,
@@ -153,6 +154,7 @@ using controller_head_iface = caf::typed_actor<
     caf::reacts_to<wire::pg_move_atom, std::string, std::vector<std::string>, std::string>,
     caf::reacts_to<wire::node_event_atom, std::string, std::string, std::string>,
     caf::reacts_to<controller_lost_atom, std::string, uint64_t, std::string>,
+    caf::reacts_to<controller_gang_atom, std::string, uint64_t, int32_t, uint64_t>,
     caf::reacts_to<controller_reconnect_atom>, caf::reacts_to<controller_flush_atom>,
     caf::reacts_to<controller_hooks_atom>>;
 using controller_iface = controller_trials_iface::extend_with<controller_head_iface>;

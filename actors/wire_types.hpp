@@ -151,6 +151,26 @@ typename Inspector::result_type inspect(Inspector& f, wire_group_spec& x) {
 // A trial to start: in bundle `bundle` of placement group `group`, running the program
 // with this content hash (fetched from the client's program server when the node does
 // not have it yet) with `args`, the configuration `config_json`.
+// One worker of a trial of several processes (a gang: docs/workers.md), and where they
+// meet (PyTorch's rendezvous). world_size 0: a trial of one process. The client names
+// rank and world_size; the head fills in the rest of the ranks from where the group's
+// bundles are (local_rank and local_world_size among the workers on the same node,
+// node_rank the node's place in bundle order, nodes how many); rank 0's node gives its
+// own cluster address and a free port of its own (master_port 0 asked), which the other
+// ranks are then started with.
+struct wire_gang {
+  uint32_t world_size = 0, rank = 0, local_rank = 0, local_world_size = 0, node_rank = 0, nodes = 0;
+  std::string master_addr{};
+  uint32_t master_port = 0;
+  bool operator==(const wire_gang&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_gang& x) {
+  return f(caf::meta::type_name("wire_gang"), x.world_size, x.rank, x.local_rank, x.local_world_size, x.node_rank,
+           x.nodes, x.master_addr, x.master_port);
+}
+
 struct wire_trial_spec {
   std::string trial_id{}, group{};
   uint32_t bundle = 0;
@@ -183,13 +203,14 @@ struct wire_trial_spec {
   bool reuse_worker = false;
   // Its standard output and error go to the owner line by line (trial_output_atom).
   bool forward_output = false;
+  wire_gang gang{};  // a worker of a gang: its rank and rendezvous
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_trial_spec& x) {
   return f(caf::meta::type_name("wire_trial_spec"), x.trial_id, x.group, x.bundle, x.program_name, x.program_sha256,
            x.program_size, x.args, x.config_json, x.restore_dir, x.restore_files, x.command, x.workdir_sha256,
-           x.workdir_size, x.workdir_path, x.env, x.output_patterns, x.metric, x.account, x.reuse_worker, x.forward_output);
+           x.workdir_size, x.workdir_path, x.env, x.output_patterns, x.metric, x.account, x.reuse_worker, x.forward_output, x.gang);
 }
 
 // Results of one trial that name the same metrics, as columns: row r's metric k is
@@ -324,12 +345,13 @@ struct wire_trial_started {
   std::string trial_id, node, trial_dir, restore_dir;
   int64_t pid = 0;
   std::vector<wire_trial_card> gpus;
+  wire_gang gang{};  // a gang's worker: as it was started (rank 0's: with its rendezvous)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_trial_started& x) {
   return f(caf::meta::type_name("wire_trial_started"), x.trial_id, x.node, x.trial_dir, x.restore_dir, x.pid,
-           x.gpus);
+           x.gpus, x.gang);
 }
 
 // A file of a checkpoint folder on a node (ckpt_list_atom): its path in the folder, size.
@@ -370,6 +392,7 @@ typename Inspector::result_type inspect(Inspector& f, wire_beside& x) {
 // As the "started", "checkpoint" and "foreign" events the store keeps.
 nlohmann::json to_json(const wire_trial_card& c);
 nlohmann::json to_json(const wire_trial_started& s);
+nlohmann::json to_json(const wire_gang& g);  // a worker's rank and rendezvous
 nlohmann::json to_json(const wire_checkpoint& c);
 nlohmann::json to_json(const wire_beside& b);
 

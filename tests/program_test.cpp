@@ -52,7 +52,7 @@ class ProgramTest : public ::testing::Test {
     rec = files.dir() + "/record.jsonl";
     shared_file(rec);  // the trials append what they saw to it
     fs::create_directories(project);
-    for (auto name : {"trial.py", "broken.py"}) fs::copy_file(std::string{PROGRAMS_DIR} + "/" + name, project + "/" + name);
+    for (auto name : {"trial.py", "broken.py", "gang.py"}) fs::copy_file(std::string{PROGRAMS_DIR} + "/" + name, project + "/" + name);
   }
 
   void write(const std::string& name, const std::string& text) {
@@ -1178,7 +1178,7 @@ TEST_F(ProgramNetnsTest, AWorkingDirectoryOnlyTheDriverHasIsShippedToANodeOnAnot
     ASSERT_EQ(sum.rc, 0) << f << " not in the node's cache";
     EXPECT_EQ(sum.out.substr(0, 64), f["sha256"]);
   }
-  EXPECT_EQ(manifest["files"].size(), 5u) << manifest;  // .tuneignore, broken.py, e.yaml, lib/model.py, trial.py
+  EXPECT_EQ(manifest["files"].size(), 6u) << manifest;  // .tuneignore, broken.py, e.yaml, gang.py, lib/model.py, trial.py
   // A second experiment fetches nothing: the node has it all.
   fs::remove_all(exp);
   auto again = drive("e.yaml");
@@ -1188,6 +1188,115 @@ TEST_F(ProgramNetnsTest, AWorkingDirectoryOnlyTheDriverHasIsShippedToANodeOnAnot
   for (auto p = log.find("working directory: fetched"); p != std::string::npos; p = log.find("working directory: fetched", p + 1))
     ++fetches;
   EXPECT_EQ(fetches, 1u) << log;
+}
+
+// --- trials of several workers (docs/workers.md) ----------------------------------------
+
+TEST_F(ProgramTest, AGangsWorkersGetTheirRanksMeetAtRankZerosPortAndOnlyRankZeroReports) {
+  auto file = experiment("gang.yaml", "command: [" + py() + ", gang.py, --record, " + rec + R"(]
+num_samples: 2
+workers: {count: 3, resources: {cpu: 0.5}, join_timeout_s: 60}
+space: {x: {uniform: [0.0, 1.0]}}
+)");
+  auto r = tune_run({file, "--num-cpus", "2"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto seen = json_lines(rec);
+  ASSERT_EQ(seen.size(), 6u) << r.err;
+  std::map<std::string, std::set<std::string>> ranks, ports;
+  for (auto& w : seen) {
+    EXPECT_EQ(w["WORLD_SIZE"], "3");
+    EXPECT_EQ(w["LOCAL_WORLD_SIZE"], "3");  // one node: all of them local
+    EXPECT_EQ(w["LOCAL_RANK"], w["RANK"]);
+    EXPECT_EQ(w["NODE_RANK"], "0");
+    EXPECT_EQ(w["MASTER_ADDR"], "127.0.0.1");
+    std::string id = w["TUNE_TRIAL_ID"];
+    ranks[id].insert(w["RANK"].get<std::string>());
+    ports[id].insert(w["MASTER_PORT"].get<std::string>());
+  }
+  ASSERT_EQ(ranks.size(), 2u);
+  for (auto& [id, rs] : ranks) {
+    EXPECT_EQ(rs, (std::set<std::string>{"0", "1", "2"})) << id;
+    EXPECT_EQ(ports[id].size(), 1u) << id << ": one rendezvous per gang";
+  }
+  auto s = store();
+  ASSERT_TRUE(s);
+  auto trials = s->trials();
+  ASSERT_TRUE(trials);
+  for (auto& t : *trials) {
+    EXPECT_EQ(t.state, "terminated") << t.id << ": " << t.error;
+    auto results = s->results(t.id);
+    ASSERT_TRUE(results);
+    ASSERT_EQ(results->size(), 3u) << t.id << ": rank 0's results are the trial's, the others' are not";
+    for (auto& row : *results) EXPECT_EQ(row.metrics["rank"], 0);
+    auto events = s->events(t.id);
+    ASSERT_TRUE(events);
+    int running = 0;
+    for (auto& e : *events)
+      if (e.kind == "workers_running") {
+        ++running;
+        EXPECT_EQ(e.body["world_size"], 3);
+        EXPECT_EQ(e.body["workers"].size(), 3u);
+      }
+    EXPECT_EQ(running, 1) << t.id;
+  }
+}
+
+TEST_F(ProgramTest, AWorkerThatFailsEndsItsGangWhichRestartsAndThenFailsNamingTheRank) {
+  auto file = experiment("gang.yaml", "command: [" + py() + ", gang.py, --record, " + rec + R"(, --fail-rank, 2, --leader-sleep, 60]
+max_failures: 1
+workers: {count: 3, resources: {cpu: 0.5}}
+)");
+  auto began = std::chrono::steady_clock::now();
+  auto r = tune_run({file, "--num-cpus", "2"});
+  auto took = std::chrono::steady_clock::now() - began;
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(summary(r)["errors"], 1) << r.out;
+  EXPECT_LT(took, 30s) << "rank 0 sleeps 60 s: it was not ended with the gang";
+  EXPECT_EQ(json_lines(rec).size(), 6u) << "two attempts of three workers";
+  auto errors = this->errors();
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_TRUE(contains(errors[0], "worker rank 2 (node ")) << errors[0];
+  EXPECT_TRUE(contains(errors[0], "exit code 3")) << errors[0];
+  EXPECT_TRUE(contains(r.err, "rank 2 fails on purpose")) << r.err;
+  EXPECT_EQ(processes_running({"--record", rec}), 0) << "a worker outlived its gang";
+}
+
+TEST_F(ProgramTest, AWorkerThatNeverJoinsIsNamedWhenTheJoinTimeoutEnds) {
+  auto file = experiment("gang.yaml", "command: [" + py() + ", gang.py, --record, " + rec + R"(, --no-join-rank, 1]
+workers: {count: 2, resources: {cpu: 0.5}, join_timeout_s: 1}
+)");
+  auto r = tune_run({file, "--num-cpus", "2"});
+  EXPECT_EQ(summary(r)["errors"], 1) << r.out << r.err;
+  auto errors = this->errors();
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_TRUE(contains(errors[0], "worker ranks 0, 1 did not join the others within 1 s")) << errors[0];
+  EXPECT_EQ(processes_running({"--record", rec}), 0) << "a worker outlived its gang";
+}
+
+TEST_F(ProgramTest, AGangThatCanNeverFitOrIsMisstatedIsRefusedBeforeAnyTrial) {
+  auto zero = tune_run({experiment("z.yaml", "command: [" + py() + ", gang.py]\nworkers: {count: 0}\n"), "--num-cpus", "2"});
+  EXPECT_EQ(zero.rc, 2) << zero.err;
+  EXPECT_TRUE(contains(zero.err, "workers.count")) << zero.err;
+  auto both = tune_run({experiment("b.yaml", "command: [" + py() + ", gang.py]\nworkers: {count: 2}\nbundles: [{cpu: 1}]\n"),
+                        "--num-cpus", "2"});
+  EXPECT_NE(both.rc, 0);
+  EXPECT_TRUE(contains(both.err, "leave out bundles")) << both.err;
+  auto bad = tune_run({experiment("r.yaml", "command: [" + py() + ", gang.py]\nworkers: {count: 2, resources: {cpu: -1}}\n"),
+                       "--num-cpus", "2"});
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_TRUE(contains(bad.err, "workers.resources")) << bad.err;
+  auto big = tune_run({experiment("f.yaml", "command: [" + py() + ", gang.py]\nworkers: {count: 5, resources: {cpu: 1}}\n"),
+                       "--num-cpus", "4"},
+                      60s);
+  EXPECT_EQ(summary(big)["errors"], 1) << big.out;
+  EXPECT_TRUE(contains(big.err, "is infeasible: the 5 bundles do not fit together")) << big.err;
+  fs::remove_all(exp);  // the infeasible experiment's folder
+  auto spread = tune_run({experiment("s.yaml", "command: [" + py() + ", gang.py]\nstrategy: strict_spread\n"
+                                               "workers: {count: 2, resources: {cpu: 1}}\n"),
+                          "--num-cpus", "4"},
+                         60s);
+  EXPECT_TRUE(contains(spread.err, "STRICT_SPREAD needs 2 nodes")) << spread.err;
+  EXPECT_EQ(json_lines(rec).size(), 0u) << "a worker started";
 }
 
 }  // namespace

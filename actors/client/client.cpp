@@ -342,6 +342,7 @@ std::optional<trial_event> cluster_client::next_trial_event(ms timeout) {
         [&](wire::trial_started_atom, std::string& id, wire::wire_trial_started& s) { take(id, "started", wire::to_json(s)); },
         [&](wire::trial_checkpoint_atom, std::string& id, wire::wire_checkpoint& c) { take(id, "checkpoint", wire::to_json(c)); },
         [&](wire::trial_done_atom, std::string& id, std::string& message) { take(id, "done", {{"message", message}}); },
+        [&](wire::trial_joined_atom, std::string& id) { take(id, "joined", nlohmann::json::object()); },
         [&](wire::trial_beside_atom, std::string& id, wire::wire_beside& b) { take(id, "foreign", wire::to_json(b)); },
         [&](wire::trial_output_atom, std::string&, std::vector<std::string>&) { counted(); },  // not asked for here
         [&](wire::trial_result_atom, std::string& id, wire::wire_result& r) { take(id, "result", wire::to_json(r)); },

@@ -71,7 +71,7 @@ void carry_out(controller_actor self, live_command& cmd) {
         if constexpr (std::is_same_v<T, live::create_group>) create_group(self, c);
         else if constexpr (std::is_same_v<T, live::wait_group>) wait_group(self, c);
         else if constexpr (std::is_same_v<T, live::start_trial>) start_trial(self, c);
-        else if constexpr (std::is_same_v<T, live::stop_actor>) stop_actor(self, c.actor);
+        else if constexpr (std::is_same_v<T, live::stop_actor>) stop_actor(self, c.actor), gang_stopped(self, c.actor);
         else if constexpr (std::is_same_v<T, live::kill_actor>) self->send(actor_of(self, c.actor), wire::trial_kill_atom::value);
         else if constexpr (std::is_same_v<T, live::ack>) self->send(actor_of(self, c.actor), wire::trial_ack_atom::value, c.received);
         else if constexpr (std::is_same_v<T, live::route>) self->send(actor_of(self, c.actor), wire::route_atom::value, c.received);
@@ -81,8 +81,8 @@ void carry_out(controller_actor self, live_command& cmd) {
         else if constexpr (std::is_same_v<T, live::watch>) watch(self, c.actor);
         else if constexpr (std::is_same_v<T, live::unwatch>) unwatch(self, c.actor);
         else if constexpr (std::is_same_v<T, live::start_failed>) start_failed(self, c.trial, c.why);
-        else if constexpr (std::is_same_v<T, live::ended>) trial_ended(self, c.trial, false);
-        else if constexpr (std::is_same_v<T, live::moved_out>) trial_ended(self, c.trial, true);
+        else if constexpr (std::is_same_v<T, live::ended>) trial_ended(self, c.trial, false), gang_ended(self, c.trial);
+        else if constexpr (std::is_same_v<T, live::moved_out>) trial_ended(self, c.trial, true), gang_ended(self, c.trial);
         else if constexpr (std::is_same_v<T, live::note>) (void)st.setup.store->add_event(c.trial, c.event, c.body);
         else if constexpr (std::is_same_v<T, live::fail>) finish(self, status{errc::invalid_argument, c.why});
       },
@@ -99,6 +99,8 @@ bool heard(controller_actor self, const std::string& id, bool last) {
   return ok && !st.over;
 }
 
+}  // namespace
+
 // Its end: recorded, then the table says what follows (moved out, or ended).
 void end_of(controller_actor self, const std::string& id, wire::wire_trial_end end) {
   auto& st = self->state;
@@ -106,6 +108,8 @@ void end_of(controller_actor self, const std::string& id, wire::wire_trial_end e
   st.table.on_ended(id);
   drain(self);
 }
+
+namespace {
 
 // The head's process is gone: the experiment waits for it to be started again at the
 // same address (nodes and their trials keep running meanwhile), up to head_wait.
@@ -169,13 +173,14 @@ void node_event(controller_actor self, const std::string& node, const std::strin
     self->delayed_send(st.setup.head, std::chrono::milliseconds(500), wire::rebalance_atom::value, st.setup.token);
   }
   if (state != "dead") return;
+  gang_node_dead(self, node, reason);
   for (auto& [id, h] : st.table.on_node_dead(node))
     self->delayed_send(self, std::chrono::milliseconds(20), controller_lost_atom::value, id, h, "node " + node + " is dead: " + reason);
 }
 
 void lost(controller_actor self, const std::string& id, actor_handle h, const std::string& why) {
   auto& st = self->state;
-  if (st.over) return;
+  if (st.over || gang_holds_end(self, id)) return;  // its end came: the gang's others are awaited
   wire::wire_trial_end end;
   end.error = "its node was lost (" + why + ")";
   st.records[id].end = std::move(end);
@@ -183,42 +188,82 @@ void lost(controller_actor self, const std::string& id, actor_handle h, const st
   drain(self);
 }
 
+// Whether a trial actor's wire id is a gang's worker of rank > 0 (<trial>~w<rank>@<run>).
+bool is_worker(const std::string& wire_id) { return wire_id.find("~w") != std::string::npos; }
+
 // The trial actors' messages, each heard (or not) first.
 controller_trials_iface::behavior_type trial_handlers(controller_actor self) {
   return {
       // Its start is known from the start's answer, its end from trial_ended_atom.
+      // A gang's worker of rank > 0 (controller_gang.cpp) speaks of itself, not as the
+      // trial: its results are not the trial's, its checkpoints are shards of rank 0's.
       [self](wire::trial_started_atom, const std::string& wire_id, const wire::wire_trial_started&) {
+        if (is_worker(wire_id)) return (void)gang_worker_heard(self, wire_id);
         heard(self, self->state.from_wire(wire_id), false);
       },
       [self](wire::trial_done_atom, const std::string& wire_id, const std::string&) {
+        if (is_worker(wire_id)) return (void)gang_worker_heard(self, wire_id);
         heard(self, self->state.from_wire(wire_id), false);
       },
-      [self](wire::trial_checkpoint_atom, const std::string& wire_id, const wire::wire_checkpoint& c) {
+      [self](wire::trial_joined_atom, const std::string& wire_id) {
+        if (is_worker(wire_id)) {
+          if (auto* w = gang_worker_heard(self, wire_id)) gang_joined(self, gang_trial(self, *w), w);
+          return;
+        }
         auto id = self->state.from_wire(wire_id);
-        if (heard(self, id, false)) on_checkpoint(self, id, c);
+        if (heard(self, id, false)) gang_joined(self, id, nullptr);
+      },
+      [self](wire::trial_checkpoint_atom, const std::string& wire_id, const wire::wire_checkpoint& c) {
+        if (is_worker(wire_id)) {
+          if (auto* w = gang_worker_heard(self, wire_id)) w->joined = true, w->checkpoints[c.iteration] = c.path;
+          return;
+        }
+        auto id = self->state.from_wire(wire_id);
+        if (heard(self, id, false)) gang_joined(self, id, nullptr), on_checkpoint(self, id, c);
       },
       [self](wire::trial_beside_atom, const std::string& wire_id, const wire::wire_beside& beside) {
-        auto id = self->state.from_wire(wire_id);
-        if (heard(self, id, false)) on_foreign(self, id, beside);
+        auto* w = is_worker(wire_id) ? gang_worker_heard(self, wire_id) : nullptr;
+        auto id = w ? gang_trial(self, *w) : self->state.from_wire(wire_id);
+        if (w || (!is_worker(wire_id) && heard(self, id, false))) on_foreign(self, id, beside);
       },
       [self](wire::trial_output_atom, const std::string& wire_id, const std::vector<std::string>& lines) {
+        if (is_worker(wire_id)) {
+          if (auto* w = gang_worker_heard(self, wire_id)) on_output(self, gang_trial(self, *w), lines, w->rank, w->pid);
+          return;
+        }
         auto id = self->state.from_wire(wire_id);
         if (heard(self, id, false)) on_output(self, id, lines);
       },
       [self](wire::trial_results_atom, const std::string& wire_id, const wire::wire_results& r) {
+        if (is_worker(wire_id)) {
+          if (auto* w = gang_worker_heard(self, wire_id)) w->joined = true;
+          return;
+        }
         auto id = self->state.from_wire(wire_id);
-        if (heard(self, id, false) && r.well_formed()) ingest_results(self, id, r);
+        if (heard(self, id, false) && r.well_formed()) gang_joined(self, id, nullptr), ingest_results(self, id, r);
       },
       [self](wire::trial_result_atom, const std::string& wire_id, const wire::wire_result& r) {
+        if (is_worker(wire_id)) {
+          if (auto* w = gang_worker_heard(self, wire_id)) w->joined = true;
+          return;
+        }
         auto id = self->state.from_wire(wire_id);
-        if (heard(self, id, false)) ingest_result(self, id, r);
+        if (heard(self, id, false)) gang_joined(self, id, nullptr), ingest_result(self, id, r);
       },
       [self](wire::trial_ended_atom, const std::string& wire_id, wire::wire_trial_end& e) {
         trace_step("end_heard", wire_id);
+        if (is_worker(wire_id)) {
+          if (auto* w = gang_worker_heard(self, wire_id)) gang_worker_ended(self, *w, e);
+          return;
+        }
         auto id = self->state.from_wire(wire_id);
-        if (heard(self, id, true)) end_of(self, id, std::move(e));
+        if (heard(self, id, true) && !gang_hold_end(self, id, e)) end_of(self, id, std::move(e));
       },
       [self](wire::trial_node_atom, const std::string& wire_id, const caf::actor& node, const std::string& access) {
+        if (is_worker(wire_id)) {
+          if (auto* w = gang_worker_heard(self, wire_id)) w->node_actor = node, w->access = access;
+          return;
+        }
         auto id = self->state.from_wire(wire_id);
         if (!heard(self, id, false)) return;
         self->state.records[id].node_actor = node;
@@ -247,6 +292,9 @@ controller_head_iface::behavior_type head_handlers(controller_actor self) {
         node_event(self, node, state, reason);
       },
       [self](controller_lost_atom, const std::string& id, actor_handle h, const std::string& why) { lost(self, id, h, why); },
+      [self](controller_gang_atom, const std::string& trial, uint64_t attempt, int32_t what, actor_handle h) {
+        gang_timer_fired(self, trial, attempt, what, h);
+      },
       [self](controller_reconnect_atom) { reconnect(self); },
       [self](controller_hooks_atom) { take_hook_answers(self); },
       [self](controller_flush_atom) {
@@ -291,6 +339,7 @@ controller_iface::behavior_type controller(controller_actor self, controller_set
       return head_lost(self, self->system().render(dm.reason));
     auto h = st.handles.find(dm.source);
     if (h == st.handles.end()) return;
+    if (gang_down(self, h->second, self->system().render(dm.reason))) return;
     if (auto id = st.table.on_down(h->second))
       self->delayed_send(self, std::chrono::seconds(2), controller_lost_atom::value, *id, h->second, self->system().render(dm.reason));
   });

@@ -55,6 +55,11 @@ struct experiment_run_options {
   std::vector<std::string> output_patterns;
   std::vector<resource_set> bundles;   // what each trial needs (its placement group)
   strategy strat = strategy::pack;
+  // A gang per trial (docs/workers.md): a worker process in each of its bundles
+  // (bundles.size() of them), started, stopped and ended together; 0: one process, in
+  // the first bundle. join_timeout: for all of them to have joined (0: no limit).
+  uint32_t world_size = 0;
+  std::chrono::milliseconds join_timeout{0};
   std::chrono::milliseconds stop_grace{10000};
   std::chrono::milliseconds group_timeout{60000};  // for a trial's group to be placed
   // Called with a snapshot whenever something changed (at most every `progress_every`),

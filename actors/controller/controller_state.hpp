@@ -64,6 +64,45 @@ struct trial_record {
   int64_t pid = 0;  // its worker's, once started (what its forwarded output is prefixed with)
 };
 
+// A trial of several workers (controller_gang.cpp): ranks 1.. beside rank 0, which is
+// the trial as the live table knows it.
+struct gang_worker {
+  uint32_t rank = 0;
+  actor_handle actor = 0;  // its trial actor, once its start is answered (or it spoke)
+  bool starting = false, joined = false, ended = false;
+  std::string node, trial_dir;
+  int64_t pid = 0;
+  std::vector<wire::wire_trial_card> gpus;
+  uint64_t received = 0;  // its messages (flow control)
+  caf::actor node_actor;  // its node's, for its checkpoint shards (trial_node_atom)
+  std::string access;     // and its secret for reading them there
+  std::map<int64_t, std::string> checkpoints;  // iteration -> its shard's folder on its node
+};
+
+enum class gang_timer : int32_t { join, stop_rest, reap, lost };
+
+struct gang_state {
+  uint64_t attempt = 0;
+  wire::wire_trial_spec spec;  // rank 0's, which the others' are made from
+  live_clock::time_point sent_at{};
+  actor_handle leader = 0;     // rank 0's actor
+  std::string leader_node;
+  int64_t leader_pid = 0;
+  bool leader_joined = false;
+  wire::wire_gang rendezvous;  // as rank 0 was started (its node's address and port)
+  std::vector<gang_worker> workers;  // ranks 1..world_size-1
+  bool stopping = false;  // the others were told to stop: their ends are no failure
+  std::string failure, failure_tail;  // the first worker's failure: the trial's error
+  std::optional<wire::wire_trial_end> leader_end;  // rank 0's end, held until the others ended
+  bool released = false;  // rank 0's end went on
+};
+
+struct gang_ref {
+  std::string trial;
+  uint64_t attempt = 0;
+  uint32_t rank = 0;
+};
+
 struct controller_state {
   controller_setup setup;
   live_trials table;
@@ -102,6 +141,10 @@ struct controller_state {
     auto at = wire_id.rfind('@');
     return at != std::string::npos && wire_id.compare(at + 1, std::string::npos, run_key) == 0 ? wire_id.substr(0, at) : "";
   }
+  // Trials of several workers, by trial; their workers' actors (ranks 1..).
+  std::map<std::string, gang_state> gangs;
+  std::map<actor_handle, gang_ref> gang_of;
+  std::map<actor_handle, std::string> gang_lost_why;
   static inline const char* name = "tune.controller";
 };
 
@@ -143,7 +186,9 @@ void ingest_result(controller_actor self, const std::string& id, const wire::wir
 // a note in its record, a line on standard error. Nothing is done to it (not ours).
 void on_foreign(controller_actor self, const std::string& id, const wire::wire_beside& beside);
 // Lines of its output (log_to_driver): to the program's standard error, prefixed "(trial pid=N) ".
-void on_output(controller_actor self, const std::string& id, const std::vector<std::string>& lines);
+// A gang's worker's (rank >= 0): prefixed "(trial rank=R pid=N) ".
+void on_output(controller_actor self, const std::string& id, const std::vector<std::string>& lines, int64_t rank = -1,
+               int64_t pid = 0);
 // Why a trial's group waits (the head's reason): an event, said once on standard error.
 void on_waiting(controller_actor self, const std::string& id, const std::string& reason);
 void start_failed(controller_actor self, const std::string& id, const std::string& why);
@@ -171,6 +216,28 @@ void hooks_tick(controller_actor self);  // its state saved now and then; a host
 // The trial ended (terminated, error or paused), or failed and starts again (recovering).
 void hooks_trial_end(controller_actor self, const std::string& id, bool recovering);
 void close_hooks(controller_actor self, bool ok);
+
+// controller_gang.cpp: trials of several workers (options.world_size)
+void end_of(controller_actor self, const std::string& id, wire::wire_trial_end end);  // controller.cpp
+void gang_sent(controller_actor self, const live::start_trial& c, const wire::wire_trial_spec& spec);
+void gang_leader_started(controller_actor self, const std::string& trial, uint64_t attempt,
+                         const wire::wire_trial_started& running0, actor_handle leader);
+void gang_start_failed(controller_actor self, const std::string& trial, uint64_t attempt);
+// A message from a worker of rank > 0 (its wire id <trial>~w<rank>): the worker, counted
+// for flow control; null when it is no current worker's (a stale one is killed).
+gang_worker* gang_worker_heard(controller_actor self, const std::string& wire_id);
+std::string gang_trial(controller_actor self, const gang_worker& w);
+void gang_joined(controller_actor self, const std::string& trial, gang_worker* w);  // null: rank 0
+void gang_worker_ended(controller_actor self, gang_worker& w, const wire::wire_trial_end& e);
+// Rank 0's end: held (true) while the others still run; passed on to end_of once they ended.
+bool gang_hold_end(controller_actor self, const std::string& trial, wire::wire_trial_end& end);
+bool gang_holds_end(controller_actor self, const std::string& trial);
+void gang_release(controller_actor self, const std::string& trial);
+void gang_stopped(controller_actor self, actor_handle leader);  // the engine stops rank 0: all
+void gang_ended(controller_actor self, const std::string& trial);  // the trial's end was handled
+bool gang_down(controller_actor self, actor_handle h, const std::string& why);
+void gang_node_dead(controller_actor self, const std::string& node, const std::string& reason);
+void gang_timer_fired(controller_actor self, const std::string& trial, uint64_t attempt, int32_t timer, actor_handle h);
 
 // controller_checkpoints.cpp
 // A checkpoint the trial reported: recorded, told to the engine, copied into the

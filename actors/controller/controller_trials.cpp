@@ -220,6 +220,10 @@ void start_answered(controller_actor self, const live::start_trial& c, int64_t p
   auto* t = st.table.find(c.trial);
   if (st.over || !t || t->attempt != c.attempt) return;  // an earlier attempt's
   // Its end may have overtaken this answer: then only what it says is recorded.
+  if (st.setup.options.world_size > 0) {  // a gang: its other workers start now, at rank 0's rendezvous
+    if (ok) gang_leader_started(self, c.trial, c.attempt, running, trial ? handle_of(self, trial) : 0);
+    else gang_start_failed(self, c.trial, c.attempt);
+  }
   if (st.table.current(c.trial, c.attempt)) {
     st.table.on_start_answer(c.trial, c.attempt, ok, why, running.node, trial ? handle_of(self, trial) : 0);
     drain(self);
@@ -251,6 +255,11 @@ void send_start(controller_actor self, const live::start_trial& c, std::string r
     spec.env = opt.env;
     spec.output_patterns = opt.output_patterns;
     spec.metric = st.setup.engine->options().metric;
+  }
+  if (opt.world_size > 0) {  // rank 0 of a gang (controller_gang.cpp): its node gives the rendezvous
+    spec.gang.world_size = opt.world_size;
+    spec.reuse_worker = false;
+    gang_sent(self, c, spec);
   }
   // Fetching the program and starting the worker take longer than a plain request.
   trace_step("start_sent", spec.trial_id);
@@ -401,11 +410,13 @@ void on_foreign(controller_actor self, const std::string& id, const wire::wire_b
   std::cerr << "tune: " << id << ": " << note << "\n";
 }
 
-void on_output(controller_actor self, const std::string& id, const std::vector<std::string>& lines) {
+void on_output(controller_actor self, const std::string& id, const std::vector<std::string>& lines, int64_t rank,
+               int64_t pid) {
   auto& o = self->state.setup.options;
   if (!o.log_to_driver || !o.on_output) return;
-  auto pid = self->state.records[id].pid;
-  auto prefix = "(" + id + (pid > 0 ? " pid=" + std::to_string(pid) : std::string{}) + ") ";
+  if (rank < 0) pid = self->state.records[id].pid;
+  auto prefix = "(" + id + (rank >= 0 ? " rank=" + std::to_string(rank) : std::string{}) +
+                (pid > 0 ? " pid=" + std::to_string(pid) : std::string{}) + ") ";
   for (auto& line : lines) o.on_output(prefix + line);
 }
 
@@ -484,7 +495,9 @@ void start_trial(controller_actor self, const live::start_trial& c) {
   // experiment folder, which any node fetches.
   std::string restore;
   auto& from = st.records[a.restore_from].checkpoints;
-  if (auto k = from.find(a.restore_iteration); k != from.end()) restore = k->second.path;
+  // A gang's checkpoint is whole only in the experiment folder (its shards come from
+  // every rank's node): every rank fetches that copy.
+  if (auto k = from.find(a.restore_iteration); k != from.end() && st.setup.options.world_size == 0) restore = k->second.path;
   pick_copy(self, a.restore_from, a.restore_iteration, [self, c, restore](std::string files, int64_t at) {
     if (self->state.over || !self->state.table.current(c.trial, c.attempt)) return pin(self, c.action.restore_from, at, -1);
     send_start(self, c, restore, std::move(files), at);

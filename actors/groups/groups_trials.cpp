@@ -41,7 +41,29 @@ start_site site_for_start(groups_actor self, const std::string& user, const wire
   if (auto o = st.owner_of.find(spec.group); o != st.owner_of.end() && o->second.address() != owner.address())
     return no("placement group " + spec.group +
               " belongs to another client: only the client that created it starts trials in it");
+  if (spec.gang.world_size > 0 && (spec.gang.world_size != g->site.size() || spec.gang.rank != spec.bundle))
+    return no("a gang's worker of rank " + std::to_string(spec.gang.rank) + " of " + std::to_string(spec.gang.world_size) +
+              " runs in bundle " + std::to_string(spec.gang.rank) + " of a group of " + std::to_string(spec.gang.world_size) +
+              " bundles; " + spec.group + " has " + std::to_string(g->site.size()) + " and this is bundle " +
+              std::to_string(spec.bundle));
   return {n->second, *site, {}};
+}
+
+// A gang's ranks on nodes, from where the group's bundles are (rank r in bundle r):
+// the nodes numbered in bundle order, each worker's place among those on its node.
+void fill_ranks(wire::wire_gang& gang, const group_table::group& g) {
+  std::vector<node_id> order;
+  gang.local_rank = gang.local_world_size = 0;
+  const node_id& mine = g.site[gang.rank]->node;
+  for (uint32_t b = 0; b < g.site.size(); ++b) {
+    const node_id& n = g.site[b]->node;
+    if (std::find(order.begin(), order.end(), n) == order.end()) order.push_back(n);
+    if (n != mine) continue;
+    if (b < gang.rank) ++gang.local_rank;
+    ++gang.local_world_size;
+  }
+  gang.node_rank = static_cast<uint32_t>(std::find(order.begin(), order.end(), mine) - order.begin());
+  gang.nodes = static_cast<uint32_t>(order.size());
 }
 
 // A trial in one of a group's bundles: passed on to the node that holds it, which
@@ -70,6 +92,7 @@ caf::result<wire::trial_start_atom, wire::wire_trial_started, caf::actor> start_
   };
   auto forwarded = spec;
   forwarded.account = st.table.account_of(user);  // never what the client says
+  if (spec.gang.world_size > 0) fill_ranks(forwarded.gang, *st.table.find(spec.group));
   self->request(where.node, std::chrono::minutes(10), wire::trial_start_atom::value, forwarded,
                 node_key(spec.group, spec.bundle, where.site).group, spec.bundle, server, owner)
       .then([answer](wire::trial_start_atom, wire::wire_trial_started& started, caf::actor& trial) mutable {

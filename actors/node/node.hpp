@@ -101,4 +101,10 @@ std::map<std::string, std::string> inherited_trial_env();
 // searches it anyway (/lib, /usr/lib, /usr/local/lib and their 64 and multiarch folders).
 std::optional<std::string> trial_library_path(const char* current, const std::string& library);
 
+// Where a gang's workers meet (MASTER_ADDR, MASTER_PORT), for its rank 0 on this node:
+// the node's cluster address (the one it reached its head from: the others' nodes reach
+// it too; 127.0.0.1 when it has none) and a TCP port free there now, the kernel's
+// choice (a port in use is never given). Not a port: the error says why.
+expected<std::pair<std::string, uint32_t>> rendezvous_point(const std::string& address);
+
 }  // namespace tune

@@ -1,8 +1,14 @@
 // What a trial's process starts from on this node: its environment, and the folder of
 // libtune.so when the loader would not find it.
+#include <arpa/inet.h>
 #include <dlfcn.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <set>
 
@@ -43,6 +49,38 @@ std::optional<std::string> trial_library_path(const char* current, const std::st
     start = end + 1;
   }
   return now.empty() ? dir : now + ":" + dir;
+}
+
+expected<std::pair<std::string, uint32_t>> rendezvous_point(const std::string& address) {
+  std::string host = address.empty() ? "127.0.0.1" : address;
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
+  if (::inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    len = sizeof(*v4);
+  } else if (::inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    len = sizeof(*v6);
+  } else {
+    return status{errc::invalid_argument, "the node's address " + host + " is not an IP address: a gang's workers "
+                                          "meet at rank 0's node by IP (start the node with --address IP)"};
+  }
+  int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return status{errc::insufficient, std::string{"no socket for the gang's rendezvous: "} + std::strerror(errno)};
+  // Port 0: the kernel gives one that nothing holds; the worker binds it again at once
+  // (SO_REUSEADDR lets it, the socket here being closed).
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+    auto why = std::string{std::strerror(errno)};
+    ::close(fd);
+    return status{errc::insufficient, "no free port at " + host + " for the gang's rendezvous: " + why};
+  }
+  ::close(fd);
+  uint16_t port = ss.ss_family == AF_INET ? ntohs(v4->sin_port) : ntohs(v6->sin6_port);
+  return std::pair<std::string, uint32_t>{host, port};
 }
 
 }  // namespace tune

@@ -131,6 +131,11 @@ void spawn(node_actor self, start_id id) {
   auto access = account ? write_access(self, s->spec.trial_id) : expected<std::string>{account.error()};
   if (!hold || !access) return st.plan->on_failed(id, hold ? access.error().message() : "the bundle is gone");
   auto t = options_for(self, s->spec, *hold, p->second.what);
+  if (t.spec.gang.world_size > 0 && t.spec.gang.rank == 0 && t.spec.gang.master_port == 0) {  // the gang meets here
+    auto point = rendezvous_point(st.opt.address);
+    if (!point) return st.plan->on_failed(id, point.error().message());
+    std::tie(t.spec.gang.master_addr, t.spec.gang.master_port) = *point;
+  }
   t.account = *account;
   t.access = *access;
   t.owner = caf::actor_cast<trial_events_iface>(p->second.owner);

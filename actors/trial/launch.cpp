@@ -209,8 +209,21 @@ std::map<std::string, std::string> trial_environment(const trial_options& opt) {
   env["CUDA_VISIBLE_DEVICES"] = visible;  // empty: no card at all
   // The id its experiment knows it by: a tuner's trial ids travel as <id>@<run key>
   // (unique in the cluster: its folder's name), the program sees <id>.
-  env["TUNE_TRIAL_ID"] = opt.spec.trial_id.substr(0, opt.spec.trial_id.rfind('@'));
+  env["TUNE_TRIAL_ID"] = wire::trial_of_worker(opt.spec.trial_id.substr(0, opt.spec.trial_id.rfind('@')));
   env["TUNE_NODE_ID"] = opt.node_id;
+  // A gang's worker: PyTorch's rendezvous, as torchrun sets it (docs/workers.md).
+  if (auto& g = opt.spec.gang; g.world_size > 0) {
+    env["RANK"] = env["ROLE_RANK"] = std::to_string(g.rank);
+    env["WORLD_SIZE"] = env["ROLE_WORLD_SIZE"] = std::to_string(g.world_size);
+    env["LOCAL_RANK"] = std::to_string(g.local_rank);
+    env["LOCAL_WORLD_SIZE"] = std::to_string(g.local_world_size);
+    env["GROUP_RANK"] = env["NODE_RANK"] = std::to_string(g.node_rank);
+    env["GROUP_WORLD_SIZE"] = std::to_string(g.nodes);
+    env["ROLE_NAME"] = "default";
+    env["MASTER_ADDR"] = g.master_addr;
+    env["MASTER_PORT"] = std::to_string(g.master_port);
+    env["TORCHELASTIC_RUN_ID"] = env["TUNE_TRIAL_ID"];
+  }
   env["TUNE_TRIAL_DIR"] = opt.trial_dir;
   // Another account than the node's: its own home when it has one it can write, else its
   // folder (caches go somewhere it may write, never the node's home).

@@ -318,7 +318,7 @@ void on_started(trial_actor self, int pid, int group, const std::string& error, 
     return;
   }
   wire::wire_trial_started info{st.opt.spec.trial_id, st.opt.node_id, st.opt.trial_dir, st.opt.spec.restore_dir, pid,
-                                trial_cards(st.opt)};
+                                trial_cards(st.opt), st.opt.spec.gang};
   log_line("trial " + st.opt.spec.trial_id + " started, pid " + std::to_string(pid));
   st.started_ok = true;
   trace_step("worker_running", st.opt.spec.trial_id);
@@ -360,6 +360,9 @@ void general_line(trial_actor self, const std::string& line, Flush& flush) {
   } else if (type == "checkpoint") {
     flush();
     checkpoint(self, j);
+  } else if (type == "joined") {  // a gang's worker made its process group
+    flush();
+    tell_owner(self, wire::trial_joined_atom::value);
   } else if (type == "done") {
     flush();
     tell_owner(self, wire::trial_done_atom::value,

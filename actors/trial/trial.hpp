@@ -14,6 +14,7 @@
 //     cards as the trial numbers them, its folder, what it was restored from)
 //   (trial_checkpoint_atom, trial_id, wire_checkpoint): a folder of its trial folder
 //   (trial_done_atom, trial_id, message): it said it is done
+//   (trial_joined_atom, trial_id): a gang's worker said it joined its peers
 //   (trial_beside_atom, trial_id, wire_beside): another program appeared on its cards
 //   (trial_results_atom, trial_id, wire_results): results whose metrics are all numbers,
 //     those that came together naming the same metrics, as columns

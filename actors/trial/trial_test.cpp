@@ -40,6 +40,7 @@ caf::behavior owner(caf::event_based_actor*, std::shared_ptr<owner_log> log) {
         log->heard.push_back("event checkpoint");
       },
       [=](wire::trial_done_atom, const std::string&, const std::string&) { log->heard.push_back("event done"); },
+      [=](wire::trial_joined_atom, const std::string&) { log->heard.push_back("event joined"); },
       [=](wire::trial_results_atom, const std::string&, const wire::wire_results& r) {
         log->heard.push_back("results " + std::to_string(r.rows()));
       },

@@ -1110,6 +1110,8 @@ experiment_run_options run_options(const fit_run& r) {
   ro.name = c.name;
   ro.bundles = r.plan.bundles;
   ro.strat = c.strategy;
+  ro.world_size = r.plan.world_size;
+  if (c.workers) ro.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.workers->join_timeout_s * 1000));
   ro.group_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.group_timeout_s * 1000));
   ro.stop_grace = std::chrono::milliseconds(static_cast<int64_t>(c.stop_grace_s * 1000));
   ro.auto_rebalance = c.auto_rebalance;

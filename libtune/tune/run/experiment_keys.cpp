@@ -224,6 +224,30 @@ status read_bundles(const key_input& in, const YAML::Node& v) {
   return status::ok();
 }
 
+// workers: {count: 4, resources: {gpu: 1, cpu: 4}, join_timeout_s: 600} (docs/workers.md).
+status read_workers(const key_input& in, const YAML::Node& v) {
+  if (!v.IsMap() || !v["count"])
+    return in.r.error(v, in.key, "give a mapping with the count, e.g. {count: 4, resources: {gpu: 1, cpu: 4}}");
+  if (auto s = known_keys(in.r, v, in.key, {"count", "resources", "join_timeout_s"}, {}); !s) return s;
+  worker_group w;
+  auto n = in.r.integer(v["count"], in.key + ".count", 1);
+  if (!n) return n.error();
+  w.count = static_cast<int>(*n);
+  if (v["resources"]) {
+    auto b = resources_from(in.r, v["resources"], in.key + ".resources");
+    if (!b) return b.error();
+    w.per_worker = *b;
+  }
+  if (v["join_timeout_s"]) {
+    auto x = in.r.number(v["join_timeout_s"], in.key + ".join_timeout_s");
+    if (!x) return x.error();
+    if (*x < 0) return in.r.error(v["join_timeout_s"], in.key + ".join_timeout_s", "give 0 (no limit) or seconds");
+    w.join_timeout_s = *x;
+  }
+  in.out.config.workers = w;
+  return status::ok();
+}
+
 status read_strategy(const key_input& in, const YAML::Node& v) {
   auto t = in.r.text(v, in.key);
   auto st = t ? parse_strategy(*t) : expected<strategy>{t.error()};
@@ -510,8 +534,13 @@ const std::vector<key_row> key_table{
         into(&tune_config::resources_per_trial, resources_from)),
     row("bundles", "list of mappings", note("none"),
         "several bundles per trial, each as `resources_per_trial` (then not `resources_per_trial`)", read_bundles),
+    row("workers", "mapping", note("none"),
+        "several worker processes per trial, a bundle each, with PyTorch's rendezvous: `{count: 4, resources: "
+        "{gpu: 1, cpu: 4}, join_timeout_s: 600}` (then neither `resources_per_trial` nor `bundles`; "
+        "[workers.md](workers.md))",
+        read_workers),
     row("strategy", "`pack`, `spread`, `strict_pack` or `strict_spread`", value("pack"),
-        "how a trial's bundles are placed", read_strategy),
+        "how a trial's bundles (or workers) are placed", read_strategy),
     row("scheduler", "name, or mapping", value("fifo"),
         "`fifo`, `asha`, `hyperband`, `median_stopping`, `pbt`, or `{type: asha, max_t: 8, ...}`",
         into(&tune_config::scheduler, scheduler_from)),

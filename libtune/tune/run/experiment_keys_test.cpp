@@ -76,7 +76,7 @@ TEST(ExperimentKeys, AnUnknownKeyListsEveryKeyInTheTablesOrder) {
   EXPECT_EQ(e.error().message(),
             "exp.yaml:1:1: schedular: unknown key (did you mean scheduler?); an experiment has: name, command, "
             "working_dir, working_dir_limit, env, config_args, metric_pattern, space, metric, mode, metrics, constraints, "
-            "num_samples, resources_per_trial, bundles, strategy, scheduler, search, stop, stoppers, checkpoints, "
+            "num_samples, resources_per_trial, bundles, workers, strategy, scheduler, search, stop, stoppers, checkpoints, "
             "log_to_driver, show_results, driver, max_concurrent_trials, "
             "max_failures, time_budget_s, experiment_dir, seed, stop_grace_s, group_timeout_s, auto_rebalance, "
             "min_move_interval_s, progress, standby_copies, auto_packing, reuse_workers, trial_files, mlflow, wandb, "
@@ -148,4 +148,44 @@ TEST(ExperimentKeys, AFileAndItsCppTwinMakeTheSamePlan) {
 }
 
 }  // namespace
+// workers: a bundle per worker, the same plan as tune_config::workers; every misstatement
+// named (the count, what it is given with, its resources, its timeout, a key it lacks).
+TEST(ExperimentKeys, WorkersMakeABundlePerWorkerAndEachMisstatementIsNamed) {
+  auto file = read_experiment("metric: acc\nstrategy: spread\nworkers: {count: 3, resources: {cpu: 2, gpu: 1}, join_timeout_s: 9}\n",
+                              "exp.yaml", "/x");
+  ASSERT_TRUE(file) << file.error().message();
+  tune_config twin;
+  twin.metric = "acc";
+  twin.strategy = strategy::spread;
+  twin.workers = worker_group{3, {{"cpu", 2}, {"gpu", 1}}, 9};
+  auto a = make_plan(file->config), b = make_plan(twin);
+  ASSERT_TRUE(a) << a.error().message();
+  ASSERT_TRUE(b) << b.error().message();
+  EXPECT_EQ(a->world_size, 3u);
+  EXPECT_EQ(b->world_size, 3u);
+  ASSERT_EQ(a->bundles.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(a->bundles[i].to_json(), b->bundles[i].to_json());
+  EXPECT_EQ(a->config.workers->join_timeout_s, 9);
+  auto error = [](const std::string& text) {
+    auto f = read_experiment("metric: acc\n" + text, "exp.yaml", "/x");
+    if (!f) return f.error().message();
+    auto p = make_plan(f->config);
+    return p ? std::string{} : p.error().message();
+  };
+  EXPECT_NE(error("workers: {count: 0}\n").find("workers.count"), std::string::npos) << error("workers: {count: 0}\n");
+  EXPECT_NE(error("workers: {count: 2}\nbundles: [{cpu: 1}]\n").find("leave out bundles"), std::string::npos);
+  EXPECT_NE(error("workers: {count: 2, resources: {cpu: 0}}\n").find("workers.resources"), std::string::npos)
+      << error("workers: {count: 2, resources: {cpu: 0}}\n");
+  EXPECT_NE(error("workers: {count: 2, join_timeout_s: -1}\n").find("join_timeout_s"), std::string::npos);
+  EXPECT_NE(error("workers: {count: 2, gpus: 1}\n").find("gpus"), std::string::npos);
+  EXPECT_NE(error("workers: 4\n").find("give a mapping with the count"), std::string::npos);
+  tune_config fn;
+  fn.metric = "acc";
+  fn.workers = worker_group{};
+  fn.resources_fn = [](const config&) { return resources{{"cpu", 1}}; };
+  auto p = make_plan(fn);
+  ASSERT_FALSE(p);
+  EXPECT_NE(p.error().message().find("resources_fn is for a trial of one process"), std::string::npos);
+}
+
 }  // namespace tune

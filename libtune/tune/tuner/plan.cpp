@@ -181,6 +181,29 @@ status check_tracker(std::string_view tracker, const nlohmann::json& options) {
   return status::ok();
 }
 
+// A gang's bundles: one per worker, each of its resources (the errors name workers.*).
+expected<std::vector<resource_set>> workers_of(const tune_config& c) {
+  auto& w = *c.workers;
+  constexpr int most = 4096;
+  if (w.count < 1 || w.count > most)
+    return status{errc::invalid_argument, "workers.count is " + std::to_string(w.count) + ": give 1 to " +
+                                              std::to_string(most) + " worker processes per trial"};
+  if (!(w.join_timeout_s >= 0))
+    return status{errc::invalid_argument, "workers.join_timeout_s must be 0 (no limit) or a number of seconds"};
+  if (!c.bundles.empty())
+    return status{errc::invalid_argument, "workers gives each worker a bundle of its own (workers.resources): "
+                                          "leave out bundles"};
+  if (c.resources_per_trial.gpu_auto || w.per_worker.gpu_auto)
+    return status{errc::invalid_argument, "workers: gpu \"auto\" is for a trial of one process; give each worker's "
+                                          "GPUs (workers.resources: {gpu: 1})"};
+  if (c.resources_fn)
+    return status{errc::invalid_argument, "workers: resources_fn is for a trial of one process; give each worker's "
+                                          "resources in workers.resources"};
+  auto one = bundle_of(w.per_worker, "workers.resources", c);
+  if (!one) return one.error();
+  return std::vector<resource_set>(static_cast<size_t>(w.count), *one);
+}
+
 expected<experiment_plan> make_plan(tune_config c) {
   if (auto s = resolve_objectives(c); !s) return s;
   if (auto s = check_limits(c); !s) return s;
@@ -190,6 +213,14 @@ expected<experiment_plan> make_plan(tune_config c) {
     return status{errc::invalid_argument, "tracker_python is empty: give the Python that has mlflow or wandb"};
   if (auto s = check_hooks(c); !s) return s;
   experiment_plan plan;
+  if (c.workers) {
+    auto b = workers_of(c);
+    if (!b) return b.error();
+    plan.bundles = std::move(*b);
+    plan.world_size = static_cast<uint32_t>(plan.bundles.size());
+    plan.config = std::move(c);
+    return plan;
+  }
   plan.gpu_auto = c.bundles.empty() && c.resources_per_trial.gpu_auto;
   if (c.bundles.empty()) {
     auto b = bundle_of(c.resources_per_trial, "resources_per_trial", c);

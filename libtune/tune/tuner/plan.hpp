@@ -112,6 +112,22 @@ struct driver_hooks {
   std::string state_file;       // where it keeps its hooks' state (a resumed experiment's)
 };
 
+// A trial of several worker processes (data-parallel training: docs/workers.md): `count`
+// workers, each in a bundle of its own of `resources`, the bundles placed together by the
+// experiment's strategy (PACK, SPREAD, STRICT_PACK, STRICT_SPREAD); each worker runs the
+// trial's program with PyTorch's rendezvous in its environment (RANK, LOCAL_RANK,
+// WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT; torchrun's names).
+// Rank 0's results are the trial's; a worker that fails ends them all.
+struct worker_group {
+  int count = 1;
+  resources per_worker = {{"cpu", 1}};
+  // A gang whose workers have not all joined this long after they started is ended,
+  // naming the ranks that did not; 0: no limit. A worker joins by saying so on its report
+  // channel (libtune.train.torch's TorchTrainer does once its process group is made) or
+  // by reporting anything.
+  double join_timeout_s = 0;
+};
+
 struct tune_config {
   std::string metric;                     // the reported metric to tune
   tune::mode mode = tune::mode::max;
@@ -128,7 +144,10 @@ struct tune_config {
   int max_concurrent_trials = 0;          // 0: as many as the cluster holds at once
   resources resources_per_trial = {{"cpu", 1}};
   std::vector<resources> bundles;         // several bundles per trial (then not resources_per_trial)
-  tune::strategy strategy = tune::strategy::pack;  // for several bundles
+  tune::strategy strategy = tune::strategy::pack;  // for several bundles, or workers
+  // Several worker processes per trial, each in its own bundle (then neither bundles nor
+  // resources_per_trial): e.g. worker_group{4, {{"gpu", 1}, {"cpu", 4}}}.
+  std::optional<worker_group> workers;
   stop_criteria stop;                     // max_iterations, metric_threshold
   // Stoppers (tune/tuner/stoppers.hpp): libtune's (maximum_iteration_stopper,
   // trial_plateau_stopper, experiment_plateau_stopper, timeout_stopper, metric_at_least)
@@ -212,6 +231,7 @@ struct experiment_plan {
   std::vector<resource_set> bundles;  // resources_per_trial, or bundles; with gpu "auto" the
                                       // probe's share (auto_packing.probe_share)
   bool gpu_auto = false;              // resources_per_trial's gpu is "auto" (auto-packing)
+  uint32_t world_size = 0;            // workers per trial (a bundle each); 0: one process
 };
 
 // Checks `c` (objectives, num_samples, max_concurrent_trials, max_failures, the timeouts,
